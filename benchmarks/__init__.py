@@ -1,0 +1,1 @@
+"""Reproducible benchmarks, one per hot path, each printing one JSON object (ratios to a baseline)."""

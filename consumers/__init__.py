@@ -1,0 +1,1 @@
+"""Consumer-group processes: command processor, evaluator, delivery (thin loops over the rules)."""

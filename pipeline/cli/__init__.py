@@ -1,0 +1,1 @@
+"""The ``vigil`` command: entry points, configuration loading and the metrics server."""

@@ -1,0 +1,1 @@
+"""The transport-agnostic control-plane core and its socket and HTTP adapters."""

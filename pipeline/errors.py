@@ -1,0 +1,67 @@
+"""Every error vigil raises, in one place.
+
+    VigilError
+    ├── DefinitionError        a definition, condition or value breaks a rule (names the field)
+    ├── TransitionError        an illegal lifecycle or dispatch state move
+    ├── ConfigError            vigil.toml is missing or invalid (names the key)
+    ├── SerdeError             bytes that do not decode as a record
+    │   └── UnknownSchemaError a schema fingerprint this build does not know (a newer writer)
+    ├── TopologyError          topics missing or drifted (says the command that fixes it)
+    ├── BrokerError            Kafka failed (translated at the boundary)
+    └── BudgetStoreError       Redis unreachable or failed (translated at the boundary)
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BrokerError",
+    "BudgetStoreError",
+    "ConfigError",
+    "DefinitionError",
+    "SerdeError",
+    "TopologyError",
+    "TransitionError",
+    "UnknownSchemaError",
+    "VigilError",
+]
+
+
+class VigilError(Exception):
+    """Base of every error vigil raises on purpose."""
+
+
+class DefinitionError(VigilError):
+    """A definition or value breaks a rule. ``field`` is the dotted path of what is wrong."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(f"{field}: {message}" if field else message)
+        self.message = message
+        self.field = field
+
+
+class TransitionError(VigilError):
+    """An illegal state-machine move (lifecycle or dispatch)."""
+
+
+class ConfigError(VigilError):
+    """Configuration is missing or invalid."""
+
+
+class SerdeError(VigilError):
+    """Bytes that do not decode as a vigil record."""
+
+
+class UnknownSchemaError(SerdeError):
+    """A schema fingerprint this build does not know: a newer writer. Pause, never dead-letter."""
+
+
+class TopologyError(VigilError):
+    """Topics are missing or drifted from their specs."""
+
+
+class BrokerError(VigilError):
+    """A Kafka operation failed."""
+
+
+class BudgetStoreError(VigilError):
+    """The budget store (Redis) is unreachable or failed: defer, never run unbudgeted."""

@@ -1,0 +1,1 @@
+"""Kafka plumbing shared by every process: topic specs, serde, partitioner, the stream runtime."""

@@ -1,0 +1,1 @@
+"""Producers: the event publisher SDK, the poll ticker, governed tools and pinned evaluators."""

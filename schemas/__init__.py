@@ -1,0 +1,1 @@
+"""Avro schemas (``*.avsc``), one file per record type and version; old versions are never deleted."""
