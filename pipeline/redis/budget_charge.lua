@@ -1,0 +1,49 @@
+-- Check and charge one budget window atomically and at most once per token (DESIGN.md §3, §10).
+--
+-- KEYS[1]  the window's hash: fields "c:<dimension>" are counters, "t:<token>" first verdicts
+-- ARGV[1]  idempotency token (input topic-partition-offset, or delivery key + attempt)
+-- ARGV[2]  milliseconds the hash lives from now (until a little after the window ends)
+-- ARGV[3..] triples: dimension name, cap (-1 = uncapped), increment
+--
+-- Returns {verdict, exhausted dimension or "", used after, ...} with one used value per triple,
+-- in the order given. Amounts travel as decimal strings: Lua numbers are doubles and cjson and
+-- tostring print only 14 significant digits, so only comparisons use numbers (exact < 2^53).
+-- The first reply for a token is stored with it and returned again on a retry, with no second
+-- increment: an aborted and retried Kafka batch never double-counts.
+
+local key = KEYS[1]
+local token_field = "t:" .. ARGV[1]
+
+local stored = redis.call("HGET", key, token_field)
+if stored then
+  return cjson.decode(stored)
+end
+
+local dims = {}
+for i = 3, #ARGV, 3 do
+  local name = ARGV[i]
+  local used = redis.call("HGET", key, "c:" .. name) or "0"
+  dims[#dims + 1] = {name = name, cap = tonumber(ARGV[i + 1]), inc = tonumber(ARGV[i + 2]),
+                     inc_text = ARGV[i + 2], used = used}
+end
+
+local exhausted = ""
+for _, d in ipairs(dims) do
+  if d.cap >= 0 and tonumber(d.used) + d.inc > d.cap then
+    exhausted = d.name
+    break
+  end
+end
+
+local reply = {exhausted == "" and "ok" or "exhausted", exhausted}
+for _, d in ipairs(dims) do
+  if exhausted == "" and d.inc > 0 then
+    redis.call("HINCRBY", key, "c:" .. d.name, d.inc_text)
+    d.used = redis.call("HGET", key, "c:" .. d.name)
+  end
+  reply[#reply + 1] = d.used
+end
+
+redis.call("HSET", key, token_field, cjson.encode(reply))
+redis.call("PEXPIRE", key, ARGV[2])
+return reply
