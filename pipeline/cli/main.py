@@ -1,0 +1,72 @@
+"""The ``vigil`` command group and the registry of its subcommands.
+
+A subcommand lives in its own module and is registered here with one line in
+:data:`COMMANDS` (``"name": "module:attribute"``); modules are imported only when their
+command runs, so ``vigil --help`` stays fast and one broken module cannot break the others.
+Every :class:`VigilError` a command lets escape is printed as ``Error: …`` with exit code 1.
+
+Left out: the commands themselves and configuration loading (``pipeline.cli.config``).
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Any, Final
+
+import click
+
+from pipeline.cli.context import CliState
+from pipeline.errors import VigilError
+
+__all__ = ["COMMANDS", "main", "vigil"]
+
+COMMANDS: Final[dict[str, str]] = {
+    "publish": "pipeline.cli.publish_cmd:publish",
+    "topics": "pipeline.cli.topics_cmd:topics",
+}
+
+
+class _LazyGroup(click.Group):
+    """A group that imports a subcommand's module only when it is used."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*COMMANDS, *super().list_commands(ctx)})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = COMMANDS.get(cmd_name)
+        if target is None:
+            return super().get_command(ctx, cmd_name)
+        module_name, _, attribute = target.partition(":")
+        command = getattr(importlib.import_module(module_name), attribute)
+        if not isinstance(command, click.Command):
+            raise TypeError(f"{target} is not a click command")
+        return command
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except VigilError as exc:
+            raise click.ClickException(str(exc)) from exc
+
+
+@click.group(cls=_LazyGroup)
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="vigil.toml to use (default: $VIGIL_CONFIG, then ./vigil.toml, then built-in defaults).",
+)
+@click.version_option(package_name="vigil")
+@click.pass_context
+def vigil(ctx: click.Context, config_path: Path | None) -> None:
+    """Governed watchers, agent watches and schedules on Apache Kafka."""
+    ctx.obj = CliState(config_path)
+
+
+def main() -> None:
+    vigil(prog_name="vigil")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,272 @@
+"""Every Kafka topic vigil uses, in one place: names, keys, partitioning, cleanup and configs.
+
+DESIGN.md §2 and §10. A :class:`TopicSpec` says what a topic holds and how it is cleaned; a
+:class:`Topology` applies a prefix and partition counts and yields full names and broker
+configs. Every process gets its topic names from here, never from a string literal.
+
+Also here: the header convention for records written to ``dead-letter``.
+
+Left out: talking to the broker (``pipeline.kafka.admin`` creates and checks topics) and
+choosing a partition for a key (``pipeline.kafka.partitioner``).
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from enum import StrEnum
+from types import MappingProxyType
+from typing import Final
+
+from pipeline.errors import ConfigError
+
+__all__ = [
+    "COMPACTED_CONFIGS",
+    "DEFAULT_PARTITIONS",
+    "DEFAULT_PREFIX",
+    "DLQ_OFFSET",
+    "DLQ_PARTITION",
+    "DLQ_REASON",
+    "DLQ_TOPIC",
+    "SPECS",
+    "Cleanup",
+    "CoPartition",
+    "KeyKind",
+    "Partitioning",
+    "Topic",
+    "TopicSpec",
+    "Topology",
+    "dead_letter_headers",
+]
+
+DEFAULT_PREFIX: Final = "vigil."
+DEFAULT_PARTITIONS: Final = 12
+
+# Dead letters keep the original key and value; these headers say where they came from.
+DLQ_REASON: Final = "vigil.dlq.reason"
+DLQ_TOPIC: Final = "vigil.dlq.topic"
+DLQ_PARTITION: Final = "vigil.dlq.partition"
+DLQ_OFFSET: Final = "vigil.dlq.offset"
+
+
+def dead_letter_headers(
+    reason: str, topic: str, partition: int, offset: int
+) -> list[tuple[str, bytes]]:
+    """Headers of a ``dead-letter`` record (UTF-8 values, decimal numbers)."""
+    return [
+        (DLQ_REASON, reason.encode("utf-8")),
+        (DLQ_TOPIC, topic.encode("utf-8")),
+        (DLQ_PARTITION, str(partition).encode("ascii")),
+        (DLQ_OFFSET, str(offset).encode("ascii")),
+    ]
+
+
+class Topic(StrEnum):
+    """A topic's name without the prefix."""
+
+    COMMANDS = "commands"
+    COMMAND_RESULTS = "command-results"
+    REGISTRY = "registry"
+    GRANTS = "grants"
+    WATCHERS = "watchers"
+    EVENTS = "events"
+    TICKS = "ticks"
+    TICKER_STATE = "ticker-state"
+    WATCHER_STATE = "watcher-state"
+    OUTBOX = "outbox"
+    DELIVERY_STATE = "delivery-state"
+    RECEIPTS = "receipts"
+    DEFINITION_LOG = "definition-log"
+    LIFECYCLE = "lifecycle"
+    NOTIFICATIONS = "notifications"
+    DEAD_LETTER = "dead-letter"
+
+
+class KeyKind(StrEnum):
+    """What a record key is (all keys are UTF-8; arrays are RFC 8785 JSON)."""
+
+    SUBJECT = "subject"
+    REQUEST_ID = "request_id"
+    WATCHER_KEY = "watcher_key"
+    GRANT_ID = "grant_id"
+    SOURCE_ID = "source_id"
+    DELIVERY_KEY = "delivery_key"
+    ORIGINAL_KEY = "original_key"
+
+
+class Partitioning(StrEnum):
+    """What the partition is computed from (always Java's murmur2 rule)."""
+
+    KEY = "hash(key)"
+    SOURCE_ID = "hash(source_id)"
+    SUBJECT = "hash(subject)"
+
+
+class Cleanup(StrEnum):
+    DELETE = "delete"
+    COMPACT = "compact"
+
+
+class CoPartition(StrEnum):
+    """Topics whose partition *p* must hold the same keys: they share one partition count."""
+
+    SOURCES = "sources"  # the evaluator's inputs and tables, by source id
+    DELIVERIES = "deliveries"  # the outbox and delivery's state, by delivery key
+
+
+def _ms(value: timedelta) -> str:
+    return str(int(value.total_seconds() * 1000))
+
+
+COMPACTED_CONFIGS: Final[Mapping[str, str]] = MappingProxyType(
+    {
+        "cleanup.policy": "compact",
+        # Long, so a restore that reads from the start never misses a tombstone (§10).
+        "delete.retention.ms": _ms(timedelta(days=7)),
+        # Recent records stay readable as written for a minute; erased data is gone in a day.
+        "min.compaction.lag.ms": _ms(timedelta(minutes=1)),
+        "max.compaction.lag.ms": _ms(timedelta(days=1)),
+        # Only closed segments compact: roll often enough for the lag bound to hold.
+        "segment.ms": _ms(timedelta(hours=6)),
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class TopicSpec:
+    """One topic of DESIGN.md §2: what it holds and how the broker keeps it."""
+
+    topic: Topic
+    key: KeyKind
+    partitioning: Partitioning
+    cleanup: Cleanup
+    retention: timedelta | None = None  # delete topics only
+    group: CoPartition | None = None
+
+    def __post_init__(self) -> None:
+        if (self.cleanup is Cleanup.DELETE) != (self.retention is not None):
+            raise ValueError(f"{self.topic}: delete topics, and only they, have a retention")
+
+    def configs(self) -> dict[str, str]:
+        """The broker configs vigil sets on this topic (and checks for drift)."""
+        if self.cleanup is Cleanup.COMPACT:
+            return dict(COMPACTED_CONFIGS)
+        assert self.retention is not None
+        segment = min(self.retention, timedelta(days=1))
+        return {
+            "cleanup.policy": "delete",
+            "retention.ms": _ms(self.retention),
+            "segment.ms": _ms(segment),
+        }
+
+
+def _delete(
+    topic: Topic,
+    key: KeyKind,
+    retention: timedelta,
+    partitioning: Partitioning = Partitioning.KEY,
+    group: CoPartition | None = None,
+) -> TopicSpec:
+    return TopicSpec(topic, key, partitioning, Cleanup.DELETE, retention, group)
+
+
+def _compact(
+    topic: Topic,
+    key: KeyKind,
+    partitioning: Partitioning = Partitioning.KEY,
+    group: CoPartition | None = None,
+) -> TopicSpec:
+    return TopicSpec(topic, key, partitioning, Cleanup.COMPACT, None, group)
+
+
+_DAY = timedelta(days=1)
+_SRC, _DLV = CoPartition.SOURCES, CoPartition.DELIVERIES
+_BY_SOURCE = Partitioning.SOURCE_ID
+
+SPECS: Final[Mapping[Topic, TopicSpec]] = MappingProxyType(
+    {
+        spec.topic: spec
+        for spec in (
+            _delete(Topic.COMMANDS, KeyKind.SUBJECT, 7 * _DAY),
+            _delete(Topic.COMMAND_RESULTS, KeyKind.REQUEST_ID, timedelta(hours=1)),
+            _compact(Topic.REGISTRY, KeyKind.WATCHER_KEY, Partitioning.SUBJECT),
+            _compact(Topic.GRANTS, KeyKind.GRANT_ID),
+            _compact(Topic.WATCHERS, KeyKind.WATCHER_KEY, _BY_SOURCE, _SRC),
+            _delete(Topic.EVENTS, KeyKind.SOURCE_ID, 7 * _DAY, group=_SRC),
+            _delete(Topic.TICKS, KeyKind.SOURCE_ID, 7 * _DAY, group=_SRC),
+            _compact(Topic.TICKER_STATE, KeyKind.WATCHER_KEY, _BY_SOURCE, _SRC),
+            _compact(Topic.WATCHER_STATE, KeyKind.WATCHER_KEY, _BY_SOURCE, _SRC),
+            _compact(Topic.OUTBOX, KeyKind.DELIVERY_KEY, group=_DLV),
+            _compact(Topic.DELIVERY_STATE, KeyKind.DELIVERY_KEY, group=_DLV),
+            _delete(Topic.RECEIPTS, KeyKind.WATCHER_KEY, 30 * _DAY, _BY_SOURCE, _SRC),
+            _delete(Topic.DEFINITION_LOG, KeyKind.WATCHER_KEY, 90 * _DAY, Partitioning.SUBJECT),
+            _compact(Topic.LIFECYCLE, KeyKind.WATCHER_KEY),
+            _delete(Topic.NOTIFICATIONS, KeyKind.SUBJECT, 30 * _DAY),
+            _delete(Topic.DEAD_LETTER, KeyKind.ORIGINAL_KEY, 30 * _DAY),
+        )
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Topology:
+    """The topics of one vigil deployment: a prefix plus partition counts.
+
+    ``partitions`` applies to every topic; ``overrides`` may change single topics, but every
+    topic of a co-partitioned group must keep one count (else :class:`ConfigError`).
+    ``replication_factor`` -1 takes the broker's ``default.replication.factor``.
+    """
+
+    prefix: str = DEFAULT_PREFIX
+    partitions: int = DEFAULT_PARTITIONS
+    replication_factor: int = -1
+    overrides: Mapping[Topic, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        counts = [self.partitions, *self.overrides.values()]
+        if any(count < 1 for count in counts):
+            raise ConfigError("partitions: a topic has at least one partition")
+        for group in CoPartition:
+            seen = {self.partitions_for(s.topic) for s in SPECS.values() if s.group is group}
+            if len(seen) > 1:
+                raise ConfigError(
+                    f"partitions: co-partitioned topics ({group}) need one count, got {seen}"
+                )
+
+    def name(self, topic: Topic) -> str:
+        """The full topic name, e.g. ``vigil.events``."""
+        return f"{self.prefix}{topic.value}"
+
+    def partitions_for(self, topic: Topic) -> int:
+        return self.overrides.get(topic, self.partitions)
+
+    def spec(self, topic: Topic) -> TopicSpec:
+        return SPECS[topic]
+
+    def topic_of(self, name: str) -> Topic | None:
+        """The topic a full name belongs to, or None when it is not one of ours."""
+        if not name.startswith(self.prefix):
+            return None
+        try:
+            return Topic(name[len(self.prefix) :])
+        except ValueError:
+            return None
+
+    def __iter__(self) -> Iterator[TopicSpec]:
+        return iter(SPECS.values())
+
+    def create_command(self) -> str:
+        """The CLI command that creates (or repairs the configs of) this topology."""
+        return shlex.join(
+            [
+                "vigil",
+                "topics",
+                "create",
+                "--prefix",
+                self.prefix,
+                "--partitions",
+                str(self.partitions),
+            ]
+        )
