@@ -1,0 +1,213 @@
+"""A real local HTTP receiver for tests and benchmarks: webhooks and a Telegram-shaped chat API.
+
+A threaded ``http.server`` on ``127.0.0.1:0`` (HTTP/1.1 keep-alive) that records every request
+(method, path, lower-cased headers, body, signature verdict), verifies Standard Webhooks
+signatures when given the secret, counts distinct ``Idempotency-Key`` values, and serves
+``POST /bot<token>/sendMessage`` as the Bot API does (``{"ok": true, ...}``; a wrong token is
+401). It can be scripted: the next N requests answer a status (500, 410, 429 with
+``Retry-After``...) with a body that must never surface in a result, or stall before
+answering (to provoke a client timeout); then it succeeds.
+
+    with Receiver(secret="whsec_...") as receiver:
+        receiver.fail(3, 500)
+        ...post to receiver.hook_url...
+        receiver.wait_for(4)
+
+Left out: TLS, HTTP/2 and anything but POST.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any, Final
+
+from consumers.adapters.signing import Verification, signing_key, verify
+
+__all__ = ["FAILURE_BODY", "ReceivedRequest", "Receiver"]
+
+# Scripted failures answer this body; a test asserts it never appears in a result or a log.
+FAILURE_BODY: Final = b"receiver-private-detail: do not keep me"
+_CHAT_PATH = re.compile(r"^/bot(?P<token>[^/]+)/sendMessage$")
+
+
+@dataclass(frozen=True, slots=True)
+class ReceivedRequest:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes = field(repr=False)
+    signature: Verification | None  # None: the receiver has no secret
+    at: float  # time.monotonic() on arrival
+    accepted: bool = True  # False: a chat call with the wrong bot token
+
+    @property
+    def idempotency_key(self) -> str | None:
+        return self.headers.get("idempotency-key")
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+@dataclass(frozen=True, slots=True)
+class _Script:
+    status: int
+    retry_after: str | None
+    stall: float
+
+
+class Receiver:
+    """Start with ``with`` (or :meth:`start`); :meth:`close` releases stalled requests."""
+
+    def __init__(self, *, secret: str | None = None, bot_token: str | None = None) -> None:
+        self._key = None if secret is None else signing_key(secret)
+        self._bot_token = bot_token
+        self._lock = threading.Condition()
+        self._requests: list[ReceivedRequest] = []
+        self._script: deque[_Script] = deque()
+        self._released = threading.Event()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+
+    # --- lifecycle -----------------------------------------------------------------------
+
+    def start(self) -> Receiver:
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        self._released.set()
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+    def __enter__(self) -> Receiver:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # --- addresses -----------------------------------------------------------------------
+
+    @property
+    def port(self) -> int:
+        return int(self._server.server_address[1])
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def hook_url(self) -> str:
+        return f"{self.url}/hook"
+
+    # --- scripting -----------------------------------------------------------------------
+
+    def fail(self, times: int, status: int, *, retry_after: str | None = None) -> None:
+        """The next ``times`` requests answer ``status`` (with ``Retry-After`` if given)."""
+        with self._lock:
+            self._script.extend(_Script(status, retry_after, 0.0) for _ in range(times))
+
+    def stall(self, seconds: float, times: int = 1) -> None:
+        """The next ``times`` requests wait ``seconds`` (or until close) before a 200."""
+        with self._lock:
+            self._script.extend(_Script(200, None, seconds) for _ in range(times))
+
+    # --- observations --------------------------------------------------------------------
+
+    @property
+    def requests(self) -> list[ReceivedRequest]:
+        with self._lock:
+            return list(self._requests)
+
+    def distinct_keys(self) -> set[str]:
+        """Distinct ``Idempotency-Key`` values received."""
+        return {k for r in self.requests if (k := r.idempotency_key) is not None}
+
+    def messages(self) -> list[dict[str, Any]]:
+        """Bodies of accepted ``sendMessage`` calls (``chat_id``, ``text``)."""
+        return [r.json() for r in self.requests if _CHAT_PATH.match(r.path) and r.accepted]
+
+    def wait_for(self, count: int, timeout: float = 10.0) -> list[ReceivedRequest]:
+        """Block until ``count`` requests have arrived (or fail after ``timeout`` seconds)."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while len(self._requests) < count:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"{len(self._requests)} of {count} requests arrived")
+                self._lock.wait(left)
+            return list(self._requests)
+
+    # --- serving -------------------------------------------------------------------------
+
+    def _record(self, request: ReceivedRequest) -> _Script | None:
+        with self._lock:
+            self._requests.append(request)
+            self._lock.notify_all()
+            return self._script.popleft() if self._script else None
+
+    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            timeout = 30  # an idle keep-alive connection's thread ends eventually
+            disable_nagle_algorithm = True  # headers and body are two writes: no 40 ms stall
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass  # quiet: tests read records, not logs
+
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                headers = {name.lower(): value for name, value in self.headers.items()}
+                chat = _CHAT_PATH.match(self.path)
+                accepted = chat is None or chat["token"] == receiver._bot_token
+                verdict = None
+                if receiver._key is not None and chat is None:
+                    verdict = verify(receiver._key, headers, body, int(time.time()))
+                script = receiver._record(
+                    ReceivedRequest(
+                        "POST", self.path, headers, body, verdict, time.monotonic(), accepted
+                    )
+                )
+                if not accepted:
+                    reply = {"ok": False, "error_code": 401, "description": "Unauthorized"}
+                    self._answer(401, json.dumps(reply).encode(), None)
+                elif script is not None and script.stall:
+                    receiver._released.wait(script.stall)
+                    self._answer(200, b"{}", None)
+                elif script is not None:
+                    self._answer(script.status, FAILURE_BODY, script.retry_after)
+                elif chat is not None:
+                    self._answer(200, b'{"ok":true,"result":{"message_id":1}}', None)
+                else:
+                    self._answer(200, b"{}", None)
+
+            def _answer(self, status: int, body: bytes, retry_after: str | None) -> None:
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(body)))
+                    if retry_after is not None:
+                        self.send_header("Retry-After", retry_after)
+                    self.end_headers()
+                    self.wfile.write(body)
+                except OSError:
+                    self.close_connection = True  # the client gave up (a timeout test)
+
+        return Handler
