@@ -1,0 +1,14 @@
+"""The command processor: the single writer of ``registry``, ``watchers``, ``lifecycle``,
+``definition-log``, ``grants`` and ``command-results`` (DESIGN.md §2, §10).
+
+A thin loop on the exactly-once :class:`~pipeline.kafka.runtime.StreamApp`: ``processor``
+decodes each command, asks the pure :func:`pipeline.commands.apply`, and writes what it decided
+in one transaction with the input offset; ``registry`` indexes each subject's registry keys;
+``records`` maps decisions onto Avro records;
+``metrics`` counts commands by verb and result; ``cli`` is ``vigil command-processor``.
+Left out: every rule (``pipeline.commands``) and the callers (``pipeline.control``).
+"""
+
+from consumers.commands.processor import CommandProcessor
+
+__all__ = ["CommandProcessor"]

@@ -1,0 +1,70 @@
+"""``vigil command-processor``: run one member of the command processor group until SIGTERM.
+
+Reads ``[kafka]``, ``[instance]`` and ``[metrics]`` from vigil.toml; refuses to start when its
+topics are missing or drifted (naming the command that fixes it); serves Prometheus metrics
+(``vigil_commands_total{verb,result}`` and the runtime's) on ``[metrics] listen``; on SIGTERM
+or SIGINT commits the open transaction and leaves the group.
+
+Left out: the loop (``processor``) and the rules (``pipeline.commands``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Final
+
+import click
+from prometheus_client import start_http_server
+
+from consumers.commands.processor import CommandProcessor
+from pipeline.cli.context import CliState, pass_state
+from pipeline.kafka.admin import check_topology, connect_admin
+from pipeline.kafka.runtime import stop_on_sigterm
+from pipeline.kafka.topics import Topic
+
+__all__ = ["command_processor"]
+
+_TOPICS: Final = (
+    Topic.COMMANDS,
+    Topic.COMMAND_RESULTS,
+    Topic.REGISTRY,
+    Topic.GRANTS,
+    Topic.WATCHERS,
+    Topic.LIFECYCLE,
+    Topic.DEFINITION_LOG,
+    Topic.DEAD_LETTER,
+)
+
+
+def _serve_metrics(listen: str) -> int:
+    host, _, port = listen.rpartition(":")
+    server, _thread = start_http_server(int(port), addr=host.strip("[]") or "0.0.0.0")
+    return int(server.server_port)
+
+
+@click.command("command-processor")
+@click.option("--instance", help="Stable instance id (default: [instance] id, then the host name).")
+@click.option("--no-metrics", is_flag=True, help="Do not serve /metrics.")
+@click.option("-v", "--verbose", is_flag=True, help="Log at INFO instead of WARNING.")
+@pass_state
+def command_processor(
+    state: CliState, instance: str | None, no_metrics: bool, verbose: bool
+) -> None:
+    """Run the command processor: commands in; registry, watchers, grants and results out."""
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING,
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+    )
+    config = state.config
+    topology = config.kafka.topology()
+    check_topology(connect_admin(config.kafka.bootstrap_servers), topology, _TOPICS)
+    instance_id = instance or config.instance.resolved_id()
+    processor = CommandProcessor(config.kafka.bootstrap_servers, topology, instance_id=instance_id)
+    if not no_metrics:
+        click.echo(f"metrics on port {_serve_metrics(config.metrics.listen)}", err=True)
+    stop = threading.Event()
+    stop_on_sigterm(stop)
+    click.echo(f"command processor {processor.app.group_id}/{instance_id} running", err=True)
+    processor.run(stop)
+    click.echo("command processor stopped", err=True)

@@ -1,0 +1,51 @@
+"""Which ``registry`` keys belong to a subject, per task partition: the view a command needs.
+
+A command reads only its subject's watchers; scanning a whole partition per command would cost
+O(watchers on the partition). :class:`SubjectIndex` maps each subject key to its watcher keys,
+built once per restored table (a rebalance or a producer rebuild gives a new table object, which
+is rebuilt from scratch) and kept up to date on writes. It only ever grows between rebuilds, so
+it is a superset that an aborted transaction's rollback cannot make wrong: readers check each
+key against the table.
+
+Left out: decoding entries and deciding anything (``processor``, ``pipeline.commands``).
+"""
+
+from __future__ import annotations
+
+from pipeline.kafka.tables import Table
+
+__all__ = ["SubjectIndex", "subject_of"]
+
+
+def subject_of(watcher_key: str) -> str:
+    """The subject key ``["t","u"]`` of a canonical watcher key ``["t","u","w"]``.
+
+    Ids are restricted to charsets without quotes or commas, so the last comma separates.
+    """
+    return watcher_key.rsplit(",", 1)[0] + "]"
+
+
+class SubjectIndex:
+    """Subject key → registry keys, for each task partition's table."""
+
+    def __init__(self) -> None:
+        self._by_partition: dict[int, tuple[Table, dict[str, set[str]]]] = {}
+
+    def keys(self, table: Table, subject_key: str) -> list[str]:
+        """The subject's keys present in ``table`` now, sorted."""
+        present = table.data
+        return sorted(k for k in self._index(table).get(subject_key, ()) if k in present)
+
+    def add(self, table: Table, watcher_key: str) -> None:
+        """Note a key written to ``table`` (deletes need no note: readers check presence)."""
+        self._index(table).setdefault(subject_of(watcher_key), set()).add(watcher_key)
+
+    def _index(self, table: Table) -> dict[str, set[str]]:
+        found = self._by_partition.get(table.partition)
+        if found is not None and found[0] is table:
+            return found[1]
+        index: dict[str, set[str]] = {}
+        for key in table.data:
+            index.setdefault(subject_of(key), set()).add(key)
+        self._by_partition[table.partition] = (table, index)
+        return index

@@ -1,0 +1,184 @@
+"""``vigil grant add|list|revoke``: grants as records, written by the command processor.
+
+Operator verbs (DESIGN.md §9). ``add`` prints the new grant's id; ``list`` prints every grant
+(``--tenant/--user`` narrow it); ``revoke`` takes an id, or a subject and a source (a grant
+naming only that source is removed, one naming more loses that source). Results, errors and
+``--json`` behave as in ``vigil watch``.
+
+Left out: the rules (``pipeline.commands``) and the round trip (``pipeline.cli.watch_cmd``).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import click
+
+from pipeline.authz import Action
+from pipeline.cli.context import CliState, pass_state
+from pipeline.cli.watch_cmd import report, send_command
+from pipeline.commands import CommandVerb, GrantSpec
+from pipeline.control.client import DEFAULT_TIMEOUT_S
+from pipeline.durations import parse_duration
+from pipeline.errors import DefinitionError
+from pipeline.instants import parse_instant
+
+__all__ = ["grant", "parse_until"]
+
+
+def parse_until(text: str, now: datetime) -> datetime:
+    """An RFC 3339 instant, or a duration from ``now`` (``30d``)."""
+    try:
+        return parse_instant(text, "until")
+    except DefinitionError:
+        try:
+            return now + parse_duration(text, "until")
+        except DefinitionError:
+            raise DefinitionError(
+                "expected an RFC 3339 instant (2027-01-01T00:00:00Z) or a duration (30d)", "until"
+            ) from None
+
+
+def _split(values: tuple[str, ...]) -> tuple[str, ...]:
+    """Repeated options and comma lists alike: ``--source a,b --source c``."""
+    return tuple(part.strip() for value in values for part in value.split(",") if part.strip())
+
+
+def _row(view: dict[str, Any]) -> str:
+    parts = [
+        view["grant_id"],
+        f"{view['tenant_id']}/{view['user_id']}",
+        view["purpose"],
+        "sources=" + ",".join(view["sources"]),
+    ]
+    if view["tools"]:
+        parts.append("tools=" + ",".join(view["tools"]))
+    if view["targets"]:
+        parts.append("targets=" + ",".join(view["targets"]))
+    parts += ["actions=" + ",".join(view["actions"]), f"until={view['until']}"]
+    return "  ".join(parts)
+
+
+@click.group()
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0.1),
+    default=DEFAULT_TIMEOUT_S,
+    show_default=True,
+    help="Seconds to wait for the command processor's answer.",
+)
+@click.pass_context
+def grant(ctx: click.Context, timeout: float) -> None:
+    """Add, list and revoke grants (operators)."""
+    ctx.find_root().meta["vigil.timeout"] = timeout
+
+
+@grant.command()
+@click.option("--tenant", required=True, help="The subject's tenant.")
+@click.option("--user", required=True, help="The subject's user.")
+@click.option("--purpose", required=True, help="The purpose it allows, e.g. ops.alert.")
+@click.option("--source", "sources", multiple=True, required=True, help="A source id (repeat).")
+@click.option("--tool", "tools", multiple=True, help="A governed tool (repeat).")
+@click.option("--target", "targets", multiple=True, help="A delivery target (repeat).")
+@click.option(
+    "--actions",
+    required=True,
+    help="Comma list of " + ", ".join(a.value for a in Action) + ".",
+)
+@click.option("--until", required=True, help="RFC 3339 instant, or a duration from now (30d).")
+@click.option("--json", "as_json", is_flag=True, help="Print the grant as JSON.")
+@pass_state
+def add(
+    state: CliState,
+    tenant: str,
+    user: str,
+    purpose: str,
+    sources: tuple[str, ...],
+    tools: tuple[str, ...],
+    targets: tuple[str, ...],
+    actions: str,
+    until: str,
+    as_json: bool,
+) -> None:
+    """Grant a subject a purpose over sources (nothing unnamed is granted); prints its id."""
+    try:
+        wanted = tuple(Action(a) for a in _split((actions,)))
+    except ValueError:
+        raise click.BadParameter(
+            "choose from " + ", ".join(a.value for a in Action), param_hint="--actions"
+        ) from None
+    try:
+        spec = GrantSpec(
+            tenant_id=tenant,
+            user_id=user,
+            purpose=purpose,
+            sources=_split(sources),
+            tools=_split(tools),
+            targets=_split(targets),
+            actions=wanted,
+            until=parse_until(until, datetime.now(UTC)),
+        )
+    except DefinitionError:
+        raise
+    except ValueError as exc:  # pydantic's ValidationError: name the first field
+        raise click.BadParameter(str(exc).splitlines()[-1]) from None
+    result = send_command(state, CommandVerb.GRANT_ADD, tenant, user, grant=spec)
+    report(result, as_json, lambda view: str(view["grant_id"]))
+
+
+@grant.command("list")
+@click.option("--tenant", help="Only this tenant's grants.")
+@click.option("--user", help="Only this user's grants (with --tenant).")
+@click.option("--json", "as_json", is_flag=True, help="Print the grants as JSON.")
+@pass_state
+def list_cmd(state: CliState, tenant: str | None, user: str | None, as_json: bool) -> None:
+    """List grants."""
+    result = send_command(state, CommandVerb.GRANT_LIST, None, None)
+    if result.result is not None and (tenant is not None or user is not None):
+        kept = [
+            g
+            for g in result.result["grants"]
+            if (tenant is None or g["tenant_id"] == tenant)
+            and (user is None or g["user_id"] == user)
+        ]
+        result = result.model_copy(update={"result": {"grants": kept}})
+
+    def render(body: dict[str, Any]) -> str:
+        rows = [_row(view) for view in body.get("grants", [])]
+        return "\n".join(rows) if rows else "no grants"
+
+    report(result, as_json, render)
+
+
+@grant.command()
+@click.option("--id", "grant_id", help="The grant to revoke.")
+@click.option("--tenant", help="With --user and --source: revoke that source for the subject.")
+@click.option("--user")
+@click.option("--source")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@pass_state
+def revoke(
+    state: CliState,
+    grant_id: str | None,
+    tenant: str | None,
+    user: str | None,
+    source: str | None,
+    as_json: bool,
+) -> None:
+    """Revoke a grant by id, or a source of one subject."""
+    by_subject = (tenant, user, source)
+    if grant_id is not None and any(v is not None for v in by_subject):
+        raise click.UsageError("give --id, or --tenant --user --source, not both")
+    if grant_id is None and any(v is None for v in by_subject):
+        raise click.UsageError("give --id, or all of --tenant --user --source")
+    result = send_command(
+        state, CommandVerb.GRANT_REVOKE, tenant, user, grant_id=grant_id, source_id=source
+    )
+
+    def render(body: dict[str, Any]) -> str:
+        lines = [f"revoked {gid}" for gid in body.get("revoked", [])]
+        lines += [f"narrowed {gid} (without {source})" for gid in body.get("narrowed", [])]
+        return "\n".join(lines)
+
+    report(result, as_json, render)

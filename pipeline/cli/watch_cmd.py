@@ -1,0 +1,319 @@
+"""``vigil watch create|update|propose|approve|show|list|pause|resume|cancel`` over Kafka.
+
+Each verb builds one command, sends it to the command processor and waits for its result
+(:class:`pipeline.control.client.CommandClient`). The CLI's principal is the configured
+``[subject]`` acting as an operator (DESIGN.md §10: only edges with Kafka credentials produce
+to ``commands``); ``--tenant T --user U`` acts for another subject. ``show`` and ``list`` are
+commands too, answered by the processor from its registry: one path, authorized like the rest,
+and a ``show`` right after a ``create`` already sees it (same subject partition, in order).
+A refusal prints one line (``Error: <field>: <message> [<code>]``) and exits 1; ``--json``
+prints the result object (or ``{"error": …}``) instead.
+
+Left out: the rules (``pipeline.commands``) and the processor (``consumers.commands``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from typing import Any, Final, TextIO, TypeVar
+
+import click
+import yaml
+
+from pipeline.cli.context import CliState, pass_state
+from pipeline.commands import CommandResult, CommandVerb
+from pipeline.control.client import DEFAULT_TIMEOUT_S, CommandClient, operator_principal
+from pipeline.errors import DefinitionError
+from pipeline.lifecycle import WatcherStatus
+
+__all__ = ["load_definition", "report", "send_command", "subject_options", "watch"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_LIST_COLUMNS: Final = ("watcher_id", "status", "version", "revision", "source_id")
+
+
+class _Loader(yaml.SafeLoader):
+    """YAML without YAML 1.1's surprises: instants stay text (``expires_at``), ``22:00`` is not
+    the sexagesimal number 1320, so a definition reads the same as its JSON twin."""
+
+
+_DROPPED: Final = frozenset({"tag:yaml.org,2002:timestamp", "tag:yaml.org,2002:int"})
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag not in _DROPPED]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:int", re.compile(r"^[-+]?(?:0|[1-9][0-9_]*)$"), list("-+0123456789")
+)
+
+
+def load_definition(text: str) -> dict[str, Any]:
+    """A definition from JSON or YAML text; :class:`DefinitionError` when it is neither."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        try:
+            value = yaml.load(text, Loader=_Loader)
+        except yaml.YAMLError as exc:
+            raise DefinitionError(f"neither JSON nor YAML: {exc}") from None
+    if not isinstance(value, dict):
+        raise DefinitionError("a definition is a JSON or YAML object")
+    return value
+
+
+def subject_options(command: F) -> F:
+    """``--tenant/--user`` (operators acting for another subject) and ``--json``."""
+    command = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")(
+        command
+    )
+    command = click.option("--user", help="Act for this user (with --tenant).")(command)
+    command = click.option("--tenant", help="Act for this tenant (with --user).")(command)
+    return command
+
+
+def send_command(
+    cli: CliState,
+    verb: CommandVerb,
+    tenant: str | None,
+    user: str | None,
+    /,
+    **fields: Any,
+) -> CommandResult:
+    """Send one command as the configured operator and wait for its result."""
+    if (tenant is None) != (user is None):
+        raise click.UsageError("--tenant and --user go together")
+    config = cli.config
+    me = config.subject
+    principal = operator_principal(me.tenant_id, me.user_id)
+    timeout = _timeout()
+    with CommandClient(
+        config.kafka.bootstrap_servers, config.kafka.topology(), timeout_s=timeout
+    ) as client:
+        command = client.command(
+            verb, principal, tenant or me.tenant_id, user or me.user_id, **fields
+        )
+        return client.send(command)
+
+
+def _timeout() -> float:
+    found = click.get_current_context().find_root().meta.get("vigil.timeout")
+    return float(found) if found is not None else DEFAULT_TIMEOUT_S
+
+
+def report(result: CommandResult, as_json: bool, render: Callable[[dict[str, Any]], str]) -> None:
+    """Print the result (or one error line) and exit 1 on a refusal."""
+    if as_json:
+        click.echo(json.dumps(result.as_json(), indent=2, sort_keys=True))
+    elif result.ok:
+        click.echo(render(result.result or {}))
+    if result.error is not None:
+        if not as_json:
+            error = result.error
+            where = f"{error.field}: " if error.field else ""
+            click.echo(f"Error: {where}{error.message} [{error.code.value}]", err=True)
+        raise click.exceptions.Exit(1)
+
+
+def _summary(view: dict[str, Any]) -> str:
+    return (
+        f"{view['watcher_id']}: {view['status']} "
+        f"(version {view['version']}, revision {view['revision']})"
+    )
+
+
+def _details(view: dict[str, Any]) -> str:
+    lines = [_summary(view)]
+    for name in ("tenant_id", "user_id", "source_id", "session_id", "created_at", "updated_at"):
+        if view.get(name) is not None:
+            lines.append(f"  {name}: {view[name]}")
+    for name in ("activated_at", "closed_reason"):
+        if view.get(name) is not None:
+            lines.append(f"  {name}: {view[name]}")
+    body = json.dumps(view.get("definition", {}), indent=2, sort_keys=True)
+    lines.append("  definition: " + body.replace("\n", "\n  "))
+    return "\n".join(lines)
+
+
+def _table(result: dict[str, Any]) -> str:
+    rows = [[str(w.get(c, "")) for c in _LIST_COLUMNS] for w in result.get("watchers", [])]
+    if not rows:
+        return "no watchers"
+    header = [c.upper() for c in _LIST_COLUMNS]
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in [header, *rows]
+    )
+
+
+@click.group()
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0.1),
+    default=DEFAULT_TIMEOUT_S,
+    show_default=True,
+    help="Seconds to wait for the command processor's answer.",
+)
+@click.pass_context
+def watch(ctx: click.Context, timeout: float) -> None:
+    """Create, inspect and change watchers (through the command processor)."""
+    ctx.find_root().meta["vigil.timeout"] = timeout
+
+
+def _definition_from(source: TextIO) -> dict[str, Any]:
+    return load_definition(source.read())
+
+
+@watch.command()
+@click.option(
+    "-f",
+    "--file",
+    "source",
+    type=click.File("r", encoding="utf-8"),
+    required=True,
+    help="The definition, JSON or YAML ('-' for stdin).",
+)
+@subject_options
+@pass_state
+def create(
+    state: CliState, source: TextIO, tenant: str | None, user: str | None, as_json: bool
+) -> None:
+    """Create a watcher (refused while one with the same id is live)."""
+    definition = _definition_from(source)
+    result = send_command(state, CommandVerb.CREATE, tenant, user, definition=definition)
+    report(result, as_json, lambda view: "created " + _summary(view))
+
+
+@watch.command()
+@click.option(
+    "-f",
+    "--file",
+    "source",
+    type=click.File("r", encoding="utf-8"),
+    required=True,
+    help="The new definition, JSON or YAML ('-' for stdin).",
+)
+@click.option(
+    "--revision",
+    type=click.IntRange(min=0),
+    help="The revision you saw (compare-and-set); without it, create or replace.",
+)
+@subject_options
+@pass_state
+def update(
+    state: CliState,
+    source: TextIO,
+    revision: int | None,
+    tenant: str | None,
+    user: str | None,
+    as_json: bool,
+) -> None:
+    """Replace a watcher's definition with a new version."""
+    definition = _definition_from(source)
+    result = send_command(
+        state,
+        CommandVerb.UPDATE,
+        tenant,
+        user,
+        definition=definition,
+        expected_revision=revision,
+    )
+    report(result, as_json, lambda view: "updated " + _summary(view))
+
+
+@watch.command()
+@click.option(
+    "-f",
+    "--file",
+    "source",
+    type=click.File("r", encoding="utf-8"),
+    required=True,
+    help="The agent watch, JSON or YAML ('-' for stdin).",
+)
+@subject_options
+@pass_state
+def propose(
+    state: CliState, source: TextIO, tenant: str | None, user: str | None, as_json: bool
+) -> None:
+    """Propose a watch (state proposed; an identical live one answers with its id)."""
+    definition = _definition_from(source)
+    result = send_command(state, CommandVerb.PROPOSE, tenant, user, definition=definition)
+
+    def render(view: dict[str, Any]) -> str:
+        verb = "already proposed as" if view.get("collapsed") else "proposed"
+        return f"{verb} {_summary(view)}"
+
+    report(result, as_json, render)
+
+
+@watch.command()
+@click.argument("watcher_id")
+@subject_options
+@pass_state
+def show(
+    state: CliState, watcher_id: str, tenant: str | None, user: str | None, as_json: bool
+) -> None:
+    """Show one watcher: state, version, revision, definition."""
+    result = send_command(state, CommandVerb.SHOW, tenant, user, watcher_id=watcher_id)
+    report(result, as_json, _details)
+
+
+@watch.command("list")
+@click.option(
+    "--state",
+    "status",
+    type=click.Choice([s.value for s in WatcherStatus]),
+    help="Only watchers in this state (default: the live ones).",
+)
+@click.option("--session", help="Only agent watches of this session.")
+@subject_options
+@pass_state
+def list_cmd(
+    state: CliState,
+    status: str | None,
+    session: str | None,
+    tenant: str | None,
+    user: str | None,
+    as_json: bool,
+) -> None:
+    """List watchers of the subject."""
+    result = send_command(state, CommandVerb.LIST, tenant, user, state=status, session_id=session)
+    report(result, as_json, _table)
+
+
+def _lifecycle_command(verb: CommandVerb, done: str, help_text: str) -> click.Command:
+    @click.argument("watcher_id")
+    @click.option(
+        "--revision",
+        type=click.IntRange(min=0),
+        help="Refuse unless the watcher is at this revision.",
+    )
+    @subject_options
+    @pass_state
+    def command(
+        state: CliState,
+        watcher_id: str,
+        revision: int | None,
+        tenant: str | None,
+        user: str | None,
+        as_json: bool,
+    ) -> None:
+        result = send_command(
+            state, verb, tenant, user, watcher_id=watcher_id, expected_revision=revision
+        )
+        report(result, as_json, lambda view: f"{done} " + _summary(view))
+
+    return click.command(verb.value, help=help_text)(command)
+
+
+watch.add_command(
+    _lifecycle_command(CommandVerb.APPROVE, "approved", "Approve a proposed watch (cap checked).")
+)
+watch.add_command(_lifecycle_command(CommandVerb.PAUSE, "paused", "Pause a watcher."))
+watch.add_command(_lifecycle_command(CommandVerb.RESUME, "resumed", "Resume a paused watcher."))
+watch.add_command(
+    _lifecycle_command(CommandVerb.CANCEL, "cancelled", "Cancel a watcher (terminal).")
+)

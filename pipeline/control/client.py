@@ -1,0 +1,196 @@
+"""Send one command over Kafka and wait for its answer: the control plane's client core.
+
+:class:`CommandClient` produces a :class:`~pipeline.commands.Command` to ``commands`` (key: the
+subject, on Java's partition of it) and reads ``command-results`` — only the partition its
+request id hashes to, from the end it had before the command was sent, ``read_committed`` — until
+the record keyed by that request id arrives or the timeout passes (a clear
+:class:`BrokerError` naming the request and the likely cause). The CLI uses it today; the
+socket and HTTP adapters of the control-plane issue serve the same core.
+
+Left out: deciding commands (``pipeline.commands``, run by ``consumers.commands``) and
+authenticating callers (the principal is asserted by whoever builds the command).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from types import TracebackType
+from typing import Any, Final
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+
+from pipeline.authz import Principal, Role
+from pipeline.clock import Clock, SystemClock
+from pipeline.commands import Command, CommandResult, CommandVerb
+from pipeline.errors import BrokerError, SerdeError
+from pipeline.kafka.clients import producer_config, table_consumer_config, translate
+from pipeline.kafka.partitioner import partition_for
+from pipeline.kafka.serde import SchemaRegistry, default_registry
+from pipeline.kafka.topics import Topic, Topology
+
+__all__ = ["DEFAULT_TIMEOUT_S", "CommandClient", "new_request_id", "operator_principal"]
+
+DEFAULT_TIMEOUT_S: Final = 15.0
+_METADATA_TIMEOUT_S: Final = 10.0
+
+
+def new_request_id() -> str:
+    return uuid.uuid4().hex
+
+
+def operator_principal(tenant_id: str, user_id: str) -> Principal:
+    """The CLI's principal: the configured subject as an operator (DESIGN.md §10: only edges
+    with Kafka credentials may produce to ``commands``; ACLs enforce it on shared clusters)."""
+    return Principal(
+        name=f"cli:{tenant_id}/{user_id}", role=Role.OPERATOR, tenant_id=tenant_id, user_id=user_id
+    )
+
+
+class CommandClient:
+    """Round trips to the command processor. No network until the first :meth:`send`.
+
+    Thread-safe: concurrent :meth:`send` calls take turns (one reader follows one result
+    partition at a time); a control-plane command is a short round trip, so turns are cheap.
+    """
+
+    def __init__(
+        self,
+        bootstrap: str,
+        topology: Topology,
+        *,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        clock: Clock | None = None,
+        schemas: SchemaRegistry | None = None,
+    ) -> None:
+        self._bootstrap = bootstrap
+        self._topology = topology
+        self._timeout_s = timeout_s
+        self._clock = clock or SystemClock()
+        self._schemas = schemas or default_registry()
+        self._producer: Producer | None = None
+        self._consumer: Consumer | None = None
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> CommandClient:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._consumer is not None:
+                self._consumer.close()
+                self._consumer = None
+            if self._producer is not None:
+                self._producer.flush(5.0)
+                self._producer = None
+
+    def command(
+        self,
+        verb: CommandVerb,
+        principal: Principal,
+        tenant_id: str,
+        user_id: str,
+        **fields: Any,
+    ) -> Command:
+        """A new command with a fresh request id, issued now."""
+        return Command(
+            request_id=new_request_id(),
+            verb=verb,
+            principal=principal,
+            tenant_id=tenant_id,
+            user_id=user_id,
+            issued_at=self._clock.now(),
+            **fields,
+        )
+
+    def send(self, command: Command) -> CommandResult:
+        """Produce ``command`` and wait for its result (an error result is returned, not
+        raised); :class:`BrokerError` when Kafka fails or no answer comes in time."""
+        with self._lock:
+            return self._round_trip(command)
+
+    def _round_trip(self, command: Command) -> CommandResult:
+        results = self._topology.name(Topic.COMMAND_RESULTS)
+        partition = partition_for(
+            command.request_id, self._topology.partitions_for(Topic.COMMAND_RESULTS)
+        )
+        consumer = self._watch(results, partition)
+        self._produce(command)
+        deadline = time.monotonic() + self._timeout_s
+        wanted = command.request_id.encode("utf-8")
+        while time.monotonic() < deadline:
+            try:
+                messages = consumer.consume(100, 0.1)
+            except KafkaException as exc:
+                raise translate(exc, "read command results") from exc
+            for msg in messages:
+                if msg.error() is None and msg.key() == wanted:
+                    return self._result(msg)
+        raise BrokerError(
+            f"no answer to request {command.request_id} within {self._timeout_s:g}s: "
+            f"is `vigil command-processor` running for topics {self._topology.prefix}*?"
+        )
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _watch(self, topic: str, partition: int) -> Consumer:
+        """Point the reader at the current end of the result partition, before sending."""
+        if self._consumer is None:
+            self._consumer = Consumer(
+                table_consumer_config(
+                    self._bootstrap, "vigil-cli", **{"enable.partition.eof": False}
+                )
+            )
+        tp = TopicPartition(topic, partition)
+        deadline = time.monotonic() + self._timeout_s
+        while True:
+            try:
+                _, high = self._consumer.get_watermark_offsets(tp, timeout=_METADATA_TIMEOUT_S)
+                break
+            except KafkaException as exc:
+                # Leadership moves (a new topic, a broker restart) answer "not leader" a while.
+                if time.monotonic() > deadline:
+                    raise translate(exc, f"find the end of {topic}[{partition}]") from exc
+                time.sleep(0.2)
+        self._consumer.assign([TopicPartition(topic, partition, high)])
+        return self._consumer
+
+    def _produce(self, command: Command) -> None:
+        if self._producer is None:
+            self._producer = Producer(producer_config(self._bootstrap))
+        failures: list[KafkaError] = []
+
+        def delivered(error: KafkaError | None, _msg: Message) -> None:
+            if error is not None:
+                failures.append(error)
+
+        topic = self._topology.name(Topic.COMMANDS)
+        key = command.subject_key
+        value = self._schemas.encode("command", command.to_record())
+        partition = partition_for(key, self._topology.partitions_for(Topic.COMMANDS))
+        try:
+            self._producer.produce(topic, value, key, partition, on_delivery=delivered)
+        except KafkaException as exc:
+            raise translate(exc, f"send to {topic}") from exc
+        if self._producer.flush(self._timeout_s) > 0:
+            raise BrokerError(f"could not send the command to {topic} in {self._timeout_s:g}s")
+        if failures:
+            raise BrokerError(f"could not send the command to {topic}: {failures[0].str()}")
+
+    def _result(self, msg: Message) -> CommandResult:
+        try:
+            record_type, value = self._schemas.decode(msg.value() or b"")
+        except SerdeError as exc:
+            raise BrokerError(f"unreadable command result: {exc}") from exc
+        if record_type != "command_result":
+            raise BrokerError(f"a {record_type} record on command-results")
+        return CommandResult.from_record(value)

@@ -1,0 +1,323 @@
+"""The command processor against the real broker: what each command writes, where, and refusals."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+from prometheus_client import CollectorRegistry
+
+from consumers.commands import CommandProcessor
+from pipeline.authz import Action
+from pipeline.commands import CommandResult, CommandVerb, GrantSpec, ResultCode
+from pipeline.control.client import CommandClient, operator_principal
+from pipeline.kafka.admin import connect_admin, ensure_topics
+from pipeline.kafka.clients import producer_config
+from pipeline.kafka.partitioner import partition_for
+from pipeline.kafka.serde import default_registry
+from pipeline.kafka.topics import Topic, Topology
+from pipeline.keys import subject_key, watcher_key
+from tests.integration.runtime_helpers import read_all, read_table
+
+pytestmark = pytest.mark.integration
+
+PARTITIONS = 3
+TENANT, USER = "acme", "u-1"
+
+
+@dataclass
+class Plane:
+    topology: Topology
+    client: CommandClient
+    bootstrap: str
+    running: Running
+
+    def restart(self) -> None:
+        """Stop the processor (commit, leave the group) and start a fresh one: state restores."""
+        self.running.stop()
+        self.running = Running(self.bootstrap, self.topology)
+
+    def send(self, verb: CommandVerb, **fields: Any) -> CommandResult:
+        principal = operator_principal("local", "ops")
+        command = self.client.command(verb, principal, TENANT, USER, **fields)
+        return self.client.send(command)
+
+    def grant(self, *sources: str, actions: tuple[Action, ...] = (Action.MANAGE,)) -> str:
+        spec = GrantSpec(
+            tenant_id=TENANT,
+            user_id=USER,
+            purpose="ops.alert",
+            sources=sources,
+            targets=("ops-hook",),
+            actions=actions,
+            until=datetime.now(UTC) + timedelta(days=1),
+        )
+        result = self.send(CommandVerb.GRANT_ADD, grant=spec)
+        assert result.ok, result.error
+        assert result.result is not None
+        return str(result.result["grant_id"])
+
+    def topic(self, topic: Topic) -> str:
+        return self.topology.name(topic)
+
+    def records(self, topic: Topic) -> list[tuple[int, str, dict[str, Any] | None]]:
+        """(partition, key, decoded value or None) of every committed record, in offset order."""
+        out = []
+        for msg in read_all(self.bootstrap, self.topic(topic)):
+            raw = msg.value()
+            value = None if raw is None else default_registry().decode(raw)[1]
+            out.append((msg.partition() or 0, (msg.key() or b"").decode(), value))
+        return out
+
+    def wait_for(self, topic: Topic, key: str, seconds: float = 30) -> list[dict[str, Any]]:
+        """The values under ``key`` once at least one is committed."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            found = [v for _, k, v in self.records(topic) if k == key and v is not None]
+            if found:
+                return found
+        raise AssertionError(f"no {key} on {topic} in {seconds}s")
+
+
+class Running:
+    """A command processor in a thread; :meth:`stop` commits and leaves the group."""
+
+    def __init__(self, bootstrap: str, topology: Topology) -> None:
+        self.processor = CommandProcessor(
+            bootstrap,
+            topology,
+            instance_id="test",
+            metrics=CollectorRegistry(),
+            consumer_overrides={"session.timeout.ms": 6000, "heartbeat.interval.ms": 500},
+        )
+        self.failures: list[BaseException] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="command-processor", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.processor.run(self._stop)
+        except BaseException as exc:  # surfaced by stop()
+            self.failures.append(exc)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(60)
+        assert not self._thread.is_alive(), "the processor did not stop"
+        assert not self.failures, self.failures
+
+
+@pytest.fixture
+def plane(kafka_bootstrap: str) -> Iterator[Plane]:
+    topology = Topology(f"t-cmd-{uuid.uuid4().hex[:8]}.", PARTITIONS)
+    ensure_topics(connect_admin(kafka_bootstrap), topology)
+    client = CommandClient(kafka_bootstrap, topology, timeout_s=30)
+    found = Plane(topology, client, kafka_bootstrap, Running(kafka_bootstrap, topology))
+    try:
+        yield found
+    finally:
+        client.close()
+        found.running.stop()
+
+
+def definition(watcher_id: str = "build-failed", source_id: str = "ci.pipeline") -> dict[str, Any]:
+    return {
+        "watcher_id": watcher_id,
+        "purpose": "ops.alert",
+        "source": {
+            "kind": "event",
+            "source_id": source_id,
+            "event_type": "build.finished",
+            "max_age": "10m",
+        },
+        "condition": {"eq": ["status", "failed"]},
+        "delivery": {"target": "ops-hook"},
+        "expires_at": "2027-06-01T00:00:00Z",
+    }
+
+
+def sources_on_distinct_partitions() -> tuple[str, str]:
+    first = "ci.pipeline"
+    for n in range(100):
+        other = f"ci.other-{n}"
+        if partition_for(other, PARTITIONS) != partition_for(first, PARTITIONS):
+            return first, other
+    raise AssertionError("no source on another partition")
+
+
+def test_create_writes_watcher_on_source_partition_registry_lifecycle_and_definition_log(
+    plane: Plane,
+) -> None:
+    plane.grant("ci.pipeline")
+    result = plane.send(CommandVerb.CREATE, definition=definition())
+    assert result.ok, result.error
+    assert result.result is not None
+    assert (result.result["status"], result.result["version"]) == ("active", 1)
+
+    key = watcher_key(TENANT, USER, "build-failed")
+    watchers = [r for r in plane.records(Topic.WATCHERS) if r[1] == key]
+    assert [(p, v["status"], v["version"]) for p, _, v in watchers if v] == [
+        (partition_for("ci.pipeline", PARTITIONS), "active", 1)
+    ]
+    assert watchers[0][2] is not None
+    assert (watchers[0][2]["source_kind"], watchers[0][2]["event_type"]) == (
+        "event",
+        "build.finished",
+    )
+    logged = plane.records(Topic.DEFINITION_LOG)
+    assert [(p, k, v["version"]) for p, k, v in logged if v] == [
+        (partition_for(subject_key(TENANT, USER), PARTITIONS), key, 1)
+    ]
+    lifecycle = read_table(plane.bootstrap, plane.topic(Topic.LIFECYCLE))
+    assert default_registry().decode(lifecycle[key])[1]["status"] == "active"
+    registry = [r for r in plane.records(Topic.REGISTRY) if r[1] == key]
+    assert [p for p, _, _ in registry] == [partition_for(subject_key(TENANT, USER), PARTITIONS)]
+
+
+def test_create_of_live_id_conflicts_and_a_cancelled_id_becomes_the_next_version(
+    plane: Plane,
+) -> None:
+    plane.grant("ci.pipeline")
+    assert plane.send(CommandVerb.CREATE, definition=definition()).ok
+    again = plane.send(CommandVerb.CREATE, definition=definition())
+    assert again.error is not None and again.error.code is ResultCode.CONFLICT
+    assert plane.send(CommandVerb.CANCEL, watcher_id="build-failed").ok
+    reused = plane.send(CommandVerb.CREATE, definition=definition())
+    assert reused.ok and reused.result is not None
+    assert (reused.result["version"], reused.result["status"]) == (2, "active")
+
+
+def test_update_with_a_stale_revision_is_refused_and_a_source_move_tombstones_the_old_partition(
+    plane: Plane,
+) -> None:
+    first, other = sources_on_distinct_partitions()
+    plane.grant(first, other)
+    created = plane.send(CommandVerb.CREATE, definition=definition(source_id=first))
+    assert created.ok and created.result is not None
+    revision = created.result["revision"]
+    moved = plane.send(
+        CommandVerb.UPDATE, definition=definition(source_id=other), expected_revision=revision
+    )
+    assert moved.ok and moved.result is not None
+    assert (moved.result["version"], moved.result["source_id"]) == (2, other)
+    stale = plane.send(
+        CommandVerb.UPDATE, definition=definition(source_id=first), expected_revision=revision
+    )
+    assert stale.error is not None and stale.error.code is ResultCode.STALE_REVISION
+
+    key = watcher_key(TENANT, USER, "build-failed")
+    writes = [(p, v is None) for p, k, v in plane.records(Topic.WATCHERS) if k == key]
+    old, new = partition_for(first, PARTITIONS), partition_for(other, PARTITIONS)
+    assert sorted(writes) == sorted([(old, False), (old, True), (new, False)])
+    versions = [v["version"] for _, k, v in plane.records(Topic.DEFINITION_LOG) if v and k == key]
+    assert versions == [1, 2]
+
+
+def test_pause_resume_cancel_move_the_lifecycle_and_a_closed_watcher_refuses_resume(
+    plane: Plane,
+) -> None:
+    plane.grant("ci.pipeline")
+    assert plane.send(CommandVerb.CREATE, definition=definition()).ok
+    for verb in (CommandVerb.PAUSE, CommandVerb.RESUME, CommandVerb.CANCEL):
+        assert plane.send(verb, watcher_id="build-failed").ok
+    late = plane.send(CommandVerb.RESUME, watcher_id="build-failed")
+    assert late.error is not None and late.error.code is ResultCode.CONFLICT
+
+    key = watcher_key(TENANT, USER, "build-failed")
+    statuses = [v["status"] for _, k, v in plane.records(Topic.LIFECYCLE) if v and k == key]
+    assert statuses == ["active", "paused", "active", "cancelled"]
+    shown = plane.send(CommandVerb.SHOW, watcher_id="build-failed")
+    assert shown.result is not None
+    assert (shown.result["status"], shown.result["closed_reason"]) == ("cancelled", "cancelled")
+    listed = plane.send(CommandVerb.LIST)
+    assert listed.result == {"watchers": []}
+
+
+def test_grant_add_list_revoke_round_trip_gates_create(plane: Plane) -> None:
+    denied = plane.send(CommandVerb.CREATE, definition=definition())
+    assert denied.error is not None and denied.error.code is ResultCode.DENIED
+    grant_id = plane.grant("ci.pipeline")
+    listed = plane.send(CommandVerb.GRANT_LIST)
+    assert listed.result is not None
+    assert [g["grant_id"] for g in listed.result["grants"]] == [grant_id]
+    assert plane.send(CommandVerb.GRANT_REVOKE, grant_id=grant_id).ok
+    assert read_table(plane.bootstrap, plane.topic(Topic.GRANTS)) == {}
+    after = plane.send(CommandVerb.CREATE, definition=definition())
+    assert after.error is not None and after.error.code is ResultCode.DENIED
+    gone = plane.send(CommandVerb.GRANT_REVOKE, grant_id=grant_id)
+    assert gone.error is not None and gone.error.code is ResultCode.NOT_FOUND
+
+
+def test_undecodable_command_is_dead_lettered_and_the_next_one_is_answered(
+    plane: Plane, produce_raw: Callable[[Plane, bytes, str], None]
+) -> None:
+    produce_raw(plane, b"not avro", TENANT)
+    plane.grant("ci.pipeline")
+    assert plane.send(CommandVerb.CREATE, definition=definition()).ok
+    letters = read_all(plane.bootstrap, plane.topic(Topic.DEAD_LETTER))
+    assert [m.value() for m in letters] == [b"not avro"]
+
+
+@pytest.fixture
+def produce_raw() -> Callable[[Plane, bytes, str], None]:
+    """Produce raw bytes to ``commands`` under the subject key of ``(tenant, USER)``."""
+
+    def produce(plane: Plane, value: bytes, tenant: str = TENANT) -> None:
+        key = subject_key(tenant, USER)
+        producer = Producer(producer_config(plane.bootstrap))
+        producer.produce(plane.topic(Topic.COMMANDS), value, key, partition_for(key, PARTITIONS))
+        assert producer.flush(10) == 0
+
+    return produce
+
+
+def test_a_restarted_processor_restores_registry_and_grants_from_their_topics(
+    plane: Plane,
+) -> None:
+    plane.grant("ci.pipeline")
+    created = plane.send(CommandVerb.CREATE, definition=definition())
+    assert created.ok
+    plane.restart()
+    again = plane.send(CommandVerb.CREATE, definition=definition())
+    assert again.error is not None and again.error.code is ResultCode.CONFLICT
+    paused = plane.send(CommandVerb.PAUSE, watcher_id="build-failed", expected_revision=1)
+    assert paused.ok and paused.result is not None and paused.result["revision"] == 2
+    second = plane.send(CommandVerb.CREATE, definition=definition("second"))
+    assert second.ok, second.error
+
+
+def test_a_command_keyed_by_another_subject_is_answered_invalid(
+    plane: Plane, produce_raw: Callable[[Plane, bytes, str], None]
+) -> None:
+    principal = operator_principal("local", "ops")
+    command = plane.client.command(CommandVerb.LIST, principal, TENANT, USER)
+    produce_raw(plane, default_registry().encode("command", command.to_record()), "other")
+    answers = plane.wait_for(Topic.COMMAND_RESULTS, command.request_id)
+    assert [(v["ok"], v["error"]["code"], v["error"]["field"]) for v in answers] == [
+        (False, "invalid", "key")
+    ]
+
+
+def test_concurrent_sends_through_one_client_each_get_their_own_result(plane: Plane) -> None:
+    plane.grant("ci.pipeline")
+    ids = [f"w-{n}" for n in range(6)]
+    results: dict[str, CommandResult] = {}
+
+    def create(watcher_id: str) -> None:
+        results[watcher_id] = plane.send(CommandVerb.CREATE, definition=definition(watcher_id))
+
+    threads = [threading.Thread(target=create, args=(watcher_id,)) for watcher_id in ids]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert sorted(results) == ids
+    assert all(r.ok and r.result and r.result["watcher_id"] == w for w, r in results.items())
