@@ -1,0 +1,84 @@
+"""Schedules as the control plane shows them: ids, timing flags → a schedule source, and a
+schedule watcher → the ``list --json`` entry (seed 001, DESIGN.md §5, §8, §10).
+
+Pure: ``now`` and the subject's zone are parameters. ``--in`` counts from ``now`` (whole
+seconds, rounded up, since a fire's identity is its UTC second); ``--at`` and ``--cron`` are
+local wall-clock time in the subject's zone (an ambiguous ``--at`` is its first occurrence, a
+nonexistent one an error); an ``--at`` already past is refused. Left out: creating and
+cancelling the watchers (``dispatch`` through the command processor).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from pipeline.control.verbs import ScheduleRequest, action_argv, parse_action
+from pipeline.cron import CronSchedule, next_fire
+from pipeline.durations import parse_duration
+from pipeline.errors import DefinitionError
+from pipeline.instants import parse_instant, rfc3339_seconds, utc
+from pipeline.zones import parse_at
+
+__all__ = ["schedule_id", "schedule_view", "timing_source"]
+
+
+def schedule_id(chat: str, name: str) -> str:
+    return f"schedule:{chat}:{name}"
+
+
+def timing_source(request: ScheduleRequest, now: datetime, zone: ZoneInfo) -> dict[str, Any]:
+    """The schedule source: ``--in`` from now (whole seconds, rounded up), ``--at`` and
+    ``--cron`` on the local wall clock of the subject's zone."""
+    if request.cron is not None:
+        CronSchedule.parse(request.cron, zone.key, "cron")
+        return {"kind": "schedule", "cron": request.cron, "timezone": zone.key}
+    if request.in_ is not None:
+        at = _ceil_second(utc(now) + parse_duration(request.in_, "in"))
+    else:
+        at = parse_at(request.at or "", zone, "at")
+        if at <= now:
+            raise DefinitionError(f"{rfc3339_seconds(at)} has already passed", "at")
+    return {"kind": "schedule", "at": rfc3339_seconds(at)}
+
+
+def schedule_view(watcher: dict[str, Any], now: datetime) -> dict[str, Any] | None:
+    """A schedule watcher as ``list --json`` shows it: ``{name, chat, schedule, argv,
+    created_at, next_fire}``; None for what is not a control-plane schedule."""
+    definition = watcher.get("definition") or {}
+    watcher_id = str(watcher.get("watcher_id", ""))
+    parts = watcher_id.split(":")
+    if len(parts) != 3 or parts[0] != "schedule":
+        return None
+    source = definition.get("source") or {}
+    delivery = definition.get("delivery") or {}
+    argv_list = [delivery.get("verb", "")]
+    argv_list += list(delivery.get("args") or [delivery.get("text", "")])
+    try:
+        argv = action_argv(parse_action(argv_list))
+    except DefinitionError:
+        argv = argv_list
+    if source.get("cron"):
+        schedule = {"cron": source["cron"], "timezone": source.get("timezone")}
+        fire: datetime | None = next_fire(
+            CronSchedule.parse(source["cron"], source.get("timezone") or "UTC"), now
+        )
+    else:
+        at = parse_instant(str(source.get("at")), "at")
+        schedule = {"at": rfc3339_seconds(at)}
+        fire = at
+    return {
+        "name": parts[2],
+        "chat": parts[1],
+        "schedule": schedule,
+        "argv": argv,
+        "created_at": watcher.get("created_at"),
+        "next_fire": None if fire is None else rfc3339_seconds(fire),
+    }
+
+
+def _ceil_second(instant: datetime) -> datetime:
+    if instant.microsecond:
+        return instant.replace(microsecond=0) + timedelta(seconds=1)
+    return instant

@@ -1,0 +1,380 @@
+"""The control plane end to end (issue 8's "Must show"): the real ``vigil daemon`` and CLI
+processes, the command processor, ticker, evaluator and delivery as subprocesses, a real broker
+and Redis, and the real Telegram-shaped receiver as the chat endpoint.
+
+Each stack gets its own topic prefix, subject, socket and consumer groups, so tests never see
+another test's records.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, Final
+
+import pytest
+
+from tests.receiver import Receiver
+
+pytestmark = pytest.mark.integration
+
+VIGIL: Final = [sys.executable, "-m", "pipeline.cli.main"]
+BOT_TOKEN: Final = "123:control-plane-test"
+CHAT_IDS: Final = {"me": 4242, "ops": 4343}
+PIPELINE: Final = ("command-processor", "ticker", "evaluator", "delivery")
+AGENT: Final = """\
+import sys
+text = sys.stdin.read().strip()
+print("agent says: " + text[::-1])
+"""
+
+
+def _wait(condition: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+
+
+class Stack:
+    """One vigil deployment in a temp directory: config, socket, logs, processes."""
+
+    def __init__(self, root: Path, prefix: str, receiver: Receiver, bootstrap: str, redis: str):
+        self.root = root
+        self.socket = root / "run" / "vigil.sock"
+        self.prefix = prefix
+        self.receiver = receiver
+        self.scripts = root / "scripts"
+        self.scripts.mkdir(parents=True, exist_ok=True)
+        agent = root / "agent.py"
+        agent.write_text(AGENT)
+        chats = "".join(
+            f'[chats.{name}]\nkind = "telegram"\napi_base = "{receiver.url}"\n'
+            f'token_env = "VIGIL_TEST_BOT_TOKEN"\nchat_id = "{chat_id}"\n\n'
+            for name, chat_id in CHAT_IDS.items()
+        )
+        self.config = root / "vigil.toml"
+        self.config.write_text(
+            f'[kafka]\nbootstrap_servers = "{bootstrap}"\ntopic_prefix = "{prefix}."\n'
+            f"partitions = 2\nreplication_factor = 1\n\n"
+            f'[redis]\nurl = "{redis}"\n\n'
+            f'[subject]\ntenant_id = "cp"\nuser_id = "{prefix}"\ntimezone = "UTC"\n\n'
+            f"{chats}"
+            f'[agent]\ncommand = ["{sys.executable}", "{agent}"]\ntimeout = "20s"\n\n'
+            f'[run]\nallow_dir = "{self.scripts}"\n\n'
+            f'[instance]\nid = "{prefix}"\n'
+        )
+        self.env = {
+            **os.environ,
+            "VIGIL_CONFIG": str(self.config),
+            "VIGIL_SOCKET": str(self.socket),
+            "VIGIL_TEST_BOT_TOKEN": BOT_TOKEN,
+            "PYTHONUNBUFFERED": "1",
+        }
+        for name in ("VIGIL_CHAT_ID", "VIGIL_AGENT_TOKEN"):
+            self.env.pop(name, None)
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    # -- processes -------------------------------------------------------------------------
+
+    def vigil(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*VIGIL, *args], env=self.env, capture_output=True, text=True, timeout=timeout
+        )
+
+    def log(self, name: str) -> str:
+        path = self.root / f"{name}.log"
+        return path.read_text() if path.exists() else ""
+
+    def start(self, name: str) -> subprocess.Popen[bytes]:
+        if name == "daemon":
+            args = [*VIGIL, "daemon"]
+        elif name == "delivery":
+            args = [*VIGIL, name, "--no-metrics", "--group", f"{self.prefix}.delivery"]
+        else:
+            args = [*VIGIL, name, "--no-metrics"]
+        log = (self.root / f"{name}.log").open("ab")
+        proc = subprocess.Popen(
+            args, env=self.env, stdout=log, stderr=subprocess.STDOUT, cwd=self.root
+        )
+        log.close()
+        self.procs[name] = proc
+        return proc
+
+    def start_all(self) -> None:
+        self.start("daemon")
+        for name in PIPELINE:
+            self.start(name)
+        _wait(lambda: "control grant" in self.log("daemon"), 60, "the daemon's grant")
+
+    def stop(self, name: str) -> None:
+        proc = self.procs.pop(name, None)
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+    def stop_all(self) -> None:
+        for name in list(self.procs):
+            self.stop(name)
+
+    # -- observations ----------------------------------------------------------------------
+
+    def texts(self, chat: str = "me") -> list[str]:
+        return [m["text"] for m in self.receiver.messages() if m.get("chat_id") == CHAT_IDS[chat]]
+
+    def wait_text(
+        self, predicate: Callable[[str], bool], chat: str = "me", timeout: float = 60
+    ) -> str:
+        found = _wait(
+            lambda: [t for t in self.texts(chat) if predicate(t)], timeout, f"a message in {chat}"
+        )
+        return str(found[0])
+
+    def listed(self, chat: str = "me") -> list[dict[str, Any]]:
+        result = self.vigil("list", "--json", "--chat", chat)
+        assert result.returncode == 0, result.stderr
+        entries: list[dict[str, Any]] = json.loads(result.stdout)
+        return entries
+
+
+def _make_stack(
+    tmp: Path, unique_name: Callable[[str], str], bootstrap: str, redis: str, receiver: Receiver
+) -> Stack:
+    stack = Stack(tmp, unique_name("cp"), receiver, bootstrap, redis)
+    created = stack.vigil("topics", "create")
+    assert created.returncode == 0, created.stderr
+    return stack
+
+
+@pytest.fixture(scope="module")
+def receiver() -> Iterator[Receiver]:
+    with Receiver(bot_token=BOT_TOKEN) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def stack(
+    tmp_path_factory: pytest.TempPathFactory,
+    kafka_bootstrap: str,
+    redis_url: str,
+    receiver: Receiver,
+) -> Iterator[Stack]:
+    names = iter(range(1_000_000))
+    stack = _make_stack(
+        tmp_path_factory.mktemp("control"),
+        lambda p: f"{p}-{os.getpid()}-{int(time.time())}-{next(names)}",
+        kafka_bootstrap,
+        redis_url,
+        receiver,
+    )
+    stack.start_all()
+    try:
+        # Warm up: delivery is assigned (an immediate send arrives) and a schedule fires.
+        assert stack.vigil("send", "--chat", "ops", "warm-up").returncode == 0
+        stack.wait_text(lambda t: t == "warm-up", chat="ops", timeout=90)
+        warm = stack.vigil("schedule", "--chat", "ops", "--in", "1s", "--", "send", "warm-tick")
+        assert warm.returncode == 0, warm.stderr
+        stack.wait_text(lambda t: t.startswith("warm-tick"), chat="ops", timeout=90)
+        yield stack
+    finally:
+        stack.stop_all()
+
+
+# --- must show --------------------------------------------------------------------------------
+
+
+def test_schedule_in_2s_send_arrives_once_and_leaves_the_list(stack: Stack) -> None:
+    created = stack.vigil(
+        "schedule", "--chat", "me", "--in", "2s", "--name", "hi", "--", "send", "hi"
+    )
+    assert created.returncode == 0, created.stderr
+    assert "hi" in created.stdout
+    assert [e["name"] for e in stack.listed("me")] == ["hi"]  # before it fires
+    stack.wait_text(lambda t: t == "hi", timeout=30)
+    _wait(lambda: stack.listed("me") == [], 30, "the fired one-shot to leave the list")
+    time.sleep(2)  # a duplicate would arrive in this window
+    assert stack.texts("me").count("hi") == 1
+
+
+def test_name_collision_fails_update_replaces_two_chats_coexist_cancel_unknown_exits_1(
+    stack: Stack,
+) -> None:
+    first = stack.vigil(
+        "schedule", "--chat", "me", "--in", "1h", "--name", "dup", "--", "send", "one"
+    )
+    assert first.returncode == 0, first.stderr
+    clash = stack.vigil(
+        "schedule", "--chat", "me", "--in", "1h", "--name", "dup", "--", "send", "two"
+    )
+    assert clash.returncode != 0
+    assert "already exists" in clash.stderr and "--update" in clash.stderr
+    updated = stack.vigil(
+        "schedule", "--chat", "me", "--in", "2h", "--name", "dup", "--update", "--", "send", "two"
+    )
+    assert updated.returncode == 0, updated.stderr
+    [entry] = [e for e in stack.listed("me") if e["name"] == "dup"]
+    assert entry["argv"] == ["send", "two"]
+    other = stack.vigil(
+        "schedule", "--chat", "ops", "--in", "1h", "--name", "dup", "--", "send", "x"
+    )
+    assert other.returncode == 0, other.stderr
+    assert [e["argv"] for e in stack.listed("ops") if e["name"] == "dup"] == [["send", "x"]]
+    unknown = stack.vigil("cancel", "--chat", "me", "--name", "never-made")
+    assert unknown.returncode == 1
+    assert "no schedule named 'never-made'" in unknown.stderr
+    for chat in ("me", "ops"):
+        assert stack.vigil("cancel", "--chat", chat, "--name", "dup").returncode == 0
+    assert all(e["name"] != "dup" for e in stack.listed("me") + stack.listed("ops"))
+
+
+def test_query_prints_the_agents_answer_and_delivers_nothing(stack: Stack) -> None:
+    before = len(stack.receiver.messages())
+    result = stack.vigil("query", "--chat", "me", "status please")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "agent says: " + "status please"[::-1]
+    # Delivery is live: a send after the query arrives, and it is the only new message.
+    assert stack.vigil("send", "--chat", "me", "after-query").returncode == 0
+    stack.wait_text(lambda t: t == "after-query")
+    new = [m["text"] for m in stack.receiver.messages()[before:]]
+    assert new == ["after-query"]
+
+
+def test_prompt_delivers_the_agents_answer_to_the_chat(stack: Stack) -> None:
+    result = stack.vigil("prompt", "--chat", "ops", "morning digest")
+    assert result.returncode == 0, result.stderr
+    expected = "agent says: " + "morning digest"[::-1]
+    stack.wait_text(lambda t: t == expected, chat="ops")
+    time.sleep(2)  # a duplicate would arrive in this window
+    assert stack.texts("ops").count(expected) == 1
+
+
+def test_socket_is_0600_and_a_second_daemon_refuses_to_start(stack: Stack) -> None:
+    assert stat.S_IMODE(os.stat(stack.socket).st_mode) == 0o600
+    second = stack.vigil("daemon", timeout=30)
+    assert second.returncode != 0
+    assert "already serving" in second.stderr
+    assert stack.vigil("list", "--chat", "me").returncode == 0  # the first still serves
+
+
+def test_malformed_unknown_and_oversized_lines_get_errors_and_the_daemon_keeps_serving(
+    stack: Stack,
+) -> None:
+    lines = [
+        b"{this is not json",
+        b'{"verb": "reboot"}',
+        b'{"verb": "send", "chat": "me", "text": "' + b"x" * 70_000 + b'"}',
+        b'{"verb": "list", "chat": "me"}',
+    ]
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(30)
+        sock.connect(str(stack.socket))
+        sock.sendall(b"\n".join(lines) + b"\n")
+        data = b""
+        while data.count(b"\n") < len(lines):
+            chunk = sock.recv(65536)
+            assert chunk, "the daemon closed the connection"
+            data += chunk
+    replies = [json.loads(line) for line in data.splitlines()]
+    assert [r.get("error", {}).get("code") for r in replies[:3]] == [
+        "malformed",
+        "unknown_verb",
+        "too_large",
+    ]
+    assert replies[3]["ok"] is True
+    assert stack.vigil("list", "--chat", "me").returncode == 0
+
+
+def test_help_teaches_each_verb_with_an_example(stack: Stack) -> None:
+    top = stack.vigil("--help")
+    assert top.returncode == 0
+    for verb in ("send", "prompt", "query", "run", "schedule", "list", "cancel"):
+        assert f"vigil {verb}" in top.stdout
+        help_text = stack.vigil(verb, "--help").stdout
+        assert "Example" in help_text and f"vigil {verb}" in help_text
+
+
+def test_run_starts_an_allowlisted_script_with_chat_and_socket(stack: Stack) -> None:
+    out = stack.root / "run-env.txt"
+    script = stack.scripts / "env.sh"
+    script.write_text(f'#!/bin/sh\necho "$VIGIL_CHAT_ID|$VIGIL_SOCKET|$1" > {out}\n')
+    script.chmod(0o700)
+    result = stack.vigil("run", "--chat", "ops", "env.sh", "arg")
+    assert result.returncode == 0, result.stderr
+    text = _wait(lambda: out.exists() and out.read_text().strip(), 20, "the script's output")
+    assert text == f"ops|{stack.socket}|arg"
+    outside = stack.vigil("run", "--chat", "ops", "/bin/true")
+    assert outside.returncode == 1 and "outside the run allowlist" in outside.stderr
+
+
+def test_agent_run_may_schedule_with_its_token_but_not_cancel(stack: Stack) -> None:
+    agent = stack.root / "scheduling-agent.sh"
+    agent.write_text(
+        "#!/bin/sh\n"
+        f'{" ".join(VIGIL)} schedule --in 1h --name by-agent -- send "from the agent" >/dev/null'
+        " && echo scheduled\n"
+        f"{' '.join(VIGIL)} cancel --name by-agent >/dev/null 2>&1 || echo cancel-denied\n"
+    )
+    agent.chmod(0o700)
+    config = stack.config.read_text()
+    stack.config.write_text(
+        config.replace(
+            f'command = ["{sys.executable}", "{stack.root / "agent.py"}"]', f'command = ["{agent}"]'
+        )
+    )
+    stack.stop("daemon")
+    try:
+        stack.start("daemon")
+        _wait(lambda: stack.log("daemon").count("control grant") >= 2, 60, "the restarted daemon")
+        result = stack.vigil("query", "--chat", "me", "remind me")
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.split() == ["scheduled", "cancel-denied"]
+        assert [e["name"] for e in stack.listed("me") if e["name"] == "by-agent"] == ["by-agent"]
+    finally:
+        stack.config.write_text(config)
+        stack.vigil("cancel", "--chat", "me", "--name", "by-agent")
+
+
+def test_one_shot_due_while_everything_was_down_fires_once_flagged_late(
+    tmp_path: Path,
+    unique_name: Callable[[str], str],
+    kafka_bootstrap: str,
+    redis_url: str,
+) -> None:
+    with Receiver(bot_token=BOT_TOKEN) as receiver:
+        stack = _make_stack(tmp_path, unique_name, kafka_bootstrap, redis_url, receiver)
+        try:
+            stack.start_all()
+            created = stack.vigil(
+                "schedule", "--chat", "me", "--in", "15s", "--name", "late", "--", "send", "wake up"
+            )
+            assert created.returncode == 0, created.stderr
+            due = created.stdout.strip().rsplit(" ", 1)[-1]
+            stack.stop_all()
+            # Let the instant pass, and the ticker's grace with it, while nothing runs.
+            due_at = datetime.strptime(due, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+            _wait(lambda: datetime.now(UTC) > due_at + timedelta(seconds=8), 60, "the due time")
+            assert receiver.messages() == []
+            stack.start_all()
+            text = stack.wait_text(lambda t: t.startswith("wake up"), timeout=90)
+            assert "late" in text and due in text
+            time.sleep(2)  # a duplicate would arrive in this window
+            assert len(stack.texts("me")) == 1
+        finally:
+            stack.stop_all()

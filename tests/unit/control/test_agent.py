@@ -1,0 +1,82 @@
+"""The agent: a fresh process per call, answer on stdout, a timeout, a per-run token."""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from pipeline.control.agent import AgentRunner, AgentTokens
+from pipeline.errors import ConfigError, VigilError
+
+pytestmark = pytest.mark.unit
+
+
+def _runner(tmp_path: Path, body: str, timeout_s: float = 10) -> tuple[AgentRunner, AgentTokens]:
+    agent = tmp_path / "agent.sh"
+    agent.write_text("#!/bin/sh\n" + body)
+    agent.chmod(0o700)
+    tokens = AgentTokens("t", "u")
+    runner = AgentRunner([str(agent)], timedelta(seconds=timeout_s), tmp_path / "s.sock", tokens)
+    return runner, tokens
+
+
+def test_agent_reads_the_prompt_on_stdin_and_answers_on_stdout(tmp_path: Path) -> None:
+    runner, _ = _runner(tmp_path, "cat | tr a-z A-Z\n")
+    assert runner.ask("hello agent", "me") == "HELLO AGENT"
+
+
+def test_each_call_is_a_fresh_process(tmp_path: Path) -> None:
+    runner, _ = _runner(tmp_path, "echo $$\n")
+    assert runner.ask("a", "me") != runner.ask("b", "me")
+
+
+def test_agent_that_outlives_its_timeout_is_killed_with_its_children(tmp_path: Path) -> None:
+    marker = tmp_path / "child.pid"
+    runner, _ = _runner(tmp_path, f"sleep 30 & echo $! > {marker}\nwait\n", timeout_s=0.5)
+    with pytest.raises(VigilError, match="did not answer within"):
+        runner.ask("x", "me")
+    child = int(marker.read_text())
+    # The whole process group was signalled: the child is gone (or a zombie being reaped).
+    try:
+        state = Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        state = "gone"
+    assert state in {"gone", "Z"}
+
+
+def test_agent_with_no_answer_or_a_failure_is_an_error(tmp_path: Path) -> None:
+    silent, _ = _runner(tmp_path, "true\n")
+    with pytest.raises(VigilError, match="answered nothing"):
+        silent.ask("x", "me")
+    failing, _ = _runner(tmp_path, "echo partial; exit 2\n")
+    with pytest.raises(VigilError, match="status 2"):
+        failing.ask("x", "me")
+
+
+def test_no_agent_configured_is_a_config_error(tmp_path: Path) -> None:
+    runner = AgentRunner(None, timedelta(seconds=1), tmp_path / "s", AgentTokens("t", "u"))
+    with pytest.raises(ConfigError, match=r"\[agent\] command"):
+        runner.ask("x", "me")
+
+
+def test_token_names_an_agent_principal_bound_to_its_own_session(tmp_path: Path) -> None:
+    tokens = AgentTokens("t", "u")
+    first, second = tokens.issue("me"), tokens.issue("me")
+    assert first.principal.role.value == "agent"
+    assert first.principal.session_id != second.principal.session_id
+    assert tokens.by_token(first.token) == first
+    tokens.revoke(first)
+    assert tokens.by_token(first.token) is None
+    assert tokens.by_token("forged") is None
+
+
+def test_a_run_is_found_by_its_process_or_an_ancestor(tmp_path: Path) -> None:
+    tokens = AgentTokens("t", "u")
+    run = tokens.issue("me")
+    tokens.attach(run, os.getppid())
+    found = tokens.by_pid([os.getpid(), os.getppid()])
+    assert found is not None and found.token == run.token
+    assert tokens.by_pid([os.getpid()]) is None

@@ -1,0 +1,70 @@
+"""Timing flags → a schedule source in the subject's zone, and a watcher → its list entry."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from pipeline.control.schedules import schedule_view, timing_source
+from pipeline.control.verbs import ScheduleRequest
+from pipeline.errors import DefinitionError
+from pipeline.zones import load_zone
+
+pytestmark = pytest.mark.unit
+
+BERLIN = load_zone("Europe/Berlin")
+NOW = datetime(2026, 3, 28, 12, 0, 0, 250_000, tzinfo=UTC)
+
+
+def _request(**timing: str) -> ScheduleRequest:
+    return ScheduleRequest.model_validate({**timing, "argv": ["send", "x"]})
+
+
+def test_in_counts_from_now_rounded_up_to_a_whole_second() -> None:
+    assert timing_source(_request(**{"in": "2s"}), NOW, BERLIN) == {
+        "kind": "schedule",
+        "at": "2026-03-28T12:00:03Z",
+    }
+
+
+def test_cron_is_kept_with_the_subjects_zone() -> None:
+    source = timing_source(_request(cron="30 7 * * 1-5"), NOW, BERLIN)
+    assert source == {"kind": "schedule", "cron": "30 7 * * 1-5", "timezone": "Europe/Berlin"}
+
+
+def test_bad_cron_names_the_cron_field() -> None:
+    with pytest.raises(DefinitionError) as caught:
+        timing_source(_request(cron="every morning"), NOW, BERLIN)
+    assert caught.value.field == "cron"
+
+
+def test_at_in_a_spring_forward_gap_is_a_clear_error() -> None:
+    # 2026-03-29 02:30 does not exist in Berlin: clocks jump from 02:00 to 03:00.
+    with pytest.raises(DefinitionError, match="does not exist"):
+        timing_source(_request(at="2026-03-29T02:30"), NOW, BERLIN)
+
+
+def test_at_with_an_offset_is_taken_as_written() -> None:
+    source = timing_source(_request(at="2026-03-29T09:00:00+02:00"), NOW, BERLIN)
+    assert source["at"] == "2026-03-29T07:00:00Z"
+
+
+def test_schedule_view_of_a_cron_watcher_shows_its_next_fire_across_dst() -> None:
+    watcher = {
+        "watcher_id": "schedule:me:digest",
+        "created_at": "2026-03-01T00:00:00.000000Z",
+        "definition": {
+            "source": {"kind": "schedule", "cron": "0 8 * * *", "timezone": "Europe/Berlin"},
+            "delivery": {"target": "me", "verb": "prompt", "text": "digest"},
+        },
+    }
+    view = schedule_view(watcher, NOW)
+    assert view is not None
+    # The next 08:00 in Berlin is on Sunday the 29th, after the switch to UTC+2.
+    assert view["next_fire"] == "2026-03-29T06:00:00Z"
+    assert (view["name"], view["chat"], view["argv"]) == ("digest", "me", ["prompt", "digest"])
+
+
+def test_schedule_view_ignores_watchers_that_are_not_schedules() -> None:
+    assert schedule_view({"watcher_id": "release-build-failed", "definition": {}}, NOW) is None
