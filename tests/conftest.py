@@ -1,38 +1,140 @@
 """Shared fixtures. Servers are found in this order (DESIGN.md §6): KAFKA_BOOTSTRAP_SERVERS /
-REDIS_URL when set; else the project's own process-based broker and Redis from ``deploy/``.
+REDIS_URL when set; else testcontainers when a Docker engine answers; else the project's own
+process-based broker and Redis from ``deploy/``, started for the session on KAFKA_PORT /
+REDIS_PORT (defaults 9092 / 6379, which must be free) and stopped at its end.
 
 Fixture contract used by every test module (keep these names):
 - ``kafka_bootstrap`` (session): ``"host:port"`` of a real broker.
 - ``redis_url`` (session): ``"redis://host:port/db"`` of a real Redis.
 - ``unique_name`` (function): a factory ``unique_name("prefix") -> str`` unique per call.
+
+Servers start lazily: a run of unit tests alone starts nothing.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import os
+import socket
+import subprocess
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from pathlib import Path
+from typing import Any
 
 import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+KAFKA_SH = ROOT / "deploy" / "kafka" / "kafka.sh"
+REDIS_SH = ROOT / "deploy" / "redis" / "redis.sh"
 
 _counter = itertools.count()
 
 
+def _docker_answers() -> bool:
+    """True when testcontainers is importable and a Docker engine answers ``GET /_ping``.
+
+    Asked over a plain socket: the Docker SDK leaks one when no engine listens."""
+    if importlib.util.find_spec("testcontainers") is None:
+        return False
+    host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    try:
+        if host.startswith("unix://"):
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.settimeout(3)
+            with sock:
+                sock.connect(host.removeprefix("unix://"))
+                return _pong(sock)
+        address = host.removeprefix("tcp://").rsplit(":", 1)
+        with socket.create_connection((address[0], int(address[1])), timeout=3) as sock:
+            return _pong(sock)
+    except (OSError, ValueError, IndexError):
+        return False
+
+
+def _pong(sock: socket.socket) -> bool:
+    sock.sendall(b"GET /_ping HTTP/1.0\r\nHost: docker\r\n\r\n")
+    status_line = sock.recv(64).split(b"\r\n", 1)[0]
+    return status_line.startswith(b"HTTP/1.") and b" 200" in status_line
+
+
+def _script(script: Path, command: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", str(script), command],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def _last_line(result: subprocess.CompletedProcess[str]) -> str:
+    lines = (result.stderr or result.stdout).strip().splitlines()
+    return lines[-1] if lines else f"exit {result.returncode}"
+
+
+@contextmanager
+def _own_server(
+    script: Path, port_var: str, default_port: str, env: dict[str, str], what: str
+) -> Iterator[str]:
+    """Start a server with a deploy script for the session; yield its port; stop it after."""
+    port = os.environ.get(port_var, default_port)
+    env = {**env, port_var: port}
+    if _script(script, "status", env).returncode == 0:
+        pytest.fail(
+            f"{what} already answers on 127.0.0.1:{port} but its address is not set: export "
+            f"{'KAFKA_BOOTSTRAP_SERVERS' if 'kafka' in script.name else 'REDIS_URL'} to use it, "
+            f"or set {port_var} to a free port (or run `make test`)"
+        )
+    started = _script(script, "start", env)
+    if started.returncode != 0:
+        pytest.fail(f"could not start {what}: {_last_line(started)}")
+    try:
+        yield port
+    finally:
+        _script(script, "stop", env)
+
+
 @pytest.fixture(scope="session")
-def kafka_bootstrap() -> str:
+def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     value = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
-    if not value:
-        pytest.fail("KAFKA_BOOTSTRAP_SERVERS is not set (run the tests with `make test`)")
-    return value
+    if value:
+        yield value
+        return
+    if _docker_answers():
+        from testcontainers.community.kafka import KafkaContainer
+
+        container: AbstractContextManager[Any] = KafkaContainer().with_kraft()
+        with container as kafka:
+            yield str(kafka.get_bootstrap_server())
+        return
+    data = tmp_path_factory.mktemp("kafka")
+    env = {"KAFKA_DATA_DIR": str(data)}
+    with _own_server(KAFKA_SH, "KAFKA_PORT", "9092", env, "Kafka") as port:
+        yield f"127.0.0.1:{port}"
 
 
 @pytest.fixture(scope="session")
-def redis_url() -> str:
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     value = os.environ.get("REDIS_URL")
-    if not value:
-        pytest.fail("REDIS_URL is not set (run the tests with `make test`)")
-    return value
+    if value:
+        yield value
+        return
+    if _docker_answers():
+        from testcontainers.community.redis import RedisContainer
+
+        container: AbstractContextManager[Any] = RedisContainer("redis:7")
+        with container as redis:
+            host, port = redis.get_container_host_ip(), redis.get_exposed_port(6379)
+            yield f"redis://{host}:{port}/0"
+        return
+    data = tmp_path_factory.mktemp("redis")
+    env = {"REDIS_DIR": str(data), "REDIS_APPENDONLY": "no"}
+    with _own_server(REDIS_SH, "REDIS_PORT", "6379", env, "Redis") as port:
+        yield f"redis://127.0.0.1:{port}/0"
 
 
 @pytest.fixture

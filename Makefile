@@ -1,0 +1,102 @@
+# vigil's entry points for people and CI (README.md). Servers are plain processes started by
+# deploy/kafka/kafka.sh and deploy/redis/redis.sh; settings come from the environment:
+#   KAFKA_PORT (9092), KAFKA_CONTROLLER_PORT (9093), REDIS_PORT (6379), VIGIL_BROKER (kafka|tansu),
+#   PYTEST_ARGS (extra pytest arguments), PYTEST_RC_FILE (where `make test` writes pytest's exit code).
+SHELL := bash
+.SHELLFLAGS := -euo pipefail -c
+.ONESHELL:
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV ?= .venv
+KAFKA_PORT ?= 9092
+KAFKA_CONTROLLER_PORT ?= 9093
+REDIS_PORT ?= 6379
+VIGIL_STATE ?= $(HOME)/.local/state/vigil
+PYTEST_ARGS ?=
+LINT_PATHS ?= .
+
+export KAFKA_PORT KAFKA_CONTROLLER_PORT REDIS_PORT VIGIL_STATE
+export VIGIL_PYTHON := $(abspath $(VENV))/bin/python
+
+STAMP := $(VENV)/.vigil-installed
+KAFKA := bash deploy/kafka/kafka.sh
+REDIS := bash deploy/redis/redis.sh
+
+.PHONY: help venv test run stop lint
+
+help:
+	@echo "make run    start Kafka and Redis (kept running), create vigil's topics, run vigil dev"
+	echo "make test   install what is missing, start the servers unless they answer, run pytest, stop them"
+	echo "make stop   stop the Kafka and Redis that make run started"
+	echo "make lint   ruff and mypy (LINT_PATHS=... to narrow)"
+
+venv: $(STAMP)
+
+# Reinstalled only when pyproject.toml changes.
+$(STAMP): pyproject.toml
+	@[[ -x $(VENV)/bin/python ]] || $(PYTHON) -m venv $(VENV)
+	echo "make: installing vigil[dev] into $(VENV)"
+	$(VENV)/bin/python -m pip install -q --disable-pip-version-check -e '.[dev]' \
+	  >$(VENV)/.install.log 2>&1 || { tail -n 20 $(VENV)/.install.log; echo "make: pip install failed: see $(VENV)/.install.log"; exit 1; }
+	touch $@
+
+# Servers already answering on the configured ports are reused and left running; the ones
+# started here live in a temporary directory and are stopped on the way out, pass or fail.
+test: $(STAMP)
+	@tmp="$$(mktemp -d "$${TMPDIR:-/tmp}/vigil-test.XXXXXX")"
+	started=""
+	cleanup() {
+	  if [[ "$$started" == *redis* ]]; then REDIS_DIR="$$tmp/redis" $(REDIS) stop || true; fi
+	  if [[ "$$started" == *kafka* ]]; then KAFKA_DATA_DIR="$$tmp/kafka" $(KAFKA) stop || true; fi
+	  rm -rf "$$tmp"
+	}
+	trap cleanup EXIT
+	trap 'exit 130' INT TERM
+	if [[ -n "$${KAFKA_BOOTSTRAP_SERVERS:-}" ]]; then
+	  echo "make: using Kafka at $$KAFKA_BOOTSTRAP_SERVERS (KAFKA_BOOTSTRAP_SERVERS)"
+	elif $(KAFKA) status; then
+	  export KAFKA_BOOTSTRAP_SERVERS="127.0.0.1:$(KAFKA_PORT)"
+	else
+	  KAFKA_DATA_DIR="$$tmp/kafka" $(KAFKA) start
+	  started="$$started kafka"
+	  export KAFKA_BOOTSTRAP_SERVERS="127.0.0.1:$(KAFKA_PORT)"
+	fi
+	if [[ -n "$${REDIS_URL:-}" ]]; then
+	  echo "make: using Redis at $$REDIS_URL (REDIS_URL)"
+	elif $(REDIS) status; then
+	  export REDIS_URL="redis://127.0.0.1:$(REDIS_PORT)/0"
+	else
+	  REDIS_DIR="$$tmp/redis" REDIS_APPENDONLY=no $(REDIS) start
+	  started="$$started redis"
+	  export REDIS_URL="redis://127.0.0.1:$(REDIS_PORT)/0"
+	fi
+	rc=0
+	$(VENV)/bin/pytest $(PYTEST_ARGS) || rc=$$?
+	if [[ -n "$${PYTEST_RC_FILE:-}" ]]; then echo "$$rc" >"$$PYTEST_RC_FILE"; fi
+	exit "$$rc"
+
+# The embedded stack for a first look; it keeps running until `make stop`.
+run: $(STAMP)
+	@$(KAFKA) status >/dev/null || $(KAFKA) start
+	$(REDIS) status >/dev/null || $(REDIS) start
+	mkdir -p "$(VIGIL_STATE)"
+	config="$(VIGIL_STATE)/dev.toml"
+	printf '[kafka]\nbootstrap_servers = "127.0.0.1:%s"\n\n[redis]\nurl = "redis://127.0.0.1:%s/0"\n' \
+	  "$(KAFKA_PORT)" "$(REDIS_PORT)" >"$$config"
+	vigil=(env VIGIL_CONFIG="$$config" $(VENV)/bin/vigil)
+	if "$${vigil[@]}" topics create --help >/dev/null 2>&1; then "$${vigil[@]}" topics create; fi
+	echo "Kafka: 127.0.0.1:$(KAFKA_PORT)   Redis: redis://127.0.0.1:$(REDIS_PORT)/0   config: $$config"
+	echo "stop them with: make stop"
+	if "$${vigil[@]}" dev --help >/dev/null 2>&1; then exec "$${vigil[@]}" dev; fi
+	echo "vigil dev: not yet (the pipeline lands in later issues); the servers are up for you"
+
+stop:
+	@$(KAFKA) stop
+	$(REDIS) stop
+
+lint: $(STAMP)
+	@$(VENV)/bin/ruff check $(LINT_PATHS)
+	$(VENV)/bin/ruff format --check $(LINT_PATHS)
+	$(VENV)/bin/mypy $(if $(filter .,$(LINT_PATHS)),,$(filter %.py,$(LINT_PATHS)))
+	for script in deploy/kafka/kafka.sh deploy/redis/redis.sh .ci/run; do bash -n "$$script"; done
