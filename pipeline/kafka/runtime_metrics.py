@@ -1,0 +1,87 @@
+"""Prometheus metrics of the stream runtime, registered once per registry.
+
+Owns the metric names and labels; the runtime updates them per batch, never per record, so the
+hot loop pays one call per topic per batch. Leaves out serving them (``pipeline/cli``).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
+
+__all__ = ["RuntimeMetrics", "runtime_metrics"]
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeMetrics:
+    consumed: Counter  # labels: group, topic
+    transactions: Counter  # labels: group, result (committed | aborted)
+    commit_seconds: Histogram  # labels: group
+    rebalances: Counter  # labels: group, event (assigned | revoked | lost)
+    dead_letters: Counter  # labels: group, topic
+    unknown_schema: Counter  # labels: group, topic
+    paused_partitions: Gauge  # labels: group
+
+
+_lock = threading.Lock()
+_by_registry: dict[int, RuntimeMetrics] = {}
+
+
+def runtime_metrics(registry: CollectorRegistry = REGISTRY) -> RuntimeMetrics:
+    """The runtime's metrics in ``registry``, created on first use (many apps share them)."""
+    with _lock:
+        found = _by_registry.get(id(registry))
+        if found is None:
+            found = _create(registry)
+            _by_registry[id(registry)] = found
+        return found
+
+
+def _create(registry: CollectorRegistry) -> RuntimeMetrics:
+    return RuntimeMetrics(
+        consumed=Counter(
+            "vigil_runtime_records_consumed",
+            "Input records handed to the processor or dead-lettered.",
+            ["group", "topic"],
+            registry=registry,
+        ),
+        transactions=Counter(
+            "vigil_runtime_transactions",
+            "Transactions ended, by result.",
+            ["group", "result"],
+            registry=registry,
+        ),
+        commit_seconds=Histogram(
+            "vigil_runtime_commit_seconds",
+            "Time to send offsets and commit one transaction.",
+            ["group"],
+            buckets=(0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.5, 5.0),
+            registry=registry,
+        ),
+        rebalances=Counter(
+            "vigil_runtime_rebalances",
+            "Partition assignment events.",
+            ["group", "event"],
+            registry=registry,
+        ),
+        dead_letters=Counter(
+            "vigil_runtime_dead_letters",
+            "Undecodable input records sent to the dead-letter topic.",
+            ["group", "topic"],
+            registry=registry,
+        ),
+        unknown_schema=Counter(
+            "vigil_runtime_unknown_schema",
+            "Records with a schema fingerprint this build does not know (partition paused).",
+            ["group", "topic"],
+            registry=registry,
+        ),
+        paused_partitions=Gauge(
+            "vigil_runtime_paused_partitions",
+            "Input partitions paused on an unknown schema: alert when above zero.",
+            ["group"],
+            registry=registry,
+        ),
+    )
