@@ -2,10 +2,11 @@
 
 Owns :class:`CommandContext` (the command, the subject's registry view, the grants, ``now``),
 :class:`Refusal` (a result code raised by a check and turned into an error result by
-``pipeline.commands.apply``), and the checks every verb draws on: role (another subject's
-object is "not found", never "denied"), grants (fail-closed), the expected revision (CAS), the
-agent-watch cap, and reading the named watcher or the submitted definition. The verbs themselves
-are ``pipeline.commands``.
+``pipeline.commands.apply``), and the checks every verb draws on: role (:func:`role_verb`: a
+schedule's create is ``schedule``, which agents may do; another subject's object is "not
+found", never "denied"), grants (fail-closed), the expected revision (CAS), the agent-watch cap,
+and reading the named watcher or the submitted definition. The verbs themselves are
+``pipeline.commands``.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from pipeline.sources import PollingSource
 
 __all__ = [
     "AGENT_CAP",
+    "SCHEDULE_PREFIX",
     "CommandContext",
     "Refusal",
     "check_cap",
@@ -42,6 +44,7 @@ __all__ = [
     "check_role",
     "named_watcher",
     "not_agent",
+    "role_verb",
     "submitted_definition",
 ]
 
@@ -63,7 +66,10 @@ _ROLE_VERB: Final[dict[CommandVerb, Verb]] = {
     CommandVerb.GRANT_ADD: Verb.GRANT,
     CommandVerb.GRANT_REVOKE: Verb.GRANT,
     CommandVerb.GRANT_LIST: Verb.GRANT,
+    CommandVerb.SEND: Verb.SEND,
 }
+SCHEDULE_PREFIX: Final = "schedule:"
+"""Watcher ids of the control plane's schedules: ``schedule:<chat>:<name>`` (DESIGN.md §10)."""
 # Verbs on one existing object: someone else's object is "not found", never "denied".
 _OBJECT_VERBS: Final = frozenset(
     {
@@ -115,10 +121,27 @@ class CommandContext:
 # --- checks ---------------------------------------------------------------------------------
 
 
+def role_verb(command: Command) -> Verb:
+    """The role verb a command needs (DESIGN.md §10: agents schedule and propose). Creating or
+    updating a schedule watcher is ``schedule``, not ``create``, so an agent's schedule carries
+    the agent as its principal; the definition's own rules then hold that id to a schedule
+    source. An immediate prompt's answer (a ``send`` with ``answer_to``) needs ``prompt``."""
+    verb = command.verb
+    if verb in (CommandVerb.CREATE, CommandVerb.UPDATE):
+        named = command.watcher_id
+        if named is None and command.definition is not None:
+            named = command.definition.get("watcher_id")
+        if isinstance(named, str) and named.startswith(SCHEDULE_PREFIX):
+            return Verb.SCHEDULE
+    if verb is CommandVerb.SEND and command.answer_to is not None:
+        return Verb.PROMPT
+    return _ROLE_VERB[verb]
+
+
 def check_role(ctx: CommandContext) -> None:
     """The principal's role allows the verb on the subject (grants are checked separately)."""
     command = ctx.command
-    decision = may(command.principal, _ROLE_VERB[command.verb], ctx.subject)
+    decision = may(command.principal, role_verb(command), ctx.subject)
     if decision.allowed:
         return
     if command.verb in _OBJECT_VERBS and decision.reason in _HIDDEN:

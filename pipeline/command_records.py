@@ -3,9 +3,10 @@
 Owns the :class:`Command` a caller asserts (verb, principal, subject, request id), the
 :class:`CommandResult` it gets back (ok with a view, or an error of :class:`ResultCode`), the
 :class:`RegistryEntry` the command processor keeps per watcher, stored grants, the effects one
-command has (:class:`CommandOutcome`), the JSON views ``show``/``list`` return, and each
-record's Avro mapping (JSON bodies inside as RFC 8785 canonical strings). What a command does
-is ``pipeline.commands``; encoding bytes and topics are ``pipeline.kafka``.
+command has (:class:`CommandOutcome`, an immediate ``send``'s outbox entry included), the JSON
+views ``show``/``list`` return, and each record's Avro mapping (JSON bodies inside as RFC 8785
+canonical strings). What a command does is ``pipeline.commands``; encoding bytes and topics are
+``pipeline.kafka``.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from pipeline.errors import DefinitionError
 from pipeline.instants import rfc3339_micros, utc
 from pipeline.keys import canonical_json, subject_key
 from pipeline.lifecycle import CloseReason, WatcherStatus
+from pipeline.outbox import OutboxEntry
 from pipeline.sources import checked_ref
 
 __all__ = [
@@ -68,6 +70,7 @@ class CommandVerb(StrEnum):
     GRANT_ADD = "grant_add"
     GRANT_REVOKE = "grant_revoke"
     GRANT_LIST = "grant_list"
+    SEND = "send"
 
 
 class ResultCode(StrEnum):
@@ -137,11 +140,14 @@ class Command(_Model):
     source_id: str | None = None
     state: WatcherStatus | None = None
     session_id: str | None = None
+    target: str | None = None
+    text: str | None = None
+    answer_to: str | None = None
 
-    @field_validator("request_id")
+    @field_validator("request_id", "answer_to")
     @classmethod
-    def _request_id(cls, value: str) -> str:
-        if _REQUEST_ID.fullmatch(value) is None:
+    def _request_id(cls, value: str | None) -> str | None:
+        if value is not None and _REQUEST_ID.fullmatch(value) is None:
             raise ValueError("a request id is 1..128 of letters, digits and . _ : -")
         return value
 
@@ -370,6 +376,7 @@ class CommandOutcome:
     lifecycle: tuple[LifecycleChange, ...] = ()
     definitions: tuple[RegistryEntry, ...] = ()
     grants: tuple[tuple[str, GrantRecord | None], ...] = ()
+    outbox: tuple[OutboxEntry, ...] = ()
 
 
 def watcher_view(entry: RegistryEntry) -> dict[str, Any]:

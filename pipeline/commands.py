@@ -4,10 +4,12 @@ Owns :func:`apply`, which decides one command against one subject's registry vie
 and ``now``: role checks and grant checks (fail-closed; another subject's object is "not
 found"), create refusing a live id (a closed id becomes the next version), CAS on revisions,
 the cap of three active agent watches per (tenant, user, session), collapse of identical live
-proposals onto the existing id, lifecycle moves, the evaluator's ``close``, erasure, and grant
-records. One writer per subject partition applies commands in order, so every check is atomic
-without locks. The records are ``pipeline.command_records`` (re-exported here); the context and
-checks every verb shares are ``pipeline.command_context``.
+proposals onto the existing id, lifecycle moves, the evaluator's ``close``, erasure, and the
+immediate ``send`` whose outbox entry the processor writes (DESIGN.md §2). One writer per
+subject partition applies commands in order, so every check is atomic without locks. The
+records are ``pipeline.command_records`` (re-exported here); the context and checks every verb
+shares are ``pipeline.command_context``; the grant verbs are ``pipeline.command_grants``, the
+immediate ``send`` ``pipeline.command_send``.
 
 Left out: Kafka (``consumers.commands`` writes a :class:`CommandOutcome` in one transaction)
 and how callers authenticate (``pipeline.control``).
@@ -20,7 +22,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Final
 
-from pipeline.authz import Action, Grant, Role, Verb, may
+from pipeline.authz import Action, Role, Verb, may
 from pipeline.command_context import (
     AGENT_CAP,
     CommandContext,
@@ -33,6 +35,7 @@ from pipeline.command_context import (
     not_agent,
     submitted_definition,
 )
+from pipeline.command_grants import grant_add, grant_list, grant_revoke
 from pipeline.command_records import (
     Command,
     CommandError,
@@ -50,6 +53,7 @@ from pipeline.command_records import (
     grant_view,
     watcher_view,
 )
+from pipeline.command_send import SEND_TEXT_MAX, send
 from pipeline.definition import WatcherDefinition
 from pipeline.errors import DefinitionError, TransitionError
 from pipeline.instants import utc
@@ -65,6 +69,7 @@ from pipeline.lifecycle import (
 
 __all__ = [
     "AGENT_CAP",
+    "SEND_TEXT_MAX",
     "Command",
     "CommandError",
     "CommandOutcome",
@@ -311,6 +316,7 @@ def _erase(ctx: CommandContext) -> CommandOutcome:
             "tenant_id": ctx.command.tenant_id,
             "user_id": ctx.command.user_id,
             "erased": len(entries),
+            "watcher_ids": [e.watcher_id for e in entries],
         },
         registry=tuple((e.watcher_id, None) for e in entries),
         watchers=tuple(WatcherWrite(e.watcher_id, e.source_id, None) for e in entries),
@@ -345,74 +351,6 @@ def _list(ctx: CommandContext) -> CommandOutcome:
     return ctx.ok({"watchers": [watcher_view(e) for e in entries]})
 
 
-# --- grants ---------------------------------------------------------------------------------
-
-
-def _grant_add(ctx: CommandContext) -> CommandOutcome:
-    spec = ctx.command.grant
-    if spec is None:
-        raise Refusal(ResultCode.INVALID, "a grant is required", "grant")
-    if (spec.tenant_id, spec.user_id) != (ctx.command.tenant_id, ctx.command.user_id):
-        raise Refusal(ResultCode.INVALID, "the grant's subject is the command's", "grant")
-    if spec.until <= ctx.now:
-        raise Refusal(ResultCode.INVALID, "must be in the future", "until")
-    grant_id = grant_id_for(ctx.command.request_id)
-    grant = Grant(
-        grant_id=grant_id,
-        tenant_id=spec.tenant_id,
-        user_id=spec.user_id,
-        purpose=spec.purpose,
-        sources=frozenset(spec.sources),
-        tools=frozenset(spec.tools),
-        targets=frozenset(spec.targets),
-        actions=frozenset(spec.actions),
-        until=spec.until,
-    )
-    record = GrantRecord(grant, ctx.now, ctx.command.principal.name)
-    return ctx.ok(grant_view(record), grants=((grant_id, record),))
-
-
-def _grant_revoke(ctx: CommandContext) -> CommandOutcome:
-    """By id (a tombstone), or every grant of the subject that names ``source_id``: a grant
-    naming only that source is removed, one naming more loses that source."""
-    command = ctx.command
-    writes: list[tuple[str, GrantRecord | None]] = []
-    if command.grant_id is not None:
-        if command.grant_id not in ctx.grants:
-            raise Refusal(ResultCode.NOT_FOUND, f"no grant {command.grant_id!r}", "grant_id")
-        writes.append((command.grant_id, None))
-    elif command.source_id is not None:
-        for grant_id, record in sorted(ctx.grants.items()):
-            grant = record.grant
-            if (grant.tenant_id, grant.user_id) != (command.tenant_id, command.user_id):
-                continue
-            if command.source_id not in grant.sources:
-                continue
-            rest = grant.sources - {command.source_id}
-            narrowed = GrantRecord(
-                grant.model_copy(update={"sources": rest}), record.created_at, record.created_by
-            )
-            writes.append((grant_id, narrowed if rest else None))
-        if not writes:
-            raise Refusal(
-                ResultCode.NOT_FOUND, f"no grant names source {command.source_id!r}", "source_id"
-            )
-    else:
-        raise Refusal(ResultCode.INVALID, "name a grant id, or a subject and a source", "grant_id")
-    return ctx.ok(
-        {
-            "revoked": [gid for gid, rec in writes if rec is None],
-            "narrowed": [gid for gid, rec in writes if rec is not None],
-        },
-        grants=tuple(writes),
-    )
-
-
-def _grant_list(ctx: CommandContext) -> CommandOutcome:
-    records = sorted(ctx.grants.values(), key=lambda r: r.grant.grant_id)
-    return ctx.ok({"grants": [grant_view(r) for r in records]})
-
-
 _HANDLERS: Final[dict[CommandVerb, Callable[[CommandContext], CommandOutcome]]] = {
     CommandVerb.CREATE: _create,
     CommandVerb.UPDATE: _update,
@@ -425,7 +363,8 @@ _HANDLERS: Final[dict[CommandVerb, Callable[[CommandContext], CommandOutcome]]] 
     CommandVerb.ERASE: _erase,
     CommandVerb.SHOW: _show,
     CommandVerb.LIST: _list,
-    CommandVerb.GRANT_ADD: _grant_add,
-    CommandVerb.GRANT_REVOKE: _grant_revoke,
-    CommandVerb.GRANT_LIST: _grant_list,
+    CommandVerb.GRANT_ADD: grant_add,
+    CommandVerb.GRANT_REVOKE: grant_revoke,
+    CommandVerb.GRANT_LIST: grant_list,
+    CommandVerb.SEND: send,
 }

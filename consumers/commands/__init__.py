@@ -1,5 +1,6 @@
 """The command processor: the single writer of ``registry``, ``watchers``, ``lifecycle``,
-``definition-log``, ``grants`` and ``command-results`` (DESIGN.md §2, §10).
+``definition-log``, ``grants`` and ``command-results``, and of ``outbox`` for immediate ``send``
+and a prompt's answer (DESIGN.md §2, §10).
 
 A thin loop on the exactly-once :class:`~pipeline.kafka.runtime.StreamApp`: ``processor``
 decodes each command, asks the pure :func:`pipeline.commands.apply`, and writes what it decided

@@ -33,6 +33,7 @@ _TOPICS: Final = (
     Topic.WATCHERS,
     Topic.LIFECYCLE,
     Topic.DEFINITION_LOG,
+    Topic.OUTBOX,
     Topic.DEAD_LETTER,
 )
 
@@ -51,7 +52,8 @@ def _serve_metrics(listen: str) -> int:
 def command_processor(
     state: CliState, instance: str | None, no_metrics: bool, verbose: bool
 ) -> None:
-    """Run the command processor: commands in; registry, watchers, grants and results out."""
+    """Run the command processor: commands in; registry, watchers, grants, immediate sends
+    (outbox) and results out."""
     logging.basicConfig(
         level=logging.INFO if verbose else logging.WARNING,
         format="%(asctime)s %(name)s %(levelname)s %(message)s",

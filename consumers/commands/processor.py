@@ -4,8 +4,9 @@ Consumes ``commands`` (key: subject) on the exactly-once :class:`StreamApp` with
 its owned, co-partitioned changelog table (one writer per subject partition: caps, CAS and
 collapse are atomic) and ``grants`` as a global table. Everything one command decides —
 registry, ``watchers`` (on the partition of its source id; the old partition's key tombstoned
-when the source moves), ``lifecycle``, ``definition-log``, ``grants`` and its
-``command-results`` record — goes out in the transaction that commits its input offset.
+when the source moves), ``lifecycle``, ``definition-log``, ``grants``, an immediate ``send``'s
+``outbox`` entry (on Java's partition of its delivery key) and its ``command-results`` record —
+goes out in the transaction that commits its input offset.
 
 Every step commits (commands are few and callers wait for them), so the grants this processor
 wrote are in the global table by the next step; grants written earlier in the same step are
@@ -29,6 +30,7 @@ from prometheus_client import REGISTRY, CollectorRegistry
 from consumers.commands.metrics import command_counter
 from consumers.commands.records import definition_log_record, lifecycle_record, watcher_record
 from consumers.commands.registry import SubjectIndex
+from consumers.evaluator_records import encode_outbox_entry
 from pipeline.clock import Clock, SystemClock
 from pipeline.commands import (
     Command,
@@ -246,6 +248,12 @@ class CommandProcessor:
             value = encode("definition_log", definition_log_record(entry, command, now))
             ctx.produce(log_topic, key, value, log_partition)
         self._write_grants(ctx, grants, outcome.grants)
+        outbox = self._topics[Topic.OUTBOX]
+        outbox_partitions = self._topology.partitions_for(Topic.OUTBOX)
+        for delivery in outcome.outbox:
+            key = delivery.delivery_key
+            value = encode_outbox_entry(self._schemas, delivery)
+            ctx.produce(outbox, key, value, partition_for(key, outbox_partitions))
         self._answer(ctx, outcome.result)
 
     def _write_grants(

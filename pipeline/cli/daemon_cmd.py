@@ -2,12 +2,13 @@
 
 Wires the pieces at the edge: the socket path (``--socket`` → ``$VIGIL_SOCKET`` →
 ``[rpc] socket_path`` → ``$XDG_RUNTIME_DIR/vigil.sock`` → ``~/.config/vigil/vigil.sock``), the
-subject's zone (``[subject] timezone``, else the host's), the command client, the outbox writer,
-the agent runner with its tokens, the script runner and the :class:`Dispatcher`. Every peer of
-the socket is our own user (``SO_PEERCRED``); a request bearing a live agent token — or sent
-from inside an agent process this daemon started — acts with the agent role. At start the
-daemon ensures, in the background and idempotently, the one grant its verbs need
-(``vigil grant list`` shows it; revoking it locks the verbs).
+subject's zone (``[subject] timezone``, else the host's), the command client (immediate sends
+are commands too: the command processor writes their outbox entries), the agent runner with its
+tokens, the script runner and the :class:`Dispatcher`. Every peer of the socket is our own user
+(``SO_PEERCRED``); a request bearing a live agent token — or sent from inside an agent process
+this daemon started — acts with the agent role. At start the daemon ensures, in the background
+and idempotently, the one grant its verbs need (``vigil grant list`` shows it; revoking it locks
+the verbs).
 
 Left out: the verbs' meaning (``pipeline.control.dispatch``) and the framing
 (``pipeline.control.socket_server``).
@@ -34,7 +35,6 @@ from pipeline.control.agent import AgentRunner, AgentTokens
 from pipeline.control.client import CommandClient, operator_principal
 from pipeline.control.dispatch import Dispatcher, Subjecthood, user_principal
 from pipeline.control.immediate import daemon_grant
-from pipeline.control.outbox_writer import KafkaOutbox
 from pipeline.control.run import ScriptRunner
 from pipeline.control.socket_server import (
     Handler,
@@ -145,7 +145,7 @@ def daemon(state: CliState, socket_path: Path | None, log_level: str) -> None:
     """Serve the control plane: the verbs `vigil send|prompt|query|run|schedule|list|cancel`.
 
     Listens on a Unix socket (mode 0600) that only your user can use; refuses to start when
-    another daemon already serves it. Needs the command processor for schedules, and the
+    another daemon already serves it. Needs the command processor for schedules and sends, and the
     delivery consumer to deliver.
 
     \b
@@ -169,11 +169,9 @@ def daemon(state: CliState, socket_path: Path | None, log_level: str) -> None:
         zone=host_zone(subject.timezone),
     )
     commands = CommandClient(bootstrap, topology)
-    outbox = KafkaOutbox(bootstrap, topology)
     dispatcher = Dispatcher(
         who,
         commands=commands,
-        outbox=outbox,
         agent=AgentRunner(config.agent.command, config.agent.timeout, path, tokens),
         runner=ScriptRunner(config.run.allow_dir, path),
         clock=SystemClock(),
@@ -198,5 +196,4 @@ def daemon(state: CliState, socket_path: Path | None, log_level: str) -> None:
         grant_thread.join(5.0)
         granter.close()
         commands.close()
-        outbox.close()
         click.echo("vigil daemon stopped", err=True)

@@ -3,18 +3,21 @@
 Owns what each verb means once a caller is authenticated and its chat resolved (DESIGN.md §5,
 §10; seed 001): ``schedule`` becomes a create (or, with ``--update``, an upsert: an update
 without an expected revision) of the schedule watcher ``schedule:<chat>:<name>`` through the
-command processor; ``list`` and ``cancel`` read and cancel those watchers; ``send`` writes an
-outbox entry keyed by the request delivery key; ``prompt`` runs the agent (outside any
-transaction) and sends its answer under a key derived from the prompt's; ``query`` returns the
-answer and delivers nothing; ``run`` starts an allowlisted script. The role check happens here,
-at the edge (agents: schedule and send only, :func:`pipeline.authz.may`); grants are the
-command processor's and delivery's, fail-closed.
+command processor; ``list`` and ``cancel`` read and cancel those watchers; ``send`` is a
+``send`` command, whose outbox entry (keyed by the request delivery key) the command processor
+writes in its transaction; ``prompt`` runs the agent here (outside any transaction) and then
+sends its answer as a ``send`` command naming the prompt, keyed by a key derived from the
+prompt's; ``query`` returns the answer and delivers nothing; ``run`` starts an allowlisted
+script. Roles are checked here, at the edge (agents: schedule and send only,
+:func:`pipeline.authz.may`), and again by the command processor, which sees the principal as
+asserted (an agent stays an agent); grants are the command processor's and delivery's,
+fail-closed.
 
 Also owns :func:`resolve_chat` (``--chat`` → ``$VIGIL_CHAT_ID``, both sent by the CLI → the
 sole configured chat → error) and :meth:`Dispatcher.handle`, which turns a raw JSON body into a
 :class:`VerbResponse`, never raising. Transports (the Unix socket, an HTTP API) only
 authenticate and frame; timing and the ``list`` shape are ``schedules``; the outbox entries of
-immediate verbs are ``immediate``.
+immediate verbs are ``immediate`` (built by the command processor).
 """
 
 from __future__ import annotations
@@ -31,12 +34,7 @@ from zoneinfo import ZoneInfo
 from pipeline.authz import Principal, Role, Subject, Verb, may
 from pipeline.clock import Clock
 from pipeline.command_records import Command, CommandResult, CommandVerb, ResultCode
-from pipeline.control.immediate import (
-    CONTROL_PURPOSE,
-    answer_entry,
-    immediate_entry,
-)
-from pipeline.control.outbox_writer import OutboxWriter
+from pipeline.control.immediate import CONTROL_PURPOSE
 from pipeline.control.run import RunStarted
 from pipeline.control.schedules import schedule_id, schedule_view, timing_source
 from pipeline.control.verbs import (
@@ -162,14 +160,16 @@ class Dispatcher:
         who: Subjecthood,
         *,
         commands: CommandPort,
-        outbox: OutboxWriter,
         agent: AgentPort,
         runner: RunPort,
         clock: Clock,
+        outbox: object = None,
     ) -> None:
+        """``outbox`` is ignored: the command processor writes immediate sends now. It stays
+        only until ``pipeline.cli.api_cmd`` stops passing it."""
+        del outbox
         self._who = who
         self._commands = commands
-        self._outbox = outbox
         self._agent = agent
         self._runner = runner
         self._clock = clock
@@ -204,9 +204,9 @@ class Dispatcher:
             return VerbResponse.failure(ErrorKind.DENIED, decision.detail)
         match request:
             case SendRequest():
-                return self._send(request, chat)
+                return self._send(request, principal, chat)
             case PromptRequest():
-                return self._prompt(request, chat)
+                return self._prompt(request, principal, chat)
             case QueryRequest():
                 return VerbResponse.success(chat=chat, answer=self._agent.ask(request.text, chat))
             case RunRequest():
@@ -221,35 +221,20 @@ class Dispatcher:
 
     # -- immediate verbs -------------------------------------------------------------------
 
-    def _send(self, request: SendRequest, chat: str) -> VerbResponse:
-        request_id = secrets.token_hex(16)
-        who = self._who
-        entry = immediate_entry(
-            tenant_id=who.tenant_id,
-            user_id=who.user_id,
-            verb="send",
-            request_id=request_id,
-            chat=chat,
-            now=self._clock.now(),
-            text=request.text,
-        )
-        self._outbox.write(entry)
-        return VerbResponse.success(chat=chat, delivery_key=entry.delivery_key)
+    def _send(self, request: SendRequest, principal: Principal, chat: str) -> VerbResponse:
+        """The command processor authorizes the send and writes its outbox entry (§2)."""
+        result = self._round_trip(CommandVerb.SEND, principal, target=chat, text=request.text)
+        return _delivered(result, chat)
 
-    def _prompt(self, request: PromptRequest, chat: str) -> VerbResponse:
-        request_id = secrets.token_hex(16)
-        answer = self._agent.ask(request.text, chat)  # outside any transaction
-        who = self._who
-        entry = answer_entry(
-            tenant_id=who.tenant_id,
-            user_id=who.user_id,
-            request_id=request_id,
-            chat=chat,
-            answer=answer,
-            now=self._clock.now(),
+    def _prompt(self, request: PromptRequest, principal: Principal, chat: str) -> VerbResponse:
+        """Run the agent here, outside any transaction, then send its answer as a command whose
+        key the processor derives from this prompt's request id: one prompt, one answer."""
+        prompt_id = secrets.token_hex(16)
+        answer = self._agent.ask(request.text, chat)
+        result = self._round_trip(
+            CommandVerb.SEND, principal, target=chat, text=answer, answer_to=prompt_id
         )
-        self._outbox.write(entry)
-        return VerbResponse.success(chat=chat, delivery_key=entry.delivery_key)
+        return _delivered(result, chat)
 
     def _run(self, args: Sequence[str], chat: str) -> VerbResponse:
         key = request_delivery_key(
@@ -334,25 +319,15 @@ class Dispatcher:
 
     def _round_trip(self, verb: CommandVerb, principal: Principal, **fields: Any) -> CommandResult:
         who = self._who
-        command = self._commands.command(
-            verb, _asserted(principal), who.tenant_id, who.user_id, **fields
-        )
+        command = self._commands.command(verb, principal, who.tenant_id, who.user_id, **fields)
         with self._lock:
             return self._commands.send(command)
 
 
-def _asserted(principal: Principal) -> Principal:
-    """The principal the command carries. The command processor's role table knows no
-    ``schedule`` verb, so an agent's schedule — already checked here with ``may`` — is
-    asserted as its user, named after the agent run for the definition log."""
-    if principal.role is Role.AGENT:
-        return Principal(
-            name=principal.name,
-            role=Role.USER,
-            tenant_id=principal.tenant_id,
-            user_id=principal.user_id,
-        )
-    return principal
+def _delivered(result: CommandResult, chat: str) -> VerbResponse:
+    if result.error is not None:
+        return _failure(result)
+    return VerbResponse.success(chat=chat, delivery_key=(result.result or {})["delivery_key"])
 
 
 def _failure(result: CommandResult) -> VerbResponse:

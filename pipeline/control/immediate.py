@@ -6,9 +6,10 @@ An immediate verb is an outbox entry like any other, keyed by the request delive
 request dedupes in delivery exactly like a retried evaluation. A prompt's answer is a ``send``
 keyed by :func:`~pipeline.keys.derived_delivery_key` of the prompt's key, so running the agent
 twice for one request still delivers one answer. Pure: ``now`` is a parameter; the command
-processor may call :func:`immediate_entry` as well as the daemon.
+processor's ``send`` (``pipeline.command_send``) builds its entries with these functions.
 
-Left out: producing the entry (``outbox_writer``) and deciding who may ask (``dispatch``).
+Left out: authorizing and writing the entry (the command processor) and deciding who may ask at
+the edge (``dispatch``).
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
-"""Produce an immediate verb's outbox entry: the daemon's one write outside the command
-processor (DESIGN.md §2: ``outbox`` is written by the evaluator and, for immediate ``send`` and
-a prompt's answer, by the control plane's edge).
+"""Produce an outbox entry directly, outside the command processor. No longer used by the
+daemon: immediate ``send`` and a prompt's answer are ``send`` commands whose entries the command
+processor writes in its transaction (DESIGN.md §2). Kept only while ``pipeline.cli.api_cmd``
+still builds one; delete it when that wiring goes.
 
 Idempotent producer, ``acks=all``, partition ``murmur2(delivery key)`` as everywhere; the write
 is flushed before the caller hears "sent". A retried request carries the same delivery key, so

@@ -1,5 +1,6 @@
-"""``vigil watch`` and ``vigil grant`` end to end against ``vigil command-processor`` (a real
-subprocess on a real broker): output, one-line errors, ``--json``, metrics, graceful SIGTERM."""
+"""``vigil watch``, ``vigil grant`` and ``vigil erase`` end to end against
+``vigil command-processor`` (a real subprocess on a real broker): output, one-line errors,
+``--json``, confirmation, metrics, graceful SIGTERM."""
 
 from __future__ import annotations
 
@@ -315,3 +316,31 @@ def test_operator_acts_for_another_subject_and_sigterm_stops_the_processor_clean
     daemon.process.send_signal(signal.SIGTERM)
     assert daemon.process.wait(30) == 0
     daemon.wait_for(r"command processor stopped")
+
+
+def test_erase_asks_first_then_forgets_every_watcher_of_the_subject(daemon: Daemon) -> None:
+    subject = ("--tenant", "acme", "--user", "u-42")
+    add_grant(daemon, "ci.pipeline", tenant="acme", user="u-42")
+    created = vigil_cli(daemon, "watch", "create", "-f", "-", *subject, stdin=DEFINITION_YAML)
+    assert created.exit_code == 0, created.stderr
+
+    declined = vigil_cli(daemon, "erase", *subject, stdin="n\n")
+    assert declined.exit_code == 1
+    assert "Erase every watcher of tenant 'acme' user 'u-42'?" in declined.stderr
+    kept = json.loads(vigil_cli(daemon, "watch", "list", *subject, "--json").stdout)
+    assert [w["watcher_id"] for w in kept["watchers"]] == ["release-build-failed"]
+
+    erased = vigil_cli(daemon, "erase", *subject, stdin="y\n")
+    assert erased.exit_code == 0, erased.stderr
+    assert erased.stdout.splitlines() == ["erased acme/u-42: 1 watcher", "  release-build-failed"]
+    gone = vigil_cli(daemon, "watch", "show", "release-build-failed", *subject)
+    assert gone.exit_code == 1 and gone.stderr.strip().endswith("[not_found]")
+
+    again = vigil_cli(daemon, "erase", *subject, "--yes", "--json")
+    assert again.exit_code == 0, again.stderr
+    assert json.loads(again.stdout) == {
+        "tenant_id": "acme",
+        "user_id": "u-42",
+        "erased": 0,
+        "watcher_ids": [],
+    }

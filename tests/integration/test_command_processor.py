@@ -1,4 +1,5 @@
-"""The command processor against the real broker: what each command writes, where, and refusals."""
+"""The command processor against the real broker: what each command writes, where, and refusals
+(immediate sends included: their outbox entries go out in the processor's transaction)."""
 
 from __future__ import annotations
 
@@ -15,15 +16,17 @@ from confluent_kafka import Producer
 from prometheus_client import CollectorRegistry
 
 from consumers.commands import CommandProcessor
-from pipeline.authz import Action
+from consumers.evaluator_records import decode_outbox_entry
+from pipeline.authz import Action, Principal, Role
 from pipeline.commands import CommandResult, CommandVerb, GrantSpec, ResultCode
 from pipeline.control.client import CommandClient, operator_principal
+from pipeline.control.immediate import daemon_grant
 from pipeline.kafka.admin import connect_admin, ensure_topics
 from pipeline.kafka.clients import producer_config
 from pipeline.kafka.partitioner import partition_for
 from pipeline.kafka.serde import default_registry
 from pipeline.kafka.topics import Topic, Topology
-from pipeline.keys import subject_key, watcher_key
+from pipeline.keys import derived_delivery_key, request_delivery_key, subject_key, watcher_key
 from tests.integration.runtime_helpers import read_all, read_table
 
 pytestmark = pytest.mark.integration
@@ -321,3 +324,69 @@ def test_concurrent_sends_through_one_client_each_get_their_own_result(plane: Pl
         thread.join(120)
     assert sorted(results) == ids
     assert all(r.ok and r.result and r.result["watcher_id"] == w for w, r in results.items())
+
+
+# --- immediate sends and agents' schedules (DESIGN.md §2, §10) ------------------------------
+
+
+def _control_grant(plane: Plane, *chats: str) -> None:
+    request_id, spec = daemon_grant(TENANT, USER, chats)
+    principal = operator_principal("local", "ops")
+    command = plane.client.command(CommandVerb.GRANT_ADD, principal, TENANT, USER, grant=spec)
+    result = plane.client.send(command.model_copy(update={"request_id": request_id}))
+    assert result.ok, result.error
+
+
+def test_send_writes_its_outbox_entry_on_the_partition_of_its_delivery_key(plane: Plane) -> None:
+    denied = plane.send(CommandVerb.SEND, target="me", text="too early")
+    assert denied.error is not None and denied.error.code is ResultCode.DENIED
+    _control_grant(plane, "me")
+    sent = plane.send(CommandVerb.SEND, target="me", text="deploy finished")
+    assert sent.ok and sent.result is not None, sent.error
+    key = sent.result["delivery_key"]
+    answer = plane.send(CommandVerb.SEND, target="me", text="42", answer_to="prompt-1")
+    assert answer.ok and answer.result is not None, answer.error
+    prompt_key = request_delivery_key(
+        tenant_id=TENANT, user_id=USER, verb="prompt", request_id="prompt-1"
+    )
+    assert answer.result["delivery_key"] == derived_delivery_key(prompt_key, "answer")
+
+    outbox = [
+        (msg.partition(), (msg.key() or b"").decode(), msg.value())
+        for msg in read_all(plane.bootstrap, plane.topic(Topic.OUTBOX))
+    ]
+    assert sorted((p, k) for p, k, _ in outbox) == sorted(
+        (partition_for(k, PARTITIONS), k) for k in (key, answer.result["delivery_key"])
+    )
+    entries = {k: decode_outbox_entry(default_registry(), v or b"") for _, k, v in outbox}
+    assert (entries[key].verb, entries[key].target, entries[key].text) == (
+        "send",
+        "me",
+        "deploy finished",
+    )
+    assert entries[key].trigger["request_id"] == sent.result["request_id"]
+
+
+def test_an_agents_schedule_is_accepted_and_logged_as_the_agents(plane: Plane) -> None:
+    _control_grant(plane, "me")
+    agent = Principal(
+        name="agent:run-1", role=Role.AGENT, tenant_id=TENANT, user_id=USER, session_id="run-1"
+    )
+    body = {
+        "watcher_id": "schedule:me:later",
+        "purpose": "control.chat",
+        "source": {"kind": "schedule", "at": "2099-01-01T00:00:00Z"},
+        "delivery": {"target": "me", "verb": "send", "text": "later"},
+    }
+    created = plane.client.send(
+        plane.client.command(CommandVerb.CREATE, agent, TENANT, USER, definition=body)
+    )
+    assert created.ok, created.error
+    key = watcher_key(TENANT, USER, "schedule:me:later")
+    [logged] = [v for _, k, v in plane.records(Topic.DEFINITION_LOG) if v and k == key]
+    assert (logged["principal"], logged["role"]) == ("agent:run-1", "agent")
+    cancel = plane.client.command(
+        CommandVerb.CANCEL, agent, TENANT, USER, watcher_id="schedule:me:later"
+    )
+    refused = plane.client.send(cancel)
+    assert refused.error is not None and refused.error.code is ResultCode.DENIED

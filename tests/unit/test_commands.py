@@ -176,6 +176,7 @@ class Subject:
         error = outcome.result.error
         assert error is not None, outcome.result
         assert not (outcome.registry or outcome.watchers or outcome.lifecycle or outcome.grants)
+        assert not outcome.outbox
         return error.code, error.field
 
 
@@ -477,7 +478,12 @@ def test_erase_tombstones_every_watcher_and_writes_one_subject_record() -> None:
     stranger = Principal(name="x", role=Role.USER, tenant_id=TENANT, user_id="u-7")
     assert subject.refused(CommandVerb.ERASE, stranger)[0] is ResultCode.DENIED
     outcome = subject.run(CommandVerb.ERASE)
-    assert outcome.result.result == {"tenant_id": TENANT, "user_id": USER, "erased": 2}
+    assert outcome.result.result == {
+        "tenant_id": TENANT,
+        "user_id": USER,
+        "erased": 2,
+        "watcher_ids": ["w-1", "w-2"],
+    }
     assert [(w.source_id, w.entry) for w in outcome.watchers] == [
         ("ci.pipeline", None),
         ("ci.other", None),

@@ -1,7 +1,7 @@
 """The dispatch core, the control plane's main seam: given a verb, a principal and a chat, what
 was stored, delivered, returned or refused. The command processor is the real pure rule
-(:func:`pipeline.commands.apply`) over an in-memory registry; the agent and scripts are real
-processes."""
+(:func:`pipeline.commands.apply`) over an in-memory registry and outbox; the agent and scripts
+are real processes."""
 
 from __future__ import annotations
 
@@ -35,14 +35,23 @@ START = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
 USER = user_principal(T, U)
 
 
+class Outbox:
+    """What the processor wrote to ``outbox``, in order."""
+
+    def __init__(self) -> None:
+        self.entries: list[OutboxEntry] = []
+
+
 class InMemoryProcessor:
-    """The command processor's decisions without Kafka: one subject's registry and grants."""
+    """The command processor's decisions without Kafka: one subject's registry, grants and the
+    outbox entries of immediate sends."""
 
     def __init__(self, clock: ManualClock) -> None:
         self.clock = clock
         self.registry: dict[str, RegistryEntry] = {}
         self.grants: dict[str, GrantRecord] = {}
         self.seen: list[Command] = []
+        self.outbox = Outbox()
 
     def command(
         self, verb: CommandVerb, principal: Principal, tenant_id: str, user_id: str, **fields: Any
@@ -70,15 +79,8 @@ class InMemoryProcessor:
                 self.grants.pop(grant_id, None)
             else:
                 self.grants[grant_id] = record
+        self.outbox.entries.extend(outcome.outbox)
         return outcome.result
-
-
-class Outbox:
-    def __init__(self) -> None:
-        self.entries: list[OutboxEntry] = []
-
-    def write(self, entry: OutboxEntry) -> None:
-        self.entries.append(entry)
 
 
 @pytest.fixture
@@ -117,7 +119,6 @@ def make(processor: InMemoryProcessor, clock: ManualClock, scripts: Path, tmp_pa
     def build(
         agent_body: str = 'read line; echo "answer to: $line"\n',
     ) -> tuple[Dispatcher, Outbox, ScriptRunner]:
-        outbox = Outbox()
         tokens = AgentTokens(T, U)
         socket = tmp_path / "vigil.sock"
         runner = ScriptRunner(scripts, socket)
@@ -125,10 +126,8 @@ def make(processor: InMemoryProcessor, clock: ManualClock, scripts: Path, tmp_pa
             _agent_script(tmp_path, agent_body), timedelta(seconds=10), socket, tokens
         )
         who = Subjecthood(T, U, ("me", "ops"), load_zone("Europe/Berlin"))
-        dispatcher = Dispatcher(
-            who, commands=processor, outbox=outbox, agent=agent, runner=runner, clock=clock
-        )
-        return dispatcher, outbox, runner
+        dispatcher = Dispatcher(who, commands=processor, agent=agent, runner=runner, clock=clock)
+        return dispatcher, processor.outbox, runner
 
     return build
 
@@ -176,17 +175,32 @@ def test_handle_with_two_chats_and_no_chat_named_is_invalid(make: Any) -> None:
 # --- immediate verbs ------------------------------------------------------------------------
 
 
-def test_send_writes_one_outbox_entry_keyed_by_its_request(make: Any) -> None:
+def test_send_is_a_send_command_whose_outbox_entry_is_keyed_by_its_request(
+    make: Any, processor: InMemoryProcessor
+) -> None:
     d, outbox, _ = make()
     result = _ok(d.handle({"verb": "send", "text": "hi", "chat": "me"}, USER))
+    command = processor.seen[-1]
+    assert (command.verb, command.target, command.text) == (CommandVerb.SEND, "me", "hi")
+    assert command.principal == USER
     [entry] = outbox.entries
     assert (entry.verb, entry.target, entry.text) == ("send", "me", "hi")
     assert (entry.watcher_id, entry.watcher_version, entry.source_id) == ("verb:send", 0, "control")
-    request_id = entry.trigger["request_id"]
+    assert entry.trigger["request_id"] == command.request_id
     assert entry.delivery_key == request_delivery_key(
-        tenant_id=T, user_id=U, verb="send", request_id=request_id
+        tenant_id=T, user_id=U, verb="send", request_id=command.request_id
     )
     assert result["delivery_key"] == entry.delivery_key
+
+
+def test_send_without_the_daemon_grant_is_denied_and_writes_nothing(
+    make: Any, processor: InMemoryProcessor
+) -> None:
+    processor.grants.clear()
+    d, outbox, _ = make()
+    response = d.handle({"verb": "send", "text": "hi", "chat": "me"}, USER)
+    assert response.error is not None and response.error.code is ErrorKind.DENIED
+    assert outbox.entries == []
 
 
 def test_query_returns_the_agents_answer_and_delivers_nothing(make: Any) -> None:
@@ -196,15 +210,22 @@ def test_query_returns_the_agents_answer_and_delivers_nothing(make: Any) -> None
     assert outbox.entries == []
 
 
-def test_prompt_delivers_the_answer_under_a_key_derived_from_the_prompt(make: Any) -> None:
+def test_prompt_sends_the_answer_as_a_command_keyed_from_the_prompt(
+    make: Any, processor: InMemoryProcessor
+) -> None:
     d, outbox, _ = make()
-    _ok(d.handle({"verb": "prompt", "text": "digest", "chat": "ops"}, USER))
+    result = _ok(d.handle({"verb": "prompt", "text": "digest", "chat": "ops"}, USER))
+    command = processor.seen[-1]
+    assert (command.verb, command.text) == (CommandVerb.SEND, "answer to: digest")
+    assert command.answer_to is not None and command.answer_to != command.request_id
     [entry] = outbox.entries
     assert (entry.verb, entry.target, entry.text) == ("send", "ops", "answer to: digest")
+    assert entry.trigger["request_id"] == command.answer_to
     prompt_key = request_delivery_key(
-        tenant_id=T, user_id=U, verb="prompt", request_id=entry.trigger["request_id"]
+        tenant_id=T, user_id=U, verb="prompt", request_id=command.answer_to
     )
     assert entry.delivery_key == derived_delivery_key(prompt_key, "answer")
+    assert result["delivery_key"] == entry.delivery_key
 
 
 def test_prompt_whose_agent_fails_is_unavailable_and_delivers_nothing(make: Any) -> None:
@@ -374,12 +395,30 @@ def test_agent_may_schedule_but_not_cancel_list_query_or_run(make: Any) -> None:
         assert response.error is not None and response.error.code is ErrorKind.DENIED, body
 
 
-def test_agent_schedule_is_recorded_under_the_agents_name(
+def test_agent_schedule_and_send_carry_the_agent_as_their_principal(
     make: Any, processor: InMemoryProcessor
 ) -> None:
-    d, _, _ = make()
-    _ok(d.handle({"verb": "schedule", "chat": "me", "in": "1h", "argv": ["send", "x"]}, _agent()))
-    assert processor.seen[-1].principal.name == "agent:agent-run-1"
+    d, outbox, _ = make()
+    agent = _agent()
+    _ok(d.handle({"verb": "schedule", "chat": "me", "in": "1h", "argv": ["send", "x"]}, agent))
+    assert (processor.seen[-1].verb, processor.seen[-1].principal) == (CommandVerb.CREATE, agent)
+    _ok(
+        d.handle(
+            {
+                "verb": "schedule",
+                "chat": "me",
+                "name": "n",
+                "update": True,
+                "in": "1h",
+                "argv": ["send", "y"],
+            },
+            agent,
+        )
+    )
+    assert (processor.seen[-1].verb, processor.seen[-1].principal) == (CommandVerb.UPDATE, agent)
+    _ok(d.handle({"verb": "send", "chat": "me", "text": "now"}, agent))
+    assert processor.seen[-1].principal == agent
+    assert [e.text for e in outbox.entries] == ["now"]
 
 
 def test_agent_run_sees_socket_chat_and_a_token_that_dies_with_the_run(
