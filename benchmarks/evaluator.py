@@ -1,0 +1,289 @@
+"""Throughput and memory of the evaluator against a raw transactional passthrough.
+
+``python -m benchmarks.evaluator`` measures, on the same broker in the same run:
+
+1. ``passthrough``: the hand-written consume → produce loop of ``benchmarks.runtime`` (bare
+   confluent-kafka, one transaction per 1000 records or 100 ms) over an ``events`` topic of N
+   events; and ``evaluator``: the evaluator over the same events with 10,000 watchers on 1,000
+   sources (10 event types per source, one watcher each, so every event matches exactly one
+   watcher; half the events satisfy it), with Redis budgets, receipts, watcher-state and
+   outbox entries. ``ratio`` = evaluator / passthrough events per second (goal >= 0.5).
+2. The evaluator over M events on 100 sources with 1,000 matching watchers, once with 100 and
+   once with 100,000 extra watchers on other sources: ``nonmatching_ratio`` = throughput with
+   100,000 / with 100 (goal >= 0.9, cost follows matching watchers).
+3. ``peak_rss_mib``: the process's peak resident memory after the 100,000-watcher run (an
+   upper bound: it includes every earlier phase; goal < 1024).
+
+Timing starts at the first batch of events consumed (group join and the watchers' restore and
+indexing excluded: :meth:`Evaluator.prepare` builds the index before events are produced) and
+ends when the transaction holding the last event has committed. Prints one JSON object.
+Env: ``KAFKA_BOOTSTRAP_SERVERS`` (127.0.0.1:9092), ``REDIS_URL`` (redis://127.0.0.1:6379/0),
+``BENCH_EVENTS`` (20000), ``BENCH_NONMATCHING_EVENTS`` (10000).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import resource
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import redis
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
+from prometheus_client import CollectorRegistry
+
+from benchmarks.runtime import bare
+from consumers.evaluator import Evaluator, EvaluatorSettings, evaluator_app
+from consumers.evaluator_budgets import EvaluationBudgets
+from consumers.evaluator_metrics import evaluator_metrics
+from pipeline.authz import Action, Grant
+from pipeline.budgets import BudgetCaps
+from pipeline.commands import GrantRecord
+from pipeline.definition import WatcherDefinition
+from pipeline.kafka.admin import connect_admin, ensure_topics
+from pipeline.kafka.clients import producer_config
+from pipeline.kafka.partitioner import partition_for
+from pipeline.kafka.serde import default_registry
+from pipeline.kafka.topics import Topic, Topology
+from pipeline.keys import canonical_json, watcher_key
+
+__all__ = ["main"]
+
+PARTITIONS = 4
+TYPES = 10
+USERS = 100
+NOW = datetime.now(UTC)
+_REGISTRY = default_registry()
+
+
+class _Loader:
+    """Writes watchers, grants and events as the command processor and publishers do."""
+
+    def __init__(self, bootstrap: str, topology: Topology, tenant: str) -> None:
+        self.topology = topology
+        self.tenant = tenant
+        self.producer = Producer(producer_config(bootstrap, **{"linger.ms": 50}))
+        template = WatcherDefinition.from_json(
+            {
+                "watcher_id": "w",
+                "purpose": "ops.alert",
+                "source": {"kind": "event", "source_id": "s", "event_type": "t", "max_age": "1h"},
+                "condition": {"eq": ["status", "failed"]},
+                "delivery": {"target": "ops-hook", "verb": "notify"},
+                "expires_at": "2030-01-01T00:00:00Z",
+                "privacy": {"retain_paths": ["status"]},
+            },
+            tenant_id=tenant,
+            user_id="u-0",
+        ).with_version(1)
+        self.template = template.to_json()
+
+    def _send(self, topic: Topic, key: str, value: bytes | None, partition: int) -> None:
+        while True:
+            try:
+                self.producer.produce(self.topology.name(topic), value, key, partition)
+                return
+            except BufferError:
+                self.producer.poll(0.1)
+
+    def watcher(self, user: str, watcher_id: str, source_id: str, event_type: str) -> None:
+        body = copy.deepcopy(self.template)
+        body.update(user_id=user, watcher_id=watcher_id)
+        body["source"].update(source_id=source_id, event_type=event_type)
+        record = {
+            "tenant_id": self.tenant,
+            "user_id": user,
+            "watcher_id": watcher_id,
+            "version": 1,
+            "revision": 1,
+            "status": "active",
+            "source_kind": "event",
+            "source_id": source_id,
+            "event_type": event_type,
+            "session_id": None,
+            "activated_at": None,
+            "updated_at": NOW,
+            "definition": canonical_json(body).decode(),
+        }
+        key = watcher_key(self.tenant, user, watcher_id)
+        value = _REGISTRY.encode("watcher", record)
+        self._send(Topic.WATCHERS, key, value, partition_for(source_id, PARTITIONS))
+
+    def grant(self, user: str, sources: list[str]) -> None:
+        grant = Grant(
+            grant_id=f"g-{user}",
+            tenant_id=self.tenant,
+            user_id=user,
+            purpose="ops.alert",
+            sources=frozenset(sources),
+            actions=frozenset({Action.EVALUATE}),
+            until=NOW + timedelta(days=1),
+        )
+        value = _REGISTRY.encode("grant", GrantRecord(grant, NOW, "bench").to_record())
+        self._send(Topic.GRANTS, grant.grant_id, value, partition_for(grant.grant_id, PARTITIONS))
+
+    def events(self, n: int, sources: list[str]) -> None:
+        for i in range(n):
+            source = sources[i % len(sources)]
+            record = {
+                "source_id": source,
+                "event_type": f"type.{(i // len(sources)) % TYPES}",
+                "event_id": f"e-{i}",
+                "envelope_id": None,
+                "cursor": str(i),
+                "observed_at": datetime.now(UTC),
+                "payload": canonical_json(
+                    {"status": "failed" if i % 2 else "passed", "n": i}
+                ).decode(),
+            }
+            value = _REGISTRY.encode("event", record)
+            self._send(Topic.EVENTS, source, value, partition_for(source, PARTITIONS))
+        self.flush()
+
+    def flush(self) -> None:
+        if self.producer.flush(60):
+            raise RuntimeError("records were not acknowledged")
+
+
+def _world(
+    bootstrap: str, matching_sources: int, extra_watchers: int
+) -> tuple[Topology, _Loader, list[str]]:
+    """A fresh topology with TYPES watchers per matching source (grants for their users) and
+    ``extra_watchers`` more on sources no event names."""
+    topology = Topology(f"bench-ev-{uuid.uuid4().hex[:8]}.", PARTITIONS)
+    ensure_topics(connect_admin(bootstrap), topology)
+    loader = _Loader(bootstrap, topology, f"bench{uuid.uuid4().hex[:6]}")
+    sources = [f"src.{s}" for s in range(matching_sources)]
+    by_user: dict[str, list[str]] = {}
+    for s, source in enumerate(sources):
+        user = f"u-{s % USERS}"
+        by_user.setdefault(user, []).append(source)
+        for t in range(TYPES):
+            loader.watcher(user, f"w-{s}-{t}", source, f"type.{t}")
+    for j in range(extra_watchers):
+        loader.watcher(f"u-{j % USERS}", f"x-{j}", f"other.{j // TYPES}", f"type.{j % TYPES}")
+    for user, owned in by_user.items():
+        loader.grant(user, owned)
+    loader.flush()
+    return topology, loader, sources
+
+
+def _evaluate(
+    bootstrap: str,
+    redis_url: str,
+    topology: Topology,
+    loader: _Loader,
+    sources: list[str],
+    n: int,
+    compiled: bool = False,
+) -> dict[str, Any]:
+    """Start an evaluator, index its watchers, then time it over ``n`` fresh events."""
+    registry = CollectorRegistry()
+    metrics = evaluator_metrics(registry)
+    budgets = EvaluationBudgets(
+        redis.Redis.from_url(redis_url), key_prefix=f"bench:{topology.prefix}"
+    )
+    caps = BudgetCaps(window=timedelta(hours=1), evaluations=10_000_000)
+    processor = Evaluator(topology, budgets, caps, metrics=metrics)
+    settings = EvaluatorSettings(bootstrap, topology, "bench")
+    app = evaluator_app(settings, processor, registry=registry)
+    events_topic = topology.name(Topic.EVENTS)
+    labels = {"group": settings.group, "topic": events_topic}
+
+    def consumed() -> float:
+        return registry.get_sample_value("vigil_runtime_records_consumed_total", labels) or 0.0
+
+    with app:
+        deadline = time.monotonic() + 60
+        while len(app.assignment()) < 2 * PARTITIONS and time.monotonic() < deadline:
+            app.step()
+        indexed = processor.prepare(compile_definitions=compiled)
+        loader.events(n, sources)
+        started = 0.0
+        cpu = 0.0
+        while consumed() < n:
+            before, before_cpu = time.perf_counter(), time.process_time()
+            if app.step() and not started:
+                started, cpu = before, before_cpu
+        app.commit()
+        seconds = time.perf_counter() - started
+        cpu_seconds = time.process_time() - cpu
+    return {
+        "watchers_indexed": indexed,
+        "events_per_s": round(n / seconds),
+        "seconds": round(seconds, 3),
+        "cpu_seconds": round(cpu_seconds, 3),
+        "outbox_entries": int(metrics.outbox_entries._value.get()),
+    }
+
+
+def _passthrough(bootstrap: str, topology: Topology, n: int) -> dict[str, Any]:
+    sink = f"{topology.prefix}passthrough-out"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    from confluent_kafka.admin import NewTopic
+
+    for future in admin.create_topics([NewTopic(sink, PARTITIONS, 1)]).values():
+        future.result()
+    seconds, cpu_seconds = bare(bootstrap, topology.name(Topic.EVENTS), sink, n)
+    return {
+        "events_per_s": round(n / seconds),
+        "seconds": round(seconds, 3),
+        "cpu_seconds": round(cpu_seconds, 3),
+    }
+
+
+def main() -> None:
+    bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092")
+    redis_url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+    n = int(os.environ.get("BENCH_EVENTS", "20000"))
+    m = int(os.environ.get("BENCH_NONMATCHING_EVENTS", "10000"))
+    began = time.monotonic()
+
+    topology, loader, sources = _world(bootstrap, 1_000, 0)
+    evaluated = _evaluate(bootstrap, redis_url, topology, loader, sources, n, compiled=True)
+    passthrough = _passthrough(bootstrap, topology, n)
+
+    few_world = _world(bootstrap, 100, 100)
+    few = _evaluate(bootstrap, redis_url, *few_world, m)
+    many_world = _world(bootstrap, 100, 100_000)
+    many = _evaluate(bootstrap, redis_url, *many_world, m)
+    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+    prefixes = [topology.prefix, few_world[0].prefix, many_world[0].prefix]
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    names = [
+        name for name in admin.list_topics(timeout=10).topics if name.startswith(tuple(prefixes))
+    ]
+    admin.delete_topics(names)
+    print(
+        json.dumps(
+            {
+                "benchmark": "evaluator",
+                "partitions": PARTITIONS,
+                "events": n,
+                "watchers": 1_000 * TYPES,
+                "sources": 1_000,
+                "passthrough": passthrough,
+                "evaluator": evaluated,
+                "ratio": round(evaluated["events_per_s"] / passthrough["events_per_s"], 3),
+                "goal_ratio": 0.5,
+                "nonmatching_events": m,
+                "with_100_nonmatching": few,
+                "with_100000_nonmatching": many,
+                "nonmatching_ratio": round(many["events_per_s"] / few["events_per_s"], 3),
+                "goal_nonmatching_ratio": 0.9,
+                "peak_rss_mib": round(peak_mib),
+                "goal_peak_rss_mib": 1024,
+                "wall_seconds": round(time.monotonic() - began, 1),
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

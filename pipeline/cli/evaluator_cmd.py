@@ -1,0 +1,112 @@
+"""``vigil evaluator``: run one member of the evaluator consumer group until SIGTERM.
+
+Reads ``[kafka]``, ``[redis]``, ``[budgets.defaults]``, ``[instance]`` and ``[metrics]`` from
+vigil.toml; registers the pinned evaluators this build ships (``producers.tools.REGISTERED``:
+any other ``key@vN`` evaluates as ``evaluator_missing``); refuses to start when its topics are
+missing or drifted (with the command that fixes it); serves Prometheus metrics on
+``[metrics] listen``; on SIGTERM or SIGINT commits the open transaction and leaves the group.
+
+Left out: the loop itself (``consumers.evaluator``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import click
+import redis
+from prometheus_client import start_http_server
+
+from consumers.evaluator import Evaluator, EvaluatorSettings, evaluator_app, run
+from consumers.evaluator_budgets import EvaluationBudgets
+from pipeline.budgets import BudgetCaps
+from pipeline.cli.config import BudgetDefaults, VigilConfig
+from pipeline.cli.context import CliState, pass_state
+from pipeline.kafka.admin import check_topology, connect_admin
+from pipeline.kafka.runtime import stop_on_sigterm
+from pipeline.kafka.topics import Topic
+from producers.tools import REGISTERED
+
+__all__ = ["default_caps", "evaluator", "serve_metrics"]
+
+log = logging.getLogger(__name__)
+
+_TOPICS = (
+    Topic.EVENTS,
+    Topic.TICKS,
+    Topic.WATCHERS,
+    Topic.WATCHER_STATE,
+    Topic.GRANTS,
+    Topic.LIFECYCLE,
+    Topic.RECEIPTS,
+    Topic.OUTBOX,
+    Topic.COMMANDS,
+    Topic.DEAD_LETTER,
+)
+
+
+def default_caps(defaults: BudgetDefaults) -> BudgetCaps:
+    """The operator's budget caps for watchers that leave some out."""
+    return BudgetCaps(
+        window=defaults.window,
+        evaluations=defaults.evaluations,
+        deliveries=defaults.deliveries,
+        attempts=defaults.attempts,
+        tokens=defaults.tokens,
+        micro_usd=defaults.micro_usd,
+    )
+
+
+def serve_metrics(listen: str) -> int:
+    """Serve ``/metrics`` on ``host:port`` (port 0 picks one); returns the bound port."""
+    host, _, port = listen.rpartition(":")
+    server, _thread = start_http_server(int(port), addr=host.strip("[]") or "0.0.0.0")
+    return int(server.server_port)
+
+
+@click.command()
+@click.option("--instance", help="Stable instance id (default: [instance] id, then the host name).")
+@click.option(
+    "--static-membership",
+    is_flag=True,
+    help="Join as a static member: a restart within the session timeout keeps its partitions.",
+)
+@click.option("--no-metrics", is_flag=True, help="Do not serve /metrics.")
+@click.option("-v", "--verbose", is_flag=True, help="Log at INFO instead of WARNING.")
+@pass_state
+def evaluator(
+    state: CliState,
+    instance: str | None,
+    static_membership: bool,
+    no_metrics: bool,
+    verbose: bool,
+) -> None:
+    """Run an evaluator: events and ticks in, decisions out, in one transaction."""
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING,
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+    )
+    config: VigilConfig = state.config
+    topology = config.kafka.topology()
+    check_topology(connect_admin(config.kafka.bootstrap_servers), topology, _TOPICS)
+    client = redis.Redis.from_url(
+        config.redis.url.get_secret_value(), socket_timeout=2.0, socket_connect_timeout=2.0
+    )
+    caps = default_caps(config.budgets.defaults)
+    processor = Evaluator(topology, EvaluationBudgets(client), caps, evaluators=REGISTERED)
+    if not no_metrics:
+        port = serve_metrics(config.metrics.listen)
+        click.echo(f"metrics on port {port}", err=True)
+    settings = EvaluatorSettings(
+        bootstrap=config.kafka.bootstrap_servers,
+        topology=topology,
+        instance_id=instance or config.instance.resolved_id(),
+        static_membership=static_membership,
+    )
+    app = evaluator_app(settings, processor)
+    stop = threading.Event()
+    stop_on_sigterm(stop)
+    click.echo(f"evaluator {settings.group}/{settings.instance_id} running", err=True)
+    run(app, stop, processor.metrics)
+    click.echo("evaluator stopped", err=True)

@@ -1,0 +1,273 @@
+"""Real-broker helpers for the evaluator tests: a topology, watchers and grants as the command
+processor writes them, events, and committed reads of receipts and the outbox.
+
+Watchers and grants are written with the same serde and record shapes the command processor
+uses (``schemas/watcher.v1.avsc``, :class:`pipeline.commands.GrantRecord`), keyed and placed as
+DESIGN.md §2 says, so the evaluator cannot tell them apart from the processor's.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from confluent_kafka import Producer
+
+from consumers.evaluator_records import decode_outbox_entry, decode_receipt
+from pipeline.authz import Action, Grant
+from pipeline.commands import GrantRecord
+from pipeline.definition import WatcherDefinition
+from pipeline.kafka.admin import connect_admin, ensure_topics
+from pipeline.kafka.clients import producer_config
+from pipeline.kafka.partitioner import partition_for
+from pipeline.kafka.serde import default_registry
+from pipeline.kafka.topics import Topic, Topology
+from pipeline.keys import canonical_json, watcher_key
+from pipeline.outbox import OutboxEntry
+from pipeline.receipts import Receipt
+from tests.integration.runtime_helpers import read_all
+
+__all__ = [
+    "Writer",
+    "event_definition",
+    "make_topology",
+    "outbox_entries",
+    "poll_definition",
+    "receipts",
+    "wait_for",
+]
+
+UNTIL = datetime(2030, 1, 1, tzinfo=UTC)
+
+
+def make_topology(bootstrap: str, partitions: int, name: str = "ev") -> Topology:
+    topology = Topology(f"t-{name}-{uuid.uuid4().hex[:8]}.", partitions)
+    ensure_topics(connect_admin(bootstrap), topology)
+    return topology
+
+
+def event_definition(
+    tenant_id: str,
+    user_id: str,
+    watcher_id: str = "release-build-failed",
+    source_id: str = "ci.pipeline",
+    event_type: str = "build.finished",
+    version: int = 1,
+    max_age: str = "10m",
+    **extra: Any,
+) -> WatcherDefinition:
+    body: dict[str, Any] = {
+        "watcher_id": watcher_id,
+        "purpose": "ops.alert",
+        "source": {
+            "kind": "event",
+            "source_id": source_id,
+            "event_type": event_type,
+            "max_age": max_age,
+        },
+        "condition": {"eq": ["status", "failed"]},
+        "delivery": {"target": "ops-hook", "verb": "notify"},
+        "expires_at": "2030-01-01T00:00:00Z",
+        "privacy": {"retain_paths": ["status"]},
+        **extra,
+    }
+    definition = WatcherDefinition.from_json(body, tenant_id=tenant_id, user_id=user_id)
+    return definition.with_version(version)
+
+
+def poll_definition(
+    tenant_id: str, user_id: str, watcher_id: str, source_id: str = "status.page"
+) -> WatcherDefinition:
+    body: dict[str, Any] = {
+        "watcher_id": watcher_id,
+        "purpose": "ops.alert",
+        "source": {
+            "kind": "polling",
+            "source_id": source_id,
+            "tool": "http.json@v1",
+            "tool_ref": "status-page",
+            "cron": "*/5 * * * *",
+            "timezone": "UTC",
+            "missed": "latest",
+            "max_age": "10m",
+        },
+        "condition": {"eq": ["status", "down"]},
+        "delivery": {"target": "ops-hook", "verb": "notify"},
+        "expires_at": "2030-01-01T00:00:00Z",
+    }
+    definition = WatcherDefinition.from_json(body, tenant_id=tenant_id, user_id=user_id)
+    return definition.with_version(1)
+
+
+class Writer:
+    """Produces watchers, grants, events and ticks where their readers expect them."""
+
+    def __init__(self, bootstrap: str, topology: Topology) -> None:
+        self.topology = topology
+        self.registry = default_registry()
+        self.producer = Producer(producer_config(bootstrap))
+        self.partitions = topology.partitions
+
+    def _send(
+        self, topic: Topic, key: str, value: bytes | None, partition: int | None = None
+    ) -> None:
+        place = partition_for(key, self.partitions) if partition is None else partition
+        self.producer.produce(self.topology.name(topic), value, key, place)
+
+    def flush(self) -> None:
+        assert self.producer.flush(30) == 0
+
+    def watcher(
+        self,
+        definition: WatcherDefinition,
+        status: str = "active",
+        revision: int = 1,
+        activated_at: datetime | None = None,
+    ) -> None:
+        assert definition.version is not None
+        source = definition.source
+        record = {
+            "tenant_id": definition.tenant_id,
+            "user_id": definition.user_id,
+            "watcher_id": definition.watcher_id,
+            "version": definition.version,
+            "revision": revision,
+            "status": status,
+            "source_kind": source.kind,
+            "source_id": definition.source_id,
+            "event_type": getattr(source, "event_type", None),
+            "session_id": definition.session_id,
+            "activated_at": activated_at,
+            "updated_at": datetime.now(UTC),
+            "definition": canonical_json(definition.to_json()).decode(),
+        }
+        key = watcher_key(*definition.watcher_key)
+        value = self.registry.encode("watcher", record)
+        self._send(Topic.WATCHERS, key, value, partition_for(definition.source_id, self.partitions))
+        self.flush()
+
+    def grant(
+        self,
+        tenant_id: str,
+        user_id: str,
+        sources: Iterable[str],
+        grant_id: str,
+        tools: Iterable[str] = (),
+    ) -> None:
+        grant = Grant(
+            tools=frozenset(tools),
+            grant_id=grant_id,
+            tenant_id=tenant_id,
+            user_id=user_id,
+            purpose="ops.alert",
+            sources=frozenset(sources),
+            actions=frozenset({Action.EVALUATE, Action.DELIVER}),
+            until=UNTIL,
+        )
+        record = GrantRecord(grant, datetime.now(UTC), "test").to_record()
+        self._send(Topic.GRANTS, grant_id, self.registry.encode("grant", record))
+        self.flush()
+
+    def revoke(self, grant_id: str) -> None:
+        self._send(Topic.GRANTS, grant_id, None)
+        self.flush()
+
+    def lifecycle_cancel(self, definition: WatcherDefinition) -> None:
+        record = {
+            "scope": "watcher",
+            "tenant_id": definition.tenant_id,
+            "user_id": definition.user_id,
+            "watcher_id": definition.watcher_id,
+            "version": definition.version,
+            "revision": 9,
+            "status": "cancelled",
+            "reason": "cancelled",
+            "at": datetime.now(UTC),
+        }
+        key = watcher_key(*definition.watcher_key)
+        self._send(Topic.LIFECYCLE, key, self.registry.encode("lifecycle", record))
+        self.flush()
+
+    def event(
+        self,
+        source_id: str,
+        event_type: str,
+        event_id: str,
+        payload: dict[str, Any],
+        observed_at: datetime,
+        *,
+        envelope_id: str | None = None,
+        cursor: str | None = None,
+        partition: int | None = None,
+        flush: bool = True,
+    ) -> None:
+        record = {
+            "source_id": source_id,
+            "event_type": event_type,
+            "event_id": event_id,
+            "envelope_id": envelope_id,
+            "cursor": cursor,
+            "observed_at": observed_at,
+            "payload": canonical_json(payload).decode(),
+        }
+        value = self.registry.encode("event", record)
+        while True:
+            try:
+                self._send(Topic.EVENTS, source_id, value, partition)
+                break
+            except BufferError:
+                self.producer.poll(0.1)
+        if flush:
+            self.flush()
+
+    def tick(self, definition: WatcherDefinition, scheduled_at: datetime, payload: Any) -> None:
+        assert definition.version is not None
+        record = {
+            "kind": "poll",
+            "tenant_id": definition.tenant_id,
+            "user_id": definition.user_id,
+            "watcher_id": definition.watcher_id,
+            "watcher_version": definition.version,
+            "source_id": definition.source_id,
+            "scheduled_at": scheduled_at,
+            "observed_at": scheduled_at,
+            "payload": canonical_json(payload).decode(),
+        }
+        self._send(Topic.TICKS, definition.source_id, self.registry.encode("tick", record))
+        self.flush()
+
+
+def receipts(bootstrap: str, topology: Topology) -> list[tuple[Receipt, int]]:
+    """Every committed receipt with the partition it landed on."""
+    registry = default_registry()
+    found = []
+    for msg in read_all(bootstrap, topology.name(Topic.RECEIPTS), max_s=30):
+        receipt, _source = decode_receipt(registry, msg.value() or b"")
+        found.append((receipt, msg.partition() or 0))
+    return found
+
+
+def outbox_entries(bootstrap: str, topology: Topology) -> list[OutboxEntry]:
+    """Every committed outbox record (read_committed), in log order per partition."""
+    registry = default_registry()
+    return [
+        decode_outbox_entry(registry, msg.value() or b"")
+        for msg in read_all(bootstrap, topology.name(Topic.OUTBOX), max_s=30)
+        if msg.value() is not None
+    ]
+
+
+def wait_for(check: Callable[[], bool], seconds: float = 60.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def ago(now: datetime, **delta: float) -> datetime:
+    return now - timedelta(**delta)
