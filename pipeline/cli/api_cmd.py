@@ -1,0 +1,180 @@
+"""``vigil api``: serve the HTTP API with uvicorn (DESIGN.md §9); ``--openapi`` prints its
+contract instead (the checked-in ``docs/openapi.json`` is this output).
+
+Owns :func:`build_services`, the wiring from ``vigil.toml`` that ``vigil api`` and the tests
+share: principals from ``[principals.NAME]``, a pool of command clients, the ledger reader,
+and a dispatch core per caller for schedules (``list`` and ``cancel``; the verbs that start
+agents or scripts are the daemon's, not served over HTTP).
+
+Left out: the routes (``pipeline.control.http_api``) and the MCP server (``vigil mcp``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any, Final
+
+import click
+
+from pipeline.authz import Principal
+from pipeline.cli.config import VigilConfig
+from pipeline.cli.context import CliState, pass_state
+from pipeline.cli.daemon_cmd import host_zone
+from pipeline.clock import Clock, SystemClock
+from pipeline.control.dispatch import Dispatcher, Subjecthood
+from pipeline.control.http_api import ApiServices, SchedulePort, create_app
+from pipeline.control.http_auth import TokenDirectory
+from pipeline.control.http_kafka import ClientPool, LedgerStore
+from pipeline.control.run import RunStarted
+from pipeline.errors import ConfigError
+
+__all__ = ["api", "build_services", "mcp", "openapi_document"]
+
+_POOL: Final = 4
+
+
+class _NotOverHttp:
+    """The agent and script ports of a dispatch core that serves only list and cancel."""
+
+    def ask(self, text: str, chat: str) -> str:
+        raise ConfigError("agents are started by `vigil daemon`, not over HTTP")
+
+    def check(self, args: Sequence[str]) -> Any:
+        raise ConfigError("scripts are started by `vigil daemon`, not over HTTP")
+
+    def start(
+        self,
+        args: Sequence[str],
+        *,
+        chat: str,
+        delivery_key: str,
+        schedule_name: str | None = None,
+        schedule_time: datetime | None = None,
+    ) -> RunStarted:
+        raise ConfigError("scripts are started by `vigil daemon`, not over HTTP")
+
+
+def build_services(
+    config: VigilConfig, *, clock: Clock | None = None, pool_size: int = _POOL
+) -> tuple[ApiServices, Callable[[], None]]:
+    """The API's services from ``config``, and what closes them."""
+    clock = clock or SystemClock()
+    topology = config.kafka.topology()
+    bootstrap = config.kafka.bootstrap_servers
+    commands = ClientPool(bootstrap, topology, size=pool_size)
+    ledger = LedgerStore(bootstrap, topology, clock)
+    zone = host_zone(config.subject.timezone)
+    chats = tuple(config.chats)
+    not_here = _NotOverHttp()
+
+    def schedules(who: Principal) -> SchedulePort:
+        subject = Subjecthood(who.tenant_id, who.user_id, chats, zone)
+        return Dispatcher(subject, commands=commands, agent=not_here, runner=not_here, clock=clock)
+
+    services = ApiServices(
+        tokens=TokenDirectory.from_config(config.principals),
+        commands=commands,
+        ledger=ledger,
+        schedules=schedules,
+    )
+
+    def close() -> None:
+        commands.close()
+        ledger.close()
+
+    return services, close
+
+
+def openapi_document() -> dict[str, Any]:
+    """The served contract; it depends on no configuration."""
+    services, close = build_services(VigilConfig(), pool_size=1)
+    try:
+        return create_app(services).openapi()
+    finally:
+        close()
+
+
+@click.command()
+@click.option("--listen", help="host:port to serve (default: [api] listen; port 0 picks one).")
+@click.option("--openapi", "print_openapi", is_flag=True, help="Print the OpenAPI document.")
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning"]),
+    default="info",
+    show_default=True,
+)
+@pass_state
+def api(state: CliState, listen: str | None, print_openapi: bool, log_level: str) -> None:
+    """Serve the HTTP API: watches, agent-watch governance, the in-app ledger, grants.
+
+    Callers authenticate with a bearer token configured under [principals.NAME] (its
+    token_sha256) and send Vigil-Protocol-Version: 1. Needs the command processor.
+
+    \b
+    Example:
+      vigil api --listen 127.0.0.1:8088
+      curl -H 'Authorization: Bearer …' -H 'Vigil-Protocol-Version: 1' \\
+           http://127.0.0.1:8088/v1/watches
+    """
+    if print_openapi:
+        click.echo(json.dumps(openapi_document(), indent=2, sort_keys=True))
+        return
+    import uvicorn
+
+    logging.basicConfig(
+        level=log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s"
+    )
+    config: VigilConfig = state.config
+    host, _, port = (listen or config.api.listen).rpartition(":")
+    if not config.principals:
+        click.echo("warning: no [principals] are configured: every request will be 401", err=True)
+    services, close = build_services(config)
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host.strip("[]"), int(port)))
+    except OSError as exc:
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc}") from None
+    bound = sock.getsockname()
+    click.echo(f"vigil api listening on http://{host}:{bound[1]}", err=True)
+    server = uvicorn.Server(uvicorn.Config(create_app(services), log_level=log_level))
+    try:
+        server.run(sockets=[sock])
+    finally:
+        close()
+        sock.close()
+        click.echo("vigil api stopped", err=True)
+
+
+@click.command()
+@click.option(
+    "--principal",
+    "principal_name",
+    required=True,
+    help="The [principals.NAME] (role agent) the tool acts as.",
+)
+@pass_state
+def mcp(state: CliState, principal_name: str) -> None:
+    """Serve the MCP tool `propose_watch` on stdin/stdout, acting as an agent principal.
+
+    The one tool proposes; it never approves, lists or cancels. Needs the command processor.
+
+    \b
+    Example (an MCP client's server entry):
+      {"command": "vigil", "args": ["mcp", "--principal", "ops-agent"]}
+    """
+    from pipeline.control.mcp_server import build_server, serve_stdio
+
+    config: VigilConfig = state.config
+    agent = TokenDirectory.from_config(config.principals).principal(principal_name)
+    if agent is None:
+        raise ConfigError(f"no [principals.{principal_name}] is configured")
+    commands = ClientPool(config.kafka.bootstrap_servers, config.kafka.topology(), size=1)
+    try:
+        serve_stdio(build_server(commands, agent))
+    finally:
+        commands.close()
