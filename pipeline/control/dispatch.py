@@ -163,11 +163,7 @@ class Dispatcher:
         agent: AgentPort,
         runner: RunPort,
         clock: Clock,
-        outbox: object = None,
     ) -> None:
-        """``outbox`` is ignored: the command processor writes immediate sends now. It stays
-        only until ``pipeline.cli.api_cmd`` stops passing it."""
-        del outbox
         self._who = who
         self._commands = commands
         self._agent = agent
