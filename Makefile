@@ -26,9 +26,9 @@ REDIS := bash deploy/redis/redis.sh
 .PHONY: help venv test run stop lint
 
 help:
-	@echo "make run    start Kafka and Redis (kept running), create vigil's topics, run vigil dev"
+	@echo "make run    vigil dev: Kafka, Redis, topics, every vigil process and a demo; Ctrl-C stops all"
 	echo "make test   install what is missing, start the servers unless they answer, run pytest, stop them"
-	echo "make stop   stop the Kafka and Redis that make run started"
+	echo "make stop   stop a Kafka and Redis started by hand with deploy/*/*.sh start"
 	echo "make lint   ruff and mypy (LINT_PATHS=... to narrow)"
 
 venv: $(STAMP)
@@ -76,21 +76,12 @@ test: $(STAMP)
 	if [[ -n "$${PYTEST_RC_FILE:-}" ]]; then echo "$$rc" >"$$PYTEST_RC_FILE"; fi
 	exit "$$rc"
 
-# The embedded stack for a first look; it keeps running until `make stop`.
+# Everything on one machine: its own Kafka and Redis (state in .vigil/dev), the topics, every
+# vigil process under one supervisor, a demo; Ctrl-C stops it all (DESIGN.md §6, `vigil dev`).
 run: $(STAMP)
-	@$(KAFKA) status >/dev/null || $(KAFKA) start
-	$(REDIS) status >/dev/null || $(REDIS) start
-	mkdir -p "$(VIGIL_STATE)"
-	config="$(VIGIL_STATE)/dev.toml"
-	printf '[kafka]\nbootstrap_servers = "127.0.0.1:%s"\n\n[redis]\nurl = "redis://127.0.0.1:%s/0"\n' \
-	  "$(KAFKA_PORT)" "$(REDIS_PORT)" >"$$config"
-	vigil=(env VIGIL_CONFIG="$$config" $(VENV)/bin/vigil)
-	if "$${vigil[@]}" topics create --help >/dev/null 2>&1; then "$${vigil[@]}" topics create; fi
-	echo "Kafka: 127.0.0.1:$(KAFKA_PORT)   Redis: redis://127.0.0.1:$(REDIS_PORT)/0   config: $$config"
-	echo "stop them with: make stop"
-	if "$${vigil[@]}" dev --help >/dev/null 2>&1; then exec "$${vigil[@]}" dev; fi
-	echo "vigil dev: not yet (the pipeline lands in later issues); the servers are up for you"
+	@exec $(VENV)/bin/vigil dev
 
+# Stops servers that `deploy/*/*.sh start` left running in $(VIGIL_STATE) (not `make run`'s).
 stop:
 	@$(KAFKA) stop
 	$(REDIS) stop

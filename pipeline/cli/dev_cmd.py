@@ -1,0 +1,181 @@
+"""``vigil dev``: everything on one machine, for a first look.
+
+Starts a broker and Redis with their data in the state directory (default ``.vigil/dev``; the
+default ports when free, free ones otherwise), creates the topics, runs the command processor,
+evaluator, ticker, delivery, daemon and HTTP API as one supervised group (a crashed process is
+restarted with backoff; a live status line on stderr), loads a demo (grants, a watcher with a
+``log`` destination, a schedule to the console chat, a stream of events), prints where metrics
+and the API listen and then ``ready``. SIGINT or SIGTERM stops the group and the servers.
+
+Left out: the pieces themselves (``pipeline.ops.dev_stack``, ``pipeline.ops.supervisor``).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from types import FrameType
+from typing import Final
+
+import click
+
+from pipeline.errors import VigilError
+from pipeline.kafka.admin import connect_admin, ensure_topics
+from pipeline.kafka.topics import Topology
+from pipeline.ops.dev_stack import (
+    Demo,
+    DevPorts,
+    Servers,
+    metric_total,
+    new_token,
+    services,
+    write_config,
+)
+from pipeline.ops.supervisor import Supervisor
+
+__all__ = ["dev"]
+
+_EVENT_EVERY_S: Final = 10.0
+_STATUS_EVERY_S: Final = 2.0
+_UP_TIMEOUT_S: Final = 90.0
+
+
+def _say(text: str) -> None:
+    click.echo(f"vigil dev: {text}")
+
+
+@click.command()
+@click.option(
+    "--state-dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=Path(".vigil/dev"),
+    show_default=True,
+    help="Where the broker, Redis, config and logs live.",
+)
+@click.option(
+    "--kafka-port", type=int, envvar="VIGIL_DEV_KAFKA_PORT", help="Default: 9092 if free."
+)
+@click.option(
+    "--redis-port", type=int, envvar="VIGIL_DEV_REDIS_PORT", help="Default: 6379 if free."
+)
+@click.option("--partitions", default=3, show_default=True, help="Partitions per topic.")
+@click.option("--no-demo", is_flag=True, help="Start the stack without the demo.")
+def dev(
+    state_dir: Path, kafka_port: int | None, redis_port: int | None, partitions: int, no_demo: bool
+) -> None:
+    """Run broker, Redis and every vigil process on this machine, with a demo. Ctrl-C stops all."""
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    state = state_dir.resolve()
+    (state / "logs").mkdir(parents=True, exist_ok=True)
+    ports = DevPorts.choose(kafka_port, redis_port)
+    servers = Servers(state, ports, state / "logs" / "servers.log")
+    supervisor: Supervisor | None = None
+    try:
+        _say(f"state in {state}; starting {servers.broker} and redis")
+        for line in servers.start():
+            _say(line)
+        token = new_token()
+        config = write_config(state, ports, token, partitions)
+        bootstrap = f"127.0.0.1:{ports.kafka}"
+        ensure_topics(connect_admin(bootstrap), Topology("vigil.", partitions, 1))
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        for name in ("VIGIL_CONFIG", "VIGIL_SOCKET", "VIGIL_CHAT_ID", "VIGIL_AGENT_TOKEN"):
+            env.pop(name, None)
+        supervisor = Supervisor(services(state, env))
+        supervisor.start()
+        _wait_up(supervisor, ports, state, stop)
+        demo = None if no_demo else Demo(config, env, state / "logs" / "demo.log")
+        if demo is not None and not stop.is_set():
+            demo.load()
+        if not stop.is_set():
+            _announce(ports, state, config, token)
+            _loop(supervisor, ports, demo, stop)
+    except VigilError as exc:
+        click.echo(f"vigil dev: {exc}", err=True)
+        stop.set()
+        raise SystemExit(1) from exc
+    finally:
+        _say("stopping")
+        if supervisor is not None:
+            supervisor.stop()
+        servers.stop()
+        _say("stopped")
+
+
+def _wait_up(supervisor: Supervisor, ports: DevPorts, state: Path, stop: threading.Event) -> None:
+    """Until every metrics endpoint answers and the daemon's socket exists."""
+    deadline = time.monotonic() + _UP_TIMEOUT_S
+    socket_path = state / "run" / "vigil.sock"
+    while not stop.is_set():
+        for event in supervisor.poll():
+            _say(event)
+        answering = all(
+            metric_total(port, "python_info") is not None for port in ports.metrics.values()
+        )
+        if answering and socket_path.exists():
+            return
+        if time.monotonic() > deadline:
+            raise VigilError(f"processes not up within {_UP_TIMEOUT_S:g}s: see {state}/logs")
+        stop.wait(0.5)
+
+
+def _announce(ports: DevPorts, state: Path, config: Path, token: str) -> None:
+    for name, port in ports.metrics.items():
+        _say(f"metrics  {name:18} http://127.0.0.1:{port}/metrics")
+    _say(f"api      http://127.0.0.1:{ports.api}  (Authorization: Bearer {token})")
+    _say(f"socket   {state / 'run' / 'vigil.sock'}")
+    _say(f"broker   127.0.0.1:{ports.kafka}   redis redis://127.0.0.1:{ports.redis}/0")
+    _say(f"config   {config}   (export VIGIL_CONFIG={config})")
+    _say(f"logs     {state / 'logs'}")
+    _say("ready")
+
+
+def _loop(
+    supervisor: Supervisor, ports: DevPorts, demo: Demo | None, stop: threading.Event
+) -> None:
+    tty = sys.stderr.isatty()
+    next_event = time.monotonic() + _EVENT_EVERY_S
+    next_status = 0.0
+    delivered_seen = False
+    last_line = ""
+    while not stop.wait(0.5):
+        for event in supervisor.poll():
+            _say(event)
+        now = time.monotonic()
+        if demo is not None and now >= next_event:
+            next_event = now + _EVENT_EVERY_S
+            try:
+                demo.publish()
+            except VigilError as exc:
+                _say(f"demo event not published: {exc}")
+        if now < next_status:
+            continue
+        next_status = now + _STATUS_EVERY_S
+        evaluations = metric_total(ports.metrics["evaluator"], "vigil_evaluator_evaluations_total")
+        delivered = metric_total(
+            ports.metrics["delivery"], "vigil_delivery_results_total", 'result="delivered"'
+        )
+        if delivered and not delivered_seen:
+            delivered_seen = True
+            _say("demo notification delivered (see logs/delivery.log)")
+        line = (
+            f"{supervisor.status()} | evaluations {int(evaluations or 0)} "
+            f"delivered {int(delivered or 0)}"
+        )
+        if tty:
+            click.echo(f"\r{line}\x1b[K", nl=False, err=True)
+        elif line != last_line:
+            click.echo(line, err=True)
+        last_line = line
+    if tty:
+        click.echo("", err=True)

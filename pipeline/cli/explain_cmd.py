@@ -1,0 +1,65 @@
+"""``vigil explain <watcher>``: why a watcher did or did not fire.
+
+Prints the watcher's evaluations in time order (outcome, reason code, trigger, evidence digest,
+delivery state), for the configured subject or ``--tenant/--user``; ``--json`` prints them as
+a JSON array. Left out: reading and joining (``pipeline.ops.explain``).
+"""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from pipeline.cli.context import CliState, pass_state
+from pipeline.ops.explain import ExplainRow, read_explanation
+from pipeline.ops.scan import Progress
+
+__all__ = ["explain", "render"]
+
+
+@click.command()
+@click.argument("watcher_id")
+@click.option("--tenant", help="The watcher's tenant (with --user; default: [subject]).")
+@click.option("--user", help="The watcher's user (with --tenant).")
+@click.option("--json", "as_json", is_flag=True, help="Print the evaluations as JSON.")
+@pass_state
+def explain(
+    state: CliState, watcher_id: str, tenant: str | None, user: str | None, as_json: bool
+) -> None:
+    """Show each evaluation of WATCHER_ID with its outcome, reason and delivery state."""
+    if (tenant is None) != (user is None):
+        raise click.UsageError("--tenant and --user go together")
+    config = state.config
+    progress = Progress("explain")
+    rows = read_explanation(
+        config.kafka.bootstrap_servers,
+        config.kafka.topology(),
+        tenant or config.subject.tenant_id,
+        user or config.subject.user_id,
+        watcher_id,
+        progress,
+    )
+    progress.done(f"{len(rows)} evaluations of {watcher_id}")
+    if as_json:
+        click.echo(json.dumps([row.as_json() for row in rows], indent=2, sort_keys=True))
+        return
+    for row in rows:
+        click.echo(render(row))
+
+
+def render(row: ExplainRow) -> str:
+    """One evaluation on one line; the delivery state only when it created an entry."""
+    trigger = ",".join(f"{k}={v}" for k, v in sorted(row.trigger.items()) if k != "kind")
+    line = (
+        f"{row.evaluated_at:%Y-%m-%dT%H:%M:%S}Z v{row.version} {row.outcome:20} "
+        f"{row.reason:20} {trigger} digest={row.evidence_digest[:12]}"
+    )
+    if row.delivery is not None:
+        line += f" delivery={row.delivery.status}"
+        if row.delivery.reason:
+            line += f"({row.delivery.reason})"
+        line += f" key={(row.delivery_key or '')[:12]}"
+    if row.note:
+        line += f"  # {row.note}"
+    return line

@@ -1,0 +1,304 @@
+"""What ``vigil dev`` runs: its servers, its configuration, its processes and its demo.
+
+Owns :class:`DevPorts` (the defaults when they are free, free ones otherwise),
+:class:`Servers` (the broker through ``deploy/kafka/kafka.sh`` — Apache Kafka when Java is
+present, Tansu otherwise — and Redis through ``deploy/redis/redis.sh``, both with their data in
+the state directory, stopped by the same scripts), :func:`write_config` (one ``vigil.toml``
+plus one per process that differ only in ``[metrics] listen``), :func:`services` (the
+supervised group) and :class:`Demo` (grants, an event watcher with a ``log`` destination, a
+schedule that sends to the console chat, and a stream of events).
+
+Leaves out supervision (``pipeline.ops.supervisor``) and the terminal (``pipeline.cli.dev_cmd``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Final
+
+from pipeline.errors import ConfigError
+from pipeline.ops.supervisor import Service
+
+__all__ = [
+    "DEMO_SOURCE",
+    "DEMO_WATCHER",
+    "Demo",
+    "DevPorts",
+    "Servers",
+    "metric_total",
+    "new_token",
+    "services",
+    "write_config",
+]
+
+ROOT: Final = Path(__file__).resolve().parents[2]
+VIGIL: Final = (sys.executable, "-m", "pipeline.cli.main")
+METRIC_PROCESSES: Final = ("command-processor", "evaluator", "ticker", "delivery")
+PROCESSES: Final = (*METRIC_PROCESSES, "daemon", "api")
+DEMO_SOURCE: Final = "demo.builds"
+DEMO_TYPE: Final = "build.finished"
+DEMO_WATCHER: Final = "demo-build-failed"
+_PURPOSE: Final = "demo.alert"
+
+
+def _free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _any_free() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _pick(wanted: int | None, default: int, taken: set[int]) -> int:
+    """``wanted`` as given; else the default when it is free; else any free port."""
+    if wanted:
+        port = wanted
+    elif default and default not in taken and _free(default):
+        port = default
+    else:
+        port = _any_free()
+        while port in taken:
+            port = _any_free()
+    taken.add(port)
+    return port
+
+
+@dataclass(frozen=True, slots=True)
+class DevPorts:
+    kafka: int
+    controller: int
+    redis: int
+    api: int
+    metrics: dict[str, int]
+
+    @classmethod
+    def choose(cls, kafka: int | None = None, redis: int | None = None) -> DevPorts:
+        taken: set[int] = set()
+        k = _pick(kafka, 9092, taken)
+        c = _pick(None, 9093 if k == 9092 else 0, taken)
+        r = _pick(redis, 6379, taken)
+        a = _pick(None, 8088, taken)
+        metrics = {name: _pick(None, 9464 + i, taken) for i, name in enumerate(METRIC_PROCESSES)}
+        return cls(k, c, r, a, metrics)
+
+
+class Servers:
+    """The broker and Redis for one state directory, started and stopped by deploy/ scripts."""
+
+    def __init__(self, state: Path, ports: DevPorts, log: Path) -> None:
+        self._state = state
+        self._ports = ports
+        self._log = log
+        self.broker = "kafka" if shutil.which("java") else "tansu"
+        self.started: list[str] = []
+
+    def _env(self) -> dict[str, str]:
+        return {
+            **os.environ,
+            "VIGIL_STATE": str(self._state),
+            "VIGIL_BROKER": self.broker,
+            "VIGIL_PYTHON": sys.executable,
+            "KAFKA_PORT": str(self._ports.kafka),
+            "KAFKA_CONTROLLER_PORT": str(self._ports.controller),
+            "KAFKA_DATA_DIR": str(self._state / "kafka"),
+            "REDIS_PORT": str(self._ports.redis),
+            "REDIS_DIR": str(self._state / "redis"),
+        }
+
+    def _script(self, name: str, verb: str) -> str:
+        script = ROOT / "deploy" / name / f"{name}.sh"
+        if not script.is_file():
+            raise ConfigError(f"vigil dev needs the source tree's {script}: run it from a clone")
+        with self._log.open("ab") as log:
+            done = subprocess.run(
+                ["bash", str(script), verb],
+                env=self._env(),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                timeout=600,
+            )
+        out = done.stdout.decode("utf-8", "replace").strip()
+        if done.returncode != 0:
+            raise ConfigError(f"{name}.sh {verb} failed ({out or 'see ' + str(self._log)})")
+        return out
+
+    def start(self) -> list[str]:
+        """Start both; returns the scripts' one-line reports."""
+        lines = []
+        for name in ("kafka", "redis"):
+            lines.append(self._script(name, "start"))
+            self.started.append(name)
+        return lines
+
+    def stop(self) -> None:
+        """Stop what this object started, Redis first; errors are reported, not raised."""
+        for name in reversed(self.started):
+            try:
+                self._script(name, "stop")
+            except (ConfigError, subprocess.TimeoutExpired) as exc:
+                print(f"vigil dev: stopping {name}: {exc}", file=sys.stderr)
+        self.started.clear()
+
+
+def write_config(state: Path, ports: DevPorts, token: str, partitions: int) -> Path:
+    """``state/vigil.toml`` and one ``state/conf/<process>.toml`` per process."""
+    base = (
+        f'[kafka]\nbootstrap_servers = "127.0.0.1:{ports.kafka}"\ntopic_prefix = "vigil."\n'
+        f"partitions = {partitions}\nreplication_factor = 1\n\n"
+        f'[redis]\nurl = "redis://127.0.0.1:{ports.redis}/0"\n\n'
+        f'[subject]\ntenant_id = "local"\nuser_id = "me"\ntimezone = "UTC"\n\n'
+        f'[destinations.demo-log]\nkind = "log"\n\n'
+        f'[chats.me]\nkind = "console"\n\n'
+        f'[rpc]\nsocket_path = "{state / "run" / "vigil.sock"}"\n\n'
+        f'[run]\nallow_dir = "{state / "scripts"}"\n\n'
+        f'[api]\nlisten = "127.0.0.1:{ports.api}"\n\n'
+        f'[instance]\nid = "dev"\n\n'
+        f'[principals.dev]\ntoken_sha256 = "{hashlib.sha256(token.encode()).hexdigest()}"\n'
+        f'role = "user"\ntenant_id = "local"\nuser_id = "me"\n\n'
+    )
+    (state / "run").mkdir(parents=True, exist_ok=True, mode=0o700)
+    (state / "scripts").mkdir(parents=True, exist_ok=True)
+    (state / "conf").mkdir(parents=True, exist_ok=True)
+    main = state / "vigil.toml"
+    main.write_text(base + '[metrics]\nlisten = "127.0.0.1:0"\n', encoding="utf-8")
+    for name in PROCESSES:
+        port = ports.metrics.get(name, 0)
+        listen = f'[metrics]\nlisten = "127.0.0.1:{port}"\n'
+        (state / "conf" / f"{name}.toml").write_text(base + listen, encoding="utf-8")
+    return main
+
+
+def services(state: Path, env: dict[str, str]) -> list[Service]:
+    """The supervised group: each process reads its own config file."""
+    out = []
+    for name in PROCESSES:
+        argv: list[str] = [*VIGIL, "--config", str(state / "conf" / f"{name}.toml"), name]
+        if name == "delivery":
+            argv += ["--senders", "4"]
+        out.append(Service(name, argv, env, state / "logs" / f"{name}.log", cwd=state))
+    return out
+
+
+def metric_total(port: int, name: str, match: str = "") -> float | None:
+    """The sum of a metric's samples on ``127.0.0.1:port/metrics`` (None: no answer)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as response:
+            text = response.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name) and (line[len(name)] in " {") and match in line:
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+class Demo:
+    """Grants, a watcher, a schedule and a stream of events for the local subject."""
+
+    def __init__(self, config: Path, env: dict[str, str], log: Path) -> None:
+        self._env = {**env, "VIGIL_CONFIG": str(config)}
+        self._log = log
+        self._sent = 0
+
+    def _vigil(self, *args: str, stdin: str | None = None) -> str:
+        done = subprocess.run(
+            [*VIGIL, *args],
+            env=self._env,
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        with self._log.open("a", encoding="utf-8") as log:
+            log.write(f"$ vigil {' '.join(args)}\n{done.stdout}{done.stderr}\n")
+        if done.returncode != 0:
+            raise ConfigError(f"vigil {args[0]} {args[1] if len(args) > 1 else ''} failed: "
+                              f"{(done.stderr or done.stdout).strip()[-300:]}")  # fmt: skip
+        return done.stdout
+
+    def _retry(self, *args: str, stdin: str | None = None, timeout_s: float = 60) -> str:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                return self._vigil(*args, stdin=stdin)
+            except (ConfigError, subprocess.TimeoutExpired):
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(1.0)
+
+    def load(self) -> None:
+        """The grant and the watcher; then a schedule through the daemon; then events."""
+        self._retry(
+            "grant", "add", "--tenant", "local", "--user", "me", "--purpose", _PURPOSE,
+            "--source", DEMO_SOURCE, "--target", "demo-log",
+            "--actions", "evaluate,deliver,manage", "--until", "30d",
+        )  # fmt: skip
+        watcher = {
+            "watcher_id": DEMO_WATCHER,
+            "purpose": _PURPOSE,
+            "source": {
+                "kind": "event",
+                "source_id": DEMO_SOURCE,
+                "event_type": DEMO_TYPE,
+                "max_age": "10m",
+            },
+            "condition": {"eq": ["status", "failed"]},
+            "delivery": {"target": "demo-log", "verb": "notify"},
+            "expires_at": "2099-01-01T00:00:00Z",
+            "privacy": {"retain_paths": ["status", "branch"]},
+        }
+        if not self._exists():  # a second run on the same state dir keeps its watcher
+            self._retry("watch", "create", "-f", "-", stdin=json.dumps(watcher))
+        self._retry(
+            "schedule", "--in", "20s", "--name", "demo", "--update", "--",
+            "send", "hello from vigil dev: the demo schedule fired",
+        )  # fmt: skip
+        for _ in range(3):
+            self.publish()
+
+    def _exists(self) -> bool:
+        try:
+            self._vigil("watch", "show", DEMO_WATCHER)
+        except ConfigError:
+            return False
+        return True
+
+    def publish(self) -> None:
+        """One demo event; every other one is a failed build (a notification)."""
+        n = self._sent
+        self._sent += 1
+        stamp = datetime.now(UTC)
+        event = {
+            "source_id": DEMO_SOURCE,
+            "event_type": DEMO_TYPE,
+            "event_id": f"demo-{stamp:%Y%m%dT%H%M%S}-{n}",
+            "observed_at": stamp.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "payload": {"status": "failed" if n % 2 == 0 else "passed", "branch": "main"},
+        }
+        self._vigil("publish", stdin=json.dumps(event) + "\n")
+
+
+def new_token() -> str:
+    return "vigil-dev-" + secrets.token_urlsafe(18)

@@ -1,0 +1,240 @@
+"""Reading what replay needs from the topics: a :class:`~pipeline.replay.History`.
+
+Owns :func:`read_history`: ``definition-log`` and ``watchers`` whole (every accepted version,
+and the activation instant a window counts from), ``events`` and ``ticks`` between the two
+bounds (their positions are the range), ``receipts`` from the start up to now (those before the
+range seed dedupe memory), and the latest ``outbox`` record per delivery key. :class:`Scope`
+narrows it to one subject or one watcher. A progress line goes to stderr while it reads.
+
+Leaves out the replay rules (``pipeline.replay``) and the command line
+(``pipeline.cli.replay_cmd``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from consumers.evaluator_records import (
+    decode_outbox_entry,
+    decode_receipt,
+    evidence_from_event,
+    evidence_from_tick,
+    position_of,
+)
+from pipeline.definition import WatcherDefinition
+from pipeline.errors import DefinitionError, SerdeError
+from pipeline.kafka.serde import SchemaRegistry, default_registry
+from pipeline.kafka.topics import Topic, Topology
+from pipeline.ops.scan import Bound, Progress, scan
+from pipeline.outbox import OutboxEntry
+from pipeline.receipts import Receipt
+from pipeline.replay import DefinitionVersion, History, ReplayInput
+
+__all__ = ["Scope", "read_history", "read_receipts"]
+
+log = logging.getLogger(__name__)
+
+VersionKey = tuple[str, str, str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """Which watchers to read: all, one subject's, or one watcher."""
+
+    tenant_id: str | None = None
+    user_id: str | None = None
+    watcher_id: str | None = None
+
+    @classmethod
+    def parse(cls, watcher: str | None, subject: str | None) -> Scope:
+        """``--watcher`` is a watcher id or a watcher key ``["t","u","w"]``; ``--subject`` is
+        ``tenant/user`` or a subject key ``["t","u"]``."""
+        tenant = user = None
+        if subject is not None:
+            if subject.startswith("["):
+                tenant, user = _key_array(subject, 2, "subject")
+            else:
+                tenant, sep, user = subject.partition("/")
+                if not sep or not tenant or not user:
+                    raise DefinitionError('a subject is tenant/user or ["t","u"]', "subject")
+        if watcher is not None and watcher.startswith("["):
+            tenant, user, watcher = _key_array(watcher, 3, "watcher")
+        return cls(tenant, user, watcher)
+
+    def covers(self, tenant_id: str, user_id: str, watcher_id: str) -> bool:
+        return (
+            (self.tenant_id is None or self.tenant_id == tenant_id)
+            and (self.user_id is None or self.user_id == user_id)
+            and (self.watcher_id is None or self.watcher_id == watcher_id)
+        )
+
+
+def _key_array(text: str, size: int, field: str) -> tuple[str, ...]:
+    """A key written as a JSON array of ids (any spacing: people type these)."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = None
+    if not isinstance(value, list) or len(value) != size:
+        raise DefinitionError(f"a {field} key is a JSON array of {size} strings", field)
+    if not all(isinstance(part, str) and part for part in value):
+        raise DefinitionError(f"a {field} key is a JSON array of {size} strings", field)
+    return tuple(value)
+
+
+def _topic(topology: Topology, topic: Topic) -> str:
+    return topology.name(topic)
+
+
+def read_definitions(
+    bootstrap: str,
+    topology: Topology,
+    registry: SchemaRegistry,
+    scope: Scope,
+    progress: Progress | None = None,
+) -> dict[VersionKey, DefinitionVersion]:
+    """Every logged version in scope, with its activation from ``watchers`` when it is known."""
+    logged: dict[VersionKey, tuple[WatcherDefinition, datetime]] = {}
+    for msg in scan(bootstrap, _topic(topology, Topic.DEFINITION_LOG), progress=progress):
+        value = _decoded(registry, msg.value(), "definition_log")
+        if value is None or not scope.covers(
+            value["tenant_id"], value["user_id"], value["watcher_id"]
+        ):
+            continue
+        key = (value["tenant_id"], value["user_id"], value["watcher_id"], int(value["version"]))
+        try:
+            parsed = WatcherDefinition.model_validate_json(value["definition"])
+        except (DefinitionError, ValueError) as exc:
+            log.warning("definition-log %s v%s is unreadable: %s", key[2], key[3], exc)
+            continue
+        if parsed.version != key[3]:
+            parsed = parsed.with_version(key[3])
+        logged.setdefault(key, (parsed, value["at"]))
+    activated: dict[VersionKey, datetime] = {}
+    for msg in scan(bootstrap, _topic(topology, Topic.WATCHERS), progress=progress):
+        value = _decoded(registry, msg.value(), "watcher")
+        if value is None or value.get("activated_at") is None:
+            continue
+        key = (value["tenant_id"], value["user_id"], value["watcher_id"], int(value["version"]))
+        activated[key] = value["activated_at"]
+    return {
+        key: DefinitionVersion(definition, at, activated.get(key))
+        for key, (definition, at) in logged.items()
+    }
+
+
+def read_receipts(
+    bootstrap: str,
+    topology: Topology,
+    registry: SchemaRegistry,
+    scope: Scope,
+    progress: Progress | None = None,
+) -> list[Receipt]:
+    """Every committed receipt in scope, in log order per partition."""
+    out: list[Receipt] = []
+    for msg in scan(bootstrap, _topic(topology, Topic.RECEIPTS), progress=progress):
+        data = msg.value()
+        if data is None:
+            continue
+        try:
+            receipt, _source = decode_receipt(registry, data)
+        except (SerdeError, ValueError) as exc:
+            log.warning("an unreadable receipt at offset %s: %s", msg.offset(), exc)
+            continue
+        if scope.covers(receipt.tenant_id, receipt.user_id, receipt.watcher_id):
+            out.append(receipt)
+    return out
+
+
+def read_inputs(
+    bootstrap: str,
+    topology: Topology,
+    registry: SchemaRegistry,
+    start: Bound,
+    end: Bound,
+    progress: Progress | None = None,
+) -> dict[str, ReplayInput]:
+    """Events and ticks in ``[start, end)`` by position (``topic:partition:offset``)."""
+    inputs: dict[str, ReplayInput] = {}
+    for topic in (Topic.EVENTS, Topic.TICKS):
+        name = _topic(topology, topic)
+        for msg in scan(
+            bootstrap, name, start=start, end=end, short=topic.value, progress=progress
+        ):
+            value = _decoded(registry, msg.value(), "event" if topic is Topic.EVENTS else "tick")
+            if value is None:
+                continue
+            position = position_of(name, msg.partition() or 0, msg.offset() or 0)
+            try:
+                if topic is Topic.EVENTS:
+                    evidence = evidence_from_event(value, position)
+                else:
+                    evidence = evidence_from_tick(value, position)
+            except (DefinitionError, SerdeError, ValueError, KeyError):
+                continue  # the evaluator dead-lettered it: nothing was decided
+            _kind, millis = msg.timestamp()
+            arrival = datetime.fromtimestamp(millis / 1000, tz=UTC)
+            inputs[position] = ReplayInput(evidence, arrival)
+    return inputs
+
+
+def read_outbox(
+    bootstrap: str, topology: Topology, registry: SchemaRegistry, progress: Progress | None = None
+) -> dict[str, OutboxEntry | None]:
+    """The latest outbox record per delivery key (``None``: purged by a tombstone)."""
+    out: dict[str, OutboxEntry | None] = {}
+    for msg in scan(bootstrap, _topic(topology, Topic.OUTBOX), progress=progress):
+        key = (msg.key() or b"").decode("utf-8", "replace")
+        data = msg.value()
+        if data is None:
+            out[key] = None
+            continue
+        try:
+            out[key] = decode_outbox_entry(registry, data)
+        except (SerdeError, ValueError) as exc:
+            log.warning("an unreadable outbox record %s: %s", key, exc)
+    return out
+
+
+def read_history(
+    bootstrap: str,
+    topology: Topology,
+    start: Bound,
+    end: Bound,
+    scope: Scope,
+    *,
+    read_at: datetime,
+    progress: Progress | None = None,
+    registry: SchemaRegistry | None = None,
+) -> History:
+    """Everything :func:`pipeline.replay.replay` needs for ``[start, end)`` within ``scope``."""
+    registry = registry or default_registry()
+    definitions = read_definitions(bootstrap, topology, registry, scope, progress)
+    inputs = read_inputs(bootstrap, topology, registry, start, end, progress)
+    receipts = read_receipts(bootstrap, topology, registry, scope, progress)
+    outbox = read_outbox(bootstrap, topology, registry, progress)
+    return History(
+        definitions=definitions,
+        inputs=inputs,
+        receipts=receipts,
+        selected=frozenset(inputs),
+        outbox=outbox,
+        read_at=read_at,
+    )
+
+
+def _decoded(registry: SchemaRegistry, data: bytes | None, expected: str) -> dict[str, Any] | None:
+    if data is None:
+        return None
+    try:
+        record_type, value = registry.decode(data)
+    except (SerdeError, ValueError) as exc:
+        log.warning("an unreadable %s record: %s", expected, exc)
+        return None
+    if record_type != expected:
+        return None
+    return value

@@ -1,0 +1,135 @@
+"""``vigil dev`` on a fresh state dir: its own broker and Redis (on free ports, never the shared
+dev servers), every process supervised, the demo delivered, metrics counting, Ctrl-C stopping
+everything it started."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pipeline.ops.supervisor import Service, ServiceState, Supervisor
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _answers(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(1)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _wait(check: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = check()
+        if found:
+            return found
+        time.sleep(0.5)
+    raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+
+
+def _metric(url: str, name: str, match: str = "") -> float:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        text = response.read().decode()
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith(name + "{") and match in line
+    )
+
+
+def test_dev_on_fresh_state_dir_gets_ready_delivers_demo_and_stops_cleanly(
+    tmp_path: Path,
+) -> None:
+    kafka_port, redis_port = _free_port(), _free_port()
+    env = {
+        **os.environ,
+        "VIGIL_DEV_KAFKA_PORT": str(kafka_port),
+        "VIGIL_DEV_REDIS_PORT": str(redis_port),
+        "PYTHONUNBUFFERED": "1",
+    }
+    env.pop("VIGIL_CONFIG", None)
+    state = tmp_path / "state"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pipeline.cli.main", "dev", "--state-dir", str(state)],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")))  # type: ignore[union-attr]
+    reader.start()
+    try:
+        ready = "vigil dev: ready\n"
+        _wait(lambda: ready in lines or proc.poll() is not None, 300, "ready")
+        assert proc.poll() is None, "".join(lines)
+        _wait(lambda: any("demo notification delivered" in line for line in lines), 120,
+              "the demo notification")  # fmt: skip
+        urls = dict(re.findall(r"metrics\s+(\S+)\s+(http://\S+/metrics)", "".join(lines)))
+        assert set(urls) == {"command-processor", "evaluator", "ticker", "delivery"}
+        assert _metric(urls["evaluator"], "vigil_evaluator_evaluations_total") > 0
+        assert _metric(urls["delivery"], "vigil_delivery_results_total", 'result="delivered"') > 0
+        assert _answers(kafka_port) and _answers(redis_port)
+        delivered = (state / "logs" / "delivery.log").read_text()
+        assert "demo-build-failed" in delivered
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+        code = proc.wait(120)
+        reader.join(10)
+        assert proc.stdout is not None
+        proc.stdout.close()
+    assert code == 0, "".join(lines)
+    assert lines[-1].strip() == "vigil dev: stopped"
+    assert not _answers(kafka_port) and not _answers(redis_port)
+
+
+def test_supervisor_restarts_a_crashed_service_with_doubling_backoff_and_stops_the_rest(
+    tmp_path: Path,
+) -> None:
+    now = [0.0]
+    crash = Service("crash", [sys.executable, "-c", "raise SystemExit(3)"], os.environ,
+                    tmp_path / "crash.log")  # fmt: skip
+    stay = Service("stay", [sys.executable, "-c", "import time; time.sleep(60)"], os.environ,
+                   tmp_path / "stay.log")  # fmt: skip
+    group = Supervisor([crash, stay], backoff_start_s=1.0, backoff_max_s=3.0, clock=lambda: now[0])
+    group.start()
+    try:
+        delays = []
+        for _ in range(4):
+            assert crash.proc is not None
+            crash.proc.wait(10)
+            events = group.poll()
+            assert any("crash exited with 3" in e for e in events), events
+            delays.append(crash.delay)
+            assert crash.state is ServiceState.BACKING_OFF
+            assert group.poll() == []  # not due yet
+            now[0] += crash.delay
+            assert group.poll() == [f"crash restarted (restart {len(delays)})"]
+        assert delays == [1.0, 2.0, 3.0, 3.0]
+        assert stay.state is ServiceState.RUNNING and stay.restarts == 0
+        assert group.status().startswith("2/2 up")
+    finally:
+        group.stop(timeout_s=10)
+    assert stay.proc is not None and stay.proc.returncode == -signal.SIGTERM
+    assert group.running() == 0
