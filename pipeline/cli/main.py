@@ -24,6 +24,26 @@ __all__ = ["COMMANDS", "main", "vigil"]
 COMMANDS: Final[dict[str, str]] = {
     "publish": "pipeline.cli.publish_cmd:publish",
     "topics": "pipeline.cli.topics_cmd:topics",
+    "watch": "pipeline.cli.watch_cmd:watch",
+    "grant": "pipeline.cli.grant_cmd:grant",
+    "erase": "pipeline.cli.erase_cmd:erase",
+    "command-processor": "consumers.commands.cli:command_processor",
+    "delivery": "pipeline.cli.delivery_cmd:delivery",
+    "evaluator": "pipeline.cli.evaluator_cmd:evaluator",
+    "ticker": "pipeline.cli.ticker_cmd:ticker",
+    "daemon": "pipeline.cli.daemon_cmd:daemon",
+    "send": "pipeline.cli.verbs_cmd:send",
+    "prompt": "pipeline.cli.verbs_cmd:prompt",
+    "query": "pipeline.cli.verbs_cmd:query",
+    "run": "pipeline.cli.verbs_cmd:run",
+    "schedule": "pipeline.cli.verbs_cmd:schedule",
+    "list": "pipeline.cli.verbs_cmd:list_schedules",
+    "cancel": "pipeline.cli.verbs_cmd:cancel",
+    "api": "pipeline.cli.api_cmd:api",
+    "mcp": "pipeline.cli.api_cmd:mcp",
+    "replay": "pipeline.cli.replay_cmd:replay_command",
+    "explain": "pipeline.cli.explain_cmd:explain",
+    "dev": "pipeline.cli.dev_cmd:dev",
 }
 
 

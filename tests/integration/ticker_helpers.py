@@ -1,0 +1,383 @@
+"""Real-broker helpers for the poll ticker tests: a deployment (topics, watchers, grants, run
+states, tickers, committed ticks), the ticker and evaluator stepped on one ManualClock, a local
+GET server for http.json@v1, and the definitions the tests use.
+
+Watchers and grants are written with the record shapes the command processor uses
+(``schemas/watcher.v1.avsc``, :class:`pipeline.command_records.GrantRecord`), keyed and placed
+as DESIGN.md §2 says, so the ticker cannot tell them apart from the processor's.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from confluent_kafka import Producer
+from prometheus_client import CollectorRegistry
+
+from pipeline.authz import Action, Grant
+from pipeline.clock import ManualClock
+from pipeline.command_records import GrantRecord
+from pipeline.definition import WatcherDefinition
+from pipeline.kafka.admin import connect_admin, ensure_topics
+from pipeline.kafka.clients import producer_config
+from pipeline.kafka.partitioner import partition_for
+from pipeline.kafka.serde import default_registry
+from pipeline.kafka.topics import Topic, Topology
+from pipeline.keys import canonical_json, watcher_key
+from pipeline.lifecycle import WatcherStatus
+from producers.events import event_record
+from producers.poll_ticker import PollTicker, TickerSettings
+from tests.integration.runtime_helpers import read_all, read_table
+
+__all__ = [
+    "PARTITIONS",
+    "REGISTRY",
+    "TENANT",
+    "USER",
+    "Deployment",
+    "Pipeline",
+    "StatusServer",
+    "TickerOnly",
+    "agent_watch",
+    "http_definition",
+    "outbox",
+    "polling_definition",
+    "schedule_definition",
+    "settle",
+    "walk",
+    "watcher_status",
+]
+
+PARTITIONS = 2
+TENANT, USER = "acme", "u-42"
+REGISTRY = default_registry()
+
+
+class Deployment:
+    """One test's topics, a plain producer for inputs, and tickers that share one identity."""
+
+    def __init__(self, bootstrap: str, prefix: str) -> None:
+        self.bootstrap = bootstrap
+        self.topology = Topology(prefix=prefix, partitions=PARTITIONS)
+        ensure_topics(connect_admin(bootstrap), self.topology)
+        self.producer = Producer(producer_config(bootstrap))
+        self.registry = CollectorRegistry()
+
+    def name(self, topic: Topic) -> str:
+        return self.topology.name(topic)
+
+    def send(self, topic: Topic, key: str, value: bytes | None, partition_key: str) -> None:
+        self.producer.produce(
+            self.name(topic), value, key, partition_for(partition_key, PARTITIONS)
+        )
+        assert self.producer.flush(30) == 0
+
+    def watcher(
+        self,
+        definition: WatcherDefinition,
+        activated_at: datetime,
+        status: WatcherStatus = WatcherStatus.ACTIVE,
+    ) -> None:
+        """A ``watchers`` record as the command processor writes it (created active)."""
+        assert definition.version is not None
+        source = definition.source
+        value = REGISTRY.encode(
+            "watcher",
+            {
+                "tenant_id": definition.tenant_id,
+                "user_id": definition.user_id,
+                "watcher_id": definition.watcher_id,
+                "version": definition.version,
+                "revision": 1,
+                "status": status.value,
+                "source_kind": source.kind,
+                "source_id": definition.source_id,
+                "event_type": getattr(source, "event_type", None),
+                "session_id": definition.session_id,
+                "activated_at": activated_at,
+                "updated_at": activated_at,
+                "definition": canonical_json(definition.to_json()).decode(),
+            },
+        )
+        key = watcher_key(*definition.watcher_key)
+        self.send(Topic.WATCHERS, key, value, definition.source_id)
+
+    def grant(self, sources: set[str], tools: set[str], purpose: str, targets: set[str]) -> None:
+        grant = Grant(
+            grant_id=f"g-{len(sources)}-{sorted(sources)[0]}",
+            tenant_id=TENANT,
+            user_id=USER,
+            purpose=purpose,
+            sources=frozenset(sources),
+            tools=frozenset(tools),
+            targets=frozenset(targets),
+            actions=frozenset({Action.EVALUATE, Action.DELIVER}),
+            until=datetime(2030, 1, 1, tzinfo=UTC),
+        )
+        record = GrantRecord(grant, datetime(2026, 1, 1, tzinfo=UTC), "operator")
+        value = REGISTRY.encode("grant", record.to_record())
+        self.send(Topic.GRANTS, grant.grant_id, value, grant.grant_id)
+
+    def run_state(self, run_id: str, status: str, observed_at: datetime, event_id: str) -> None:
+        """A ``workflow.run.status`` event, as an upstream workflow engine publishes it."""
+        source_id = f"run:{run_id}"
+        payload = {"tenant_id": TENANT, "run_id": run_id, "status": status}
+        record = event_record(source_id, "workflow.run.status", event_id, payload, observed_at)
+        self.send(Topic.EVENTS, source_id, REGISTRY.encode("event", record), source_id)
+
+    def ticker(self, clock: ManualClock, group: str, **options: Any) -> PollTicker:
+        settings = TickerSettings(
+            self.bootstrap, self.topology, "t-1", group_id=group, poll_timeout_s=0.02
+        )
+        ticker = PollTicker(settings, clock=clock, metrics_registry=self.registry, **options)
+        ticker.start()
+        return ticker
+
+    def ticks(self) -> list[dict[str, Any]]:
+        out = []
+        for msg in read_all(self.bootstrap, self.name(Topic.TICKS)):
+            record_type, value = REGISTRY.decode(msg.value() or b"")
+            assert record_type == "tick"
+            out.append(value)
+        return out
+
+    def ticks_of(self, watcher_id: str) -> list[datetime]:
+        return [t["scheduled_at"] for t in self.ticks() if t["watcher_id"] == watcher_id]
+
+
+def settle(ticker: PollTicker, until: Callable[[], bool] | None = None, max_s: float = 60) -> None:
+    """Step until the ticker holds its partitions and ``until()`` holds (then 3 more steps)."""
+    deadline = time.monotonic() + max_s
+    while time.monotonic() < deadline:
+        report = ticker.step()
+        if ticker.app.assignment() and report.committed and (until is None or until()):
+            for _ in range(3):
+                ticker.step()
+            return
+    raise AssertionError("the ticker did not settle in time")
+
+
+def polling_definition(watcher_id: str, run_id: str, missed: Any) -> WatcherDefinition:
+    body = {
+        "watcher_id": watcher_id,
+        "purpose": "ops.alert",
+        "source": {
+            "kind": "polling",
+            "source_id": f"run:{run_id}",
+            "tool": "workflow.run.status@v1",
+            "target": run_id,
+            "cron": "* * * * *",
+            "timezone": "UTC",
+            "missed": missed,
+            "max_age": "10m",
+        },
+        "condition": {"eq": ["status", "failed"]},
+        "delivery": {"target": "ops-hook"},
+        "expires_at": "2027-06-01T00:00:00Z",
+    }
+    return WatcherDefinition.from_json(body, tenant_id=TENANT, user_id=USER).with_version(1)
+
+
+def schedule_definition(name: str, cron: str) -> WatcherDefinition:
+    body = {
+        "watcher_id": f"schedule:me:{name}",
+        "purpose": "schedule.chat",
+        "source": {"kind": "schedule", "cron": cron, "timezone": "America/New_York"},
+        "delivery": {"target": "me", "verb": "send", "text": name},
+    }
+    return WatcherDefinition.from_json(body, tenant_id=TENANT, user_id=USER).with_version(1)
+
+
+def walk(ticker: PollTicker, clock: ManualClock, start: datetime, end: datetime) -> None:
+    """Move the clock in 10-minute steps (on the instants themselves), one tick step each."""
+    clock.set(start)
+    while clock.now() <= end:
+        assert ticker.step().committed
+        clock.advance(timedelta(minutes=10))
+
+
+def agent_watch(watcher_id: str, run_id: str) -> WatcherDefinition:
+    body = {
+        "watcher_id": watcher_id,
+        "purpose": "agent.watch",
+        "mode": "once",
+        "source": {
+            "kind": "polling",
+            "source_id": f"run:{run_id}",
+            "tool": "workflow.run.status@v1",
+            "target": run_id,
+            "cadence": "1m",
+            "max_age": "2m",
+        },
+        "condition": {"eq": ["status", "succeeded"]},
+        "terminal_condition": {"eq": ["status", "failed"]},
+        "delivery": {"target": "in-app"},
+        "window": "30m",
+        "session_id": "s-1",
+    }
+    return WatcherDefinition.from_json(body, tenant_id=TENANT, user_id=USER).with_version(1)
+
+
+class Pipeline:
+    """A ticker and a real evaluator, stepped in turn on one ManualClock."""
+
+    def __init__(self, deployment: Deployment, clock: ManualClock, redis_url: str) -> None:
+        import redis
+
+        from consumers.evaluator import Evaluator, EvaluatorSettings, evaluator_app
+        from consumers.evaluator_budgets import EvaluationBudgets
+        from consumers.evaluator_metrics import evaluator_metrics
+        from pipeline.budgets import BudgetCaps
+        from producers.tools import REGISTERED
+
+        self.deployment = deployment
+        self.ticker = deployment.ticker(clock, deployment.topology.prefix + "ticker")
+        registry = CollectorRegistry()
+        budgets = EvaluationBudgets(
+            redis.Redis.from_url(redis_url), key_prefix=f"test:{deployment.topology.prefix}"
+        )
+        evaluator = Evaluator(
+            deployment.topology,
+            budgets,
+            BudgetCaps(window=timedelta(hours=1), evaluations=1000),
+            clock=clock,
+            metrics=evaluator_metrics(registry),
+            evaluators=REGISTERED,
+        )
+        settings = EvaluatorSettings(deployment.bootstrap, deployment.topology, "e-1")
+        self.evaluator = evaluator_app(settings, evaluator, registry=registry)
+        self.evaluator.start()
+        self._consumed = {"group": settings.group, "topic": deployment.name(Topic.TICKS)}
+        self._registry = registry
+
+    def _evaluated_all_ticks(self) -> bool:
+        """The evaluator has read every tick written so far (at the clock's current instant)."""
+        written = sum(
+            self.deployment.registry.get_sample_value(
+                "vigil_ticker_due_instants_total", {"kind": kind}
+            )
+            or 0
+            for kind in ("poll", "schedule", "expiry")
+        )
+        read = self._registry.get_sample_value(
+            "vigil_runtime_records_consumed_total", self._consumed
+        )
+        return (read or 0) >= written
+
+    def step(self, until: Callable[[], bool] = lambda: True, max_s: float = 60) -> None:
+        """Step both until ``until()`` holds and the evaluator has caught up with the ticks."""
+        deadline = time.monotonic() + max_s
+        while time.monotonic() < deadline:
+            self.ticker.step()
+            self.evaluator.step(0.02)
+            assigned = self.ticker.app.assignment() and self.evaluator.assignment()
+            if assigned and self._evaluated_all_ticks() and until():
+                return
+        raise AssertionError("the pipeline did not get there in time")
+
+    def run_status(self, run_id: str) -> str | None:
+        state = self.ticker.states.latest("workflow.run.status", TENANT, run_id)
+        return None if state is None else str(state.payload["status"])
+
+    def close(self) -> None:
+        self.ticker.close()
+        self.evaluator.close()
+
+
+def outbox(deployment: Deployment) -> list[dict[str, Any]]:
+    values = []
+    for msg in read_all(deployment.bootstrap, deployment.name(Topic.OUTBOX)):
+        record_type, value = REGISTRY.decode(msg.value() or b"")
+        assert record_type == "outbox_entry"
+        values.append(value)
+    return values
+
+
+def watcher_status(deployment: Deployment, watcher_id: str) -> str:
+    """The status the evaluator's ``watcher-state`` holds for one watcher."""
+    from consumers.evaluator_records import decode_state
+
+    table = read_table(deployment.bootstrap, deployment.name(Topic.WATCHER_STATE))
+    raw = table[watcher_key(TENANT, USER, watcher_id)]
+    return decode_state(REGISTRY, raw).status.value
+
+
+class TickerOnly:
+    """The ticker alone, stepped on the ManualClock (decisions come from the pure evaluate)."""
+
+    def __init__(self, deployment: Deployment, clock: ManualClock) -> None:
+        self.ticker = deployment.ticker(clock, deployment.topology.prefix + "ticker")
+
+    def step(self, until: Callable[[], bool] = lambda: True, max_s: float = 60) -> None:
+        deadline = time.monotonic() + max_s
+        while time.monotonic() < deadline:
+            if self.ticker.step().committed and self.ticker.app.assignment() and until():
+                return
+        raise AssertionError("the ticker did not get there in time")
+
+    def run_status(self, run_id: str) -> str | None:
+        state = self.ticker.states.latest("workflow.run.status", TENANT, run_id)
+        return None if state is None else str(state.payload["status"])
+
+    def close(self) -> None:
+        self.ticker.close()
+
+
+class StatusServer:
+    """A real local HTTP server answering GET with a JSON object; counts the calls."""
+
+    def __init__(self) -> None:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                server.calls += 1
+                body = b'{"status":"down"}'
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.calls = 0
+        self.http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.http.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.http.server_address[1]}/status.json"
+
+    def close(self) -> None:
+        self.http.shutdown()
+        self.http.server_close()
+
+
+def http_definition(watcher_id: str, source_id: str, **overrides: Any) -> WatcherDefinition:
+    body = {
+        "watcher_id": watcher_id,
+        "purpose": "ops.alert",
+        "source": {
+            "kind": "polling",
+            "source_id": source_id,
+            "tool": "http.json@v1",
+            "tool_ref": "status-page",
+            "cron": "* * * * *",
+            "timezone": "UTC",
+            "max_age": "10m",
+        },
+        "condition": {"eq": ["status", "down"]},
+        "delivery": {"target": "ops-hook"},
+        "expires_at": "2027-06-01T00:00:00Z",
+        **overrides,
+    }
+    return WatcherDefinition.from_json(body, tenant_id=TENANT, user_id=USER).with_version(1)
