@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from pipeline.authz import Grant
+from pipeline.authz import AuthzDecision, Grant
+from pipeline.budgets import BudgetCaps, BudgetScope
 from pipeline.commands import GrantRecord
 from pipeline.definition import WatcherDefinition
 from pipeline.errors import DefinitionError, SerdeError
@@ -82,6 +83,13 @@ class Watch:
     activated_at: datetime | None
     definition_json: str | None
     _definition: WatcherDefinition | None = None
+    # The evaluator's budget scope and effective caps, worked out on first charge, tagged with
+    # the operator defaults they were filled from.
+    budget: tuple[BudgetCaps, BudgetScope, BudgetCaps] | None = None
+    # The last allow, with the exact grants tuple it was decided from and the grant that gave
+    # it: it holds while that tuple is current and the grant has not ended (allows only ever
+    # end with time), so it is reused rather than decided again per input.
+    allowed: tuple[tuple[Grant, ...], Grant, AuthzDecision] | None = None
 
     @property
     def definition(self) -> WatcherDefinition:
@@ -186,7 +194,7 @@ def decode_grant(registry: SchemaRegistry, data: bytes) -> Grant:
 class GrantIndex:
     """The whole ``grants`` table, by subject: authorization looks at one subject's grants."""
 
-    __slots__ = ("_by_key", "_by_subject", "_data", "_registry", "undecodable")
+    __slots__ = ("_by_key", "_by_subject", "_data", "_of", "_registry", "undecodable")
 
     def __init__(self, table: Table, registry: SchemaRegistry) -> None:
         self._registry = registry
@@ -194,6 +202,7 @@ class GrantIndex:
         self._data.drain()
         self._by_key: dict[str, Grant] = {}
         self._by_subject: dict[tuple[str, str], dict[str, Grant]] = {}
+        self._of: dict[tuple[str, str], tuple[Grant, ...]] = {}  # what ``of`` answered
         self.undecodable = 0
         for key in list(self._data):
             self._apply(key)
@@ -209,6 +218,7 @@ class GrantIndex:
         if old is not None:
             bucket = self._by_subject.get((old.tenant_id, old.user_id), {})
             bucket.pop(key, None)
+            self._of.pop((old.tenant_id, old.user_id), None)
         raw = self._data.get(key)
         if raw is None:
             return
@@ -220,8 +230,14 @@ class GrantIndex:
             return
         self._by_key[key] = grant
         self._by_subject.setdefault((grant.tenant_id, grant.user_id), {})[key] = grant
+        self._of.pop((grant.tenant_id, grant.user_id), None)
 
     def of(self, tenant_id: str, user_id: str) -> tuple[Grant, ...]:
-        """The grants of one subject (authorization never needs another's)."""
-        bucket = self._by_subject.get((tenant_id, user_id))
-        return () if not bucket else tuple(bucket.values())
+        """The grants of one subject (authorization never needs another's): the very same
+        tuple until one of them changes, so a caller may remember what it decided from it."""
+        subject = (tenant_id, user_id)
+        found = self._of.get(subject)
+        if found is None:
+            bucket = self._by_subject.get(subject)
+            found = self._of[subject] = () if not bucket else tuple(bucket.values())
+        return found

@@ -22,10 +22,11 @@ from datetime import datetime
 
 from consumers.evaluator_budgets import Charge, EvaluationBudgets
 from consumers.evaluator_index import Watch
-from pipeline.authz import Grant
+from pipeline.authz import AuthzDecision, Grant
 from pipeline.budgets import BudgetCaps, BudgetScope, BudgetVerdict, Dimension, offset_token
+from pipeline.definition import WatcherDefinition
 from pipeline.errors import DefinitionError, TransitionError
-from pipeline.evaluation import BudgetGate, Evaluation, evaluate
+from pipeline.evaluation import BudgetGate, Evaluation, authorization_for, evaluate
 from pipeline.evidence import Evidence
 from pipeline.lifecycle import is_closed
 from pipeline.watcher_state import WatcherState
@@ -139,14 +140,16 @@ class Plan:
         if is_closed(step.state.status):
             return
         try:
+            definition = step.watch.definition
             step.result = evaluate(
-                step.watch.definition,
+                definition,
                 step.state,
                 step.evidence,
                 step.grants,
                 self._now,
                 gate,
                 evaluators=self._evaluators,
+                authorization=self._authorization(step.watch, definition, step.grants),
             )
         except (DefinitionError, TransitionError, ValueError) as exc:  # ValueError: pydantic
             step.invalid = True
@@ -154,12 +157,37 @@ class Plan:
             return
         self._working[step.watch.key] = step.result.next_state
 
+    def _authorization(
+        self, watch: Watch, definition: WatcherDefinition, grants: tuple[Grant, ...]
+    ) -> AuthzDecision:
+        """The watcher's last allow while it provably still holds, else a fresh decision."""
+        now = self._now
+        held = watch.allowed
+        if held is not None and held[0] is grants and now < held[1].until:
+            return held[2]
+        decision = authorization_for(definition, grants, now)
+        watch.allowed = None
+        if decision.allowed:
+            for grant in grants:
+                if grant.grant_id == decision.grant_id:
+                    watch.allowed = (grants, grant, decision)
+                    break
+        return decision
+
     def _charge_of(self, step: Step, evidence: Evidence) -> Charge:
-        tenant_id, user_id, watcher_id = step.watch.parts
-        caps = step.watch.definition.budgets
+        watch = step.watch
+        base = watch.budget
+        if base is None or base[0] is not self._default_caps:
+            caps = watch.definition.budgets
+            defaults = self._default_caps
+            base = watch.budget = (
+                defaults,
+                BudgetScope(*watch.parts),
+                defaults if caps is None else caps.with_defaults(defaults),
+            )
         return Charge(
-            scope=BudgetScope(tenant_id, user_id, watcher_id),
-            caps=self._default_caps if caps is None else caps.with_defaults(self._default_caps),
+            scope=base[1],
+            caps=base[2],
             increment={
                 Dimension.EVALUATIONS: 1,
                 Dimension.TOKENS: evidence.tokens,

@@ -4,7 +4,9 @@ entries out (``schemas/{watcher_state,receipt,outbox_entry}.v1.avsc``).
 Owns the mapping between the pure models (:class:`Evidence`, :class:`WatcherState`,
 :class:`Receipt`, :class:`OutboxEntry`) and their Avro records: instants as
 ``timestamp-micros``, durations as microseconds, triggers and payloads as RFC 8785 canonical
-JSON strings. The delivery consumer decodes outbox entries with :func:`decode_outbox_entry`.
+JSON strings. Receipts and outbox entries encode from their models or, in the evaluator's hot
+loop, straight from ``Evaluation.receipt_fields`` / ``outbox_fields`` (the same bytes, no model
+built). The delivery consumer decodes outbox entries with :func:`decode_outbox_entry`.
 Also the ``close`` command the evaluator emits when it closes a watch (system principal).
 
 Leaves out the bytes framing (``pipeline.kafka.serde``), topics and what is decided.
@@ -13,6 +15,7 @@ Leaves out the bytes framing (``pipeline.kafka.serde``), topics and what is deci
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any, Final
 
@@ -47,6 +50,7 @@ __all__ = [
     "evidence_from_event",
     "evidence_from_tick",
     "position_of",
+    "trigger_json_text",
 ]
 
 WATCHER_STATE: Final = "watcher_state"
@@ -62,10 +66,9 @@ def _json_text(value: Any) -> str:
     return canonical_json(value).decode("utf-8")
 
 
-def _trigger_text(trigger: dict[str, str]) -> str:
-    """A trigger object as JSON. Its keys are fixed ASCII names and its values strings, for
-    which sorted compact ``json.dumps`` is byte-for-byte RFC 8785, at a fraction of the cost."""
-    return json.dumps(trigger, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+def trigger_json_text(trigger: Mapping[str, str]) -> str:
+    """A trigger object as its RFC 8785 JSON text (how records carry it)."""
+    return canonical_json(trigger).decode("utf-8")
 
 
 def _micros(value: timedelta) -> int:
@@ -155,7 +158,9 @@ def encode_state(
     source_id: str,
     state: WatcherState,
     updated_at: datetime,
+    trigger_text: str | None = None,
 ) -> bytes:
+    """``trigger_text``: the checkpoint trigger's JSON, when the caller has it."""
     checkpoint = state.checkpoint
     return registry.encode(
         WATCHER_STATE,
@@ -171,7 +176,7 @@ def encode_state(
             if checkpoint is None
             else {
                 "trigger_key": checkpoint.trigger_key,
-                "trigger": _trigger_text(checkpoint.trigger),
+                "trigger": trigger_text or trigger_json_text(checkpoint.trigger),
                 "observed_at": checkpoint.observed_at,
                 "position": checkpoint.position,
             },
@@ -218,30 +223,41 @@ def decode_state(registry: SchemaRegistry, data: bytes) -> WatcherState:
 # --- receipts --------------------------------------------------------------------------------
 
 
-def encode_receipt(registry: SchemaRegistry, receipt: Receipt, source_id: str) -> bytes:
+def encode_receipt(
+    registry: SchemaRegistry,
+    receipt: Receipt | Mapping[str, Any],
+    source_id: str,
+    trigger_text: str | None = None,
+) -> bytes:
+    """A receipt, or its fields as ``Evaluation.receipt_fields`` holds them (the hot path:
+    no model is built). ``trigger_text`` is the trigger's JSON when the caller has it."""
+    fields = receipt if isinstance(receipt, dict) else dict(receipt)
+    budget = fields["budget"]
+    tool_error = fields["tool_error"]
+    payload = fields["payload"]
     return registry.encode(
         RECEIPT,
         {
-            "tenant_id": receipt.tenant_id,
-            "user_id": receipt.user_id,
-            "watcher_id": receipt.watcher_id,
-            "watcher_version": receipt.watcher_version,
+            "tenant_id": fields["tenant_id"],
+            "user_id": fields["user_id"],
+            "watcher_id": fields["watcher_id"],
+            "watcher_version": fields["watcher_version"],
             "source_id": source_id,
-            "evaluated_at": receipt.evaluated_at,
-            "outcome": receipt.outcome.value,
-            "reason": receipt.reason.value,
-            "evidence_digest": receipt.evidence_digest,
-            "trigger": _trigger_text(receipt.trigger),
-            "trigger_key": receipt.trigger_key,
-            "observed_at": receipt.observed_at,
-            "position": receipt.position,
-            "authorized": receipt.authorized,
-            "authorization": receipt.authorization,
-            "budget": None if receipt.budget is None else receipt.budget.value,
-            "tool_error": None if receipt.tool_error is None else receipt.tool_error.value,
-            "payload": None if receipt.payload is None else _json_text(receipt.payload),
-            "delivery_key": receipt.delivery_key,
-            "note": receipt.note,
+            "evaluated_at": fields["evaluated_at"],
+            "outcome": fields["outcome"].value,
+            "reason": fields["reason"].value,
+            "evidence_digest": fields["evidence_digest"],
+            "trigger": trigger_text or trigger_json_text(fields["trigger"]),
+            "trigger_key": fields["trigger_key"],
+            "observed_at": fields["observed_at"],
+            "position": fields["position"],
+            "authorized": fields["authorized"],
+            "authorization": fields["authorization"],
+            "budget": None if budget is None else budget.value,
+            "tool_error": None if tool_error is None else tool_error.value,
+            "payload": None if payload is None else _json_text(payload),
+            "delivery_key": fields["delivery_key"],
+            "note": fields["note"],
         },
     )
 
@@ -260,34 +276,42 @@ def decode_receipt(registry: SchemaRegistry, data: bytes) -> tuple[Receipt, str]
 # --- outbox ----------------------------------------------------------------------------------
 
 
-def encode_outbox_entry(registry: SchemaRegistry, entry: OutboxEntry) -> bytes:
-    budgets = entry.budgets
-    quiet = entry.quiet_hours
+def encode_outbox_entry(
+    registry: SchemaRegistry,
+    entry: OutboxEntry | Mapping[str, Any],
+    trigger_text: str | None = None,
+) -> bytes:
+    """An outbox entry, or its fields as ``Evaluation.outbox_fields`` holds them."""
+    fields = entry if isinstance(entry, dict) else dict(entry)
+    budgets: BudgetCaps | None = fields["budgets"]
+    quiet: OutboxQuietHours | None = fields["quiet_hours"]
+    retry: OutboxRetry = fields["retry"]
+    args = fields["args"]
     return registry.encode(
         OUTBOX_ENTRY,
         {
-            "delivery_key": entry.delivery_key,
-            "tenant_id": entry.tenant_id,
-            "user_id": entry.user_id,
-            "watcher_id": entry.watcher_id,
-            "watcher_version": entry.watcher_version,
-            "source_id": entry.source_id,
-            "purpose": entry.purpose,
-            "trigger": _trigger_text(entry.trigger),
-            "outcome": entry.outcome.value,
-            "verb": entry.verb,
-            "target": entry.target,
-            "text": entry.text,
-            "args": None if entry.args is None else list(entry.args),
-            "evidence_digest": entry.evidence_digest,
-            "evidence_observed_at": entry.evidence_observed_at,
-            "due_at": entry.due_at,
-            "late": entry.late,
-            "created_at": entry.created_at,
+            "delivery_key": fields["delivery_key"],
+            "tenant_id": fields["tenant_id"],
+            "user_id": fields["user_id"],
+            "watcher_id": fields["watcher_id"],
+            "watcher_version": fields["watcher_version"],
+            "source_id": fields["source_id"],
+            "purpose": fields["purpose"],
+            "trigger": trigger_text or trigger_json_text(fields["trigger"]),
+            "outcome": fields["outcome"].value,
+            "verb": fields["verb"],
+            "target": fields["target"],
+            "text": fields["text"],
+            "args": None if args is None else list(args),
+            "evidence_digest": fields["evidence_digest"],
+            "evidence_observed_at": fields["evidence_observed_at"],
+            "due_at": fields["due_at"],
+            "late": fields["late"],
+            "created_at": fields["created_at"],
             "retry": {
-                "max_attempts": entry.retry.max_attempts,
-                "base_micros": _micros(entry.retry.base),
-                "cap_micros": _micros(entry.retry.cap),
+                "max_attempts": retry.max_attempts,
+                "base_micros": _micros(retry.base),
+                "cap_micros": _micros(retry.cap),
             },
             "quiet_hours": None
             if quiet is None
@@ -302,11 +326,11 @@ def encode_outbox_entry(registry: SchemaRegistry, entry: OutboxEntry) -> bytes:
                 "tokens": budgets.tokens,
                 "micro_usd": budgets.micro_usd,
             },
-            "delivery_retention_micros": _micros(entry.delivery_retention),
-            "wake_session": entry.wake_session,
-            "session_id": entry.session_id,
-            "schedule_name": entry.schedule_name,
-            "schedule_time": entry.schedule_time,
+            "delivery_retention_micros": _micros(fields["delivery_retention"]),
+            "wake_session": fields["wake_session"],
+            "session_id": fields["session_id"],
+            "schedule_name": fields["schedule_name"],
+            "schedule_time": fields["schedule_time"],
         },
     )
 

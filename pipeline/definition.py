@@ -32,6 +32,8 @@ from pipeline.condition import Condition, compile_condition, parse_condition
 from pipeline.durations import format_duration
 from pipeline.errors import DefinitionError
 from pipeline.freshness import FUTURE_SKEW
+from pipeline.keys import delivery_key_prefix
+from pipeline.paths import Path
 from pipeline.privacy import parse_retain_paths
 from pipeline.quiet_hours import QuietHours
 from pipeline.sources import (
@@ -152,6 +154,11 @@ class PrivacyPolicy(_Model):
     def _paths(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         parse_retain_paths(value)
         return value
+
+    @cached_property
+    def paths(self) -> tuple[Path, ...]:
+        """``retain_paths`` parsed once, for the per-evaluation filter."""
+        return parse_retain_paths(self.retain_paths)
 
 
 SourceField = Annotated[EventSource | PollingSource | ScheduleSource, Field(discriminator="kind")]
@@ -313,6 +320,19 @@ class WatcherDefinition(_Model):
         return (self.tenant_id, self.user_id, self.watcher_id)
 
     @cached_property
+    def key_prefix(self) -> bytes:
+        """The encoded delivery-key fields this version fixes (``keys.delivery_key_from``)."""
+        if self.version is None:
+            raise DefinitionError("a keyed definition has an assigned version", "version")
+        return delivery_key_prefix(
+            tenant_id=self.tenant_id,
+            user_id=self.user_id,
+            watcher_id=self.watcher_id,
+            watcher_version=self.version,
+            source_id=self.source_id,
+        )
+
+    @cached_property
     def parsed_condition(self) -> Condition | None:
         return None if self.condition is None else parse_condition(self.condition)
 
@@ -332,6 +352,15 @@ class WatcherDefinition(_Model):
     @cached_property
     def terminal_predicate(self) -> Callable[[Mapping[str, Any]], bool] | None:
         return None if self.parsed_terminal is None else compile_condition(self.parsed_terminal)
+
+    def compile(self) -> WatcherDefinition:
+        """Work out now everything evaluation derives from this version (conditions, the
+        delivery-key prefix, the retained paths), as a long-running evaluator has; returns
+        ``self``."""
+        _ = self.predicate, self.terminal_predicate, self.privacy.paths
+        if self.version is not None:
+            _ = self.key_prefix
+        return self
 
     def deadline(self, activated_at: datetime | None) -> datetime | None:
         """When the watch expires: ``expires_at``, or approval + ``window`` (agent watches)."""

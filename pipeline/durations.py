@@ -20,9 +20,7 @@ def parse_duration(text: str, field: str = "duration") -> timedelta:
     """A positive duration; anything else raises :class:`DefinitionError` naming ``field``."""
     match = _GRAMMAR.match(text.strip()) if isinstance(text, str) else None
     if not match or not any(match.groups()):
-        raise DefinitionError(
-            f"not a duration: {text!r} (use e.g. 45s, 90m, 1h30m, 2d)", field
-        )
+        raise DefinitionError(f"not a duration: {text!r} (use e.g. 45s, 90m, 1h30m, 2d)", field)
     days, hours, minutes, seconds = (int(g) if g else 0 for g in match.groups())
     value = timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
     if value <= timedelta(0):

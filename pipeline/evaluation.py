@@ -11,8 +11,8 @@ stale or unauthorized evidence is never charged; replay passes the recorded verd
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Set
-from dataclasses import dataclass
 from datetime import datetime
+from typing import Any, NamedTuple
 
 from pipeline.authz import Action, AuthzDecision, Grant, authorize
 from pipeline.budgets import BudgetVerdict
@@ -21,16 +21,16 @@ from pipeline.errors import BudgetStoreError, DefinitionError
 from pipeline.evidence import Evidence, trigger_json
 from pipeline.freshness import Freshness, freshness, kind_matches
 from pipeline.instants import utc
-from pipeline.keys import delivery_key
+from pipeline.keys import delivery_key_from
 from pipeline.lifecycle import CloseReason, WatcherStatus, close_event, transition
-from pipeline.outbox import OutboxEntry, build_entry
+from pipeline.outbox import OutboxEntry, entry_fields
 from pipeline.outcomes import Outcome, Reason
-from pipeline.privacy import filter_payload
+from pipeline.privacy import keep_leaves
 from pipeline.receipts import Receipt
 from pipeline.sources import EventSource, PollingSource, ScheduleSource
 from pipeline.watcher_state import Checkpoint, WatcherState
 
-__all__ = ["BudgetGate", "Evaluation", "evaluate", "recorded_budget"]
+__all__ = ["BudgetGate", "Evaluation", "authorization_for", "evaluate", "recorded_budget"]
 
 BudgetGate = Callable[[Evidence], BudgetVerdict]
 """Charges one evaluation (and the evidence's tool usage) against the watcher's budget."""
@@ -40,14 +40,60 @@ _NOTE_DENIED_ONCE = "access revoked: watch cancelled before data was read"
 _NOTE_DUPLICATE = "trigger already applied to this version: no second outbox entry"
 
 
-@dataclass(frozen=True, slots=True)
 class Evaluation:
-    outcome: Outcome
-    reason: Reason
-    next_state: WatcherState
-    outbox: OutboxEntry | None
-    receipt: Receipt
-    close: CloseReason | None = None
+    """What one evaluation decided: outcome, reason, next state, the receipt, at most one outbox
+    entry, and whether the watch closes.
+
+    The receipt and the outbox entry are held as their fields (``receipt_fields``,
+    ``outbox_fields``: exactly the keyword arguments of :class:`Receipt` and
+    :class:`OutboxEntry`) and validated into models on first read of :attr:`receipt` or
+    :attr:`outbox`: the evaluator writes records straight from the fields, so its hot loop
+    builds no model it never reads (STYLE.md habit 10). Treat an instance as immutable.
+    """
+
+    __slots__ = (
+        "_outbox",
+        "_receipt",
+        "close",
+        "next_state",
+        "outbox_fields",
+        "outcome",
+        "reason",
+        "receipt_fields",
+    )
+
+    def __init__(
+        self,
+        outcome: Outcome,
+        reason: Reason,
+        next_state: WatcherState,
+        receipt_fields: dict[str, Any],
+        outbox_fields: dict[str, Any] | None = None,
+        close: CloseReason | None = None,
+    ) -> None:
+        self.outcome = outcome
+        self.reason = reason
+        self.next_state = next_state
+        self.receipt_fields = receipt_fields
+        self.outbox_fields = outbox_fields
+        self.close = close
+        self._receipt: Receipt | None = None
+        self._outbox: OutboxEntry | None = None
+
+    @property
+    def receipt(self) -> Receipt:
+        if self._receipt is None:
+            self._receipt = Receipt(**self.receipt_fields)
+        return self._receipt
+
+    @property
+    def outbox(self) -> OutboxEntry | None:
+        if self._outbox is None and self.outbox_fields is not None:
+            self._outbox = OutboxEntry(**self.outbox_fields)
+        return self._outbox
+
+    def __repr__(self) -> str:
+        return f"Evaluation({self.outcome.value}, {self.reason.value}, close={self.close})"
 
 
 def recorded_budget(verdict: BudgetVerdict) -> BudgetGate:
@@ -59,9 +105,9 @@ def recorded_budget(verdict: BudgetVerdict) -> BudgetGate:
     return gate
 
 
-@dataclass(frozen=True, slots=True)
-class _Step:
-    """What one check decided, before the state and receipt are built."""
+class _Step(NamedTuple):
+    """What one check decided, before the state and receipt are built (a tuple: one is built
+    per evaluation, and a tuple is the cheapest immutable record Python has)."""
 
     outcome: Outcome
     reason: Reason
@@ -82,35 +128,34 @@ def evaluate(
     budget: BudgetGate,
     *,
     evaluators: Set[str] = frozenset(),
+    authorization: AuthzDecision | None = None,
 ) -> Evaluation:
     """Decide ``evidence`` for one watcher version at ``now``.
 
     ``evaluators`` are the pinned ``key@version`` tools this process has registered; a polling
     watcher whose tool is missing yields ``evaluator_missing``. A budget store that cannot
     answer raises :class:`BudgetStoreError`: the caller defers (aborts and retries) rather than
-    evaluate unbudgeted.
+    evaluate unbudgeted. ``authorization`` is :func:`authorization_for` of the same definition,
+    grants and ``now`` when the caller already has it (the evaluator keeps an allow until its
+    grant changes or ends); otherwise it is decided here.
     """
     if definition.version is None:
         raise DefinitionError("an evaluated definition has an assigned version", "version")
     now = utc(now)
-    key = delivery_key(
-        tenant_id=definition.tenant_id,
-        user_id=definition.user_id,
-        watcher_id=definition.watcher_id,
-        watcher_version=definition.version,
-        source_id=definition.source_id,
-        trigger=evidence.trigger(),
-    )
-    step = _decide(definition, state, evidence, grants, now, budget, evaluators)
+    trigger = evidence.trigger()
+    key = delivery_key_from(definition.key_prefix, trigger)
+    step = _decide(definition, state, evidence, grants, now, budget, evaluators, authorization)
     step = _final_at_deadline(definition, state, evidence, now, step)
     duplicate = step.reason is Reason.CONDITION_TRUE and state.applied(key)
+    identity = trigger_json(trigger)
+    digest = evidence.digest()
     entry = None
     if step.reason is Reason.CONDITION_TRUE and not duplicate:
-        entry = build_entry(definition, evidence, key, now)
+        entry = entry_fields(definition, evidence, key, now, identity, digest)
     note = _NOTE_DUPLICATE if duplicate else step.note
-    receipt = _receipt(definition, evidence, key, now, step, entry, note)
-    next_state = _next_state(state, evidence, key, step)
-    return Evaluation(step.outcome, step.reason, next_state, entry, receipt, step.close)
+    receipt = _receipt(definition, evidence, key, identity, digest, now, step, entry, note)
+    next_state = _next_state(state, evidence, key, identity, step)
+    return Evaluation(step.outcome, step.reason, next_state, receipt, entry, step.close)
 
 
 def _decide(
@@ -121,6 +166,7 @@ def _decide(
     now: datetime,
     budget: BudgetGate,
     evaluators: Set[str],
+    authorization: AuthzDecision | None,
 ) -> _Step:
     status = state.status
     if status not in (WatcherStatus.ACTIVE, WatcherStatus.PAUSED):
@@ -131,15 +177,8 @@ def _decide(
         return _Step(Outcome.NONE, Reason.NOT_ACTIVE)
 
     source = definition.source
-    decision = authorize(
-        grants,
-        tenant_id=definition.tenant_id,
-        user_id=definition.user_id,
-        purpose=definition.purpose,
-        action=Action.EVALUATE,
-        source_id=definition.source_id,
-        tool=source.governed_tool if isinstance(source, PollingSource) else None,
-        now=now,
+    decision = (
+        authorization_for(definition, grants, now) if authorization is None else authorization
     )
     if not decision.allowed:
         if definition.mode is Mode.ONCE:
@@ -178,6 +217,24 @@ def _decide(
     if evidence.tool_error is not None:
         return _Step(unavailable, Reason.TOOL_ERROR, authz=decision, budget=verdict)
     return _judge(definition, evidence, decision, verdict)
+
+
+def authorization_for(
+    definition: WatcherDefinition, grants: Iterable[Grant], now: datetime
+) -> AuthzDecision:
+    """Whether ``grants`` let this definition's subject evaluate its source (and governed
+    tool) for its purpose at ``now``."""
+    source = definition.source
+    return authorize(
+        grants,
+        tenant_id=definition.tenant_id,
+        user_id=definition.user_id,
+        purpose=definition.purpose,
+        action=Action.EVALUATE,
+        source_id=definition.source_id,
+        tool=source.governed_tool if isinstance(source, PollingSource) else None,
+        now=now,
+    )
 
 
 def _judge(
@@ -268,45 +325,49 @@ def _receipt(
     definition: WatcherDefinition,
     evidence: Evidence,
     key: str,
+    identity: dict[str, str],
+    digest: str,
     now: datetime,
     step: _Step,
-    entry: OutboxEntry | None,
+    entry: dict[str, Any] | None,
     note: str,
-) -> Receipt:
-    assert definition.version is not None
-    payload = None
-    if step.keep_payload:
-        payload = filter_payload(evidence.payload, definition.privacy.retain_paths)
-    return Receipt(
-        tenant_id=definition.tenant_id,
-        user_id=definition.user_id,
-        watcher_id=definition.watcher_id,
-        watcher_version=definition.version,
-        evaluated_at=now,
-        evidence_digest=evidence.digest(),
-        trigger=trigger_json(evidence.trigger()),
-        trigger_key=key,
-        observed_at=evidence.observed_at,
-        position=evidence.position,
-        outcome=step.outcome,
-        reason=step.reason,
-        authorized=None if step.authz is None else step.authz.allowed,
-        authorization="" if step.authz is None else str(step.authz),
-        budget=step.budget,
-        tool_error=evidence.tool_error if step.reason is Reason.TOOL_ERROR else None,
-        payload=payload,
-        delivery_key=None if entry is None else entry.delivery_key,
-        note=note,
-    )
+) -> dict[str, Any]:
+    """The receipt's fields (:class:`Receipt`'s keyword arguments)."""
+    authz = step.authz
+    return {
+        "tenant_id": definition.tenant_id,
+        "user_id": definition.user_id,
+        "watcher_id": definition.watcher_id,
+        "watcher_version": definition.version,
+        "evaluated_at": now,
+        "evidence_digest": digest,
+        "trigger": identity,
+        "trigger_key": key,
+        "observed_at": evidence.observed_at,
+        "position": evidence.position,
+        "outcome": step.outcome,
+        "reason": step.reason,
+        "authorized": None if authz is None else authz.allowed,
+        "authorization": "" if authz is None else str(authz),
+        "budget": step.budget,
+        "tool_error": evidence.tool_error if step.reason is Reason.TOOL_ERROR else None,
+        "payload": keep_leaves(evidence.payload, definition.privacy.paths)
+        if step.keep_payload
+        else None,
+        "delivery_key": None if entry is None else key,
+        "note": note,
+    }
 
 
-def _next_state(state: WatcherState, evidence: Evidence, key: str, step: _Step) -> WatcherState:
+def _next_state(
+    state: WatcherState, evidence: Evidence, key: str, identity: dict[str, str], step: _Step
+) -> WatcherState:
     """Advance the checkpoint (or not, §11), count the evaluation, close if decided."""
     update: dict[str, object] = {"revision": state.revision + 1}
     if step.advance:
         update["checkpoint"] = Checkpoint(
             trigger_key=key,
-            trigger=trigger_json(evidence.trigger()),
+            trigger=identity,
             observed_at=evidence.observed_at,
             position=evidence.position,
         )

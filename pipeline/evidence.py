@@ -77,6 +77,15 @@ class Evidence:
 
     def digest_input(self) -> dict[str, Any]:
         """The nine fields of evidence digest v1 (§10), absent ones as ``None``."""
+        return self._digest_fields(dict(self.payload))
+
+    def digest(self) -> str:
+        payload = self.payload  # read only: no copy unless it is not a plain dict
+        return evidence_digest(
+            self._digest_fields(payload if type(payload) is dict else {**payload})
+        )
+
+    def _digest_fields(self, payload: dict[str, Any]) -> dict[str, Any]:
         return {
             "source_kind": self.source_kind.value,
             "source_id": self.source_id,
@@ -88,11 +97,8 @@ class Evidence:
             "scheduled_at": None
             if self.scheduled_at is None
             else rfc3339_micros(self.scheduled_at),
-            "payload": dict(self.payload),
+            "payload": payload,
         }
-
-    def digest(self) -> str:
-        return evidence_digest(self.digest_input())
 
 
 def trigger_json(trigger: Trigger) -> dict[str, str]:

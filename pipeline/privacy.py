@@ -16,7 +16,7 @@ from typing import Any, Final
 
 from pipeline.paths import MISSING, Path, parse_path, resolve
 
-__all__ = ["filter_payload", "parse_retain_paths"]
+__all__ = ["filter_payload", "keep_leaves", "parse_retain_paths"]
 
 _SCALARS: Final = frozenset({str, int, float, bool, type(None)})
 
@@ -34,8 +34,13 @@ def filter_payload(
     field: str = "privacy.retain_paths",
 ) -> dict[str, Any]:
     """A new dict holding only the scalar leaves of ``payload`` at exactly ``retain_paths``."""
+    return keep_leaves(payload, parse_retain_paths(retain_paths, field))
+
+
+def keep_leaves(payload: Mapping[str, Any], paths: Iterable[Path]) -> dict[str, Any]:
+    """:func:`filter_payload` over paths parsed once (a definition keeps its own parsed)."""
     kept: dict[str, Any] = {}
-    for path in parse_retain_paths(retain_paths, field):
+    for path in paths:
         value = resolve(payload, path)
         if value is MISSING or type(value) not in _SCALARS:
             continue
