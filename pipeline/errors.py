@@ -1,14 +1,14 @@
 """Every error vigil raises, in one place.
 
-    VigilError
-    ├── DefinitionError        a definition, condition or value breaks a rule (names the field)
-    ├── TransitionError        an illegal lifecycle or dispatch state move
-    ├── ConfigError            vigil.toml is missing or invalid (names the key)
-    ├── SerdeError             bytes that do not decode as a record
-    │   └── UnknownSchemaError a schema fingerprint this build does not know (a newer writer)
-    ├── TopologyError          topics missing or drifted (says the command that fixes it)
-    ├── BrokerError            Kafka failed (translated at the boundary)
-    └── BudgetStoreError       Redis unreachable or failed (translated at the boundary)
+VigilError
+├── DefinitionError        a definition, condition or value breaks a rule (names the field)
+├── TransitionError        an illegal lifecycle or dispatch state move
+├── ConfigError            vigil.toml is missing or invalid (names the key)
+├── SerdeError             bytes that do not decode as a record
+│   └── UnknownSchemaError a schema fingerprint this build does not know (a newer writer)
+├── TopologyError          topics missing or drifted (says the command that fixes it)
+├── BrokerError            Kafka failed (translated at the boundary)
+└── BudgetStoreError       Redis unreachable or failed (translated at the boundary)
 """
 
 from __future__ import annotations
