@@ -1,7 +1,7 @@
 # vigil's entry points for people and CI (README.md). Servers are plain processes started by
 # deploy/kafka/kafka.sh and deploy/redis/redis.sh; settings come from the environment:
 #   KAFKA_PORT (9092), KAFKA_CONTROLLER_PORT (9093), REDIS_PORT (6379), VIGIL_BROKER (kafka|tansu),
-#   PYTEST_ARGS (extra pytest arguments), PYTEST_RC_FILE (where `make test` writes pytest's exit code).
+#   PYTEST_ARGS (pytest arguments; default: 4 workers, one test file per worker at a time), PYTEST_RC_FILE (where `make test` writes pytest's exit code).
 SHELL := bash
 .SHELLFLAGS := -euo pipefail -c
 .ONESHELL:
@@ -13,7 +13,7 @@ KAFKA_PORT ?= 9092
 KAFKA_CONTROLLER_PORT ?= 9093
 REDIS_PORT ?= 6379
 VIGIL_STATE ?= $(HOME)/.local/state/vigil
-PYTEST_ARGS ?=
+PYTEST_ARGS ?= -n 4 --dist loadfile
 LINT_PATHS ?= .
 
 export KAFKA_PORT KAFKA_CONTROLLER_PORT REDIS_PORT VIGIL_STATE
