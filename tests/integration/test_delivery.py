@@ -65,7 +65,9 @@ def test_receiver_failing_three_times_gets_four_signed_attempts_with_backoff_due
 ) -> None:
     harness.grant("g-1")
     receiver.fail(3, 500)
-    base, cap = timedelta(milliseconds=50), timedelta(seconds=1)
+    # Waits (0.3 s, 0.6 s, 1.2 s) longer than a commit interval, so every retry state is its
+    # own changelog record (the runtime writes a key's latest state once per transaction).
+    base, cap = timedelta(milliseconds=300), timedelta(seconds=2)
     (entry,) = harness.publish([harness.entry("e-1", retry=(8, base, cap))])
     key = entry.delivery_key
     with harness.adapters() as adapters, harness.running(harness.worker(adapters)):

@@ -72,6 +72,7 @@ def main() -> None:
     parser.add_argument("--group", required=True)
     parser.add_argument("--instance", required=True)
     parser.add_argument("--static", action="store_true")
+    parser.add_argument("--commit-interval-ms", type=int, default=100)
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s toy %(levelname)s %(message)s")
     stop = threading.Event()
@@ -84,6 +85,7 @@ def main() -> None:
         args.group,
         args.instance,
         static=args.static,
+        commit_interval_ms=args.commit_interval_ms,
     )
     app.run(stop)
 
