@@ -39,8 +39,7 @@ from pipeline.budgets import BudgetCaps, BudgetVerdict
 from pipeline.cli.config import ToolConfig
 from pipeline.clock import Clock, SystemClock
 from pipeline.errors import DefinitionError
-from pipeline.kafka.clients import BrokerFailure, ErrorKind
-from pipeline.kafka.runtime import ProcessContext, StreamApp
+from pipeline.kafka.runtime import ProcessContext, StreamApp, TransactionEnd
 from pipeline.kafka.serde import SchemaRegistry, default_registry
 from pipeline.kafka.tables import TableKind, TableSpec
 from pipeline.kafka.topics import Topic, Topology
@@ -97,47 +96,6 @@ class StepReport:
     committed: bool = True
 
 
-class _TickerApp(StreamApp):
-    """A :class:`StreamApp` that can also run a transaction no input record started: ticks are
-    due because time passed, not because something arrived. Built on the runtime's own
-    checkpoint, tables and placement, so the transaction carries the input offsets and the
-    changelog of ``ticker-state`` exactly as a processed batch would."""
-
-    def timed_transaction(self, work: Callable[[Callable[[int], ProcessContext]], None]) -> bool:
-        """Run ``work(context_of)`` in a transaction and commit it; False if it was aborted."""
-        try:
-            self._checkpoint.begin(self._require_producer())
-        except BrokerFailure as exc:
-            if exc.kind is not ErrorKind.FATAL:
-                raise
-            self._rebuild()
-            return False
-        try:
-            work(self._context)
-        except Exception:
-            log.exception("tick transaction failed: aborting it")
-            self._abort()
-            self._rewind()
-            raise
-        return self.commit()
-
-    def catch_up_tables(self) -> None:
-        """Read ``watchers`` and ``grants`` to their current end (DESIGN.md §10)."""
-        self._state.catch_up()
-
-    def _context(self, partition: int) -> ProcessContext:
-        producer = self._require_producer()
-        return ProcessContext(
-            partition, producer.produce, producer.poll, self._state.table, _unplaced
-        )
-
-
-def _unplaced(topic: str, key: bytes | str | None) -> int:
-    """Ticks and ticker-state records always name their partition; a record that did not would
-    be placed by librdkafka's murmur2_random, which is Java's partitioner for non-empty keys."""
-    return -1
-
-
 @dataclass(slots=True)
 class _Work:
     """One watcher's plan on its way to a transaction."""
@@ -182,7 +140,7 @@ class PollTicker:
             tools or {}, self.states, concurrency=settings.concurrency, metrics=self.metrics.tools
         )
         self._grants: GrantIndex | None = None
-        self.app = _TickerApp(
+        self.app = StreamApp(
             settings.bootstrap,
             settings.group,
             settings.instance_id,
@@ -232,7 +190,7 @@ class PollTicker:
         self.app.step(self.settings.poll_timeout_s)
         if not self.app.assignment():
             return StepReport()
-        self.app.catch_up_tables()
+        self.app.catch_up()  # watchers and grants, so a pause or revocation applies (§10)
         views = self._views
         views.sync(self.app.tables())
         now = self._clock.now()
@@ -243,10 +201,13 @@ class PollTicker:
         if not writes and not views.deletes:
             return StepReport(planned, 0, calls, deferred)
         observed = self._clock.now()
-        committed = self.app.timed_transaction(
+        # Ticks are due because time passed, not because a record arrived: the runtime's
+        # timer-driven transaction carries the input offsets, the group metadata and the
+        # changelog of ``ticker-state`` exactly as a processed batch would.
+        ended = self.app.transaction(
             lambda context_of: self._write(context_of, views, writes, now, observed)
         )
-        if not committed:
+        if ended is not TransactionEnd.COMMITTED:
             log.warning("tick transaction aborted: rebuilding the views and planning again")
             views.invalidate()
             return StepReport(planned, 0, calls, deferred, committed=False)

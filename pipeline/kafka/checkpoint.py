@@ -4,8 +4,11 @@ A :class:`Checkpoint` begins a transaction at the first record after the last co
 after ``commit_every`` records or ``interval_s``, whichever comes first (back-to-back commits
 cost a broker round trip each: never commit per record). Committing writes each owned table's
 changed keys once, tagged with the input positions they reflect, then the consumed offsets
-(``send_offsets_to_transaction`` in every transaction, KIP-447), then ends the transaction.
-:func:`start_offsets` decides where a partition's input resumes after a restore.
+(``send_offsets_to_transaction`` with the group metadata in every transaction of a member that
+holds partitions, KIP-447), then ends the transaction. :class:`InputPositions` gives those
+offsets even for inputs that delivered nothing since they were assigned, so a transaction no
+input record started fences a zombie too. :func:`start_offsets` decides where a partition's
+input resumes after a restore.
 
 Leaves out recovery decisions (``runtime.py`` turns the ``KafkaException`` it gets into abort,
 rewind or rebuild) and the clock: it reads ``time.monotonic`` only for the cadence.
@@ -13,8 +16,9 @@ rewind or rebuild) and the clock: it reads ``time.monotonic`` only for the caden
 
 from __future__ import annotations
 
+import enum
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
@@ -23,10 +27,27 @@ from pipeline.kafka.clients import BrokerFailure, ErrorKind, classify, translate
 from pipeline.kafka.processing import Headers
 from pipeline.kafka.tables import OFFSETS_HEADER, Table, encode_offsets
 
-__all__ = ["OFFSET_BEGINNING", "OFFSET_INVALID", "Checkpoint", "committed_offsets", "start_offsets"]
+__all__ = [
+    "OFFSET_BEGINNING",
+    "OFFSET_INVALID",
+    "Checkpoint",
+    "InputPositions",
+    "TransactionEnd",
+    "committed_offsets",
+    "resume_positions",
+    "start_offsets",
+]
 
 OFFSET_BEGINNING = -2
 OFFSET_INVALID = -1001
+
+
+class TransactionEnd(enum.Enum):
+    """How a transaction ended. Aborted: the tables are back at the last commit and the inputs
+    rewound to it, so whatever was planned from them must be planned again."""
+
+    COMMITTED = "committed"
+    ABORTED = "aborted"
 
 
 class Checkpoint:
@@ -66,7 +87,7 @@ class Checkpoint:
         """Changelogs, offsets, end of transaction. Raises ``KafkaException`` on failure."""
         stores = list(stores)
         write_changelogs(producer, stores, positions)
-        if positions:
+        if positions:  # empty only when no partition is held: there is no group to fence with
             producer.send_offsets_to_transaction(positions, group_metadata, self.timeout_s)
         deadline = time.monotonic() + self.timeout_s
         while True:
@@ -92,6 +113,61 @@ class Checkpoint:
         self.open = False
         self.records = 0
         producer.abort_transaction(self.timeout_s)
+
+
+class InputPositions:
+    """The offset of every assigned input that a transaction commits.
+
+    librdkafka reports a position only for a partition that delivered a record since it was
+    assigned or sought. After a restart with nothing new (the usual case for a timer-driven
+    transaction: a retry falls due, a tick is due) it reports none, and a transaction that sends
+    no offsets carries no group metadata: a zombie's would commit (KIP-447 fences only through
+    ``send_offsets_to_transaction``, DESIGN.md §4). Such a partition commits where it resumed
+    instead: the offset it was assigned or rewound to or, when nothing was committed or
+    reflected there, its low watermark (where ``auto.offset.reset=earliest`` starts it), looked
+    up once per assignment.
+    """
+
+    __slots__ = ("_starts", "timeout_s")
+
+    def __init__(self, timeout_s: float = 30.0) -> None:
+        self.timeout_s = timeout_s
+        self._starts: dict[tuple[str, int], int] = {}
+
+    def resumed(self, starts: Iterable[TopicPartition]) -> None:
+        """Inputs were assigned or sought to ``starts`` (negative: the broker decides)."""
+        for tp in starts:
+            self._starts[(tp.topic, tp.partition)] = tp.offset
+
+    def forget(self) -> None:
+        """The partitions left: nothing is known about where the next ones resume."""
+        self._starts.clear()
+
+    def current(self, consumer: Consumer, assigned: list[TopicPartition]) -> list[TopicPartition]:
+        """Every assigned input's offset to commit. Raises ``KafkaException`` on failure."""
+        positions = resume_positions(consumer.position(assigned), self._starts)
+        for tp in positions:
+            if tp.offset < 0:
+                low, _ = consumer.get_watermark_offsets(
+                    TopicPartition(tp.topic, tp.partition), timeout=self.timeout_s, cached=False
+                )
+                tp.offset = self._starts[(tp.topic, tp.partition)] = low
+        return positions
+
+
+def resume_positions(
+    positions: list[TopicPartition], starts: Mapping[tuple[str, int], int]
+) -> list[TopicPartition]:
+    """Each input's consumer position or, when it has none, where it resumed (negative: not
+    known yet)."""
+    return [
+        tp
+        if tp.offset >= 0
+        else TopicPartition(
+            tp.topic, tp.partition, starts.get((tp.topic, tp.partition), OFFSET_INVALID)
+        )
+        for tp in positions
+    ]
 
 
 def write_changelogs(

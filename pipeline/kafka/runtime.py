@@ -5,7 +5,12 @@ One :class:`StreamApp` per process instance: a group member subscribed to co-par
 transactional producer with the stable id ``<group>-<instance>``, and keyed in-memory tables
 (``tables.py``). Each transaction holds the outputs, the changelog of what the tables became and
 the consumed offsets (``send_offsets_to_transaction`` in every one, KIP-447); it commits every
-``commit_every`` records or ``commit_interval_ms``. On assignment, tables are restored for
+``commit_every`` records or ``commit_interval_ms``. Work no input record started (a retry or a
+tick falls due) joins the same transactions through :meth:`StreamApp.transaction`, or
+:meth:`~StreamApp.begin`, :meth:`~StreamApp.context` and :meth:`~StreamApp.commit` when it
+spans several steps; its transactions carry the offsets and group metadata too, even when no
+input delivered anything since assignment (``checkpoint.InputPositions``), so a zombie's
+cannot commit. On assignment, tables are restored for
 exactly the assigned partition numbers before any input of them is read; input resumes at the
 committed offset or past what the changelog already reflects, whichever is later. Revoke
 commits; lost aborts; an abortable error aborts, rolls the tables back and rewinds to the
@@ -44,6 +49,8 @@ from pipeline.kafka.checkpoint import (
     OFFSET_BEGINNING,
     OFFSET_INVALID,
     Checkpoint,
+    InputPositions,
+    TransactionEnd,
     committed_offsets,
     start_offsets,
 )
@@ -76,6 +83,7 @@ __all__ = [
     "ProcessContext",
     "Processor",
     "StreamApp",
+    "TransactionEnd",
     "stop_on_sigterm",
 ]
 
@@ -116,6 +124,8 @@ class StreamApp:
         self._decode = decode
         self._max_batch = max_batch
         self._checkpoint = Checkpoint(commit_every, commit_interval_ms / 1000, _TIMEOUT_S)
+        self._positions = InputPositions(_TIMEOUT_S)
+        self._aborts = 0
         client_id = f"{group_id}-{instance_id}"
         self._producer_config = producer_config(
             bootstrap, transactional_id=client_id, **(producer_overrides or {})
@@ -304,7 +314,7 @@ class StreamApp:
                 self._group_metadata = consumer.consumer_group_metadata()
             self._checkpoint.commit(
                 self._require_producer(),
-                self._quarantine.positions(consumer.position(self._assigned)),
+                self._quarantine.positions(self._positions.current(consumer, self._assigned)),
                 self._group_metadata,
                 self._state.stores(),
             )
@@ -317,6 +327,7 @@ class StreamApp:
 
     def _abort(self, restore: bool = True) -> None:
         """Abort and roll the tables back; a fatal failure rebuilds the producer instead."""
+        self._aborts += 1
         was_open = self._checkpoint.open
         try:
             self._checkpoint.abort(self._require_producer(), self._state.stores())
@@ -348,6 +359,7 @@ class StreamApp:
         """A fenced or fatally failed producer: start a new one, drop the tables' uncommitted
         state and (unless the partitions are leaving) restore them and rewind the inputs."""
         log.warning("rebuilding the transactional producer of %s", self.instance_id)
+        self._aborts += 1
         self._producer = None
         self._checkpoint.open = False
         self._new_producer()
@@ -360,13 +372,83 @@ class StreamApp:
         """Seek every assigned input back to where the committed state says it resumes."""
         consumer = self._require_consumer()
         committed = committed_offsets(consumer, self._assigned, _TIMEOUT_S)
-        for tp in start_offsets(committed, reflected or {}):
+        starts = start_offsets(committed, reflected or {})
+        for tp in starts:
             if tp.offset == OFFSET_INVALID:
                 tp.offset = OFFSET_BEGINNING
             try:
                 consumer.seek(tp)
             except KafkaException as exc:
                 raise translate(exc, f"seek {tp.topic}[{tp.partition}]") from exc
+        self._positions.resumed(starts)
+
+    # -- work no input record started ------------------------------------------------------
+
+    def transaction(
+        self, work: Callable[[Callable[[int], ProcessContext]], None]
+    ) -> TransactionEnd:
+        """Run ``work(context_of)`` in the transaction (opened if none is), then commit it.
+
+        ``context_of(partition)`` is what a processor gets for that partition. A produce
+        failure recovers exactly as for an input batch (abort and rewind, or rebuild the fenced
+        producer) and ends it aborted; any other exception aborts, rewinds and is raised.
+        """
+        try:
+            self.begin()
+        except BrokerFailure as exc:
+            if exc.kind is not ErrorKind.FATAL:
+                raise
+            return TransactionEnd.ABORTED
+        try:
+            work(self.context)
+        except KafkaException as exc:  # from produce: the producer failed, not the work
+            self._recover(exc, "produce")
+            return TransactionEnd.ABORTED
+        except Exception:
+            log.exception("timer-driven transaction failed: aborting it")
+            self._abort()
+            self._rewind()
+            raise
+        return TransactionEnd.COMMITTED if self.commit() else TransactionEnd.ABORTED
+
+    def begin(self) -> None:
+        """Open the transaction now if none is open, for work that spans several steps and ends
+        with :meth:`commit`. A fenced producer is rebuilt (tables restored, inputs rewound)
+        before the ``BrokerFailure`` is raised: nothing planned from the old tables holds."""
+        try:
+            self._checkpoint.begin(self._require_producer())
+        except BrokerFailure as exc:
+            if exc.kind is ErrorKind.FATAL:
+                self._rebuild()
+            raise
+
+    def context(self, partition: int) -> ProcessContext:
+        """Tables and produce for ``partition`` (-1: global tables only) in the open
+        transaction."""
+        if not self._checkpoint.open:
+            raise BrokerError("no transaction is open: begin() first")
+        producer = self._require_producer()
+        return ProcessContext(
+            partition,
+            producer.produce,
+            producer.poll,
+            self._state.table,
+            self._placement.partition_of,
+        )
+
+    def catch_up(self) -> None:
+        """Read the global and external tables to their current end (DESIGN.md §10)."""
+        self._state.catch_up()
+
+    def table(self, name: str, partition: int) -> Table:
+        """The store of ``name`` for ``partition``; a global table is whole for every one."""
+        return self._state.table(name, partition)
+
+    @property
+    def aborts(self) -> int:
+        """Transactions rolled back so far (aborted, or lost with a fenced producer): views
+        built from the tables must be rebuilt whenever it changes."""
+        return self._aborts
 
     # -- assignment ----------------------------------------------------------------------
 
@@ -379,6 +461,7 @@ class StreamApp:
         reflected = self._state.restore({tp.partition for tp in partitions})
         starts = start_offsets(committed, reflected)
         consumer.assign(starts)
+        self._positions.resumed(starts)
         self._assigned = [TopicPartition(tp.topic, tp.partition) for tp in starts]
         log.info("assigned %s", sorted((tp.topic, tp.partition) for tp in starts))
 
@@ -387,6 +470,7 @@ class StreamApp:
         self.commit(rewind=False)
         self._state.drop({tp.partition for tp in partitions})
         self._quarantine.forget(partitions)
+        self._positions.forget()
         self._assigned = []
         self._group_metadata = None
 
@@ -395,6 +479,7 @@ class StreamApp:
         self._abort(restore=False)
         self._state.drop({tp.partition for tp in partitions})
         self._quarantine.forget(partitions)
+        self._positions.forget()
         self._assigned = []
         self._group_metadata = None
 

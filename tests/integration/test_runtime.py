@@ -13,10 +13,16 @@ from confluent_kafka import Consumer, Message, Producer, TopicPartition
 
 from pipeline.errors import SerdeError, UnknownSchemaError
 from pipeline.kafka.clients import consumer_config, producer_config
-from pipeline.kafka.runtime import DLQ_HEADERS, InputRecord, ProcessContext, StreamApp
+from pipeline.kafka.runtime import (
+    DLQ_HEADERS,
+    InputRecord,
+    ProcessContext,
+    StreamApp,
+    TransactionEnd,
+)
 from pipeline.kafka.tables import TableKind, TableSpec
 from tests.integration.runtime_helpers import create_topics, produce_inputs, read_all, read_table
-from tests.integration.toy_counter import make_app
+from tests.integration.toy_counter import count_processor, make_app
 
 pytestmark = pytest.mark.integration
 
@@ -382,3 +388,56 @@ def test_fenced_producer_is_rebuilt_and_output_stays_exact(
     assert read_table(kafka_bootstrap, t["changelog"]) == {
         k: str(v).encode() for k, v in truth.items()
     }
+
+
+def test_timer_transaction_without_input_position_still_fences_a_zombie(
+    kafka_bootstrap: str, topology: dict[str, str], apps: list[StreamApp]
+) -> None:
+    """KIP-447 fences only through ``send_offsets_to_transaction``: a member whose inputs
+    delivered nothing since assignment (a restart with nothing new) still sends where they
+    resumed, so its timer-driven transaction carries the group metadata and a zombie's fails."""
+    t = topology
+    sent = inputs(6)
+    produce_inputs(kafka_bootstrap, t["a"], PARTITIONS, sent)
+    first = make_app(kafka_bootstrap, [t["a"]], t["out"], t["changelog"], t["group"], "first")
+    apps.append(first)
+    run_until(first, counting(first, len(sent)))
+    first.close()
+    committed = [_committed(kafka_bootstrap, t["group"], t["a"], p) for p in range(PARTITIONS)]
+
+    zombie = StreamApp(
+        kafka_bootstrap,
+        t["group"],
+        "zombie",
+        [t["a"]],
+        count_processor(t["out"]),
+        tables=[TableSpec("counts", t["changelog"], TableKind.OWNED)],
+        consumer_overrides={
+            "session.timeout.ms": 6000,
+            "heartbeat.interval.ms": 500,
+            "max.poll.interval.ms": 7000,
+        },
+    )
+    apps.append(zombie)
+    run_until(zombie, lambda: len(zombie.assignment()) == PARTITIONS)
+    assert zombie._consumer is not None
+    held = [TopicPartition(t["a"], p) for p in range(PARTITIONS)]
+    assert all(tp.offset < 0 for tp in zombie._consumer.position(held))  # nothing read
+
+    def write(value: bytes) -> Callable[[Callable[[int], ProcessContext]], None]:
+        return lambda context_of: context_of(0).produce(t["out"], "timer", value, 0)
+
+    assert zombie.transaction(write(b"live")) is TransactionEnd.COMMITTED
+    after = [_committed(kafka_bootstrap, t["group"], t["a"], p) for p in range(PARTITIONS)]
+    assert after == committed  # sent where the inputs resumed: neither skipped nor rewound
+
+    # The zombie stops polling; the group hands every partition to the survivor.
+    survivor = make_app(kafka_bootstrap, [t["a"]], t["out"], t["changelog"], t["group"], "two")
+    apps.append(survivor)
+    run_until(survivor, lambda: len(survivor.assignment()) == PARTITIONS)
+    aborts = zombie.aborts
+    assert zombie.transaction(write(b"zombie")) is TransactionEnd.ABORTED
+    assert zombie.aborts > aborts
+
+    values = [m.value() for m in read_all(kafka_bootstrap, t["out"]) if m.key() == b"timer"]
+    assert values == [b"live"]
