@@ -15,10 +15,10 @@ import threading
 from typing import Final
 
 import click
-from prometheus_client import start_http_server
 
 from consumers.commands.processor import CommandProcessor
 from pipeline.cli.context import CliState, pass_state
+from pipeline.cli.process import serve_metrics
 from pipeline.kafka.admin import check_topology, connect_admin
 from pipeline.kafka.runtime import stop_on_sigterm
 from pipeline.kafka.topics import Topic
@@ -36,12 +36,6 @@ _TOPICS: Final = (
     Topic.OUTBOX,
     Topic.DEAD_LETTER,
 )
-
-
-def _serve_metrics(listen: str) -> int:
-    host, _, port = listen.rpartition(":")
-    server, _thread = start_http_server(int(port), addr=host.strip("[]") or "0.0.0.0")
-    return int(server.server_port)
 
 
 @click.command("command-processor")
@@ -64,7 +58,7 @@ def command_processor(
     instance_id = instance or config.instance.resolved_id()
     processor = CommandProcessor(config.kafka.bootstrap_servers, topology, instance_id=instance_id)
     if not no_metrics:
-        click.echo(f"metrics on port {_serve_metrics(config.metrics.listen)}", err=True)
+        click.echo(f"metrics on port {serve_metrics(config.metrics.listen)}", err=True)
     stop = threading.Event()
     stop_on_sigterm(stop)
     click.echo(f"command processor {processor.app.group_id}/{instance_id} running", err=True)

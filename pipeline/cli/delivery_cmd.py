@@ -20,14 +20,13 @@ from pathlib import Path
 
 import click
 import redis
-from prometheus_client import start_http_server
 
 from consumers.adapters import build_adapters
 from consumers.delivery import DEFAULT_GROUP, DeliverySettings, DeliveryWorker
 from consumers.delivery_budgets import BatchBudgets
-from pipeline.budgets import BudgetCaps
-from pipeline.cli.config import BudgetDefaults, VigilConfig
+from pipeline.cli.config import VigilConfig
 from pipeline.cli.context import CliState, pass_state
+from pipeline.cli.process import default_caps, serve_metrics
 from pipeline.control.executor import SocketAgent, VerbExecutor
 from pipeline.control.run import ScriptRunner
 from pipeline.control.socket_server import default_socket_path
@@ -45,23 +44,6 @@ _TOPICS = (
     Topic.NOTIFICATIONS,
     Topic.DEAD_LETTER,
 )
-
-
-def _caps(defaults: BudgetDefaults) -> BudgetCaps:
-    return BudgetCaps(
-        window=defaults.window,
-        evaluations=defaults.evaluations,
-        deliveries=defaults.deliveries,
-        attempts=defaults.attempts,
-        tokens=defaults.tokens,
-        micro_usd=defaults.micro_usd,
-    )
-
-
-def _serve_metrics(listen: str) -> int:
-    host, _, port = listen.rpartition(":")
-    server, _thread = start_http_server(int(port), addr=host.strip("[]") or "0.0.0.0")
-    return int(server.server_port)
 
 
 @click.command()
@@ -105,7 +87,7 @@ def delivery(
         topology=topology,
         instance_id=instance or config.instance.resolved_id(),
         group_id=group,
-        budget_defaults=_caps(config.budgets.defaults),
+        budget_defaults=default_caps(config.budgets.defaults),
         senders=senders,
         max_in_flight=max_in_flight,
     )
@@ -124,7 +106,7 @@ def delivery(
             executor=executor,
         )
         if not no_metrics:
-            port = _serve_metrics(config.metrics.listen)
+            port = serve_metrics(config.metrics.listen)
             click.echo(f"metrics on port {port}", err=True)
         stop = threading.Event()
         stop_on_sigterm(stop)

@@ -16,19 +16,18 @@ import threading
 
 import click
 import redis
-from prometheus_client import start_http_server
 
 from consumers.evaluator import Evaluator, EvaluatorSettings, evaluator_app, run
 from consumers.evaluator_budgets import EvaluationBudgets
-from pipeline.budgets import BudgetCaps
-from pipeline.cli.config import BudgetDefaults, VigilConfig
+from pipeline.cli.config import VigilConfig
 from pipeline.cli.context import CliState, pass_state
+from pipeline.cli.process import default_caps, serve_metrics
 from pipeline.kafka.admin import check_topology, connect_admin
 from pipeline.kafka.runtime import stop_on_sigterm
 from pipeline.kafka.topics import Topic
 from producers.tools import REGISTERED
 
-__all__ = ["default_caps", "evaluator", "serve_metrics"]
+__all__ = ["evaluator"]
 
 log = logging.getLogger(__name__)
 
@@ -44,25 +43,6 @@ _TOPICS = (
     Topic.COMMANDS,
     Topic.DEAD_LETTER,
 )
-
-
-def default_caps(defaults: BudgetDefaults) -> BudgetCaps:
-    """The operator's budget caps for watchers that leave some out."""
-    return BudgetCaps(
-        window=defaults.window,
-        evaluations=defaults.evaluations,
-        deliveries=defaults.deliveries,
-        attempts=defaults.attempts,
-        tokens=defaults.tokens,
-        micro_usd=defaults.micro_usd,
-    )
-
-
-def serve_metrics(listen: str) -> int:
-    """Serve ``/metrics`` on ``host:port`` (port 0 picks one); returns the bound port."""
-    host, _, port = listen.rpartition(":")
-    server, _thread = start_http_server(int(port), addr=host.strip("[]") or "0.0.0.0")
-    return int(server.server_port)
 
 
 @click.command()

@@ -22,7 +22,7 @@ from redis.retry import Retry
 
 from pipeline.cli.config import VigilConfig
 from pipeline.cli.context import CliState, pass_state
-from pipeline.cli.evaluator_cmd import default_caps, serve_metrics
+from pipeline.cli.process import default_caps, serve_metrics
 from pipeline.kafka.admin import check_topology, connect_admin
 from pipeline.kafka.runtime import stop_on_sigterm
 from pipeline.kafka.topics import Topic
