@@ -11,12 +11,12 @@ Left out: the loop (``processor``) and the rules (``pipeline.commands``).
 from __future__ import annotations
 
 import logging
-import threading
 from typing import Final
 
 import click
 
 from consumers.commands.processor import CommandProcessor
+from pipeline.cli import shutdown
 from pipeline.cli.context import CliState, pass_state
 from pipeline.cli.process import serve_metrics
 from pipeline.kafka.admin import check_topology, connect_admin
@@ -59,7 +59,7 @@ def command_processor(
     processor = CommandProcessor(config.kafka.bootstrap_servers, topology, instance_id=instance_id)
     if not no_metrics:
         click.echo(f"metrics on port {serve_metrics(config.metrics.listen)}", err=True)
-    stop = threading.Event()
+    stop = shutdown.stop_event()
     stop_on_sigterm(stop)
     click.echo(f"command processor {processor.app.group_id}/{instance_id} running", err=True)
     processor.run(stop)

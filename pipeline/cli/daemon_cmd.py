@@ -27,6 +27,7 @@ from zoneinfo import ZoneInfo
 import click
 
 from pipeline.authz import Principal
+from pipeline.cli import shutdown
 from pipeline.cli.config import VigilConfig
 from pipeline.cli.context import CliState, pass_state
 from pipeline.clock import SystemClock
@@ -180,7 +181,7 @@ def daemon(state: CliState, socket_path: Path | None, log_level: str) -> None:
         path, _handler(dispatcher, tokens, user_principal(subject.tenant_id, subject.user_id))
     )
     server.start()
-    stop = threading.Event()
+    stop = shutdown.stop_event()
     stop_on_sigterm(stop)
     granter = CommandClient(bootstrap, topology)
     grant_thread = threading.Thread(

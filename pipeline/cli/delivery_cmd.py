@@ -15,7 +15,6 @@ Left out: the loop itself (``consumers.delivery``) and the adapters (``consumers
 from __future__ import annotations
 
 import logging
-import threading
 from pathlib import Path
 
 import click
@@ -24,6 +23,7 @@ import redis
 from consumers.adapters import build_adapters
 from consumers.delivery import DEFAULT_GROUP, DeliverySettings, DeliveryWorker
 from consumers.delivery_budgets import BatchBudgets
+from pipeline.cli import shutdown
 from pipeline.cli.config import VigilConfig
 from pipeline.cli.context import CliState, pass_state
 from pipeline.cli.process import default_caps, serve_metrics
@@ -108,7 +108,7 @@ def delivery(
         if not no_metrics:
             port = serve_metrics(config.metrics.listen)
             click.echo(f"metrics on port {port}", err=True)
-        stop = threading.Event()
+        stop = shutdown.stop_event()
         stop_on_sigterm(stop)
         click.echo(f"delivery {settings.group_id}/{settings.instance_id} running", err=True)
         worker.run(stop)

@@ -12,13 +12,13 @@ Left out: the loop itself (``consumers.evaluator``).
 from __future__ import annotations
 
 import logging
-import threading
 
 import click
 import redis
 
 from consumers.evaluator import Evaluator, EvaluatorSettings, evaluator_app, run
 from consumers.evaluator_budgets import EvaluationBudgets
+from pipeline.cli import shutdown
 from pipeline.cli.config import VigilConfig
 from pipeline.cli.context import CliState, pass_state
 from pipeline.cli.process import default_caps, serve_metrics
@@ -85,7 +85,7 @@ def evaluator(
         static_membership=static_membership,
     )
     app = evaluator_app(settings, processor)
-    stop = threading.Event()
+    stop = shutdown.stop_event()
     stop_on_sigterm(stop)
     click.echo(f"evaluator {settings.group}/{settings.instance_id} running", err=True)
     run(app, stop, processor.metrics)

@@ -11,11 +11,13 @@ Left out: the commands themselves and configuration loading (``pipeline.cli.conf
 from __future__ import annotations
 
 import importlib
+import sys
 from pathlib import Path
 from typing import Any, Final
 
 import click
 
+from pipeline.cli import shutdown
 from pipeline.cli.context import CliState
 from pipeline.errors import VigilError
 
@@ -85,6 +87,7 @@ def vigil(ctx: click.Context, config_path: Path | None) -> None:
 
 
 def main() -> None:
+    shutdown.arm(sys.argv[1:], tuple(COMMANDS))
     vigil(prog_name="vigil")
 
 

@@ -12,7 +12,6 @@ Left out: the loop itself (``producers.poll_ticker``).
 from __future__ import annotations
 
 import logging
-import threading
 from datetime import timedelta
 
 import click
@@ -20,6 +19,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from pipeline.cli import shutdown
 from pipeline.cli.config import VigilConfig
 from pipeline.cli.context import CliState, pass_state
 from pipeline.cli.process import default_caps, serve_metrics
@@ -99,7 +99,7 @@ def ticker(
     if not no_metrics:
         port = serve_metrics(config.metrics.listen)
         click.echo(f"metrics on port {port}", err=True)
-    stop = threading.Event()
+    stop = shutdown.stop_event()
     stop_on_sigterm(stop)
     click.echo(f"ticker {settings.group}/{settings.instance_id} running", err=True)
     poll_ticker.run(stop)
