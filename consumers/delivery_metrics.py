@@ -9,10 +9,11 @@ runtime's own metrics (``pipeline.kafka.runtime_metrics``).
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
+
+from pipeline.kafka.runtime_metrics import per_registry
 
 __all__ = ["DeliveryMetrics", "delivery_metrics"]
 
@@ -32,18 +33,9 @@ class DeliveryMetrics:
     end_to_end: Histogram
 
 
-_lock = threading.Lock()
-_by_registry: dict[int, DeliveryMetrics] = {}
-
-
 def delivery_metrics(registry: CollectorRegistry = REGISTRY) -> DeliveryMetrics:
     """The delivery metrics in ``registry``, created on first use (tests build many workers)."""
-    with _lock:
-        found = _by_registry.get(id(registry))
-        if found is None:
-            found = _create(registry)
-            _by_registry[id(registry)] = found
-        return found
+    return _made(registry)
 
 
 def _create(registry: CollectorRegistry) -> DeliveryMetrics:
@@ -112,3 +104,6 @@ def _create(registry: CollectorRegistry) -> DeliveryMetrics:
             registry=registry,
         ),
     )
+
+
+_made = per_registry(_create)

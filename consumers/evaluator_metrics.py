@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge
+
+from pipeline.kafka.runtime_metrics import per_registry
 
 __all__ = ["EvaluatorMetrics", "evaluator_metrics", "lag_reporter"]
 
@@ -33,18 +34,9 @@ class EvaluatorMetrics:
     consumer_lag: Gauge  # labels: topic, partition
 
 
-_lock = threading.Lock()
-_by_registry: dict[int, EvaluatorMetrics] = {}
-
-
 def evaluator_metrics(registry: CollectorRegistry = REGISTRY) -> EvaluatorMetrics:
     """The evaluator's metrics in ``registry``, created on first use."""
-    with _lock:
-        found = _by_registry.get(id(registry))
-        if found is None:
-            found = _create(registry)
-            _by_registry[id(registry)] = found
-        return found
+    return _made(registry)
 
 
 def _create(registry: CollectorRegistry) -> EvaluatorMetrics:
@@ -116,3 +108,6 @@ def lag_reporter(metrics: EvaluatorMetrics, topics: set[str]) -> Callable[[str],
             log.debug("unreadable librdkafka statistics: %s", exc)
 
     return report
+
+
+_made = per_registry(_create)

@@ -7,11 +7,11 @@ tests). Leaves out serving them (``pipeline/cli``) and the runtime's own metrics
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter
 
+from pipeline.kafka.runtime_metrics import per_registry
 from producers.tools.base import ToolMetrics
 
 __all__ = ["TickerMetrics", "ticker_metrics"]
@@ -27,18 +27,9 @@ class TickerMetrics:
     tools: ToolMetrics
 
 
-_lock = threading.Lock()
-_by_registry: dict[int, TickerMetrics] = {}
-
-
 def ticker_metrics(registry: CollectorRegistry = REGISTRY) -> TickerMetrics:
     """The ticker's metrics in ``registry``, created on first use."""
-    with _lock:
-        found = _by_registry.get(id(registry))
-        if found is None:
-            found = _create(registry)
-            _by_registry[id(registry)] = found
-        return found
+    return _made(registry)
 
 
 def _create(registry: CollectorRegistry) -> TickerMetrics:
@@ -64,3 +55,6 @@ def _create(registry: CollectorRegistry) -> TickerMetrics:
         ),
         tools=ToolMetrics.create(registry),
     )
+
+
+_made = per_registry(_create)

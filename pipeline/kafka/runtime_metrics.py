@@ -7,11 +7,15 @@ hot loop pays one call per topic per batch. Leaves out serving them (``pipeline/
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 
-__all__ = ["RuntimeMetrics", "runtime_metrics"]
+__all__ = ["RuntimeMetrics", "per_registry", "runtime_metrics"]
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,18 +29,9 @@ class RuntimeMetrics:
     paused_partitions: Gauge  # labels: group
 
 
-_lock = threading.Lock()
-_by_registry: dict[int, RuntimeMetrics] = {}
-
-
 def runtime_metrics(registry: CollectorRegistry = REGISTRY) -> RuntimeMetrics:
     """The runtime's metrics in ``registry``, created on first use (many apps share them)."""
-    with _lock:
-        found = _by_registry.get(id(registry))
-        if found is None:
-            found = _create(registry)
-            _by_registry[id(registry)] = found
-        return found
+    return _made(registry)
 
 
 def _create(registry: CollectorRegistry) -> RuntimeMetrics:
@@ -85,3 +80,22 @@ def _create(registry: CollectorRegistry) -> RuntimeMetrics:
             registry=registry,
         ),
     )
+
+
+def per_registry(create: Callable[[CollectorRegistry], T]) -> Callable[[CollectorRegistry], T]:
+    """``create`` run once per registry, then its result reused: prometheus refuses a second
+    registration of a name, and tests build many apps and workers on one registry."""
+    lock = threading.Lock()
+    made: dict[int, T] = {}
+
+    def get(registry: CollectorRegistry = REGISTRY) -> T:
+        with lock:
+            found = made.get(id(registry))
+            if found is None:
+                found = made[id(registry)] = create(registry)
+            return found
+
+    return get
+
+
+_made = per_registry(_create)
