@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from pipeline.condition import compile_condition, interpret, parse_condition
+from pipeline.rules.condition import compile_condition, interpret, parse_condition
 
 __all__ = ["main"]
 

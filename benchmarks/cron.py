@@ -17,8 +17,8 @@ from zoneinfo import ZoneInfo
 
 from cronsim import CronSim
 
-from pipeline import cron
-from pipeline.cron import CronSchedule, MissedPolicy, plan_due
+from pipeline.rules import cron
+from pipeline.rules.cron import CronSchedule, MissedPolicy, plan_due
 
 __all__ = ["main"]
 

@@ -1,7 +1,7 @@
 """Delivery throughput: the delivery consumer vs. a bare httpx client, same receiver, same run.
 
 ``python -m benchmarks.delivery [--entries N] [--senders S]`` prints one JSON object:
-deliveries/s of a :class:`~consumers.delivery.DeliveryWorker` (outbox entries already in Kafka,
+deliveries/s of a :class:`~consumers.delivery.loop.DeliveryWorker` (outbox entries already in Kafka,
 read, decided, budgeted in Redis, claimed in a transaction, POSTed signed with their
 idempotency key by S sender threads, results recorded in the next transaction) and posts/s of
 a bare ``httpx.Client`` on S threads POSTing the same bodies to the same receiver, and their
@@ -35,19 +35,19 @@ import redis
 from confluent_kafka import Producer
 from prometheus_client import CollectorRegistry
 
-from consumers.adapters import Delivery, build_adapters, webhook_body
-from consumers.delivery import DeliverySettings, DeliveryWorker
-from consumers.delivery_budgets import BatchBudgets
-from consumers.evaluator_records import encode_outbox_entry
-from pipeline.budgets import BudgetCaps
-from pipeline.cli.config import parse_config
+from consumers.delivery.adapters import Delivery, build_adapters, webhook_body
+from consumers.delivery.budgets import BatchBudgets
+from consumers.delivery.loop import DeliverySettings, DeliveryWorker
+from pipeline.config import parse_config
 from pipeline.kafka.admin import connect_admin, ensure_topics
 from pipeline.kafka.clients import producer_config
 from pipeline.kafka.partitioner import partition_for
 from pipeline.kafka.serde import default_registry
 from pipeline.kafka.topics import Topic, Topology
-from pipeline.outbox import OutboxEntry, OutboxRetry
-from pipeline.outcomes import Outcome
+from pipeline.records.evaluator import encode_outbox_entry
+from pipeline.rules.budgets import BudgetCaps
+from pipeline.rules.outbox import OutboxEntry, OutboxRetry
+from pipeline.rules.outcomes import Outcome
 
 __all__ = ["main"]
 

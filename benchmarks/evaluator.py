@@ -42,19 +42,19 @@ from confluent_kafka.cimpl import NewTopic
 from prometheus_client import CollectorRegistry
 
 from benchmarks.runtime import bare
-from consumers.evaluator import Evaluator, EvaluatorSettings, evaluator_app
-from consumers.evaluator_budgets import EvaluationBudgets
-from consumers.evaluator_metrics import evaluator_metrics
-from pipeline.authz import Action, Grant
-from pipeline.budgets import BudgetCaps
-from pipeline.commands import GrantRecord
-from pipeline.definition import WatcherDefinition
+from consumers.evaluator.budgets import EvaluationBudgets
+from consumers.evaluator.loop import Evaluator, EvaluatorSettings, evaluator_app
+from consumers.evaluator.metrics import evaluator_metrics
 from pipeline.kafka.admin import connect_admin, ensure_topics
 from pipeline.kafka.clients import producer_config
 from pipeline.kafka.partitioner import partition_for
 from pipeline.kafka.serde import default_registry
 from pipeline.kafka.topics import Topic, Topology
-from pipeline.keys import canonical_json, watcher_key
+from pipeline.rules.authz import Action, Grant
+from pipeline.rules.budgets import BudgetCaps
+from pipeline.rules.commands.apply import GrantRecord
+from pipeline.rules.definition import WatcherDefinition
+from pipeline.rules.keys import canonical_json, watcher_key
 
 __all__ = ["main"]
 

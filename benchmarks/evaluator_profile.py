@@ -20,8 +20,8 @@ from typing import Any
 from confluent_kafka.admin import AdminClient
 
 from benchmarks.evaluator import _evaluate, _world
-from consumers.evaluator import Evaluator
-from pipeline.kafka.runtime import StreamApp
+from consumers.evaluator.loop import Evaluator
+from pipeline.runtime.app import StreamApp
 
 __all__ = ["main"]
 

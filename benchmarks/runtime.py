@@ -6,7 +6,7 @@ consumer group with the same transaction cadence (commit every 1000 records or 1
 ``send_offsets_to_transaction`` in every transaction, batches of 500):
 
 - ``bare``: a hand-written loop on ``Consumer`` + transactional ``Producer``;
-- ``runtime``: :class:`pipeline.kafka.runtime.StreamApp` with a processor that re-emits each
+- ``runtime``: :class:`pipeline.runtime.app.StreamApp` with a processor that re-emits each
   record to the same partition.
 
 Timing starts at the first record consumed (group join excluded) and ends when the last
@@ -31,7 +31,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 from pipeline.kafka.clients import consumer_config, producer_config
-from pipeline.kafka.runtime import InputRecord, ProcessContext, StreamApp
+from pipeline.runtime.app import InputRecord, ProcessContext, StreamApp
 
 __all__ = ["main"]
 

@@ -1,7 +1,7 @@
 """The poll ticker's planning hot path over one minute for 100,000 polling watchers.
 
 What the ticker does each step, without Kafka: pop the watchers whose next check has come from
-the :class:`~producers.ticker_agenda.Agenda`, :func:`~pipeline.ticker.plan_watcher` each with its
+the :class:`~producers.ticker.agenda.Agenda`, :func:`~pipeline.rules.ticker.plan_watcher` each with its
 memory, keep the new memory and next check. The clock advances one second per step for one
 minute (60 steps), as ``vigil ticker`` steps; every watcher has a one-minute cadence or cron, in
 several zones and missed-run policies, so each one falls due once in the minute. Each watcher has
@@ -23,11 +23,11 @@ from typing import Any
 
 from cronsim import CronSim
 
-from pipeline.definition import WatcherDefinition
-from pipeline.lifecycle import WatcherStatus
-from pipeline.sources import PollingSource
-from pipeline.ticker import TickerMemory, plan_watcher
-from producers.ticker_agenda import Agenda
+from pipeline.rules.definition import WatcherDefinition
+from pipeline.rules.lifecycle import WatcherStatus
+from pipeline.rules.sources import PollingSource
+from pipeline.rules.ticker import TickerMemory, plan_watcher
+from producers.ticker.agenda import Agenda
 
 __all__ = ["main"]
 

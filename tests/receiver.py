@@ -28,7 +28,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any, Final
 
-from consumers.adapters.signing import Verification, signing_key, verify
+from consumers.delivery.adapters.signing import Verification, signing_key, verify
 
 __all__ = ["FAILURE_BODY", "ReceivedRequest", "Receiver"]
 

@@ -2,14 +2,14 @@
 ``definition-log``, ``grants`` and ``command-results``, and of ``outbox`` for immediate ``send``
 and a prompt's answer (DESIGN.md §2, §10).
 
-A thin loop on the exactly-once :class:`~pipeline.kafka.runtime.StreamApp`: ``processor``
-decodes each command, asks the pure :func:`pipeline.commands.apply`, and writes what it decided
+A thin loop on the exactly-once :class:`~pipeline.runtime.app.StreamApp`: ``processor``
+decodes each command, asks the pure :func:`pipeline.rules.commands.apply.apply`, and writes what it decided
 in one transaction with the input offset; ``registry`` indexes each subject's registry keys;
 ``records`` maps decisions onto Avro records;
 ``metrics`` counts commands by verb and result; ``cli`` is ``vigil command-processor``.
-Left out: every rule (``pipeline.commands``) and the callers (``pipeline.control``).
+Left out: every rule (``pipeline.rules.commands.apply``) and the callers (``pipeline.control``).
 """
 
-from consumers.commands.processor import CommandProcessor
+from consumers.commands.loop import CommandProcessor
 
 __all__ = ["CommandProcessor"]

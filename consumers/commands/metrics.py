@@ -1,7 +1,7 @@
 """Prometheus metrics of the command processor: commands by verb and result.
 
 Registered once per registry (tests run several processors in one process). Leaves out serving
-them (``cli``) and the runtime's own metrics (``pipeline.kafka.runtime_metrics``).
+them (``cli``) and the runtime's own metrics (``pipeline.runtime.metrics``).
 """
 
 from __future__ import annotations

@@ -7,12 +7,12 @@ is rebuilt from scratch) and kept up to date on writes. It only ever grows betwe
 it is a superset that an aborted transaction's rollback cannot make wrong: readers check each
 key against the table.
 
-Left out: decoding entries and deciding anything (``processor``, ``pipeline.commands``).
+Left out: decoding entries and deciding anything (``processor``, ``pipeline.rules.commands.apply``).
 """
 
 from __future__ import annotations
 
-from pipeline.kafka.tables import Table
+from pipeline.runtime.tables import Table
 
 __all__ = ["SubjectIndex", "subject_of"]
 

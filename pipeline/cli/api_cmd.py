@@ -6,7 +6,7 @@ share: principals from ``[principals.NAME]``, a pool of command clients, the led
 and a dispatch core per caller for schedules (``list`` and ``cancel``; the verbs that start
 agents or scripts are the daemon's, not served over HTTP).
 
-Left out: the routes (``pipeline.control.http_api``) and the MCP server (``vigil mcp``).
+Left out: the routes (``pipeline.control.http.api``) and the MCP server (``vigil mcp``).
 """
 
 from __future__ import annotations
@@ -20,17 +20,17 @@ from typing import Any, Final
 
 import click
 
-from pipeline.authz import Principal
-from pipeline.cli.config import VigilConfig
 from pipeline.cli.context import CliState, pass_state
 from pipeline.cli.daemon_cmd import host_zone
 from pipeline.clock import Clock, SystemClock
-from pipeline.control.dispatch import Dispatcher, Subjecthood
-from pipeline.control.http_api import ApiServices, SchedulePort, create_app
-from pipeline.control.http_auth import TokenDirectory
-from pipeline.control.http_kafka import ClientPool, LedgerStore
+from pipeline.config import VigilConfig
+from pipeline.control.core import Dispatcher, Subjecthood
+from pipeline.control.http.api import ApiServices, SchedulePort, create_app
+from pipeline.control.http.auth import TokenDirectory
+from pipeline.control.http.backend import ClientPool, LedgerStore
 from pipeline.control.run import RunStarted
-from pipeline.errors import ConfigError
+from pipeline.rules.authz import Principal
+from pipeline.rules.errors import ConfigError
 
 __all__ = ["api", "build_services", "mcp", "openapi_document"]
 
@@ -167,7 +167,7 @@ def mcp(state: CliState, principal_name: str) -> None:
     Example (an MCP client's server entry):
       {"command": "vigil", "args": ["mcp", "--principal", "ops-agent"]}
     """
-    from pipeline.control.mcp_server import build_server, serve_stdio
+    from pipeline.control.mcp.server import build_server, serve_stdio
 
     config: VigilConfig = state.config
     agent = TokenDirectory.from_config(config.principals).principal(principal_name)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from pipeline.cli.config import VigilConfig, load_config
+from pipeline.config import VigilConfig, load_config
 
 __all__ = ["CliState", "pass_state"]
 

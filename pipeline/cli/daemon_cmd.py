@@ -10,8 +10,8 @@ this daemon started — acts with the agent role. At start the daemon ensures, i
 and idempotently, the one grant its verbs need (``vigil grant list`` shows it; revoking it locks
 the verbs).
 
-Left out: the verbs' meaning (``pipeline.control.dispatch``) and the framing
-(``pipeline.control.socket_server``).
+Left out: the verbs' meaning (``pipeline.control.core``) and the framing
+(``pipeline.control.socket.server``).
 """
 
 from __future__ import annotations
@@ -26,18 +26,15 @@ from zoneinfo import ZoneInfo
 
 import click
 
-from pipeline.authz import Principal
 from pipeline.cli import shutdown
-from pipeline.cli.config import VigilConfig
 from pipeline.cli.context import CliState, pass_state
 from pipeline.clock import SystemClock
-from pipeline.command_records import CommandVerb
+from pipeline.config import VigilConfig
 from pipeline.control.agent import AgentRunner, AgentTokens
 from pipeline.control.client import CommandClient, operator_principal
-from pipeline.control.dispatch import Dispatcher, Subjecthood, user_principal
-from pipeline.control.immediate import daemon_grant
+from pipeline.control.core import Dispatcher, Subjecthood, user_principal
 from pipeline.control.run import ScriptRunner
-from pipeline.control.socket_server import (
+from pipeline.control.socket.server import (
     Handler,
     Peer,
     SocketServer,
@@ -45,9 +42,12 @@ from pipeline.control.socket_server import (
     process_ancestry,
 )
 from pipeline.control.verbs import ErrorKind, VerbResponse
-from pipeline.errors import DefinitionError, VigilError
-from pipeline.kafka.runtime import stop_on_sigterm
-from pipeline.zones import load_zone
+from pipeline.rules.authz import Principal
+from pipeline.rules.commands.immediate import daemon_grant
+from pipeline.rules.commands.model import CommandVerb
+from pipeline.rules.errors import DefinitionError, VigilError
+from pipeline.rules.zones import load_zone
+from pipeline.runtime.app import stop_on_sigterm
 
 __all__ = ["daemon", "ensure_grant", "host_zone"]
 

@@ -9,7 +9,7 @@ it) or a destination's secret variable is unset; serves Prometheus metrics on
 flight, records their results, commits and leaves the group; what it could not record is sent
 again by the next owner (at least once).
 
-Left out: the loop itself (``consumers.delivery``) and the adapters (``consumers.adapters``).
+Left out: the loop itself (``consumers.delivery.loop``) and the adapters (``consumers.delivery.adapters``).
 """
 
 from __future__ import annotations
@@ -20,19 +20,19 @@ from pathlib import Path
 import click
 import redis
 
-from consumers.adapters import build_adapters
-from consumers.delivery import DEFAULT_GROUP, DeliverySettings, DeliveryWorker
-from consumers.delivery_budgets import BatchBudgets
+from consumers.delivery.adapters import build_adapters
+from consumers.delivery.adapters.verbs import SocketAgent, VerbExecutor
+from consumers.delivery.budgets import BatchBudgets
+from consumers.delivery.loop import DEFAULT_GROUP, DeliverySettings, DeliveryWorker
 from pipeline.cli import shutdown
-from pipeline.cli.config import VigilConfig
 from pipeline.cli.context import CliState, pass_state
 from pipeline.cli.process import default_caps, serve_metrics
-from pipeline.control.executor import SocketAgent, VerbExecutor
+from pipeline.config import VigilConfig
 from pipeline.control.run import ScriptRunner
-from pipeline.control.socket_server import default_socket_path
+from pipeline.control.socket.server import default_socket_path
 from pipeline.kafka.admin import check_topology, connect_admin
-from pipeline.kafka.runtime import stop_on_sigterm
 from pipeline.kafka.topics import Topic
+from pipeline.runtime.app import stop_on_sigterm
 
 __all__ = ["delivery"]
 

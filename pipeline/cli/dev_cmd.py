@@ -23,7 +23,6 @@ from typing import Final
 
 import click
 
-from pipeline.errors import VigilError
 from pipeline.kafka.admin import connect_admin, ensure_topics
 from pipeline.kafka.topics import Topology
 from pipeline.ops.dev_stack import (
@@ -36,6 +35,7 @@ from pipeline.ops.dev_stack import (
     write_config,
 )
 from pipeline.ops.supervisor import Supervisor
+from pipeline.rules.errors import VigilError
 
 __all__ = ["dev"]
 

@@ -7,7 +7,7 @@ the answer is no). The processor tombstones every watcher of the subject in ``re
 evaluator, delivery and the budget store erase their own state. The CLI prints what was erased
 (or ``--json``); a refusal prints one line and exits 1.
 
-Left out: the rule (``pipeline.commands``) and what each consumer does with the erasure record.
+Left out: the rule (``pipeline.rules.commands.apply``) and what each consumer does with the erasure record.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import click
 
 from pipeline.cli.context import CliState, pass_state
 from pipeline.cli.watch_cmd import report, send_command
-from pipeline.commands import CommandVerb
 from pipeline.control.client import DEFAULT_TIMEOUT_S
+from pipeline.rules.commands.apply import CommandVerb
 
 __all__ = ["erase", "render_erased"]
 

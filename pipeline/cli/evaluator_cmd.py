@@ -1,12 +1,12 @@
 """``vigil evaluator``: run one member of the evaluator consumer group until SIGTERM.
 
 Reads ``[kafka]``, ``[redis]``, ``[budgets.defaults]``, ``[instance]`` and ``[metrics]`` from
-vigil.toml; registers the pinned evaluators this build ships (``producers.tools.REGISTERED``:
+vigil.toml; registers the pinned evaluators this build ships (``producers.ticker.tools.REGISTERED``:
 any other ``key@vN`` evaluates as ``evaluator_missing``); refuses to start when its topics are
 missing or drifted (with the command that fixes it); serves Prometheus metrics on
 ``[metrics] listen``; on SIGTERM or SIGINT commits the open transaction and leaves the group.
 
-Left out: the loop itself (``consumers.evaluator``).
+Left out: the loop itself (``consumers.evaluator.loop``).
 """
 
 from __future__ import annotations
@@ -16,16 +16,16 @@ import logging
 import click
 import redis
 
-from consumers.evaluator import Evaluator, EvaluatorSettings, evaluator_app, run
-from consumers.evaluator_budgets import EvaluationBudgets
+from consumers.evaluator.budgets import EvaluationBudgets
+from consumers.evaluator.loop import Evaluator, EvaluatorSettings, evaluator_app, run
 from pipeline.cli import shutdown
-from pipeline.cli.config import VigilConfig
 from pipeline.cli.context import CliState, pass_state
 from pipeline.cli.process import default_caps, serve_metrics
+from pipeline.config import VigilConfig
 from pipeline.kafka.admin import check_topology, connect_admin
-from pipeline.kafka.runtime import stop_on_sigterm
 from pipeline.kafka.topics import Topic
-from producers.tools import REGISTERED
+from pipeline.runtime.app import stop_on_sigterm
+from producers.ticker.tools import REGISTERED
 
 __all__ = ["evaluator"]
 

@@ -5,7 +5,7 @@ A subcommand lives in its own module and is registered here with one line in
 command runs, so ``vigil --help`` stays fast and one broken module cannot break the others.
 Every :class:`VigilError` a command lets escape is printed as ``Error: …`` with exit code 1.
 
-Left out: the commands themselves and configuration loading (``pipeline.cli.config``).
+Left out: the commands themselves and configuration loading (``pipeline.config``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import click
 
 from pipeline.cli import shutdown
 from pipeline.cli.context import CliState
-from pipeline.errors import VigilError
+from pipeline.rules.errors import VigilError
 
 __all__ = ["COMMANDS", "main", "vigil"]
 
@@ -29,7 +29,7 @@ COMMANDS: Final[dict[str, str]] = {
     "watch": "pipeline.cli.watch_cmd:watch",
     "grant": "pipeline.cli.grant_cmd:grant",
     "erase": "pipeline.cli.erase_cmd:erase",
-    "command-processor": "consumers.commands.cli:command_processor",
+    "command-processor": "pipeline.cli.command_processor_cmd:command_processor",
     "delivery": "pipeline.cli.delivery_cmd:delivery",
     "evaluator": "pipeline.cli.evaluator_cmd:evaluator",
     "ticker": "pipeline.cli.ticker_cmd:ticker",

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from prometheus_client import start_http_server
 
-from pipeline.budgets import BudgetCaps
-from pipeline.cli.config import BudgetDefaults
+from pipeline.config import BudgetDefaults
+from pipeline.rules.budgets import BudgetCaps
 
 __all__ = ["default_caps", "serve_metrics"]
 

@@ -5,7 +5,7 @@ default publishing stops there (what came before is still flushed), with ``--ski
 it goes on. Long inputs get a progress line on stderr; every run ends with
 ``published N, rejected M`` there, and exits 1 when anything was rejected.
 
-Left out: the checks and the producer (``producers.events``).
+Left out: the checks and the producer (``producers.publish.publisher``).
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import click
 from pydantic import BaseModel, ConfigDict, StrictStr, ValidationError
 
 from pipeline.cli.context import CliState, pass_state
-from pipeline.errors import DefinitionError
-from pipeline.instants import parse_instant
-from producers.events import EventPublisher
+from pipeline.rules.errors import DefinitionError
+from pipeline.rules.instants import parse_instant
+from producers.publish.publisher import EventPublisher
 
 __all__ = ["EventLine", "parse_event_line", "publish"]
 

@@ -1,7 +1,7 @@
 """``vigil replay``: re-derive decisions over a range of inputs and print what differs.
 
 Reads the history (``pipeline.ops.replay_reader``, a progress line on stderr), runs
-:func:`pipeline.replay.replay` and prints a summary and one line per difference (``--json``:
+:func:`pipeline.rules.replay.replay` and prints a summary and one line per difference (``--json``:
 one object). Exit status: 0 when nothing differs or when ``--definition`` asked a what-if
 question, 1 when unchanged definitions reproduce differently (an incident to look at).
 
@@ -20,10 +20,10 @@ import click
 
 from pipeline.cli.context import CliState, pass_state
 from pipeline.cli.watch_cmd import load_definition
-from pipeline.definition import WatcherDefinition
 from pipeline.ops.replay_reader import Scope, read_history
 from pipeline.ops.scan import Bound, Progress
-from pipeline.replay import Difference, ReplayClock, ReplayReport, affected_keys, replay
+from pipeline.rules.definition import WatcherDefinition
+from pipeline.rules.replay import Difference, ReplayClock, ReplayReport, affected_keys, replay
 
 __all__ = ["replay_command", "report_json"]
 

@@ -6,7 +6,7 @@ command that fixes it); serves Prometheus metrics on ``[metrics] listen`` (due i
 instants by policy, tool latency and errors by code, the runtime's own); on SIGTERM or SIGINT
 commits the open transaction and leaves the group.
 
-Left out: the loop itself (``producers.poll_ticker``).
+Left out: the loop itself (``producers.ticker.loop``).
 """
 
 from __future__ import annotations
@@ -20,14 +20,14 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from pipeline.cli import shutdown
-from pipeline.cli.config import VigilConfig
 from pipeline.cli.context import CliState, pass_state
 from pipeline.cli.process import default_caps, serve_metrics
+from pipeline.config import VigilConfig
 from pipeline.kafka.admin import check_topology, connect_admin
-from pipeline.kafka.runtime import stop_on_sigterm
 from pipeline.kafka.topics import Topic
 from pipeline.redis.budgets import RedisBudgets
-from producers.poll_ticker import PollTicker, TickerSettings
+from pipeline.runtime.app import stop_on_sigterm
+from producers.ticker.loop import PollTicker, TickerSettings
 
 __all__ = ["ticker"]
 

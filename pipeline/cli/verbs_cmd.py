@@ -8,7 +8,7 @@ a denied verb) with ``Error: …`` on stderr, 2 on a usage error found before an
 The target chat is ``--chat``, else ``$VIGIL_CHAT_ID``; the daemon falls back to the sole
 configured chat. ``$VIGIL_AGENT_TOKEN``, when set (inside an agent run), goes with every request.
 
-Left out: what the verbs do (``pipeline.control.dispatch``, inside the daemon).
+Left out: what the verbs do (``pipeline.control.core``, inside the daemon).
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ import click
 
 from pipeline.cli.context import CliState, pass_state
 from pipeline.control.agent import ENV_AGENT_TOKEN, ENV_CHAT_ID
-from pipeline.control.socket_client import call
-from pipeline.control.socket_server import SOCKET_ENV, default_socket_path
+from pipeline.control.socket.client import call
+from pipeline.control.socket.server import SOCKET_ENV, default_socket_path
 from pipeline.control.verbs import ScheduleRequest, VerbResponse
-from pipeline.errors import DefinitionError
+from pipeline.rules.errors import DefinitionError
 
 __all__ = ["cancel", "list_schedules", "prompt", "query", "run", "schedule", "send"]
 

@@ -9,7 +9,7 @@ and a ``show`` right after a ``create`` already sees it (same subject partition,
 A refusal prints one line (``Error: <field>: <message> [<code>]``) and exits 1; ``--json``
 prints the result object (or ``{"error": …}``) instead.
 
-Left out: the rules (``pipeline.commands``) and the processor (``consumers.commands``).
+Left out: the rules (``pipeline.rules.commands.apply``) and the processor (``consumers.commands``).
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ import click
 import yaml
 
 from pipeline.cli.context import CliState, pass_state
-from pipeline.commands import CommandResult, CommandVerb
 from pipeline.control.client import DEFAULT_TIMEOUT_S, CommandClient, operator_principal
-from pipeline.errors import DefinitionError
-from pipeline.lifecycle import WatcherStatus
+from pipeline.rules.commands.apply import CommandResult, CommandVerb
+from pipeline.rules.errors import DefinitionError
+from pipeline.rules.lifecycle import WatcherStatus
 
 __all__ = ["load_definition", "report", "send_command", "subject_options", "watch"]
 

@@ -27,8 +27,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Final
 
-from pipeline.authz import Principal, Role
-from pipeline.errors import ConfigError, VigilError
+from pipeline.rules.authz import Principal, Role
+from pipeline.rules.errors import ConfigError, VigilError
 
 __all__ = [
     "ENV_AGENT_TOKEN",

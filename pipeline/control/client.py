@@ -1,13 +1,13 @@
 """Send one command over Kafka and wait for its answer: the control plane's client core.
 
-:class:`CommandClient` produces a :class:`~pipeline.commands.Command` to ``commands`` (key: the
+:class:`CommandClient` produces a :class:`~pipeline.rules.commands.apply.Command` to ``commands`` (key: the
 subject, on Java's partition of it) and reads ``command-results`` — only the partition its
 request id hashes to, from the end it had before the command was sent, ``read_committed`` — until
 the record keyed by that request id arrives or the timeout passes (a clear
 :class:`BrokerError` naming the request and the likely cause). The CLI uses it today; the
 socket and HTTP adapters of the control-plane issue serve the same core.
 
-Left out: deciding commands (``pipeline.commands``, run by ``consumers.commands``) and
+Left out: deciding commands (``pipeline.rules.commands.apply``, run by ``consumers.commands``) and
 authenticating callers (the principal is asserted by whoever builds the command).
 """
 
@@ -21,14 +21,14 @@ from typing import Any, Final
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
-from pipeline.authz import Principal, Role
 from pipeline.clock import Clock, SystemClock
-from pipeline.commands import Command, CommandResult, CommandVerb
-from pipeline.errors import BrokerError, SerdeError
 from pipeline.kafka.clients import producer_config, table_consumer_config, translate
 from pipeline.kafka.partitioner import partition_for
 from pipeline.kafka.serde import SchemaRegistry, default_registry
 from pipeline.kafka.topics import Topic, Topology
+from pipeline.rules.authz import Principal, Role
+from pipeline.rules.commands.apply import Command, CommandResult, CommandVerb
+from pipeline.rules.errors import BrokerError, SerdeError
 
 __all__ = ["DEFAULT_TIMEOUT_S", "CommandClient", "new_request_id", "operator_principal"]
 

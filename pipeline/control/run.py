@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Final
 
 from pipeline.control.agent import ENV_CHAT_ID, ENV_SOCKET
-from pipeline.errors import DefinitionError
-from pipeline.instants import rfc3339_seconds
+from pipeline.rules.errors import DefinitionError
+from pipeline.rules.instants import rfc3339_seconds
 
 __all__ = [
     "ENV_DELIVERY_KEY",

@@ -15,11 +15,11 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from pipeline.control.verbs import ScheduleRequest, action_argv, parse_action
-from pipeline.cron import CronSchedule, next_fire
-from pipeline.durations import parse_duration
-from pipeline.errors import DefinitionError
-from pipeline.instants import parse_instant, rfc3339_seconds, utc
-from pipeline.zones import parse_at
+from pipeline.rules.cron import CronSchedule, next_fire
+from pipeline.rules.durations import parse_duration
+from pipeline.rules.errors import DefinitionError
+from pipeline.rules.instants import parse_instant, rfc3339_seconds, utc
+from pipeline.rules.zones import parse_at
 
 __all__ = ["schedule_id", "schedule_view", "timing_source"]
 

@@ -20,7 +20,7 @@ from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
-from pipeline.errors import DefinitionError
+from pipeline.rules.errors import DefinitionError
 
 __all__ = [
     "MAX_ARGS",

@@ -26,9 +26,9 @@ from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, Config
 from confluent_kafka.admin._resource import ResourceType
 from confluent_kafka.cimpl import NewTopic
 
-from pipeline.errors import BrokerError, TopologyError
 from pipeline.kafka.clients import translate
 from pipeline.kafka.topics import Topic, TopicSpec, Topology
+from pipeline.rules.errors import BrokerError, TopologyError
 
 __all__ = [
     "REPARTITION_HINT",

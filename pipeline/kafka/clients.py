@@ -2,7 +2,7 @@
 
 Owns the settings every producer and consumer of vigil starts from (DESIGN.md §2, §4, §10 and
 notes/kafka-broker.md) and the single helper that turns a ``KafkaError`` or
-``KafkaException`` into :class:`pipeline.errors.BrokerError` with a categorical
+``KafkaException`` into :class:`pipeline.rules.errors.BrokerError` with a categorical
 :class:`ErrorKind`. Leaves out creating clients (callers do, lazily) and topic specs
 (``topics.py``).
 """
@@ -14,7 +14,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message
 
-from pipeline.errors import BrokerError
+from pipeline.rules.errors import BrokerError
 
 __all__ = [
     "BrokerFailure",

@@ -28,7 +28,7 @@ from typing import Any, Final
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
-from pipeline.errors import SerdeError, UnknownSchemaError
+from pipeline.rules.errors import SerdeError, UnknownSchemaError
 
 __all__ = [
     "HEADER_SIZE",

@@ -20,7 +20,7 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Final
 
-from pipeline.errors import ConfigError
+from pipeline.rules.errors import ConfigError
 
 __all__ = [
     "COMPACTED_CONFIGS",

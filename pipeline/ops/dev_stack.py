@@ -28,8 +28,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final
 
-from pipeline.errors import ConfigError
 from pipeline.ops.supervisor import Service
+from pipeline.rules.errors import ConfigError
 
 __all__ = [
     "DEMO_SOURCE",

@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from pipeline.instants import rfc3339_micros
 from pipeline.kafka.serde import SchemaRegistry, default_registry
 from pipeline.kafka.topics import Topic, Topology
 from pipeline.ops.replay_reader import Scope, read_receipts
 from pipeline.ops.scan import Progress, scan
-from pipeline.receipts import Receipt
+from pipeline.rules.instants import rfc3339_micros
+from pipeline.rules.receipts import Receipt
 
 __all__ = ["DeliveryView", "ExplainRow", "explain", "read_delivery_states", "read_explanation"]
 

@@ -1,4 +1,4 @@
-"""Reading what replay needs from the topics: a :class:`~pipeline.replay.History`.
+"""Reading what replay needs from the topics: a :class:`~pipeline.rules.replay.History`.
 
 Owns :func:`read_history`: ``definition-log`` and ``watchers`` whole (every accepted version,
 and the activation instant a window counts from), ``events`` and ``ticks`` between the two
@@ -6,7 +6,7 @@ bounds (their positions are the range), ``receipts`` from the start up to now (t
 range seed dedupe memory), and the latest ``outbox`` record per delivery key. :class:`Scope`
 narrows it to one subject or one watcher. A progress line goes to stderr while it reads.
 
-Leaves out the replay rules (``pipeline.replay``) and the command line
+Leaves out the replay rules (``pipeline.rules.replay``) and the command line
 (``pipeline.cli.replay_cmd``).
 """
 
@@ -18,21 +18,21 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from consumers.evaluator_records import (
+from pipeline.kafka.serde import SchemaRegistry, default_registry
+from pipeline.kafka.topics import Topic, Topology
+from pipeline.ops.scan import Bound, Progress, scan
+from pipeline.records.evaluator import (
     decode_outbox_entry,
     decode_receipt,
     evidence_from_event,
     evidence_from_tick,
     position_of,
 )
-from pipeline.definition import WatcherDefinition
-from pipeline.errors import DefinitionError, SerdeError
-from pipeline.kafka.serde import SchemaRegistry, default_registry
-from pipeline.kafka.topics import Topic, Topology
-from pipeline.ops.scan import Bound, Progress, scan
-from pipeline.outbox import OutboxEntry
-from pipeline.receipts import Receipt
-from pipeline.replay import DefinitionVersion, History, ReplayInput
+from pipeline.rules.definition import WatcherDefinition
+from pipeline.rules.errors import DefinitionError, SerdeError
+from pipeline.rules.outbox import OutboxEntry
+from pipeline.rules.receipts import Receipt
+from pipeline.rules.replay import DefinitionVersion, History, ReplayInput
 
 __all__ = ["Scope", "read_history", "read_receipts"]
 
@@ -211,7 +211,7 @@ def read_history(
     progress: Progress | None = None,
     registry: SchemaRegistry | None = None,
 ) -> History:
-    """Everything :func:`pipeline.replay.replay` needs for ``[start, end)`` within ``scope``."""
+    """Everything :func:`pipeline.rules.replay.replay` needs for ``[start, end)`` within ``scope``."""
     registry = registry or default_registry()
     definitions = read_definitions(bootstrap, topology, registry, scope, progress)
     inputs = read_inputs(bootstrap, topology, registry, start, end, progress)

@@ -5,7 +5,7 @@ Owns :class:`Bound` (``earliest``, ``latest``, an RFC 3339 instant, or offsets w
 bounds, partition by partition, ending at the end offsets taken when it starts so a busy
 topic cannot keep it reading) and :class:`Progress` (one self-overwriting line on stderr).
 
-Leaves out decoding records (callers) and what they mean (``pipeline.replay``).
+Leaves out decoding records (callers) and what they mean (``pipeline.rules.replay``).
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from typing import Final, TextIO
 
 from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 
-from pipeline.errors import BrokerError, ConfigError, DefinitionError
-from pipeline.instants import parse_instant, utc
 from pipeline.kafka.clients import is_partition_eof, table_consumer_config, translate
+from pipeline.rules.errors import BrokerError, ConfigError, DefinitionError
+from pipeline.rules.instants import parse_instant, utc
 
 __all__ = ["Bound", "Progress", "partitions_of", "scan"]
 

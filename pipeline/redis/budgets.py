@@ -10,7 +10,7 @@ hash per scope and window, where ``subject`` is the canonical JSON array
 ``["<tenant_id>","<user_id>"]`` (DESIGN.md §2). Hex has no ``:`` and no glob characters, so
 ``<prefix><hex(subject)>:*`` matches that subject's keys and no other's.
 
-Leaves out the rules (``pipeline.budgets``: caps, windows, verdicts) and what a verdict means
+Leaves out the rules (``pipeline.rules.budgets``: caps, windows, verdicts) and what a verdict means
 for a watcher or a delivery.
 """
 
@@ -24,7 +24,7 @@ from importlib.resources import files
 import redis
 import rfc8785
 
-from pipeline.budgets import (
+from pipeline.rules.budgets import (
     BudgetCaps,
     BudgetCheck,
     BudgetScope,
@@ -35,8 +35,8 @@ from pipeline.budgets import (
     window_end,
     window_start,
 )
-from pipeline.errors import BudgetStoreError
-from pipeline.instants import utc
+from pipeline.rules.errors import BudgetStoreError
+from pipeline.rules.instants import utc
 
 __all__ = ["DEFAULT_KEY_PREFIX", "EXPIRY_GRACE", "RedisBudgets"]
 

@@ -24,8 +24,8 @@ from prometheus_client import CollectorRegistry
 
 from consumers.commands import CommandProcessor
 from pipeline.cli.api_cmd import build_services
-from pipeline.cli.config import VigilConfig, parse_config
-from pipeline.control.http_api import create_app
+from pipeline.config import VigilConfig, parse_config
+from pipeline.control.http.api import create_app
 from pipeline.kafka.admin import connect_admin, ensure_topics
 from pipeline.kafka.topics import Topology
 

@@ -2,7 +2,7 @@
 lifecycle records, a worker on a thread, and the delivery-state history read back.
 
 Outbox entries are written directly with the evaluator's encoder
-(``consumers.evaluator_records.encode_outbox_entry``) at Java's partition for their key, as the
+(``pipeline.records.evaluator.encode_outbox_entry``) at Java's partition for their key, as the
 evaluator writes them; grants and lifecycle records with the shipped Avro schemas.
 """
 
@@ -21,23 +21,23 @@ import redis
 from confluent_kafka import Message, Producer
 from prometheus_client import CollectorRegistry
 
-from consumers.adapters import AdapterRegistry, build_adapters
-from consumers.delivery import DeliverySettings, DeliveryWorker
-from consumers.delivery_budgets import BatchBudgets
-from consumers.delivery_records import DeliveryRecord, decode_record
-from consumers.delivery_sends import Executor
-from consumers.evaluator_records import encode_outbox_entry
-from pipeline.budgets import BudgetCaps
-from pipeline.cli.config import parse_config
+from consumers.delivery.adapters import AdapterRegistry, build_adapters
+from consumers.delivery.budgets import BatchBudgets
+from consumers.delivery.loop import DeliverySettings, DeliveryWorker
+from consumers.delivery.sends import Executor
 from pipeline.clock import Clock
+from pipeline.config import parse_config
 from pipeline.kafka.admin import connect_admin, ensure_topics
 from pipeline.kafka.clients import producer_config
 from pipeline.kafka.partitioner import partition_for
 from pipeline.kafka.serde import default_registry
 from pipeline.kafka.topics import Topic, Topology
-from pipeline.keys import subject_key, watcher_key
-from pipeline.outbox import OutboxEntry, OutboxQuietHours, OutboxRetry
-from pipeline.outcomes import Outcome
+from pipeline.records.delivery_state import DeliveryRecord, decode_record
+from pipeline.records.evaluator import encode_outbox_entry
+from pipeline.rules.budgets import BudgetCaps
+from pipeline.rules.keys import subject_key, watcher_key
+from pipeline.rules.outbox import OutboxEntry, OutboxQuietHours, OutboxRetry
+from pipeline.rules.outcomes import Outcome
 from tests.integration.runtime_helpers import read_all
 from tests.receiver import Receiver
 

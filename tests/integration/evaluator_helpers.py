@@ -2,7 +2,7 @@
 processor writes them, events, and committed reads of receipts and the outbox.
 
 Watchers and grants are written with the same serde and record shapes the command processor
-uses (``schemas/watcher.v1.avsc``, :class:`pipeline.commands.GrantRecord`), keyed and placed as
+uses (``schemas/watcher.v1.avsc``, :class:`pipeline.rules.commands.apply.GrantRecord`), keyed and placed as
 DESIGN.md §2 says, so the evaluator cannot tell them apart from the processor's.
 """
 
@@ -16,18 +16,18 @@ from typing import Any
 
 from confluent_kafka import Producer
 
-from consumers.evaluator_records import decode_outbox_entry, decode_receipt
-from pipeline.authz import Action, Grant
-from pipeline.commands import GrantRecord
-from pipeline.definition import WatcherDefinition
 from pipeline.kafka.admin import connect_admin, ensure_topics
 from pipeline.kafka.clients import producer_config
 from pipeline.kafka.partitioner import partition_for
 from pipeline.kafka.serde import default_registry
 from pipeline.kafka.topics import Topic, Topology
-from pipeline.keys import canonical_json, watcher_key
-from pipeline.outbox import OutboxEntry
-from pipeline.receipts import Receipt
+from pipeline.records.evaluator import decode_outbox_entry, decode_receipt
+from pipeline.rules.authz import Action, Grant
+from pipeline.rules.commands.apply import GrantRecord
+from pipeline.rules.definition import WatcherDefinition
+from pipeline.rules.keys import canonical_json, watcher_key
+from pipeline.rules.outbox import OutboxEntry
+from pipeline.rules.receipts import Receipt
 from tests.integration.runtime_helpers import read_all
 
 __all__ = [

@@ -20,17 +20,23 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 from pydantic import SecretStr
 
-from consumers.adapters import AdapterRegistry, Delivery, SendResult, build_adapters, webhook_body
-from consumers.adapters.chat import ChatAdapter, TelegramConfig
-from consumers.adapters.in_app import InAppAdapter, InAppConfig
-from consumers.adapters.signing import Verification
-from consumers.adapters.webhook import WebhookAdapter, WebhookConfig
-from pipeline.cli.config import parse_config
+from consumers.delivery.adapters import (
+    AdapterRegistry,
+    Delivery,
+    SendResult,
+    build_adapters,
+    webhook_body,
+)
+from consumers.delivery.adapters.chat import ChatAdapter, TelegramConfig
+from consumers.delivery.adapters.in_app import InAppAdapter, InAppConfig
+from consumers.delivery.adapters.signing import Verification
+from consumers.delivery.adapters.webhook import WebhookAdapter, WebhookConfig
 from pipeline.clock import ManualClock
+from pipeline.config import parse_config
 from pipeline.kafka.clients import producer_config, table_consumer_config
 from pipeline.kafka.serde import default_registry
-from pipeline.keys import subject_key
-from pipeline.outcomes import ErrorCode, Outcome
+from pipeline.rules.keys import subject_key
+from pipeline.rules.outcomes import ErrorCode, Outcome
 from tests.receiver import FAILURE_BODY, Receiver
 
 pytestmark = pytest.mark.integration

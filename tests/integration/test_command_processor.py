@@ -16,17 +16,17 @@ from confluent_kafka import Producer
 from prometheus_client import CollectorRegistry
 
 from consumers.commands import CommandProcessor
-from consumers.evaluator_records import decode_outbox_entry
-from pipeline.authz import Action, Principal, Role
-from pipeline.commands import CommandResult, CommandVerb, GrantSpec, ResultCode
 from pipeline.control.client import CommandClient, operator_principal
-from pipeline.control.immediate import daemon_grant
 from pipeline.kafka.admin import connect_admin, ensure_topics
 from pipeline.kafka.clients import producer_config
 from pipeline.kafka.partitioner import partition_for
 from pipeline.kafka.serde import default_registry
 from pipeline.kafka.topics import Topic, Topology
-from pipeline.keys import derived_delivery_key, request_delivery_key, subject_key, watcher_key
+from pipeline.records.evaluator import decode_outbox_entry
+from pipeline.rules.authz import Action, Principal, Role
+from pipeline.rules.commands.apply import CommandResult, CommandVerb, GrantSpec, ResultCode
+from pipeline.rules.commands.immediate import daemon_grant
+from pipeline.rules.keys import derived_delivery_key, request_delivery_key, subject_key, watcher_key
 from tests.integration.runtime_helpers import read_all, read_table
 
 pytestmark = pytest.mark.integration

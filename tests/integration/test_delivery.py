@@ -14,20 +14,20 @@ from typing import Any
 import pytest
 import redis
 
-from consumers.adapters.signing import Verification
-from consumers.delivery_records import DeliveryRecord
-from pipeline.backoff import backoff_wait
-from pipeline.budgets import BudgetCaps, window_end, window_start
+from consumers.delivery.adapters.signing import Verification
+from consumers.delivery.adapters.verbs import VerbExecutor
 from pipeline.clock import ManualClock
-from pipeline.control.executor import VerbExecutor
-from pipeline.control.immediate import ANSWER_STEP
 from pipeline.control.run import ScriptRunner
-from pipeline.dispatch import BUDGET_UNAVAILABLE_RETRY, DeferReason
 from pipeline.kafka.topics import DLQ_REASON, DLQ_TOPIC, Topic
-from pipeline.keys import derived_delivery_key
-from pipeline.outbox import OutboxQuietHours
-from pipeline.outcomes import DeliveryStatus, ErrorCode, SuppressReason
-from pipeline.quiet_hours import QuietHours, next_allowed
+from pipeline.records.delivery_state import DeliveryRecord
+from pipeline.rules.backoff import backoff_wait
+from pipeline.rules.budgets import BudgetCaps, window_end, window_start
+from pipeline.rules.commands.immediate import ANSWER_STEP
+from pipeline.rules.dispatch import BUDGET_UNAVAILABLE_RETRY, DeferReason
+from pipeline.rules.keys import derived_delivery_key
+from pipeline.rules.outbox import OutboxQuietHours
+from pipeline.rules.outcomes import DeliveryStatus, ErrorCode, SuppressReason
+from pipeline.rules.quiet_hours import QuietHours, next_allowed
 from tests.integration.delivery_harness import BOT_TOKEN, SECRET, Harness, poll_until
 from tests.receiver import Receiver
 

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from consumers.adapters.signing import Verification
-from pipeline.outcomes import DeliveryStatus
+from consumers.delivery.adapters.signing import Verification
+from pipeline.rules.outcomes import DeliveryStatus
 from tests.integration.delivery_harness import SECRET, SECRET_ENV, Harness, poll_until
 from tests.receiver import Receiver
 

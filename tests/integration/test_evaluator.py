@@ -19,24 +19,24 @@ from click.testing import CliRunner
 from prometheus_client import CollectorRegistry
 
 from consumers.commands import CommandProcessor
-from consumers.evaluator import Evaluator, EvaluatorSettings, evaluator_app, run
-from consumers.evaluator_budgets import EvaluationBudgets
-from consumers.evaluator_index import Watch
-from consumers.evaluator_metrics import EvaluatorMetrics, evaluator_metrics
-from consumers.evaluator_plan import Plan, effective_state
-from consumers.evaluator_records import decode_state
-from pipeline.authz import Action, Grant
-from pipeline.budgets import BudgetCaps, BudgetScope, Dimension
+from consumers.evaluator.budgets import EvaluationBudgets
+from consumers.evaluator.loop import Evaluator, EvaluatorSettings, evaluator_app, run
+from consumers.evaluator.metrics import EvaluatorMetrics, evaluator_metrics
+from consumers.evaluator.plan import Plan, effective_state
 from pipeline.cli.main import vigil
 from pipeline.clock import ManualClock
-from pipeline.definition import WatcherDefinition
-from pipeline.evidence import Evidence, EvidenceKind
 from pipeline.kafka.partitioner import partition_for
 from pipeline.kafka.serde import default_registry
 from pipeline.kafka.topics import Topic, Topology
-from pipeline.keys import EventTrigger, canonical_json, delivery_key, watcher_key
-from pipeline.lifecycle import WatcherStatus
-from pipeline.outcomes import Reason
+from pipeline.records.evaluator import decode_state
+from pipeline.rules.authz import Action, Grant
+from pipeline.rules.budgets import BudgetCaps, BudgetScope, Dimension
+from pipeline.rules.definition import WatcherDefinition
+from pipeline.rules.evidence import Evidence, EvidenceKind
+from pipeline.rules.keys import EventTrigger, canonical_json, delivery_key, watcher_key
+from pipeline.rules.lifecycle import WatcherStatus
+from pipeline.rules.outcomes import Reason
+from pipeline.runtime.views import Watch
 from tests.integration.evaluator_helpers import (
     Writer,
     event_definition,

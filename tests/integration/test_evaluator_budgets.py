@@ -8,9 +8,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import redis
 
-from consumers.evaluator_budgets import Charge, EvaluationBudgets
-from pipeline.budgets import BudgetCaps, BudgetScope, BudgetVerdict, Dimension
-from pipeline.errors import BudgetStoreError
+from consumers.evaluator.budgets import Charge, EvaluationBudgets
+from pipeline.rules.budgets import BudgetCaps, BudgetScope, BudgetVerdict, Dimension
+from pipeline.rules.errors import BudgetStoreError
 
 pytestmark = pytest.mark.integration
 

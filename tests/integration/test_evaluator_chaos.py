@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.kafka.topics import Topology
-from pipeline.keys import EventTrigger, delivery_key
+from pipeline.rules.keys import EventTrigger, delivery_key
 from tests.integration.evaluator_helpers import (
     Writer,
     event_definition,

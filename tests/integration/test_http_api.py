@@ -17,15 +17,15 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from consumers.evaluator_records import encode_receipt
-from pipeline.control.immediate import daemon_grant
 from pipeline.kafka.clients import producer_config
 from pipeline.kafka.partitioner import partition_for
 from pipeline.kafka.serde import default_registry
 from pipeline.kafka.topics import Topic
-from pipeline.keys import subject_key, watcher_key
-from pipeline.outcomes import Outcome, Reason
-from pipeline.receipts import Receipt
+from pipeline.records.evaluator import encode_receipt
+from pipeline.rules.commands.immediate import daemon_grant
+from pipeline.rules.keys import subject_key, watcher_key
+from pipeline.rules.outcomes import Outcome, Reason
+from pipeline.rules.receipts import Receipt
 from tests.integration.api_harness import TENANT, USER, Plane, agent_watch, running_plane
 
 pytestmark = pytest.mark.integration

@@ -14,12 +14,12 @@ from click.testing import CliRunner
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
 
 from pipeline.cli.main import vigil
-from pipeline.errors import TopologyError
 from pipeline.kafka.admin import connect_admin, ensure_topics
 from pipeline.kafka.partitioner import partition_for
 from pipeline.kafka.serde import default_registry
 from pipeline.kafka.topics import Topic, Topology
-from producers.events import EventPublisher
+from pipeline.rules.errors import TopologyError
+from producers.publish.publisher import EventPublisher
 
 pytestmark = pytest.mark.integration
 

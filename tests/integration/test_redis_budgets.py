@@ -13,9 +13,9 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from pipeline.budgets import BudgetCaps, BudgetScope, BudgetVerdict, Dimension
-from pipeline.errors import BudgetStoreError
 from pipeline.redis.budgets import EXPIRY_GRACE, RedisBudgets
+from pipeline.rules.budgets import BudgetCaps, BudgetScope, BudgetVerdict, Dimension
+from pipeline.rules.errors import BudgetStoreError
 
 pytestmark = pytest.mark.integration
 

@@ -18,15 +18,15 @@ from click.testing import CliRunner
 from prometheus_client import CollectorRegistry
 
 from consumers.commands import CommandProcessor
-from consumers.evaluator import Evaluator, EvaluatorSettings, evaluator_app, run
-from consumers.evaluator_budgets import EvaluationBudgets
-from consumers.evaluator_metrics import evaluator_metrics
-from pipeline.budgets import BudgetCaps
+from consumers.evaluator.budgets import EvaluationBudgets
+from consumers.evaluator.loop import Evaluator, EvaluatorSettings, evaluator_app, run
+from consumers.evaluator.metrics import evaluator_metrics
 from pipeline.cli.main import vigil
 from pipeline.clock import ManualClock
 from pipeline.kafka.partitioner import partition_for
 from pipeline.kafka.topics import Topology
-from pipeline.keys import EventTrigger, delivery_key
+from pipeline.rules.budgets import BudgetCaps
+from pipeline.rules.keys import EventTrigger, delivery_key
 from tests.integration.evaluator_helpers import Writer, make_topology, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]

@@ -11,16 +11,16 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
 
-from pipeline.errors import SerdeError, UnknownSchemaError
 from pipeline.kafka.clients import consumer_config, producer_config
-from pipeline.kafka.runtime import (
+from pipeline.rules.errors import SerdeError, UnknownSchemaError
+from pipeline.runtime.app import (
     DLQ_HEADERS,
     InputRecord,
     ProcessContext,
     StreamApp,
     TransactionEnd,
 )
-from pipeline.kafka.tables import TableKind, TableSpec
+from pipeline.runtime.tables import TableKind, TableSpec
 from tests.integration.runtime_helpers import create_topics, produce_inputs, read_all, read_table
 from tests.integration.toy_counter import count_processor, make_app
 

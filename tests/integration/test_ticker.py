@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from pipeline.authz import Action, Grant
 from pipeline.clock import ManualClock
-from pipeline.definition import WatcherDefinition
 from pipeline.kafka.partitioner import partition_for
-from pipeline.lifecycle import WatcherStatus
-from producers.poll_ticker import PollTicker, TickerSettings
+from pipeline.rules.authz import Action, Grant
+from pipeline.rules.definition import WatcherDefinition
+from pipeline.rules.lifecycle import WatcherStatus
+from producers.ticker.loop import PollTicker, TickerSettings
 from tests.integration.ticker_helpers import (
     PARTITIONS,
     TENANT,
@@ -200,11 +200,11 @@ def agent_scenario(
 def test_agent_watch_ticks_decide_once_terminal_and_at_deadline_by_pure_evaluate(
     deployment: Deployment,
 ) -> None:
-    from consumers.evaluator_records import evidence_from_tick
-    from pipeline.budgets import BudgetVerdict
-    from pipeline.evaluation import evaluate, recorded_budget
-    from pipeline.watcher_state import WatcherState
-    from producers.tools import REGISTERED
+    from pipeline.records.evaluator import evidence_from_tick
+    from pipeline.rules.budgets import BudgetVerdict
+    from pipeline.rules.evaluation import evaluate, recorded_budget
+    from pipeline.rules.watcher_state import WatcherState
+    from producers.ticker.tools import REGISTERED
 
     clock = ManualClock(LATE_START)
     driver = TickerOnly(deployment, clock)
@@ -298,9 +298,9 @@ def test_revoked_grant_or_spent_budget_means_no_tool_call(
 ) -> None:
     import redis
 
-    from pipeline.budgets import BudgetCaps
-    from pipeline.cli.config import ToolConfig
+    from pipeline.config import ToolConfig
     from pipeline.redis.budgets import RedisBudgets
+    from pipeline.rules.budgets import BudgetCaps
 
     deployment.watcher(http_definition("w-granted", "status.a"), T0 - MIN / 2)
     deployment.watcher(http_definition("w-ungranted", "status.b"), T0 - MIN / 2)
@@ -333,9 +333,9 @@ def test_budget_store_down_defers_the_tick_and_calls_nothing(
 ) -> None:
     import redis
 
-    from pipeline.budgets import BudgetCaps
-    from pipeline.cli.config import ToolConfig
+    from pipeline.config import ToolConfig
     from pipeline.redis.budgets import RedisBudgets
+    from pipeline.rules.budgets import BudgetCaps
 
     deployment.watcher(http_definition("w-granted", "status.a"), T0 - MIN / 2)
     deployment.grant({"status.a"}, {"status-page"}, "ops.alert", {"ops-hook"})

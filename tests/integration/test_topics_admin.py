@@ -19,7 +19,6 @@ from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, Config
 from confluent_kafka.admin._resource import ResourceType
 
 from pipeline.cli.main import vigil
-from pipeline.errors import TopologyError
 from pipeline.kafka.admin import (
     TopicState,
     check_topology,
@@ -28,6 +27,7 @@ from pipeline.kafka.admin import (
     ensure_topics,
 )
 from pipeline.kafka.topics import Topic, Topology
+from pipeline.rules.errors import TopologyError
 
 pytestmark = pytest.mark.integration
 

@@ -3,7 +3,7 @@ states, tickers, committed ticks), the ticker and evaluator stepped on one Manua
 GET server for http.json@v1, and the definitions the tests use.
 
 Watchers and grants are written with the record shapes the command processor uses
-(``schemas/watcher.v1.avsc``, :class:`pipeline.command_records.GrantRecord`), keyed and placed
+(``schemas/watcher.v1.avsc``, :class:`pipeline.rules.commands.model.GrantRecord`), keyed and placed
 as DESIGN.md §2 says, so the ticker cannot tell them apart from the processor's.
 """
 
@@ -18,19 +18,19 @@ from typing import Any
 from confluent_kafka import Producer
 from prometheus_client import CollectorRegistry
 
-from pipeline.authz import Action, Grant
 from pipeline.clock import ManualClock
-from pipeline.command_records import GrantRecord
-from pipeline.definition import WatcherDefinition
 from pipeline.kafka.admin import connect_admin, ensure_topics
 from pipeline.kafka.clients import producer_config
 from pipeline.kafka.partitioner import partition_for
 from pipeline.kafka.serde import default_registry
 from pipeline.kafka.topics import Topic, Topology
-from pipeline.keys import canonical_json, watcher_key
-from pipeline.lifecycle import WatcherStatus
-from producers.events import event_record
-from producers.poll_ticker import PollTicker, TickerSettings
+from pipeline.rules.authz import Action, Grant
+from pipeline.rules.commands.model import GrantRecord
+from pipeline.rules.definition import WatcherDefinition
+from pipeline.rules.keys import canonical_json, watcher_key
+from pipeline.rules.lifecycle import WatcherStatus
+from producers.publish.publisher import event_record
+from producers.ticker.loop import PollTicker, TickerSettings
 from tests.integration.runtime_helpers import read_all, read_table
 
 __all__ = [
@@ -228,11 +228,11 @@ class Pipeline:
     def __init__(self, deployment: Deployment, clock: ManualClock, redis_url: str) -> None:
         import redis
 
-        from consumers.evaluator import Evaluator, EvaluatorSettings, evaluator_app
-        from consumers.evaluator_budgets import EvaluationBudgets
-        from consumers.evaluator_metrics import evaluator_metrics
-        from pipeline.budgets import BudgetCaps
-        from producers.tools import REGISTERED
+        from consumers.evaluator.budgets import EvaluationBudgets
+        from consumers.evaluator.loop import Evaluator, EvaluatorSettings, evaluator_app
+        from consumers.evaluator.metrics import evaluator_metrics
+        from pipeline.rules.budgets import BudgetCaps
+        from producers.ticker.tools import REGISTERED
 
         self.deployment = deployment
         self.ticker = deployment.ticker(clock, deployment.topology.prefix + "ticker")
@@ -299,7 +299,7 @@ def outbox(deployment: Deployment) -> list[dict[str, Any]]:
 
 def watcher_status(deployment: Deployment, watcher_id: str) -> str:
     """The status the evaluator's ``watcher-state`` holds for one watcher."""
-    from consumers.evaluator_records import decode_state
+    from pipeline.records.evaluator import decode_state
 
     table = read_table(deployment.bootstrap, deployment.name(Topic.WATCHER_STATE))
     raw = table[watcher_key(TENANT, USER, watcher_id)]

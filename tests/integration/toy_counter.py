@@ -15,14 +15,14 @@ import logging
 import threading
 from typing import Any
 
-from pipeline.kafka.runtime import (
+from pipeline.runtime.app import (
     InputRecord,
     ProcessContext,
     Processor,
     StreamApp,
     stop_on_sigterm,
 )
-from pipeline.kafka.tables import TableKind, TableSpec
+from pipeline.runtime.tables import TableKind, TableSpec
 
 __all__ = ["count_processor", "main", "make_app"]
 

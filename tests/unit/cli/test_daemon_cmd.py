@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pipeline.cli.daemon_cmd import host_zone
-from pipeline.errors import DefinitionError
+from pipeline.rules.errors import DefinitionError
 
 pytestmark = pytest.mark.unit
 

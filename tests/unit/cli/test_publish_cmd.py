@@ -3,7 +3,7 @@ from datetime import UTC, datetime
 import pytest
 
 from pipeline.cli.publish_cmd import parse_event_line
-from pipeline.errors import DefinitionError
+from pipeline.rules.errors import DefinitionError
 
 pytestmark = pytest.mark.unit
 

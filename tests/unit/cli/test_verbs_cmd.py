@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from pipeline.cli.main import vigil
-from pipeline.control.socket_server import Peer, SocketServer
+from pipeline.control.socket.server import Peer, SocketServer
 from pipeline.control.verbs import ErrorKind, VerbResponse
 
 pytestmark = pytest.mark.unit

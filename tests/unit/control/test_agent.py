@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.control.agent import AgentRunner, AgentTokens
-from pipeline.errors import ConfigError, VigilError
+from pipeline.rules.errors import ConfigError, VigilError
 
 pytestmark = pytest.mark.unit
 

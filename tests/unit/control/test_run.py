@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.control.run import ScriptRunner, resolve_script
-from pipeline.errors import DefinitionError
+from pipeline.rules.errors import DefinitionError
 
 pytestmark = pytest.mark.unit
 

@@ -8,8 +8,8 @@ import pytest
 
 from pipeline.control.schedules import schedule_view, timing_source
 from pipeline.control.verbs import ScheduleRequest
-from pipeline.errors import DefinitionError
-from pipeline.zones import load_zone
+from pipeline.rules.errors import DefinitionError
+from pipeline.rules.zones import load_zone
 
 pytestmark = pytest.mark.unit
 

@@ -17,7 +17,7 @@ from pipeline.control.verbs import (
     parse_action,
     parse_request,
 )
-from pipeline.errors import DefinitionError
+from pipeline.rules.errors import DefinitionError
 
 pytestmark = pytest.mark.unit
 

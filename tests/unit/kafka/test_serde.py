@@ -7,7 +7,6 @@ import pytest
 from fastavro import schemaless_writer
 from fastavro.schema import to_parsing_canonical_form
 
-from pipeline.errors import SerdeError, UnknownSchemaError
 from pipeline.kafka.serde import (
     HEADER_SIZE,
     MAGIC,
@@ -15,6 +14,7 @@ from pipeline.kafka.serde import (
     SchemaVersion,
     default_registry,
 )
+from pipeline.rules.errors import SerdeError, UnknownSchemaError
 
 pytestmark = pytest.mark.unit
 

@@ -3,7 +3,6 @@ from datetime import timedelta
 
 import pytest
 
-from pipeline.errors import ConfigError
 from pipeline.kafka.topics import (
     DLQ_OFFSET,
     DLQ_PARTITION,
@@ -18,6 +17,7 @@ from pipeline.kafka.topics import (
     Topology,
     dead_letter_headers,
 )
+from pipeline.rules.errors import ConfigError
 
 pytestmark = pytest.mark.unit
 

@@ -1,0 +1,177 @@
+"""The adapter interface: what a destination gets (:class:`Delivery`), what it answers
+(:class:`SendResult`), and the one JSON body every destination shares (:func:`webhook_body`).
+
+An adapter is a ``config`` + ``send`` pair (STYLE habit 9). ``send`` is synchronous and
+thread-safe: the delivery consumer calls many destinations at once from a thread pool, off its
+poll thread, between the claim transaction and the result transaction (DESIGN.md §4, §10).
+Results are categorical only — an :class:`~pipeline.rules.outcomes.ErrorCode`, an optional
+``Retry-After`` — and never carry a response body.
+
+Left out: deciding what a result means for the entry (``pipeline.rules.dispatch.fail``), writing
+Kafka records (an adapter returns them in :attr:`SendResult.records`; the consumer produces
+them inside its transaction) and choosing an adapter for a target (``registry``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any, Protocol
+
+from pipeline.rules.instants import rfc3339_micros
+from pipeline.rules.keys import canonical_json
+from pipeline.rules.outbox import OutboxEntry
+from pipeline.rules.outcomes import ErrorCode, Outcome
+
+__all__ = [
+    "Adapter",
+    "AdapterKind",
+    "Delivery",
+    "OutboundRecord",
+    "SendResult",
+    "body_object",
+    "webhook_body",
+]
+
+
+class AdapterKind(StrEnum):
+    """Which adapter sent a delivery: the ``adapter`` label of delivery metrics."""
+
+    WEBHOOK = "webhook"
+    IN_APP = "in_app"
+    LOG = "log"
+    CHAT = "chat"
+    CONSOLE = "console"
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """One attempt's input: the outbox entry's fields a destination may see."""
+
+    delivery_key: str
+    tenant_id: str
+    user_id: str
+    watcher_id: str
+    outcome: Outcome
+    trigger: Mapping[str, str]
+    evidence_digest: str | None
+    due_at: datetime
+    late: bool
+    verb: str
+    target: str
+    text: str | None = None  # send and prompt answers
+    wake_session: bool = False
+    session_id: str | None = None
+
+    @classmethod
+    def from_entry(cls, entry: OutboxEntry) -> Delivery:
+        return cls(
+            delivery_key=entry.delivery_key,
+            tenant_id=entry.tenant_id,
+            user_id=entry.user_id,
+            watcher_id=entry.watcher_id,
+            outcome=entry.outcome,
+            trigger=dict(entry.trigger),
+            evidence_digest=entry.evidence_digest,
+            due_at=entry.due_at,
+            late=entry.late,
+            verb=entry.verb,
+            target=entry.target,
+            text=entry.text,
+            wake_session=entry.wake_session,
+            session_id=entry.session_id,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class OutboundRecord:
+    """A Kafka record an adapter asks the consumer to write (topic name, key, value bytes).
+
+    The consumer picks the partition as everywhere else: ``partition_for(key, n)``.
+    """
+
+    topic: str
+    key: bytes
+    value: bytes = field(repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class SendResult:
+    """What one attempt came to. ``ok`` with no error, or not ``ok`` with exactly one code.
+
+    ``repeat_risk``: the destination takes no idempotency key, so a crash between this send
+    and recording it can repeat the message (chats); the consumer counts it in a metric.
+    ``records`` must be produced in the same transaction that records this result, so they
+    exist exactly when the result does; ``after_commit`` only once that transaction has
+    committed (best effort, e.g. the ``wake_session`` wake).
+    """
+
+    ok: bool
+    error: ErrorCode | None = None
+    retry_after: timedelta | None = None
+    repeat_risk: bool = False
+    records: tuple[OutboundRecord, ...] = ()
+    after_commit: tuple[OutboundRecord, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.ok == (self.error is not None):
+            raise ValueError("a SendResult is ok without an error, or failed with one")
+        if self.retry_after is not None and self.retry_after < timedelta(0):
+            raise ValueError("retry_after is never negative")
+
+    @classmethod
+    def delivered(cls, *, repeat_risk: bool = False) -> SendResult:
+        return cls(ok=True, repeat_risk=repeat_risk)
+
+    @classmethod
+    def failed(
+        cls,
+        error: ErrorCode,
+        *,
+        retry_after: timedelta | None = None,
+        repeat_risk: bool = False,
+    ) -> SendResult:
+        return cls(
+            ok=False, error=ErrorCode(error), retry_after=retry_after, repeat_risk=repeat_risk
+        )
+
+    @property
+    def label(self) -> str:
+        """``"delivered"`` or the error code: the ``result`` label of delivery metrics."""
+        return "delivered" if self.error is None else self.error.value
+
+
+class Adapter(Protocol):
+    """A destination. ``send`` never raises for a destination's failure: it returns a code."""
+
+    @property
+    def kind(self) -> AdapterKind: ...
+
+    def send(self, delivery: Delivery) -> SendResult: ...
+
+    def close(self) -> None: ...
+
+
+def body_object(delivery: Delivery) -> dict[str, Any]:
+    """The JSON object of DESIGN.md §9 "A webhook delivery" (``text`` is null for ``notify``)."""
+    return {
+        "delivery_key": delivery.delivery_key,
+        "watcher_id": delivery.watcher_id,
+        "tenant_id": delivery.tenant_id,
+        "user_id": delivery.user_id,
+        "outcome": delivery.outcome.value,
+        "trigger": dict(delivery.trigger),
+        "evidence_digest": delivery.evidence_digest,
+        "due_at": rfc3339_micros(delivery.due_at),
+        "late": delivery.late,
+        "text": delivery.text,
+    }
+
+
+def webhook_body(delivery: Delivery) -> bytes:
+    """The body as RFC 8785 canonical JSON: the same bytes on every attempt, so the signature
+    of a retry signs exactly what the first attempt sent. Raises ``DefinitionError`` for text
+    that is not valid Unicode (a delivery that can never be sent)."""
+    return canonical_json(body_object(delivery), "delivery")

@@ -1,0 +1,131 @@
+"""The ``chat`` destination, Telegram-shaped: ``POST {api_base}/bot{token}/sendMessage`` with
+JSON ``{"chat_id", "text"}`` (DESIGN.md §9), and the text every chat-like adapter shows.
+
+Such an API takes no idempotency key, so every result says ``repeat_risk``: a crash between
+the send and recording it makes the next worker send the message again. That is documented
+and counted by the consumer; the delivery key still dedupes everything inside vigil. A late
+one-shot's text says it is late and when it was due. The token is read from the environment
+by ``registry`` and lives only in the request URL; transport errors are reduced to a code so
+it never reaches a log.
+
+Left out: resolving which chat a schedule targets (the control plane freezes it as the
+delivery's target) and Telegram features beyond plain text (parse modes, keyboards).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Final
+
+import httpx
+from pydantic import SecretStr
+
+from consumers.delivery.adapters.base import AdapterKind, Delivery, SendResult
+from pipeline.clock import Clock, SystemClock
+from pipeline.http import (
+    DEFAULT_TIMEOUT,
+    MAX_RETRY_AFTER,
+    Reply,
+    make_client,
+    post,
+    result_of,
+)
+from pipeline.rules.instants import rfc3339_seconds
+
+__all__ = ["MAX_TEXT", "ChatAdapter", "TelegramConfig", "chat_text"]
+
+MAX_TEXT: Final = 4096  # Telegram's limit for one message
+
+
+def chat_text(delivery: Delivery) -> str:
+    """What a person reads: the text (``send``/``prompt``), or the watcher and its outcome
+    (``notify``); a late delivery adds when it was due. Cut to :data:`MAX_TEXT`."""
+    text = (
+        delivery.text
+        if delivery.text is not None
+        else (f"{delivery.watcher_id}: {delivery.outcome.value}")
+    )
+    if delivery.late:
+        text = f"{text}\n(late: this was due at {rfc3339_seconds(delivery.due_at)})"
+    if len(text) > MAX_TEXT:
+        text = text[: MAX_TEXT - 1] + "…"
+    return text
+
+
+@dataclass(frozen=True, slots=True)
+class TelegramConfig:
+    api_base: str
+    token: SecretStr = field(repr=False)
+    chat_id: str
+    timeout: timedelta = DEFAULT_TIMEOUT
+
+
+def _chat_id(value: str) -> int | str:
+    """Numeric ids travel as JSON integers, as the Bot API documents; ``@channel`` as text."""
+    try:
+        return int(value)
+    except ValueError:
+        return value
+
+
+def _api_retry_after(reply: Reply) -> timedelta | None:
+    """Telegram's flood control puts the wait in the body: ``parameters.retry_after``."""
+    try:
+        data = json.loads(reply.head)
+        seconds = data["parameters"]["retry_after"]
+    except (ValueError, TypeError, KeyError):
+        return None
+    if isinstance(seconds, bool) or not isinstance(seconds, int) or seconds < 0:
+        return None
+    return min(timedelta(seconds=seconds), MAX_RETRY_AFTER)
+
+
+class ChatAdapter:
+    """Thread-safe; shares ``client`` when given one (and then leaves closing it to the owner)."""
+
+    kind = AdapterKind.CHAT
+
+    def __init__(
+        self,
+        config: TelegramConfig,
+        *,
+        client: httpx.Client | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        self._config = config
+        self._url = (
+            f"{config.api_base.rstrip('/')}/bot{config.token.get_secret_value()}/sendMessage"
+        )
+        self._chat_id = _chat_id(config.chat_id)
+        self._owns_client = client is None
+        self._client = client if client is not None else make_client(timeout=config.timeout)
+        self._clock: Clock = clock or SystemClock()
+
+    def __repr__(self) -> str:
+        return f"ChatAdapter(api_base={self._config.api_base!r}, chat_id={self._chat_id!r})"
+
+    def send(self, delivery: Delivery) -> SendResult:
+        body = json.dumps(
+            {"chat_id": self._chat_id, "text": chat_text(delivery)}, ensure_ascii=False
+        ).encode("utf-8", errors="replace")
+        reply = post(
+            self._client,
+            self._url,
+            content=body,
+            headers={"Content-Type": "application/json"},
+            timeout=self._config.timeout,
+        )
+        hint = _api_retry_after(reply) if isinstance(reply, Reply) and reply.status == 429 else None
+        return result_of(reply, self._clock.now(), repeat_risk=True, retry_after=hint)
+
+    def close(self) -> None:
+        if self._owns_client:
+            self._client.close()
+
+    def __enter__(self) -> ChatAdapter:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

@@ -1,0 +1,41 @@
+"""The ``console`` chat: prints a delivery's text to stdout, for ``vigil dev`` and local use.
+
+The same text a Telegram-shaped chat would get (:func:`~consumers.delivery.adapters.chat.chat_text`),
+one delivery per block, flushed at once. Like any chat it takes no idempotency key, so its
+results say ``repeat_risk``.
+
+Left out: colour, paging and anything interactive.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from typing import TextIO
+
+from consumers.delivery.adapters.base import AdapterKind, Delivery, SendResult
+from consumers.delivery.adapters.chat import chat_text
+from pipeline.rules.outcomes import ErrorCode
+
+__all__ = ["ConsoleAdapter"]
+
+
+class ConsoleAdapter:
+    kind = AdapterKind.CONSOLE
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        self._stream = stream
+        self._lock = threading.Lock()  # one delivery's lines never interleave with another's
+
+    def send(self, delivery: Delivery) -> SendResult:
+        stream = self._stream if self._stream is not None else sys.stdout
+        try:
+            with self._lock:
+                stream.write(chat_text(delivery) + "\n")
+                stream.flush()
+        except (OSError, ValueError):  # closed or broken stdout
+            return SendResult.failed(ErrorCode.UNAVAILABLE, repeat_risk=True)
+        return SendResult.delivered(repeat_risk=True)
+
+    def close(self) -> None:
+        """Nothing to release: the stream belongs to the caller."""

@@ -1,0 +1,110 @@
+"""The ``in_app`` destination: a record in the per-user ledger topic ``notifications``.
+
+The record is keyed by subject (``["<tenant>","<user>"]``) and carries the delivery key, so
+readers dedupe; its value is the Avro ``notification`` schema. The adapter does no I/O: its
+``send`` returns the record in :attr:`SendResult.records`, and the delivery consumer produces
+it with its transactional producer **in the same transaction that records ``delivered``** —
+that is what keeps it in the transaction: the ledger record and the delivered state commit
+together or not at all, and a fenced (zombie) worker's copy is aborted and never seen by
+``read_committed`` readers. (A ``produce`` callable called from the thread pool would land
+outside any open transaction, between the claim and the result transactions.)
+
+``wake_session`` (seed 003): a content-free wake record — kind ``wake``, the subject, session
+and delivery key, no text — returned in :attr:`SendResult.after_commit`. The consumer writes it
+only after the transaction holding the ledger record has committed (best effort: a crash in
+between loses the wake, never the notification; clients reread the ledger). It has the same
+key, so it lands after its notification in the same partition.
+
+Left out: the ledger's reader and ``:ack`` (the HTTP API).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from consumers.delivery.adapters.base import AdapterKind, Delivery, OutboundRecord, SendResult
+from pipeline.clock import Clock, SystemClock
+from pipeline.kafka.serde import SchemaRegistry, default_registry
+from pipeline.rules.errors import DefinitionError, SerdeError
+from pipeline.rules.keys import canonical_json, subject_key
+from pipeline.rules.outcomes import ErrorCode
+
+__all__ = ["RECORD_TYPE", "InAppAdapter", "InAppConfig", "NotificationKind"]
+
+RECORD_TYPE = "notification"
+
+
+class NotificationKind(StrEnum):
+    NOTIFICATION = "notification"
+    WAKE = "wake"
+
+
+@dataclass(frozen=True, slots=True)
+class InAppConfig:
+    topic: str  # the full topic name, e.g. "vigil.notifications"
+
+
+class InAppAdapter:
+    kind = AdapterKind.IN_APP
+
+    def __init__(
+        self,
+        config: InAppConfig,
+        *,
+        clock: Clock | None = None,
+        schemas: SchemaRegistry | None = None,
+    ) -> None:
+        self._config = config
+        self._clock: Clock = clock or SystemClock()
+        self._schemas = schemas or default_registry()
+
+    def ledger_record(self, delivery: Delivery, now: datetime) -> OutboundRecord:
+        """The notification itself."""
+        return self._record(
+            delivery,
+            {
+                "kind": NotificationKind.NOTIFICATION.value,
+                "outcome": delivery.outcome.value,
+                "verb": delivery.verb,
+                "text": delivery.text,
+                "trigger": canonical_json(dict(delivery.trigger), "trigger").decode("utf-8"),
+                "evidence_digest": delivery.evidence_digest,
+                "due_at": delivery.due_at,
+                "late": delivery.late,
+                "created_at": now,
+            },
+        )
+
+    def wake_record(self, delivery: Delivery, now: datetime) -> OutboundRecord:
+        """The content-free wake: who and which notification, nothing of what it says."""
+        return self._record(delivery, {"kind": NotificationKind.WAKE.value, "created_at": now})
+
+    def _record(self, delivery: Delivery, fields: dict[str, Any]) -> OutboundRecord:
+        value = {
+            "delivery_key": delivery.delivery_key,
+            "tenant_id": delivery.tenant_id,
+            "user_id": delivery.user_id,
+            "watcher_id": delivery.watcher_id,
+            "session_id": delivery.session_id,
+            **fields,
+        }
+        return OutboundRecord(
+            topic=self._config.topic,
+            key=subject_key(delivery.tenant_id, delivery.user_id).encode("utf-8"),
+            value=self._schemas.encode(RECORD_TYPE, value),
+        )
+
+    def send(self, delivery: Delivery) -> SendResult:
+        now = self._clock.now()
+        try:
+            ledger = self.ledger_record(delivery, now)
+            wake = (self.wake_record(delivery, now),) if delivery.wake_session else ()
+        except (DefinitionError, SerdeError):
+            return SendResult.failed(ErrorCode.REJECTED)  # can never be encoded: terminal
+        return SendResult(ok=True, records=(ledger,), after_commit=wake)
+
+    def close(self) -> None:
+        """Nothing to release: the consumer owns the producer."""

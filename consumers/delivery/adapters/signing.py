@@ -1,0 +1,109 @@
+"""Standard Webhooks signatures: the HMAC a receiver checks to trust a vigil delivery.
+
+``webhook-signature: v1,<base64 HMAC-SHA256(key, "<webhook-id>.<webhook-timestamp>.<body>")>``.
+The key comes from the configured secret: a secret that starts with ``whsec_`` is the
+Standard Webhooks form and its key is the base64 text after the prefix, decoded; any other
+secret is used as its raw UTF-8 bytes. (The reference libraries base64-decode unprefixed
+secrets too; give receivers that use them a ``whsec_`` secret.) Signing is three lines of the
+standard library's ``hmac``; the published specification vector pins it in the tests.
+
+:func:`verify` is the receiver's side, for tests and for operators' own receivers: it accepts
+any of several space-separated signatures (key rotation) and refuses stale timestamps.
+
+Left out: where the secret comes from (``registry`` reads configuration and environment).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+from collections.abc import Mapping
+from enum import StrEnum
+from typing import Final
+
+from pipeline.rules.errors import ConfigError
+
+__all__ = [
+    "DEFAULT_TOLERANCE_SECONDS",
+    "SECRET_PREFIX",
+    "Verification",
+    "sign",
+    "signing_key",
+    "verify",
+]
+
+SECRET_PREFIX: Final = "whsec_"
+DEFAULT_TOLERANCE_SECONDS: Final = 300  # the Standard Webhooks recommendation
+_VERSION: Final = "v1"
+
+
+class Verification(StrEnum):
+    """Why a receiver accepts or refuses a request."""
+
+    VALID = "valid"
+    MISSING_HEADERS = "missing_headers"
+    BAD_TIMESTAMP = "bad_timestamp"  # not an integer
+    STALE_TIMESTAMP = "stale_timestamp"  # outside the tolerance, either way
+    NO_MATCH = "no_match"  # no v1 signature matches: wrong secret or altered body
+
+
+def signing_key(secret: str) -> bytes:
+    """The HMAC key of a configured secret (see the module docstring)."""
+    if not secret:
+        raise ConfigError("a webhook signing secret is empty")
+    if not secret.startswith(SECRET_PREFIX):
+        return secret.encode("utf-8")
+    try:
+        key = base64.b64decode(secret[len(SECRET_PREFIX) :], validate=True)
+    except (binascii.Error, ValueError):
+        # Never echo the secret itself.
+        raise ConfigError(f"a {SECRET_PREFIX}… webhook secret is not valid base64") from None
+    if not key:
+        raise ConfigError(f"a {SECRET_PREFIX}… webhook secret has no key after the prefix")
+    return key
+
+
+def _digest(key: bytes, msg_id: str, timestamp: int, body: bytes) -> bytes:
+    signed = f"{msg_id}.{timestamp}.".encode() + body
+    return hmac.new(key, signed, hashlib.sha256).digest()
+
+
+def sign(key: bytes, msg_id: str, timestamp: int, body: bytes) -> str:
+    """The ``webhook-signature`` header value for one request."""
+    return f"{_VERSION}," + base64.b64encode(_digest(key, msg_id, timestamp, body)).decode()
+
+
+def verify(
+    key: bytes,
+    headers: Mapping[str, str],
+    body: bytes,
+    now_seconds: int,
+    tolerance_seconds: int = DEFAULT_TOLERANCE_SECONDS,
+) -> Verification:
+    """Check a request's ``webhook-id``, ``webhook-timestamp`` and ``webhook-signature``
+    (header names in lower case) against ``key``, in constant time."""
+    msg_id = headers.get("webhook-id")
+    stamp = headers.get("webhook-timestamp")
+    signatures = headers.get("webhook-signature")
+    if not msg_id or not stamp or not signatures:
+        return Verification.MISSING_HEADERS
+    try:
+        timestamp = int(stamp)
+    except ValueError:
+        return Verification.BAD_TIMESTAMP
+    if abs(now_seconds - timestamp) > tolerance_seconds:
+        return Verification.STALE_TIMESTAMP
+    expected = _digest(key, msg_id, timestamp, body)
+    for candidate in signatures.split():
+        version, _, encoded = candidate.partition(",")
+        if version != _VERSION:
+            continue
+        try:
+            given = base64.b64decode(encoded, validate=True)
+        except (binascii.Error, ValueError):
+            continue
+        if hmac.compare_digest(given, expected):
+            return Verification.VALID
+    return Verification.NO_MATCH

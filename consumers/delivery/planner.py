@@ -1,0 +1,172 @@
+"""Due entries' pre-dispatch decisions, with their verdicts gathered from the live views.
+
+Owns :class:`Planner`: for a due ``pending`` entry it gathers what
+:func:`pipeline.rules.dispatch.plan_attempt` needs — the lifecycle verdict, authorization rechecked
+against the current grants (``deliver`` on the entry's target), quiet hours, and the budget
+charge in Redis (unique delivery on the first attempt, one attempt every time, idempotent per
+delivery key + attempt, DESIGN.md §10; many entries per Redis round trip) — and returns the
+plan with a categorical detail for the audit record. Redis unreachable is a verdict
+(``unavailable``: defer), never an error, and nothing is charged for an attempt that is
+deferred, suppressed or cancelled before the charge.
+
+Leaves out persistence and sending (``consumers.delivery.loop``) and the rules themselves
+(``pipeline.rules.dispatch``, ``pipeline.rules.authz``, ``pipeline.rules.budgets``).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from consumers.delivery.budgets import BatchBudgets, Charge
+from pipeline.records.delivery_state import DeliveryRecord
+from pipeline.rules.authz import Action, authorize
+from pipeline.rules.budgets import BudgetCaps, BudgetCheck, BudgetScope, Dimension, window_end
+from pipeline.rules.dispatch import (
+    BUDGET_UNAVAILABLE_RETRY,
+    DispatchAction,
+    DispatchPlan,
+    attempt_cost,
+    attempt_token_for,
+    plan_attempt,
+)
+from pipeline.rules.errors import BudgetStoreError, DefinitionError
+from pipeline.rules.outbox import OutboxEntry, OutboxQuietHours
+from pipeline.rules.quiet_hours import QuietHours
+from pipeline.runtime.lifecycle_view import LifecycleIndex
+from pipeline.runtime.views import GrantIndex
+
+__all__ = ["Decision", "Pending", "Planner"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    plan: DispatchPlan
+    detail: str | None = None  # categorical: a deny reason, the exhausted budget dimension
+
+
+@functools.lru_cache(maxsize=1024)
+def _quiet_hours(quiet: OutboxQuietHours) -> QuietHours:
+    return QuietHours.parse(quiet.start, quiet.end, quiet.timezone)
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """A decision waiting for its budget charge (the verdicts gathered so far)."""
+
+    record: DeliveryRecord
+    entry: OutboxEntry
+    now: datetime
+    quiet: QuietHours | None
+    window_end: datetime
+    charge: Charge
+
+
+class Planner:
+    """Decides attempts; holds the views and the budget store, never state.
+
+    Two phases, so the budget charges of many due entries share one Redis round trip:
+    :meth:`prepare` decides what needs no budget (cancel, suppress, quiet hours) or returns a
+    :class:`Pending`; :meth:`charge` charges a batch; :meth:`complete` finishes each.
+    """
+
+    def __init__(
+        self,
+        *,
+        grants: GrantIndex,
+        lifecycle: LifecycleIndex,
+        budgets: BatchBudgets,
+        budget_defaults: BudgetCaps,
+        unavailable_retry: timedelta = BUDGET_UNAVAILABLE_RETRY,
+    ) -> None:
+        self._grants = grants
+        self._lifecycle = lifecycle
+        self._budgets = budgets
+        self._defaults = budget_defaults
+        self._unavailable_retry = unavailable_retry
+
+    def caps(self, entry: OutboxEntry) -> BudgetCaps:
+        """The entry's caps with the operator's defaults for what it leaves out."""
+        if entry.budgets is None:
+            return self._defaults
+        return entry.budgets.with_defaults(self._defaults)
+
+    def prepare(
+        self, record: DeliveryRecord, entry: OutboxEntry, now: datetime
+    ) -> Decision | Pending:
+        """Checks 1-3 of ``plan_attempt`` (lifecycle, authorization, quiet hours), or what
+        the budget charge needs."""
+        closed = self._lifecycle.dropping(record, entry.created_at) is not None
+        verdict = authorize(
+            self._grants.of(entry.tenant_id, entry.user_id),
+            tenant_id=entry.tenant_id,
+            user_id=entry.user_id,
+            purpose=entry.purpose,
+            action=Action.DELIVER,
+            source_id=entry.source_id,
+            target=entry.target,
+            now=now,
+        )
+        quiet = self._quiet(entry)
+        caps = self.caps(entry)
+        ends = window_end(now, caps.window)
+        plan = plan_attempt(
+            record.state,
+            now=now,
+            authorized=verdict.allowed,
+            quiet_hours=quiet,
+            attempt_budget=None,
+            closed=closed,
+            window_end=ends,
+            unavailable_retry=self._unavailable_retry,
+        )
+        if plan.action is not DispatchAction.CHARGE_BUDGET:
+            denied = None if verdict.reason is None else verdict.reason.value
+            return Decision(plan, denied if plan.action is DispatchAction.SUPPRESS else None)
+        scope = BudgetScope(entry.tenant_id, entry.user_id, entry.watcher_id)
+        charge = Charge(
+            scope, caps, attempt_cost(record.state), attempt_token_for(record.state), now
+        )
+        return Pending(record, entry, now, quiet, ends, charge)
+
+    def charge(self, pending: Sequence[Pending]) -> list[BudgetCheck]:
+        """Charge a batch in one round trip; Redis unreachable makes every verdict
+        ``unavailable`` (defer, never send unbudgeted)."""
+        try:
+            return self._budgets.charge_many([p.charge for p in pending])
+        except BudgetStoreError as exc:
+            log.warning("budget store unavailable, deferring %d entries: %s", len(pending), exc)
+            return [BudgetCheck.unavailable() for _ in pending]
+
+    def complete(self, pending: Pending, check: BudgetCheck) -> Decision:
+        """Checks 5-8 of ``plan_attempt`` with the charge's verdict."""
+        plan = plan_attempt(
+            pending.record.state,
+            now=pending.now,
+            authorized=True,
+            quiet_hours=pending.quiet,
+            attempt_budget=check.verdict_for(Dimension.ATTEMPTS),
+            delivery_budget=check.verdict_for(Dimension.DELIVERIES),
+            closed=False,
+            window_end=pending.window_end,
+            unavailable_retry=self._unavailable_retry,
+        )
+        detail = None if check.exhausted is None else check.exhausted.value
+        return Decision(plan, None if plan.action is DispatchAction.DISPATCH else detail)
+
+    @staticmethod
+    def _quiet(entry: OutboxEntry) -> QuietHours | None:
+        if entry.quiet_hours is None:
+            return None
+        try:
+            return _quiet_hours(entry.quiet_hours)
+        except DefinitionError as exc:
+            # Validated at creation: unreadable here means a broken tzdata install. Say so loudly
+            # and send, rather than hold the entry forever.
+            log.error("quiet hours of %s unreadable (%s): treated as none", entry.delivery_key, exc)
+            return None

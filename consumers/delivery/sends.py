@@ -1,0 +1,150 @@
+"""Calling destinations off the poll thread: persisted claims in, categorical answers out.
+
+Owns :class:`Claim` (a claim that has committed, whose destination is being called) and
+:class:`SendPool`: a thread pool that calls :meth:`AdapterRegistry.send` for each claim — or,
+for a fired ``prompt`` or ``run`` (``consumers.delivery.adapters.verbs.EXECUTED_VERBS``), the
+:class:`Executor` that runs it where delivery runs (DESIGN.md §4; without one, such an entry is
+``rejected``, never sent as a message) — the claims in flight, and the answers collected in
+batches: every fixed cost of a turn of the delivery loop (a commit, a Redis round trip) is paid
+once per batch, not once per answer. A batch is ready when it is big, when every send in
+flight has answered, when its oldest answer has waited ``linger_s``, or when the worker is
+stopping.
+
+Leaves out what an answer means (``pipeline.rules.dispatch``; recorded by ``consumers.delivery.loop``)
+and the destinations themselves (``consumers.delivery.adapters``).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Protocol
+
+from consumers.delivery.adapters import AdapterRegistry, Delivery, SendResult
+from consumers.delivery.adapters.verbs import EXECUTED_VERBS
+from pipeline.rules.outbox import OutboxEntry
+from pipeline.rules.outcomes import ErrorCode
+from pipeline.runtime.tables import Table
+
+__all__ = ["Claim", "Executor", "SendPool"]
+
+log = logging.getLogger(__name__)
+
+
+class Executor(Protocol):
+    """Runs a fired ``prompt`` or ``run`` entry and answers like an adapter (thread-safe)."""
+
+    def execute(self, entry: OutboxEntry) -> SendResult: ...
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Claim:
+    """A persisted claim whose destination is being called."""
+
+    key: str
+    partition: int
+    attempt: int
+    entry: OutboxEntry
+    adapter: str  # the adapter kind, for metrics
+    store: Table  # the store it was claimed in: an answer for any other store is stale
+
+
+class SendPool:
+    """Claims in flight and their answers. Used from the poll thread only, except the pool's
+    completion callbacks, which only put on a thread-safe queue."""
+
+    def __init__(
+        self,
+        adapters: AdapterRegistry,
+        senders: int,
+        *,
+        batch: int,
+        linger_s: float,
+        executor: Executor | None = None,
+    ) -> None:
+        self._adapters = adapters
+        self._executor = executor
+        self._senders = senders
+        self._batch = batch
+        self._linger_s = linger_s
+        self._pool: ThreadPoolExecutor | None = None
+        self._done: queue.SimpleQueue[tuple[Claim, Future[SendResult]]] = queue.SimpleQueue()
+        self._arrived: list[tuple[Claim, Future[SendResult]]] = []
+        self._arrived_at = 0.0
+        self.in_flight: dict[str, Claim] = {}
+
+    def start(self) -> None:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self._senders, thread_name_prefix="delivery-send")
+
+    def close(self) -> None:
+        """Stop calling destinations; answers still on their way are dropped (resent later)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+
+    def submit(self, claim: Claim) -> None:
+        if self._pool is None:
+            raise RuntimeError("the send pool is not started")
+        self.in_flight[claim.key] = claim
+        future = self._pool.submit(self._send, claim.entry)
+        future.add_done_callback(lambda done: self._done.put((claim, done)))
+
+    def kind(self, entry: OutboxEntry) -> str:
+        """The ``adapter`` label of an entry's metrics: the adapter kind, or the executed verb."""
+        if entry.verb in EXECUTED_VERBS:
+            return entry.verb
+        adapter = self._adapters.resolve(entry.target)
+        return "unknown" if adapter is None else adapter.kind.value
+
+    def _send(self, entry: OutboxEntry) -> SendResult:
+        if entry.verb not in EXECUTED_VERBS:
+            return self._adapters.send(Delivery.from_entry(entry))
+        if self._executor is None:
+            log.error("%s entry %s: no executor in this process", entry.verb, entry.delivery_key)
+            return SendResult.failed(ErrorCode.REJECTED)
+        return self._executor.execute(entry)
+
+    def claimed(self, key: str, store: Table) -> bool:
+        """Whether ``key`` is in flight from a claim made in ``store``."""
+        claim = self.in_flight.get(key)
+        return claim is not None and claim.store is store
+
+    def collect(self) -> None:
+        """Move the answers that arrived off the queue, noting when the oldest came."""
+        while True:
+            try:
+                answer = self._done.get_nowait()
+            except queue.Empty:
+                return
+            if not self._arrived:
+                self._arrived_at = time.monotonic()
+            self._arrived.append(answer)
+
+    def ready(self, stopping: bool = False) -> bool:
+        """Whether the collected answers make a batch worth recording now."""
+        if not self._arrived:
+            return False
+        return (
+            len(self._arrived) >= min(self._batch, len(self.in_flight))
+            or stopping
+            or time.monotonic() - self._arrived_at >= self._linger_s
+        )
+
+    def take(self) -> list[tuple[Claim, SendResult]]:
+        """The collected answers, their claims no longer in flight."""
+        arrived, self._arrived = self._arrived, []
+        answers: list[tuple[Claim, SendResult]] = []
+        for claim, future in arrived:
+            if self.in_flight.get(claim.key) is claim:
+                del self.in_flight[claim.key]
+            try:
+                result = future.result()
+            except Exception as exc:  # the registry already turns adapter bugs into codes
+                log.error("send of %s failed: %s", claim.key, type(exc).__name__)
+                result = SendResult.failed(ErrorCode.INTERNAL)
+            answers.append((claim, result))
+        return answers

@@ -1,0 +1,185 @@
+"""The delivery worker's view of its tables: ``delivery-state`` stores, the due-time queue kept
+in step with them, and the outbox entries they refer to.
+
+Owns :class:`DeliveryStates`: which stores the queue reflects, rebuilding the queue for every
+partition restored, revoked or rolled back (:meth:`~DeliveryStates.sync`), where each record's
+timer goes (:meth:`~DeliveryStates.schedule`: ``pending`` → an attempt at its due time, an
+interrupted ``dispatching`` → an attempt now, settled → a purge after its retention, at once
+when cancelled), writing records, and the outbox entries (decoded once, from the input or from
+the restored ``outbox`` table).
+
+Decoded records are cached by the very bytes object their store holds, so a rollback (which
+puts older bytes back) is never served a stale record.
+
+Leaves out every decision (``consumers.delivery.loop``, ``pipeline.rules.dispatch``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from datetime import datetime
+
+from pydantic import ValidationError
+
+from consumers.delivery.app import DeliveryApp
+from consumers.delivery.due import DueKind, DueQueue
+from pipeline.kafka.serde import SchemaRegistry
+from pipeline.records.delivery_state import DeliveryRecord, decode_record, encode_record
+from pipeline.records.evaluator import decode_outbox_entry, encode_outbox_entry
+from pipeline.rules.errors import SerdeError
+from pipeline.rules.outbox import OutboxEntry
+from pipeline.rules.outcomes import DeliveryStatus
+from pipeline.runtime.tables import Table
+
+__all__ = ["OUTBOX", "STATE", "DeliveryStates"]
+
+log = logging.getLogger(__name__)
+
+STATE = "delivery-state"
+OUTBOX = "outbox"
+_S = DeliveryStatus
+_UNSETTLED = (_S.PENDING, _S.DISPATCHING)
+
+
+class DeliveryStates:
+    """The stores, the queue and the entries of one worker."""
+
+    def __init__(self, app: DeliveryApp, schemas: SchemaRegistry) -> None:
+        self._app = app
+        self._schemas = schemas
+        self.queue = DueQueue()
+        self._known: dict[int, Table] = {}  # the stores the queue reflects
+        self._seen_aborts = 0
+        self._decoded: dict[str, tuple[bytes, DeliveryRecord]] = {}
+        self._entries: dict[str, tuple[int, OutboxEntry]] = {}
+
+    # -- stores and records ----------------------------------------------------------------
+
+    def store(self, partition: int) -> Table | None:
+        return self._known.get(partition)
+
+    def stores(self) -> Iterator[tuple[int, Table]]:
+        yield from self._known.items()
+
+    def record(self, key: str, raw: bytes) -> DeliveryRecord | None:
+        """The record ``raw`` holds (None, logged, when unreadable)."""
+        cached = self._decoded.get(key)
+        if cached is not None and cached[0] is raw:
+            return cached[1]
+        try:
+            record = decode_record(self._schemas, raw)
+        except SerdeError as exc:
+            log.error("delivery-state record %s is unreadable: %s", key, exc)
+            return None
+        self._decoded[key] = (raw, record)
+        return record
+
+    def current(self, key: str, partition: int) -> tuple[Table, DeliveryRecord] | None:
+        """The store and record of ``key``, if this worker holds it."""
+        store = self._known.get(partition)
+        raw = None if store is None else store.get(key)
+        if store is None or raw is None:
+            return None
+        record = self.record(key, raw)
+        return None if record is None else (store, record)
+
+    def write(self, store: Table, record: DeliveryRecord) -> None:
+        """Set ``record`` in ``store`` (written to the changelog at the next commit)."""
+        raw = encode_record(self._schemas, record)
+        store.set(record.key, raw)
+        if record.state.status in _UNSETTLED:
+            self._decoded[record.key] = (raw, record)
+        else:  # settled: read again only to be purged
+            self._decoded.pop(record.key, None)
+
+    def delete(self, store: Table, key: str) -> None:
+        store.delete(key)
+        self._decoded.pop(key, None)
+        self._entries.pop(key, None)
+
+    def dirty(self, key: str, partition: int) -> bool:
+        """Whether ``key`` was written in the open transaction."""
+        store = self._known.get(partition)
+        return store is not None and key in store.undo
+
+    # -- the queue -------------------------------------------------------------------------
+
+    def sync(self, claimed: Callable[[str, Table], bool]) -> None:
+        """Rebuild the queue for partitions restored, revoked or rolled back since last time.
+
+        ``claimed(key, store)`` says a ``dispatching`` record is a send still in flight (its
+        answer will be recorded); any other ``dispatching`` record was interrupted."""
+        stores = self._app.stores(STATE)
+        if self._app.aborts != self._seen_aborts:
+            self._seen_aborts = self._app.aborts
+            changed = set(stores) | set(self._known)
+        else:
+            changed = {p for p, s in stores.items() if self._known.get(p) is not s}
+            changed |= {p for p in self._known if p not in stores}
+        if not changed:
+            return
+        self.queue.drop_partitions(changed)
+        self._decoded.clear()  # a memory bound only: stale entries never match
+        gone = changed - set(stores)
+        if gone:
+            self._entries = {k: v for k, v in self._entries.items() if v[0] not in gone}
+        for partition in changed & set(stores):
+            store = stores[partition]
+            for key, raw in store.items():
+                record = self.record(key, raw)
+                if record is not None:
+                    self.schedule(record, partition, store, claimed(key, store))
+        self._known = dict(stores)
+
+    def schedule(
+        self, record: DeliveryRecord, partition: int, store: Table, in_flight: bool = False
+    ) -> None:
+        """Set the one timer of ``record``'s key from its state."""
+        state = record.state
+        if state.status is _S.PENDING:
+            self.queue.schedule(record.key, partition, DueKind.ATTEMPT, state.due_at)
+        elif state.status is _S.DISPATCHING:
+            if not in_flight:  # interrupted: pending again, same attempt count, due now
+                self.queue.schedule(record.key, partition, DueKind.ATTEMPT, state.due_at)
+        else:
+            self.queue.schedule(record.key, partition, DueKind.PURGE, purge_at(record))
+
+    # -- outbox entries ----------------------------------------------------------------------
+
+    def remember(self, key: str, partition: int, entry: OutboxEntry) -> None:
+        self._entries[key] = (partition, entry)
+
+    def entry(self, key: str, partition: int) -> OutboxEntry | None:
+        """The outbox entry of ``key`` (None when the outbox no longer holds it)."""
+        cached = self._entries.get(key)
+        if cached is not None:
+            return cached[1]
+        raw = self._outbox_raw(key, partition)
+        if raw is None:
+            return None
+        try:
+            entry = decode_outbox_entry(self._schemas, raw)
+        except (SerdeError, ValidationError, KeyError, TypeError, ValueError) as exc:
+            log.error("outbox entry %s is unreadable: %s", key, exc)
+            return None
+        self._entries[key] = (partition, entry)
+        return entry
+
+    def outbox_value(self, key: str, partition: int, entry: OutboxEntry) -> bytes:
+        """The entry's bytes as the outbox holds them (for a dead letter)."""
+        raw = self._outbox_raw(key, partition)
+        return raw if raw is not None else encode_outbox_entry(self._schemas, entry)
+
+    def _outbox_raw(self, key: str, partition: int) -> bytes | None:
+        store = self._app.stores(OUTBOX).get(partition)
+        return None if store is None else store.get(key)
+
+
+def purge_at(record: DeliveryRecord) -> datetime:
+    """When a settled record's tombstones are due: at once for dropped work (DESIGN.md §10),
+    else once its delivery retention has passed."""
+    settled = record.state.settled_at or record.state.updated_at
+    if record.state.status is _S.CANCELLED:
+        return settled
+    return settled + record.delivery_retention

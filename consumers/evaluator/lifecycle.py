@@ -1,0 +1,116 @@
+"""Cancel and erase reach the evaluator: which ``watcher-state`` keys to tombstone (DESIGN.md §10).
+
+Owns :class:`LifecycleTracker`, which follows the global ``lifecycle`` table (only the command
+processor writes it) and remembers cancelled watcher versions and erased subjects. Per task
+partition it keeps the keys still to check; a key leaves that set only once its tombstone is
+committed (absent and not in the open transaction) or it is no longer doomed, so an aborted
+transaction never loses a tombstone and a re-created watcher is never tombstoned by an old
+cancel. Closing (satisfied, expired, …) keeps the state: only cancel and erasure remove it.
+
+Leaves out writing the changelog (the runtime does, in the transaction) and what a cancel
+means for the outbox (delivery's).
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import Final
+
+from pipeline.kafka.serde import SchemaRegistry
+from pipeline.rules.errors import SerdeError
+from pipeline.rules.lifecycle import WatcherStatus
+from pipeline.runtime.tables import Table
+from pipeline.runtime.views import ObservedDict, observe
+
+__all__ = ["LifecycleTracker", "subject_of"]
+
+log = logging.getLogger(__name__)
+
+LIFECYCLE: Final = "lifecycle"
+_ERASED: Final = "erased"
+
+
+def subject_of(watcher_key: str) -> str:
+    """The subject key ``["t","u"]`` of a canonical watcher key ``["t","u","w"]``.
+
+    Ids are restricted to a charset without quotes or commas, so the last comma separates.
+    """
+    return watcher_key.rsplit(",", 1)[0] + "]"
+
+
+class LifecycleTracker:
+    """Cancelled versions and erased subjects, and per partition the state keys to tombstone."""
+
+    def __init__(self, table: Table, registry: SchemaRegistry) -> None:
+        self._registry = registry
+        self._data: ObservedDict = observe(table)
+        self._data.drain()
+        self._cancelled: dict[str, int] = {}  # watcher key → highest cancelled version
+        self._erased: dict[str, datetime] = {}  # subject key → when it was erased
+        self._pending: dict[int, set[str]] = {}
+        self._tables: dict[int, Table] = {}
+        for key in list(self._data):
+            self._learn(key)
+
+    def refresh(self) -> None:
+        """Take in lifecycle changes since the last batch and queue their keys everywhere."""
+        for key in self._data.drain():
+            self._learn(key)
+            if key in self._cancelled:
+                for pending in self._pending.values():
+                    pending.add(key)
+            elif key in self._erased:
+                prefix = key[:-1] + ","
+                for partition, pending in self._pending.items():
+                    table = self._tables[partition]
+                    pending.update(k for k in table.data if k.startswith(prefix))
+
+    def _learn(self, key: str) -> None:
+        raw = self._data.get(key)
+        if raw is None:
+            return
+        try:
+            record_type, value = self._registry.decode(raw)
+        except SerdeError as exc:
+            log.error("lifecycle record %s is unreadable: %s", key, exc)
+            return
+        if record_type != LIFECYCLE:
+            return
+        if value["scope"] == "subject" and value["status"] == _ERASED:
+            self._erased[key] = value["at"]
+        elif value["status"] == WatcherStatus.CANCELLED.value:
+            self._cancelled[key] = max(self._cancelled.get(key, 0), int(value["version"]))
+
+    def apply(self, partition: int, state: Table) -> int:
+        """Tombstone the doomed state keys of ``partition``; returns how many were deleted."""
+        if self._tables.get(partition) is not state:
+            self._tables[partition] = state  # newly assigned or restored: check every key
+            self._pending[partition] = set(state.data)
+        pending = self._pending[partition]
+        if not pending:
+            return 0
+        deleted = 0
+        for key in list(pending):
+            if key in state.data:
+                if self._doomed(key, state.data[key]):
+                    state.delete(key)
+                    deleted += 1
+                else:
+                    pending.discard(key)
+            elif key not in state.undo:
+                pending.discard(key)  # its tombstone is committed (or it never existed)
+        return deleted
+
+    def _doomed(self, key: str, raw: bytes) -> bool:
+        cancelled = self._cancelled.get(key)
+        erased = self._erased.get(subject_of(key))
+        if cancelled is None and erased is None:
+            return False
+        try:
+            _, value = self._registry.decode(raw)
+        except SerdeError:
+            return True  # unreadable state of a cancelled or erased watcher: drop it
+        if cancelled is not None and int(value["version"]) <= cancelled:
+            return True
+        return erased is not None and value["updated_at"] <= erased

@@ -1,0 +1,407 @@
+"""The evaluator consumer group: decisions in one transaction with their checkpoints (DESIGN.md §2,
+§3, §10, §11).
+
+A :class:`~pipeline.runtime.app.StreamApp` over ``events`` and ``ticks`` with ``watchers`` as
+an external co-partitioned table (caught up to its end before each batch, so a create, pause
+or revocation applies to everything after it), ``grants`` and ``lifecycle`` as global tables
+and ``watcher-state`` as its own changelog. For each input, :class:`Evaluator` finds the
+watchers of its source through :class:`~pipeline.runtime.views.WatcherIndex` (a tick applies
+to the watcher it names only), charges the evaluation budget in Redis with an idempotency token
+(input position + watcher key), calls the pure :func:`~pipeline.rules.evaluation.evaluate`, and
+writes watcher-state, the receipt, the outbox entry and a ``close`` command, all in the
+transaction that commits the input offsets. An event found off its source's Java-default
+partition (a foreign producer) is re-produced to that partition instead.
+
+Redis unreachable: the batch aborts and rewinds and :func:`run` backs off and retries; nothing
+is ever evaluated unbudgeted. Leaves out the command line (``pipeline.cli.evaluator_cmd``), the
+record layouts (``pipeline.records.evaluator``) and the rules themselves (``pipeline``).
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import threading
+from collections.abc import Set
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from confluent_kafka import Message
+from prometheus_client import REGISTRY, CollectorRegistry
+
+from consumers.evaluator.budgets import EvaluationBudgets
+from consumers.evaluator.lifecycle import LifecycleTracker
+from consumers.evaluator.metrics import EvaluatorMetrics, evaluator_metrics, lag_reporter
+from consumers.evaluator.plan import Plan, effective_state
+from pipeline.clock import Clock, SystemClock
+from pipeline.kafka.partitioner import partition_for
+from pipeline.kafka.serde import SchemaRegistry, default_registry
+from pipeline.kafka.topics import Topic, Topology
+from pipeline.records.evaluator import (
+    close_command,
+    decode_state,
+    encode_outbox_entry,
+    encode_receipt,
+    encode_state,
+    evidence_from_event,
+    evidence_from_tick,
+    position_of,
+    trigger_json_text,
+)
+from pipeline.rules.budgets import BudgetCaps
+from pipeline.rules.errors import (
+    BudgetStoreError,
+    DefinitionError,
+    SerdeError,
+)
+from pipeline.rules.evaluation import Evaluation
+from pipeline.rules.evidence import Evidence
+from pipeline.rules.keys import watcher_key
+from pipeline.rules.outcomes import Outcome, Reason
+from pipeline.rules.watcher_state import WatcherState
+from pipeline.runtime.app import InputRecord, ProcessContext, StreamApp
+from pipeline.runtime.tables import Table, TableKind, TableSpec
+from pipeline.runtime.views import GrantIndex, Watch, WatcherIndex
+
+__all__ = ["Evaluator", "EvaluatorSettings", "Input", "evaluator_app", "run"]
+
+log = logging.getLogger(__name__)
+
+_STATE, _WATCHERS, _GRANTS, _LIFECYCLE = "watcher-state", "watchers", "grants", "lifecycle"
+_BACKOFF_START_S, _BACKOFF_MAX_S = 0.2, 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class Input:
+    """A decoded input record: its evidence, and its raw bytes for a re-route."""
+
+    evidence: Evidence
+    raw: bytes
+    watcher_version: int | None = None  # ticks name the version they were made for
+
+
+@dataclass(frozen=True, slots=True)
+class EvaluatorSettings:
+    """Where the evaluator runs: the broker, the topics and the member's stable identity."""
+
+    bootstrap: str
+    topology: Topology
+    instance_id: str
+    group_id: str = ""
+    commit_interval_ms: int = 100
+    static_membership: bool = False  # a restart with the same instance id keeps its partitions
+    consumer_overrides: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def group(self) -> str:
+        return self.group_id or f"{self.topology.prefix}evaluator"
+
+
+@dataclass(slots=True)
+class _Task:
+    """What the evaluator holds for one task partition; rebuilt when the runtime restores it."""
+
+    index: WatcherIndex
+    state: Table
+    cache: dict[str, tuple[bytes, WatcherState]] = field(default_factory=dict)
+
+
+class Evaluator:
+    """The processor: one call per task partition per batch, inside the open transaction."""
+
+    def __init__(
+        self,
+        topology: Topology,
+        budgets: EvaluationBudgets,
+        default_caps: BudgetCaps,
+        *,
+        clock: Clock | None = None,
+        registry: SchemaRegistry | None = None,
+        evaluators: Set[str] = frozenset(),
+        metrics: EvaluatorMetrics | None = None,
+    ) -> None:
+        self._topology = topology
+        self._budgets = budgets
+        self._default_caps = default_caps
+        self._clock = clock or SystemClock()
+        self._registry = registry or default_registry()
+        self._evaluators = evaluators
+        self.metrics = metrics or evaluator_metrics(REGISTRY)
+        self._events = topology.name(Topic.EVENTS)
+        self._ticks = topology.name(Topic.TICKS)
+        self._receipts = topology.name(Topic.RECEIPTS)
+        self._outbox = topology.name(Topic.OUTBOX)
+        self._commands = topology.name(Topic.COMMANDS)
+        self._partitions = topology.partitions_for(Topic.EVENTS)
+        self._home: dict[str, int] = {}  # source id → its partition
+        self._tasks: dict[int, _Task] = {}
+        self._grants: GrantIndex | None = None
+        self._lifecycle: LifecycleTracker | None = None
+        self._app: StreamApp | None = None
+
+    # -- decoding (called by the runtime for every input record) ---------------------------
+
+    def decode(self, msg: Message) -> Input:
+        """An input record as evidence; bytes that are not one raise ``SerdeError``."""
+        raw = msg.value()
+        if raw is None:
+            raise SerdeError("an input record has no value (a tombstone?)")
+        record_type, value = self._registry.decode(raw)
+        topic = msg.topic() or ""
+        position = position_of(topic, msg.partition() or 0, msg.offset() or 0)
+        expected = "event" if topic == self._events else "tick"
+        if record_type != expected:
+            raise SerdeError(f"a {record_type} record on {topic}, which carries {expected}s")
+        try:
+            if expected == "event":
+                return Input(evidence_from_event(value, position), raw)
+            return Input(evidence_from_tick(value, position), raw, int(value["watcher_version"]))
+        except (DefinitionError, ValueError, KeyError) as exc:
+            raise SerdeError(f"not valid evidence: {exc}") from exc
+
+    # -- processing ------------------------------------------------------------------------
+
+    def __call__(self, batch: list[InputRecord], ctx: ProcessContext) -> None:
+        now = self._clock.now()
+        task = self._task(ctx)
+        grants = self._grant_index(ctx)
+        lifecycle = self._lifecycle_tracker(ctx)
+        lifecycle.refresh()
+        lifecycle.apply(ctx.partition, task.state)
+        plan = Plan(self._budgets, self._default_caps, now, self._evaluators)
+        events = self._events
+        for record in batch:
+            item: Input = record.value
+            evidence = item.evidence
+            topic = record.topic
+            if topic == events:
+                home = self._home_of(evidence.source_id)
+                if home != ctx.partition:
+                    self._reroute(ctx, record, item, home)
+                    continue
+                watches = task.index.for_event(evidence.source_id, evidence.event_type or "")
+            else:
+                watches = self._ticked(task, item)
+            if not watches:
+                continue
+            position = (topic, ctx.partition, record.offset)
+            for watch in watches:
+                if watch.closed:
+                    continue
+                state = plan.state_of(watch.key) or effective_state(
+                    watch, self._stored(task, watch.key)
+                )
+                plan.add(watch, state, evidence, position, grants.of(*watch.parts[:2]))
+        tally: dict[tuple[Outcome, Reason], int] = {}
+        entries = 0
+        for step in plan.settle():
+            if step.invalid:
+                self.metrics.skipped.labels("watcher_invalid").inc()
+            elif step.result is not None:
+                entries += self._write(ctx, task, step.watch, step.state, step.result, now)
+                decided = (step.result.outcome, step.result.reason)
+                tally[decided] = tally.get(decided, 0) + 1
+        self._count(tally, entries)
+
+    def _ticked(self, task: _Task, item: Input) -> tuple[Watch, ...]:
+        """A tick names its watcher: only that one, and only the version it was made for."""
+        assert item.evidence.watcher_key is not None
+        watch = task.index.get(watcher_key(*item.evidence.watcher_key))
+        if watch is None:
+            self.metrics.skipped.labels("tick_unknown_watcher").inc()
+            return ()
+        if item.watcher_version != watch.version:
+            self.metrics.skipped.labels("tick_other_version").inc()
+            return ()
+        return (watch,)
+
+    def _write(
+        self,
+        ctx: ProcessContext,
+        task: _Task,
+        watch: Watch,
+        state: WatcherState,
+        result: Evaluation,
+        now: datetime,
+    ) -> int:
+        """The evaluation's records, straight from its fields (no model is built here);
+        returns how many outbox entries it wrote."""
+        registry = self._registry
+        receipt = result.receipt_fields
+        trigger_key: str = receipt["trigger_key"]
+        text = trigger_json_text(receipt["trigger"])
+        next_state = result.next_state
+        if next_state is not state:
+            checkpoint = next_state.checkpoint
+            same = checkpoint is not None and checkpoint.trigger_key == trigger_key
+            data = encode_state(
+                registry, watch.parts, watch.source_id, next_state, now, text if same else None
+            )
+            task.state.set(watch.key, data)
+            task.cache[watch.key] = (data, next_state)
+        home = self._home_of(watch.source_id)
+        value = encode_receipt(registry, receipt, watch.source_id, text)
+        ctx.produce(self._receipts, watch.key, value, partition=home)
+        entry = result.outbox_fields
+        if entry is not None:
+            value = encode_outbox_entry(registry, entry, text)
+            ctx.produce(self._outbox, entry["delivery_key"], value)
+        if result.close is not None:
+            command = close_command(watch, result.close, trigger_key, now)
+            value = registry.encode("command", command.to_record())
+            ctx.produce(self._commands, command.subject_key, value)
+            self.metrics.close_commands.labels(result.close.value).inc()
+        return 0 if entry is None else 1
+
+    def _count(self, tally: dict[tuple[Outcome, Reason], int], entries: int) -> None:
+        """A batch's decisions into the counters: one increment per kind, not per record."""
+        metrics = self.metrics
+        for (outcome, reason), count in tally.items():
+            metrics.evaluations.labels(outcome.value, reason.value).inc(count)
+            if reason is Reason.BUDGET_EXHAUSTED:
+                metrics.budget_suppressions.inc(count)
+        if entries:
+            metrics.outbox_entries.inc(entries)
+
+    def _reroute(self, ctx: ProcessContext, record: InputRecord, item: Input, home: int) -> None:
+        """A foreign producer's event: put it where its source's tables are (DESIGN.md §10)."""
+        origin = f"{record.partition}:{record.offset}".encode()
+        headers: list[tuple[str, str | bytes | None]] = [("vigil.rerouted-from", origin)]
+        ctx.produce(record.topic, record.key, item.raw, partition=home, headers=headers)
+        self.metrics.rerouted.labels(record.topic).inc()
+
+    # -- views -----------------------------------------------------------------------------
+
+    def _task(self, ctx: ProcessContext) -> _Task:
+        watchers = ctx.table(_WATCHERS)
+        state = ctx.table(_STATE)
+        task = self._tasks.get(ctx.partition)
+        if task is None or task.index.table is not watchers or task.state is not state:
+            task = _Task(WatcherIndex(watchers, self._registry), state)
+            self._tasks[ctx.partition] = task
+            _settle_heap()
+        else:
+            task.index.refresh()
+        return task
+
+    def prepare(self, compile_definitions: bool = False) -> int:
+        """Build the views of every partition the attached app holds now, so the first batch
+        does not pay for them (and, if asked, compile every definition, as a long-running
+        evaluator has); returns how many watchers they index."""
+        assert self._app is not None, "attach the app first"
+        tables = {(t.spec.name, t.partition): t for t in self._app.tables()}
+        for (name, partition), watchers in tables.items():
+            state = tables.get((_STATE, partition))
+            if name == _WATCHERS and state is not None:
+                task = _Task(WatcherIndex(watchers, self._registry), state)
+                self._tasks[partition] = task
+                if compile_definitions:
+                    for watch in task.index:
+                        watch.definition.compile()
+        _settle_heap()
+        return sum(len(task.index) for task in self._tasks.values())
+
+    def attach(self, app: StreamApp) -> None:
+        """Know the app whose tables :meth:`prepare` indexes."""
+        self._app = app
+
+    def _grant_index(self, ctx: ProcessContext) -> GrantIndex:
+        if self._grants is None:
+            self._grants = GrantIndex(ctx.table(_GRANTS), self._registry)
+        else:
+            self._grants.refresh()
+        return self._grants
+
+    def _lifecycle_tracker(self, ctx: ProcessContext) -> LifecycleTracker:
+        if self._lifecycle is None:
+            self._lifecycle = LifecycleTracker(ctx.table(_LIFECYCLE), self._registry)
+        return self._lifecycle
+
+    def _stored(self, task: _Task, key: str) -> WatcherState | None:
+        raw = task.state.get(key)
+        if raw is None:
+            return None
+        cached = task.cache.get(key)
+        if cached is not None and cached[0] is raw:
+            return cached[1]
+        state = decode_state(self._registry, raw)
+        task.cache[key] = (raw, state)
+        return state
+
+    def _home_of(self, source_id: str) -> int:
+        home = self._home.get(source_id)
+        if home is None:
+            home = partition_for(source_id, self._partitions)
+            self._home[source_id] = home
+        return home
+
+
+def _settle_heap() -> None:
+    """Take what the process holds now (restored tables, indexes, decoded definitions) out of
+    the cyclic garbage collector's full passes (``gc.freeze``).
+
+    These views live as long as the assignment, yet each full collection walked all of them
+    again: with 10,000 watchers that was a tenth of the evaluator's CPU. Objects made later
+    are collected as usual; frozen ones are still freed by reference counting when dropped.
+    """
+    gc.freeze()
+
+
+def evaluator_app(
+    settings: EvaluatorSettings,
+    evaluator: Evaluator,
+    *,
+    registry: CollectorRegistry = REGISTRY,
+) -> StreamApp:
+    """The evaluator's stream app: inputs, tables and the member's stable transactional id."""
+    topology = settings.topology
+    inputs = [topology.name(Topic.EVENTS), topology.name(Topic.TICKS)]
+    overrides: dict[str, Any] = {
+        "statistics.interval.ms": 5000,
+        "stats_cb": lag_reporter(evaluator.metrics, set(inputs)),
+        **settings.consumer_overrides,
+    }
+    app = StreamApp(
+        settings.bootstrap,
+        settings.group,
+        settings.instance_id,
+        inputs,
+        evaluator,
+        tables=[
+            TableSpec(_WATCHERS, topology.name(Topic.WATCHERS), TableKind.EXTERNAL),
+            TableSpec(_STATE, topology.name(Topic.WATCHER_STATE), TableKind.OWNED),
+            TableSpec(_GRANTS, topology.name(Topic.GRANTS), TableKind.GLOBAL),
+            TableSpec(_LIFECYCLE, topology.name(Topic.LIFECYCLE), TableKind.GLOBAL),
+        ],
+        decode=evaluator.decode,
+        dead_letter_topic=topology.name(Topic.DEAD_LETTER),
+        commit_interval_ms=settings.commit_interval_ms,
+        static_membership=settings.static_membership,
+        consumer_overrides=overrides,
+        registry=registry,
+    )
+    evaluator.attach(app)
+    return app
+
+
+def run(app: StreamApp, stop: threading.Event, metrics: EvaluatorMetrics) -> None:
+    """Step until ``stop``; then commit and leave the group.
+
+    A budget store that does not answer aborts the batch (the runtime rewinds to the committed
+    offsets); this loop then waits, doubling up to a few seconds, and tries again.
+    """
+    app.start()
+    delay = _BACKOFF_START_S
+    try:
+        while not stop.is_set():
+            try:
+                app.step()
+                delay = _BACKOFF_START_S
+            except BudgetStoreError as exc:
+                metrics.budget_store_down.inc()
+                log.warning("budget store unavailable, retrying in %.1fs: %s", delay, exc)
+                stop.wait(delay)
+                delay = min(delay * 2, _BACKOFF_MAX_S)
+    finally:
+        app.close()

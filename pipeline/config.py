@@ -1,0 +1,364 @@
+"""``vigil.toml``: the configuration every vigil process shares, validated once and frozen.
+
+DESIGN.md §9. :func:`load_config` finds the file (``--config`` → ``$VIGIL_CONFIG`` →
+``./vigil.toml`` → built-in defaults), parses it with ``tomllib`` and validates it with
+pydantic; any error becomes one :class:`ConfigError` whose lines name the dotted key
+(``destinations.ops-hook.url: …``). Secret values are ``SecretStr`` and never printed;
+credentials themselves stay in the environment (``*_env`` keys name the variable).
+
+Left out: resolving runtime defaults that depend on the host (the RPC socket directory, the
+system time zone) and using the settings; each process does that at its edge.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import tomllib
+from collections.abc import Mapping
+from datetime import timedelta
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any, Final, Literal
+from urllib.parse import urlsplit
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    model_validator,
+)
+
+from pipeline.kafka.topics import DEFAULT_PARTITIONS, DEFAULT_PREFIX, Topology
+from pipeline.rules.durations import parse_duration
+from pipeline.rules.errors import ConfigError, DefinitionError
+
+__all__ = [
+    "CONFIG_ENV",
+    "DEFAULT_FILE",
+    "AgentConfig",
+    "ApiConfig",
+    "BudgetDefaults",
+    "BudgetsConfig",
+    "ChatConfig",
+    "ConsoleChat",
+    "DestinationConfig",
+    "InAppDestination",
+    "InstanceConfig",
+    "KafkaConfig",
+    "LogDestination",
+    "MetricsConfig",
+    "PrincipalConfig",
+    "RedisConfig",
+    "Role",
+    "RpcConfig",
+    "RunConfig",
+    "SubjectConfig",
+    "TelegramChat",
+    "ToolConfig",
+    "VigilConfig",
+    "WebhookDestination",
+    "load_config",
+]
+
+CONFIG_ENV: Final = "VIGIL_CONFIG"
+DEFAULT_FILE: Final = "vigil.toml"
+
+
+# --- value types -------------------------------------------------------------------------
+
+
+def _duration(value: object) -> object:
+    if isinstance(value, str):
+        try:
+            return parse_duration(value)
+        except DefinitionError as exc:
+            raise ValueError(exc.message) from None
+    if isinstance(value, timedelta):
+        return value
+    raise ValueError("expected a duration such as 45s, 90m, 1h30m or 2d")
+
+
+def _url(value: str) -> str:
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError("expected an http:// or https:// URL with a host")
+    return value
+
+
+def _listen(value: str) -> str:
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise ValueError("expected host:port (a port of 0 picks a free one)")
+    return value
+
+
+def _zone(value: str) -> str:
+    try:
+        ZoneInfo(value)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValueError(f"unknown IANA time zone {value!r}") from None
+    return value
+
+
+def _sha256_hex(value: object) -> object:
+    text = value.get_secret_value() if isinstance(value, SecretStr) else value
+    if not isinstance(text, str) or not re.fullmatch(r"[0-9a-f]{64}", text):
+        # The value is never echoed: it is a credential digest.
+        raise ValueError("expected the hex SHA-256 of the token (64 lowercase hex characters)")
+    return text
+
+
+def _redis_url(value: SecretStr) -> SecretStr:
+    scheme = urlsplit(value.get_secret_value()).scheme
+    if scheme not in ("redis", "rediss", "unix"):
+        raise ValueError("expected a redis://, rediss:// or unix:// URL")
+    return value
+
+
+Duration = Annotated[timedelta, BeforeValidator(_duration)]
+Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
+Id = Annotated[str, Field(min_length=1, max_length=128)]
+EnvName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+Url = Annotated[str, AfterValidator(_url)]
+Listen = Annotated[str, AfterValidator(_listen)]
+Zone = Annotated[str, AfterValidator(_zone)]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+# --- sections ------------------------------------------------------------------------------
+
+
+class KafkaConfig(_Section):
+    bootstrap_servers: str = Field(default="127.0.0.1:9092", min_length=1)
+    topic_prefix: str = Field(default=DEFAULT_PREFIX, pattern=r"^[A-Za-z0-9._-]{0,200}$")
+    partitions: int = Field(default=DEFAULT_PARTITIONS, ge=1)
+    replication_factor: int = Field(default=-1, ge=-1, description="-1: the broker's default")
+
+    def topology(self) -> Topology:
+        return Topology(self.topic_prefix, self.partitions, self.replication_factor)
+
+
+class RedisConfig(_Section):
+    url: Annotated[SecretStr, AfterValidator(_redis_url)] = SecretStr("redis://127.0.0.1:6379/0")
+
+
+class SubjectConfig(_Section):
+    """The local user the CLI acts as."""
+
+    tenant_id: Id = "local"
+    user_id: Id = "me"
+    timezone: Zone | None = None  # None: the system zone
+
+
+class WebhookDestination(_Section):
+    kind: Literal["webhook"]
+    url: Url
+    secret_env: EnvName | None = None  # the HMAC signing secret's variable
+    timeout: Duration = timedelta(seconds=10)
+
+
+class InAppDestination(_Section):
+    kind: Literal["in_app"]
+
+
+class LogDestination(_Section):
+    kind: Literal["log"]
+
+
+DestinationConfig = Annotated[
+    WebhookDestination | InAppDestination | LogDestination, Field(discriminator="kind")
+]
+
+
+class ConsoleChat(_Section):
+    kind: Literal["console"]
+
+
+class TelegramChat(_Section):
+    kind: Literal["telegram"]
+    api_base: Url = "https://api.telegram.org"
+    token_env: EnvName
+    chat_id: Annotated[str, BeforeValidator(lambda v: str(v) if isinstance(v, int) else v)]
+
+
+ChatConfig = Annotated[ConsoleChat | TelegramChat, Field(discriminator="kind")]
+
+
+class ToolConfig(_Section):
+    """A governed tool instance; ``kind`` pins the implementation (``http.json@v1``)."""
+
+    kind: str = Field(pattern=r"^[a-z][a-z0-9_.-]*@v[0-9]+$")
+    url: Url | None = None
+    token_env: EnvName | None = None
+    timeout: Duration = timedelta(seconds=10)
+
+
+class AgentConfig(_Section):
+    command: list[Annotated[str, Field(min_length=1)]] | None = Field(default=None, min_length=1)
+    timeout: Duration = timedelta(seconds=120)
+
+
+class RunConfig(_Section):
+    allow_dir: Annotated[Path, AfterValidator(lambda p: p.expanduser())] = Path(
+        "~/.config/vigil/scripts"
+    ).expanduser()
+
+
+class RpcConfig(_Section):
+    socket_path: Path | None = None  # None: $XDG_RUNTIME_DIR/vigil.sock
+
+
+class ApiConfig(_Section):
+    listen: Listen = "127.0.0.1:8088"
+
+
+class MetricsConfig(_Section):
+    listen: Listen = "127.0.0.1:9464"
+
+
+class Role(StrEnum):
+    USER = "user"
+    MANAGER = "manager"
+    AGENT = "agent"
+    SCOPED_CHAT = "scoped_chat"
+    OPERATOR = "operator"
+
+
+class PrincipalConfig(_Section):
+    token_sha256: Annotated[SecretStr, BeforeValidator(_sha256_hex)]
+    role: Role
+    tenant_id: Id
+    user_id: Id
+    session_id: Id | None = None
+
+    @model_validator(mode="after")
+    def _session_bound(self) -> PrincipalConfig:
+        if self.role in (Role.AGENT, Role.SCOPED_CHAT) and self.session_id is None:
+            raise ValueError(f"a {self.role.value} principal needs session_id")
+        return self
+
+
+class BudgetDefaults(_Section):
+    """Caps a watcher gets when its definition leaves them out."""
+
+    window: Duration = timedelta(hours=1)
+    evaluations: int = Field(default=100_000, ge=0)
+    deliveries: int = Field(default=100, ge=0)
+    attempts: int = Field(default=1_000, ge=0)
+    tokens: int = Field(default=100_000, ge=0)
+    micro_usd: int = Field(default=100_000, ge=0)
+
+
+class BudgetsConfig(_Section):
+    defaults: BudgetDefaults = BudgetDefaults()
+
+
+class InstanceConfig(_Section):
+    id: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")] | None = None
+
+    def resolved_id(self) -> str:
+        """The stable instance id (``transactional.id`` suffix): configured, else the host."""
+        return self.id or socket.gethostname()
+
+
+class VigilConfig(_Section):
+    kafka: KafkaConfig = KafkaConfig()
+    redis: RedisConfig = RedisConfig()
+    subject: SubjectConfig = SubjectConfig()
+    destinations: dict[Name, DestinationConfig] = {}
+    chats: dict[Name, ChatConfig] = {}
+    tools: dict[Name, ToolConfig] = {}
+    agent: AgentConfig = AgentConfig()
+    run: RunConfig = RunConfig()
+    rpc: RpcConfig = RpcConfig()
+    api: ApiConfig = ApiConfig()
+    metrics: MetricsConfig = MetricsConfig()
+    principals: dict[Name, PrincipalConfig] = {}
+    budgets: BudgetsConfig = BudgetsConfig()
+    instance: InstanceConfig = InstanceConfig()
+
+    @model_validator(mode="after")
+    def _targets_unambiguous(self) -> VigilConfig:
+        # delivery.target names a destination or a chat: one name, one meaning.
+        both = sorted(set(self.destinations) & set(self.chats))
+        if both:
+            raise ValueError(f"names used by both [destinations] and [chats]: {both}")
+        return self
+
+
+# --- loading -------------------------------------------------------------------------------
+
+
+def load_config(
+    path: Path | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+) -> VigilConfig:
+    """The configuration from ``path``, else ``$VIGIL_CONFIG``, else ``./vigil.toml``, else
+    defaults. A file named explicitly (argument or variable) must exist."""
+    env = os.environ if environ is None else environ
+    if path is None and env.get(CONFIG_ENV):
+        path = Path(env[CONFIG_ENV])
+    if path is None:
+        local = (cwd or Path.cwd()) / DEFAULT_FILE
+        if not local.is_file():
+            return VigilConfig()
+        path = local
+    path = path.expanduser()
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such configuration file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read: {exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    return parse_config(data, source=str(path))
+
+
+def parse_config(data: Mapping[str, Any], source: str = "configuration") -> VigilConfig:
+    """Validate already-parsed TOML data."""
+    try:
+        return VigilConfig.model_validate(data)
+    except ValidationError as exc:
+        lines = [f"  {_key(error['loc'], data)}: {_message(error)}" for error in exc.errors()]
+        raise ConfigError(f"{source}: invalid configuration\n" + "\n".join(lines)) from None
+
+
+def _key(loc: tuple[int | str, ...], data: Mapping[str, Any]) -> str:
+    """The dotted key a pydantic location points at, without union tags and validator names."""
+    parts: list[str] = []
+    node: Any = data
+    for index, part in enumerate(loc):
+        last = index == len(loc) - 1
+        if isinstance(node, Mapping) and part in node:
+            parts.append(str(part))
+            node = node[part]
+        elif isinstance(node, list) and isinstance(part, int):
+            parts.append(f"[{part}]")
+            node = node[part] if part < len(node) else None
+        elif last and isinstance(part, str) and part != "[key]" and "[" not in part:
+            parts.append(part)  # a missing key
+        # else: a discriminator tag or a validator's name, not a key of the file
+    return ".".join(parts).replace(".[", "[") or "(top level)"
+
+
+def _message(error: Mapping[str, Any]) -> str:
+    kind = error["type"]
+    if kind == "extra_forbidden":
+        return "unknown key"
+    if kind == "missing":
+        return "required"
+    message = str(error["msg"])
+    return message.removeprefix("Value error, ")

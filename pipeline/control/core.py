@@ -1,0 +1,332 @@
+"""The transport-agnostic control-plane core: ``dispatch(request, principal, chat) → response``.
+
+Owns what each verb means once a caller is authenticated and its chat resolved (DESIGN.md §5,
+§10; seed 001): ``schedule`` becomes a create (or, with ``--update``, an upsert: an update
+without an expected revision) of the schedule watcher ``schedule:<chat>:<name>`` through the
+command processor; ``list`` and ``cancel`` read and cancel those watchers; ``send`` is a
+``send`` command, whose outbox entry (keyed by the request delivery key) the command processor
+writes in its transaction; ``prompt`` runs the agent here (outside any transaction) and then
+sends its answer as a ``send`` command naming the prompt, keyed by a key derived from the
+prompt's; ``query`` returns the answer and delivers nothing; ``run`` starts an allowlisted
+script. Roles are checked here, at the edge (agents: schedule and send only,
+:func:`pipeline.rules.authz.may`), and again by the command processor, which sees the principal as
+asserted (an agent stays an agent); grants are the command processor's and delivery's,
+fail-closed.
+
+Also owns :func:`resolve_chat` (``--chat`` → ``$VIGIL_CHAT_ID``, both sent by the CLI → the
+sole configured chat → error) and :meth:`Dispatcher.handle`, which turns a raw JSON body into a
+:class:`VerbResponse`, never raising. Transports (the Unix socket, an HTTP API) only
+authenticate and frame; timing and the ``list`` shape are ``schedules``; the outbox entries of
+immediate verbs are ``immediate`` (built by the command processor).
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final, Protocol
+from zoneinfo import ZoneInfo
+
+from pipeline.clock import Clock
+from pipeline.control.run import RunStarted
+from pipeline.control.schedules import schedule_id, schedule_view, timing_source
+from pipeline.control.verbs import (
+    AnyRequest,
+    CancelRequest,
+    ErrorKind,
+    ListRequest,
+    PromptRequest,
+    QueryRequest,
+    RunAction,
+    RunRequest,
+    ScheduleRequest,
+    SendRequest,
+    VerbResponse,
+    parse_request,
+)
+from pipeline.rules.authz import Principal, Role, Subject, Verb, may
+from pipeline.rules.commands.immediate import CONTROL_PURPOSE
+from pipeline.rules.commands.model import Command, CommandResult, CommandVerb, ResultCode
+from pipeline.rules.errors import BrokerError, ConfigError, DefinitionError, VigilError
+from pipeline.rules.keys import request_delivery_key
+
+__all__ = [
+    "AgentPort",
+    "CommandPort",
+    "Dispatcher",
+    "RunPort",
+    "Subjecthood",
+    "resolve_chat",
+    "user_principal",
+]
+
+log = logging.getLogger(__name__)
+
+_HANDLE_BYTES: Final = 3  # a generated name: "s" + 6 hex digits
+_CODES: Final[dict[ResultCode, ErrorKind]] = {
+    ResultCode.INVALID: ErrorKind.INVALID,
+    ResultCode.DENIED: ErrorKind.DENIED,
+    ResultCode.NOT_FOUND: ErrorKind.NOT_FOUND,
+    ResultCode.CONFLICT: ErrorKind.CONFLICT,
+    ResultCode.STALE_REVISION: ErrorKind.CONFLICT,
+    ResultCode.CAP_REACHED: ErrorKind.CONFLICT,
+}
+_VERBS: Final[dict[str, Verb]] = {
+    "send": Verb.SEND,
+    "prompt": Verb.PROMPT,
+    "query": Verb.QUERY,
+    "run": Verb.RUN,
+    "schedule": Verb.SCHEDULE,
+    "list": Verb.LIST,
+    "cancel": Verb.CANCEL,
+}
+
+
+class CommandPort(Protocol):
+    """What dispatch needs of :class:`~pipeline.control.client.CommandClient`."""
+
+    def command(
+        self, verb: CommandVerb, principal: Principal, tenant_id: str, user_id: str, **fields: Any
+    ) -> Command: ...
+
+    def send(self, command: Command) -> CommandResult: ...
+
+
+class AgentPort(Protocol):
+    def ask(self, text: str, chat: str) -> str: ...
+
+
+class RunPort(Protocol):
+    def check(self, args: Sequence[str]) -> Any: ...
+
+    def start(
+        self,
+        args: Sequence[str],
+        *,
+        chat: str,
+        delivery_key: str,
+        schedule_name: str | None = None,
+        schedule_time: datetime | None = None,
+    ) -> RunStarted: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Subjecthood:
+    """Who the daemon serves: its subject, its chats and its local zone."""
+
+    tenant_id: str
+    user_id: str
+    chats: tuple[str, ...]
+    zone: ZoneInfo
+
+    @property
+    def subject(self) -> Subject:
+        return Subject(self.tenant_id, self.user_id)
+
+
+def user_principal(tenant_id: str, user_id: str) -> Principal:
+    """The socket peer, authenticated as the configured subject."""
+    return Principal(
+        name=f"daemon:{tenant_id}/{user_id}", role=Role.USER, tenant_id=tenant_id, user_id=user_id
+    )
+
+
+def resolve_chat(requested: str | None, chats: Sequence[str]) -> str:
+    """The target chat: the one named (``--chat`` or ``$VIGIL_CHAT_ID``), else the only one."""
+    if requested is not None:
+        if requested not in chats:
+            known = ", ".join(sorted(chats)) or "none"
+            raise DefinitionError(f"no chat {requested!r} is configured (chats: {known})", "chat")
+        return requested
+    if len(chats) == 1:
+        return chats[0]
+    if not chats:
+        raise DefinitionError("no chat is configured: add a [chats.NAME] table", "chat")
+    raise DefinitionError(
+        f"several chats are configured ({', '.join(sorted(chats))}): name one with --chat", "chat"
+    )
+
+
+class Dispatcher:
+    """Executes verbs for one subject. Thread-safe: command round trips are serialized (the
+    command client is one consumer); agents and scripts run concurrently, outside the lock."""
+
+    def __init__(
+        self,
+        who: Subjecthood,
+        *,
+        commands: CommandPort,
+        agent: AgentPort,
+        runner: RunPort,
+        clock: Clock,
+    ) -> None:
+        self._who = who
+        self._commands = commands
+        self._agent = agent
+        self._runner = runner
+        self._clock = clock
+        self._lock = threading.Lock()
+
+    # -- the seam --------------------------------------------------------------------------
+
+    def handle(self, body: object, principal: Principal) -> VerbResponse:
+        """A raw JSON body in, a response out; never raises."""
+        try:
+            request = parse_request(body)
+            chat = resolve_chat(request.chat, self._who.chats)
+            return self.dispatch(request, principal, chat)
+        except DefinitionError as exc:
+            kind = ErrorKind.UNKNOWN_VERB if exc.field == "verb" else ErrorKind.INVALID
+            return VerbResponse.failure(kind, exc.message, exc.field)
+        except ConfigError as exc:
+            return VerbResponse.failure(ErrorKind.UNAVAILABLE, str(exc))
+        except BrokerError as exc:
+            return VerbResponse.failure(ErrorKind.UNAVAILABLE, str(exc))
+        except VigilError as exc:
+            return VerbResponse.failure(ErrorKind.UNAVAILABLE, str(exc))
+        except Exception:
+            log.exception("verb failed")
+            return VerbResponse.failure(ErrorKind.INTERNAL, "internal error (see the daemon log)")
+
+    def dispatch(self, request: AnyRequest, principal: Principal, chat: str) -> VerbResponse:
+        """Execute ``request`` for ``principal`` against ``chat`` (already resolved). Raises
+        :class:`VigilError` subclasses for bad input or unreachable services."""
+        decision = may(principal, _VERBS[request.verb], self._who.subject)
+        if not decision.allowed:
+            return VerbResponse.failure(ErrorKind.DENIED, decision.detail)
+        match request:
+            case SendRequest():
+                return self._send(request, principal, chat)
+            case PromptRequest():
+                return self._prompt(request, principal, chat)
+            case QueryRequest():
+                return VerbResponse.success(chat=chat, answer=self._agent.ask(request.text, chat))
+            case RunRequest():
+                return self._run(request.args, chat)
+            case ScheduleRequest():
+                return self._schedule(request, principal, chat)
+            case ListRequest():
+                return self._list(principal, chat)
+            case CancelRequest():
+                return self._cancel(request, principal, chat)
+        raise DefinitionError(f"unknown verb {request.verb!r}", "verb")
+
+    # -- immediate verbs -------------------------------------------------------------------
+
+    def _send(self, request: SendRequest, principal: Principal, chat: str) -> VerbResponse:
+        """The command processor authorizes the send and writes its outbox entry (§2)."""
+        result = self._round_trip(CommandVerb.SEND, principal, target=chat, text=request.text)
+        return _delivered(result, chat)
+
+    def _prompt(self, request: PromptRequest, principal: Principal, chat: str) -> VerbResponse:
+        """Run the agent here, outside any transaction, then send its answer as a command whose
+        key the processor derives from this prompt's request id: one prompt, one answer."""
+        prompt_id = secrets.token_hex(16)
+        answer = self._agent.ask(request.text, chat)
+        result = self._round_trip(
+            CommandVerb.SEND, principal, target=chat, text=answer, answer_to=prompt_id
+        )
+        return _delivered(result, chat)
+
+    def _run(self, args: Sequence[str], chat: str) -> VerbResponse:
+        key = request_delivery_key(
+            tenant_id=self._who.tenant_id,
+            user_id=self._who.user_id,
+            verb="run",
+            request_id=secrets.token_hex(16),
+        )
+        started = self._runner.start(args, chat=chat, delivery_key=key)
+        return VerbResponse.success(
+            chat=chat, script=str(started.script), pid=started.pid, delivery_key=key
+        )
+
+    # -- schedules -------------------------------------------------------------------------
+
+    def _schedule(self, request: ScheduleRequest, principal: Principal, chat: str) -> VerbResponse:
+        action = request.action
+        if isinstance(action, RunAction):
+            self._runner.check(action.args)
+        now = self._clock.now()
+        source = timing_source(request, now, self._who.zone)
+        name = request.name or "s" + secrets.token_hex(_HANDLE_BYTES)
+        delivery: dict[str, Any] = {"target": chat, "verb": action.verb}
+        if isinstance(action, RunAction):
+            delivery["args"] = list(action.args)
+        else:
+            delivery["text"] = action.text
+        definition = {
+            "watcher_id": schedule_id(chat, name),
+            "purpose": CONTROL_PURPOSE,
+            "source": source,
+            "delivery": delivery,
+        }
+        verb = CommandVerb.UPDATE if request.update else CommandVerb.CREATE
+        result = self._round_trip(
+            verb, principal, watcher_id=schedule_id(chat, name), definition=definition
+        )
+        if result.error is not None:
+            if result.error.code is ResultCode.CONFLICT and not request.update:
+                return VerbResponse.failure(
+                    ErrorKind.CONFLICT,
+                    f"a schedule named {name!r} already exists in chat {chat!r}: "
+                    "use --update to replace it",
+                    "name",
+                )
+            return _failure(result)
+        view = schedule_view(result.result or {}, now)
+        assert view is not None
+        return VerbResponse.success(**view, updated=(result.result or {}).get("version", 1) > 1)
+
+    def _list(self, principal: Principal, chat: str) -> VerbResponse:
+        result = self._round_trip(CommandVerb.LIST, principal)
+        if result.error is not None:
+            return _failure(result)
+        now = self._clock.now()
+        prefix = schedule_id(chat, "")
+        entries = [
+            view
+            for watcher in (result.result or {}).get("watchers", [])
+            if str(watcher.get("watcher_id", "")).startswith(prefix)
+            and (view := schedule_view(watcher, now)) is not None
+        ]
+        entries.sort(key=lambda e: (e["next_fire"] or "", e["name"]))
+        return VerbResponse.success(chat=chat, schedules=entries)
+
+    def _cancel(self, request: CancelRequest, principal: Principal, chat: str) -> VerbResponse:
+        result = self._round_trip(
+            CommandVerb.CANCEL, principal, watcher_id=schedule_id(chat, request.name)
+        )
+        if result.error is not None:
+            if result.error.code in (ResultCode.NOT_FOUND, ResultCode.CONFLICT):
+                # A fired one-shot is closed: for its owner it is as gone as one never made.
+                return VerbResponse.failure(
+                    ErrorKind.NOT_FOUND,
+                    f"no schedule named {request.name!r} in chat {chat!r}",
+                    "name",
+                )
+            return _failure(result)
+        return VerbResponse.success(chat=chat, name=request.name, cancelled=True)
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _round_trip(self, verb: CommandVerb, principal: Principal, **fields: Any) -> CommandResult:
+        who = self._who
+        command = self._commands.command(verb, principal, who.tenant_id, who.user_id, **fields)
+        with self._lock:
+            return self._commands.send(command)
+
+
+def _delivered(result: CommandResult, chat: str) -> VerbResponse:
+    if result.error is not None:
+        return _failure(result)
+    return VerbResponse.success(chat=chat, delivery_key=(result.result or {})["delivery_key"])
+
+
+def _failure(result: CommandResult) -> VerbResponse:
+    error = result.error
+    assert error is not None
+    return VerbResponse.failure(_CODES[error.code], error.message, error.field)

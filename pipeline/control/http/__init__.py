@@ -1,0 +1,1 @@
+"""The HTTP API: a FastAPI adapter over the control-plane core (DESIGN §9)."""

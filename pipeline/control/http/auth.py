@@ -1,0 +1,184 @@
+"""Who is calling the HTTP API, and how its refusals read (DESIGN.md §9, §10).
+
+Owns the API's error vocabulary (:class:`ApiCode`, each with its HTTP status, and
+:class:`ApiError`, the one exception the routes raise, rendered as
+``{"error": {"code", "message", "field"}}``), the protocol-version check
+(``Vigil-Protocol-Version: 1``; missing or different is ``400 protocol_version``), and
+:class:`TokenDirectory`, which turns ``Authorization: Bearer <token>`` into the configured
+:class:`~pipeline.rules.authz.Principal`: the token is hashed with SHA-256 and compared, in constant
+time, against every configured ``token_sha256`` (all of them, whatever matches, so timing does
+not tell which principal nearly matched). The translation of a command processor's refusal
+(:class:`~pipeline.rules.commands.model.ResultCode`) into an API code is here too.
+
+Left out: deciding anything about watches or grants (the command processor decides every
+command, so every transport gets the same governance) and the routes (``http_api``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Final
+
+from pipeline.config import PrincipalConfig
+from pipeline.rules.authz import Principal, Role
+from pipeline.rules.commands.model import CommandError, ResultCode
+from pipeline.rules.errors import VigilError
+
+__all__ = [
+    "PROTOCOL_HEADER",
+    "PROTOCOL_VERSION",
+    "ApiCode",
+    "ApiError",
+    "TokenDirectory",
+    "check_protocol",
+    "from_command_error",
+    "status_of",
+]
+
+PROTOCOL_HEADER: Final = "Vigil-Protocol-Version"
+PROTOCOL_VERSION: Final = "1"
+_SCHEME: Final = "bearer"
+
+
+class ApiCode(StrEnum):
+    """The closed set of API error codes (DESIGN.md §9), plus ``unavailable`` for a broker or
+    command processor that does not answer (a 503, never a guess)."""
+
+    INVALID = "invalid"
+    PROTOCOL_VERSION = "protocol_version"
+    UNAUTHENTICATED = "unauthenticated"
+    DENIED = "denied"
+    NOT_FOUND = "not_found"
+    CONFLICT = "conflict"
+    STALE_REVISION = "stale_revision"
+    CAP_REACHED = "cap_reached"
+    UNAVAILABLE = "unavailable"
+
+
+_STATUS: Final[dict[ApiCode, int]] = {
+    ApiCode.INVALID: 422,
+    ApiCode.PROTOCOL_VERSION: 400,
+    ApiCode.UNAUTHENTICATED: 401,
+    ApiCode.DENIED: 403,
+    ApiCode.NOT_FOUND: 404,
+    ApiCode.CONFLICT: 409,
+    ApiCode.STALE_REVISION: 409,
+    ApiCode.CAP_REACHED: 409,
+    ApiCode.UNAVAILABLE: 503,
+}
+
+_FROM_RESULT: Final[dict[ResultCode, ApiCode]] = {
+    ResultCode.INVALID: ApiCode.INVALID,
+    ResultCode.DENIED: ApiCode.DENIED,
+    ResultCode.NOT_FOUND: ApiCode.NOT_FOUND,
+    ResultCode.CONFLICT: ApiCode.CONFLICT,
+    ResultCode.STALE_REVISION: ApiCode.STALE_REVISION,
+    ResultCode.CAP_REACHED: ApiCode.CAP_REACHED,
+}
+
+
+def status_of(code: ApiCode) -> int:
+    return _STATUS[code]
+
+
+class ApiError(VigilError):
+    """A refusal on its way to the caller. Raised by routes, rendered by the app's handler;
+    it never leaves the HTTP edge (``VigilError`` subclasses elsewhere are translated into it)."""
+
+    def __init__(self, code: ApiCode, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.field = field
+
+    @property
+    def status(self) -> int:
+        return _STATUS[self.code]
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"code": self.code.value, "message": self.message, "field": self.field}}
+
+
+def from_command_error(error: CommandError) -> ApiError:
+    """The command processor's refusal, as the API says it (one vocabulary, DESIGN.md §9)."""
+    return ApiError(_FROM_RESULT[error.code], error.message, error.field)
+
+
+def check_protocol(value: str | None) -> None:
+    """Every request names the protocol it speaks; a missing or other version is refused."""
+    if value is None:
+        raise ApiError(
+            ApiCode.PROTOCOL_VERSION,
+            f"send the header {PROTOCOL_HEADER}: {PROTOCOL_VERSION}",
+            PROTOCOL_HEADER,
+        )
+    if value.strip() != PROTOCOL_VERSION:
+        raise ApiError(
+            ApiCode.PROTOCOL_VERSION,
+            f"this server speaks {PROTOCOL_HEADER} {PROTOCOL_VERSION}, not {value[:16]!r}",
+            PROTOCOL_HEADER,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    digest: bytes
+    principal: Principal
+
+
+class TokenDirectory:
+    """Bearer tokens → principals, from ``[principals.NAME]`` (only digests are held)."""
+
+    def __init__(self, entries: Mapping[bytes, Principal]) -> None:
+        self._entries = tuple(_Entry(digest, principal) for digest, principal in entries.items())
+
+    @classmethod
+    def from_config(cls, principals: Mapping[str, PrincipalConfig]) -> TokenDirectory:
+        entries: dict[bytes, Principal] = {}
+        for name, conf in sorted(principals.items()):
+            digest = bytes.fromhex(conf.token_sha256.get_secret_value())
+            entries[digest] = Principal(
+                name=name,
+                role=Role(conf.role.value),
+                tenant_id=conf.tenant_id,
+                user_id=conf.user_id,
+                session_id=conf.session_id,
+            )
+        return cls(entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def principal(self, name: str) -> Principal | None:
+        """The configured principal called ``name`` (the MCP server acts as one)."""
+        return next((e.principal for e in self._entries if e.principal.name == name), None)
+
+    def authenticate(self, authorization: str | None) -> Principal:
+        """The principal whose token the ``Authorization`` header bears; 401 otherwise."""
+        token = _bearer(authorization)
+        digest = hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
+        found: Principal | None = None
+        for entry in self._entries:  # every entry, always: no early exit
+            if hmac.compare_digest(entry.digest, digest):
+                found = entry.principal
+        if found is None:
+            raise ApiError(ApiCode.UNAUTHENTICATED, "unknown bearer token", "Authorization")
+        return found
+
+
+def _bearer(authorization: str | None) -> str:
+    if authorization is None or not authorization.strip():
+        raise ApiError(
+            ApiCode.UNAUTHENTICATED, "send Authorization: Bearer <token>", "Authorization"
+        )
+    scheme, _, token = authorization.strip().partition(" ")
+    token = token.strip()
+    if scheme.lower() != _SCHEME or not token:
+        raise ApiError(
+            ApiCode.UNAUTHENTICATED, "the Authorization scheme must be Bearer", "Authorization"
+        )
+    return token

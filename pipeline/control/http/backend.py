@@ -1,0 +1,281 @@
+"""The HTTP API's Kafka edge: command round trips in parallel, receipts, the in-app ledger.
+
+Owns :class:`ClientPool` (several :class:`~pipeline.control.client.CommandClient` s, so
+concurrent requests reach the command processor concurrently — one client serializes its round
+trips), :class:`LedgerStore` (reads one partition of ``receipts`` or ``notifications`` to its
+committed end and folds it: a watcher's receipts newest first; a subject's ledger deduped on
+delivery key, ``wake`` records skipped, acknowledgements applied), the acknowledgement record
+(kind ``ack`` on ``notifications``, keyed by subject like its notification, so it lives and is
+erased exactly as long as the ledger does) and the readiness probe.
+
+Left out: who may read what (the routes check with the command processor or ``authz.may``
+first) and the record schemas (``schemas/``).
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any, Final
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+
+from pipeline.clock import Clock
+from pipeline.control.client import CommandClient
+from pipeline.kafka.clients import (
+    is_partition_eof,
+    producer_config,
+    raise_for_message,
+    table_consumer_config,
+    translate,
+)
+from pipeline.kafka.partitioner import partition_for
+from pipeline.kafka.serde import SchemaRegistry, default_registry
+from pipeline.kafka.topics import Topic, Topology
+from pipeline.rules.authz import Principal
+from pipeline.rules.commands.model import Command, CommandResult, CommandVerb
+from pipeline.rules.errors import BrokerError, SerdeError
+from pipeline.rules.instants import rfc3339_micros, utc
+from pipeline.rules.keys import subject_key, watcher_key
+
+__all__ = ["ACK_KIND", "ClientPool", "LedgerStore"]
+
+ACK_KIND: Final = "ack"
+_NOTIFICATION: Final = "notification"
+_READ_TIMEOUT_S: Final = 15.0
+_READY_TIMEOUT_S: Final = 3.0
+
+
+class ClientPool:
+    """``size`` command clients; each request borrows one (the ``CommandPort`` of dispatch)."""
+
+    def __init__(
+        self, bootstrap: str, topology: Topology, *, size: int = 4, timeout_s: float = 15.0
+    ) -> None:
+        self._clients = [
+            CommandClient(bootstrap, topology, timeout_s=timeout_s) for _ in range(size)
+        ]
+        self._free: queue.Queue[CommandClient] = queue.Queue()
+        for client in self._clients:
+            self._free.put(client)
+
+    def command(
+        self, verb: CommandVerb, principal: Principal, tenant_id: str, user_id: str, **fields: Any
+    ) -> Command:
+        return self._clients[0].command(verb, principal, tenant_id, user_id, **fields)
+
+    def send(self, command: Command) -> CommandResult:
+        with self._borrow() as client:
+            return client.send(command)
+
+    @contextmanager
+    def _borrow(self) -> Iterator[CommandClient]:
+        client = self._free.get()
+        try:
+            yield client
+        finally:
+            self._free.put(client)
+
+    def close(self) -> None:
+        for client in self._clients:
+            client.close()
+
+
+class LedgerStore:
+    """Reads receipts and the ledger, writes acknowledgements. No network until first use."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        topology: Topology,
+        clock: Clock,
+        *,
+        schemas: SchemaRegistry | None = None,
+    ) -> None:
+        self._bootstrap = bootstrap
+        self._topology = topology
+        self._clock = clock
+        self._schemas = schemas or default_registry()
+        self._producer: Producer | None = None
+
+    # -- receipts ---------------------------------------------------------------------------
+
+    def evaluations(
+        self, tenant_id: str, user_id: str, watcher_id: str, source_id: str, limit: int
+    ) -> list[dict[str, Any]]:
+        """The watcher's receipts, newest first (its partition is its source's)."""
+        topic = self._topology.name(Topic.RECEIPTS)
+        partition = partition_for(source_id, self._topology.partitions_for(Topic.RECEIPTS))
+        wanted = watcher_key(tenant_id, user_id, watcher_id)
+        found = []
+        for key, value in self._read(topic, partition):
+            if key == wanted and value is not None:
+                found.append(_evaluation(value))
+        found.sort(key=lambda r: r["evaluated_at"], reverse=True)
+        return found[:limit]
+
+    # -- the ledger -------------------------------------------------------------------------
+
+    def notifications(self, tenant_id: str, user_id: str) -> list[dict[str, Any]]:
+        """The subject's notifications, newest first: one per delivery key, with ``acked_at``."""
+        subject = subject_key(tenant_id, user_id)
+        notes: dict[str, dict[str, Any]] = {}
+        acks: dict[str, str] = {}
+        for key, value in self._read(*self._ledger_partition(subject)):
+            if key != subject or value is None:
+                continue
+            dkey = value["delivery_key"]
+            if value["kind"] == _NOTIFICATION and dkey not in notes:
+                notes[dkey] = _notification(value)
+            elif value["kind"] == ACK_KIND and dkey not in acks:
+                acks[dkey] = rfc3339_micros(value["created_at"])
+        for dkey, note in notes.items():
+            note["acked_at"] = acks.get(dkey)
+        return sorted(notes.values(), key=lambda n: n["created_at"], reverse=True)
+
+    def ack(self, tenant_id: str, user_id: str, delivery_key: str) -> dict[str, Any] | None:
+        """Acknowledge one of the subject's notifications; None when it has no such one."""
+        note = next(
+            (
+                n
+                for n in self.notifications(tenant_id, user_id)
+                if n["delivery_key"] == delivery_key
+            ),
+            None,
+        )
+        if note is None:
+            return None
+        if note["acked_at"] is not None:
+            return {"delivery_key": delivery_key, "acked_at": note["acked_at"], "already": True}
+        now = utc(self._clock.now())
+        record = {
+            "kind": ACK_KIND,
+            "delivery_key": delivery_key,
+            "tenant_id": tenant_id,
+            "user_id": user_id,
+            "watcher_id": note["watcher_id"],
+            "session_id": note["session_id"],
+            "created_at": now,
+        }
+        subject = subject_key(tenant_id, user_id)
+        topic, partition = self._ledger_partition(subject)
+        self._produce(topic, partition, subject, self._schemas.encode(_NOTIFICATION, record))
+        return {"delivery_key": delivery_key, "acked_at": rfc3339_micros(now), "already": False}
+
+    # -- readiness --------------------------------------------------------------------------
+
+    def ready(self) -> str | None:
+        """None when the broker answers and the command topic exists; else what is wrong."""
+        consumer = Consumer(table_consumer_config(self._bootstrap, "vigil-api"))
+        topic = self._topology.name(Topic.COMMANDS)
+        try:
+            metadata = consumer.list_topics(topic, timeout=_READY_TIMEOUT_S)
+        except KafkaException as exc:
+            return f"broker unreachable: {translate(exc, 'metadata')}"
+        finally:
+            consumer.close()
+        found = metadata.topics.get(topic)
+        if found is None or found.error is not None:
+            return f"topic {topic} is missing: run `vigil topics create`"
+        return None
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _ledger_partition(self, subject: str) -> tuple[str, int]:
+        topic = self._topology.name(Topic.NOTIFICATIONS)
+        return topic, partition_for(subject, self._topology.partitions_for(Topic.NOTIFICATIONS))
+
+    def _read(self, topic: str, partition: int) -> Iterator[tuple[str, dict[str, Any] | None]]:
+        """Every committed record of one partition, decoded; undecodable ones are skipped
+        (they are the dead-letter path's business, not the reader's)."""
+        for msg in _read_partition(self._bootstrap, topic, partition):
+            raw = msg.value()
+            key = (msg.key() or b"").decode("utf-8", "replace")
+            if raw is None:
+                yield key, None
+                continue
+            try:
+                yield key, self._schemas.decode(raw)[1]
+            except SerdeError:
+                continue
+
+    def _produce(self, topic: str, partition: int, key: str, value: bytes) -> None:
+        if self._producer is None:
+            self._producer = Producer(producer_config(self._bootstrap))
+        failures: list[KafkaError] = []
+
+        def delivered(error: KafkaError | None, _msg: Message) -> None:
+            if error is not None:
+                failures.append(error)
+
+        try:
+            self._producer.produce(topic, value, key, partition, on_delivery=delivered)
+        except KafkaException as exc:
+            raise translate(exc, f"send to {topic}") from exc
+        if self._producer.flush(_READ_TIMEOUT_S) > 0 or failures:
+            raise BrokerError(f"could not write the acknowledgement to {topic}")
+
+    def close(self) -> None:
+        if self._producer is not None:
+            self._producer.flush(_READ_TIMEOUT_S)
+            self._producer = None
+
+
+def _read_partition(bootstrap: str, topic: str, partition: int) -> list[Message]:
+    """All committed records of ``topic[partition]``, up to its end at the time of reading."""
+    # A short fetch wait: an idle partition's end is known sooner (the broker holds an empty
+    # fetch for fetch.wait.max.ms, 500 by default, before it reports the end).
+    consumer = Consumer(table_consumer_config(bootstrap, "vigil-api", **{"fetch.wait.max.ms": 10}))
+    try:
+        consumer.assign([TopicPartition(topic, partition, 0)])
+        out: list[Message] = []
+        deadline = time.monotonic() + _READ_TIMEOUT_S
+        while time.monotonic() < deadline:
+            try:
+                batch = consumer.consume(500, 0.2)
+            except KafkaException as exc:
+                raise translate(exc, f"read {topic}[{partition}]") from exc
+            for msg in batch:
+                if is_partition_eof(msg):
+                    return out
+                out.append(raise_for_message(msg))
+        raise BrokerError(f"could not read {topic}[{partition}] within {_READ_TIMEOUT_S:g}s")
+    finally:
+        consumer.close()
+
+
+def _instant(value: datetime | None) -> str | None:
+    return None if value is None else rfc3339_micros(value)
+
+
+def _json(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+def _evaluation(value: dict[str, Any]) -> dict[str, Any]:
+    out = {k: v for k, v in value.items() if k not in ("tenant_id", "user_id", "position")}
+    out["evaluated_at"] = rfc3339_micros(value["evaluated_at"])
+    out["observed_at"] = rfc3339_micros(value["observed_at"])
+    out["trigger"] = _json(value["trigger"])
+    out["payload"] = _json(value["payload"])
+    return out
+
+
+def _notification(value: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "delivery_key": value["delivery_key"],
+        "watcher_id": value["watcher_id"],
+        "session_id": value.get("session_id"),
+        "outcome": value.get("outcome"),
+        "verb": value.get("verb"),
+        "text": value.get("text"),
+        "trigger": _json(value.get("trigger")),
+        "evidence_digest": value.get("evidence_digest"),
+        "due_at": _instant(value.get("due_at")),
+        "late": bool(value.get("late")),
+        "created_at": rfc3339_micros(value["created_at"]),
+    }

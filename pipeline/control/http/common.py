@@ -1,0 +1,164 @@
+"""What every HTTP route shares: the services behind the API, the caller, one command round trip.
+
+Owns :class:`ApiServices` (the ports the routes use: tokens, the command processor, the ledger,
+the dispatch core for schedules), the :data:`Caller` dependency (``Vigil-Protocol-Version: 1``
+and a configured bearer token, checked in that order: 400, then 401), :func:`run_command` (a
+command asserted by the caller and decided by the command processor; its refusal becomes the
+API error of the same code), :func:`subject_of` (the caller's own subject unless a manager or
+operator names another — the processor decides whether it may), and the parameter types and
+documented error responses the route modules reuse.
+
+Left out: the routes (``http_watches``, ``http_ledger``, ``http_grants``) and the app
+(``http_api``).
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated, Any, Final, Literal, Protocol
+
+from fastapi import Depends, Header, Query, Request
+from fastapi.security import HTTPBearer
+from pydantic import ValidationError
+
+from pipeline.control.core import CommandPort
+from pipeline.control.http.auth import (
+    PROTOCOL_HEADER,
+    ApiCode,
+    ApiError,
+    TokenDirectory,
+    from_command_error,
+)
+from pipeline.control.http.models import REF_PATTERN, ErrorBody
+from pipeline.control.verbs import VerbResponse
+from pipeline.rules.authz import Principal
+from pipeline.rules.commands.model import CommandVerb
+from pipeline.rules.errors import BrokerError, DefinitionError, SerdeError
+
+__all__ = [
+    "MAX_LONG",
+    "ApiServices",
+    "Caller",
+    "LedgerPort",
+    "SchedulePort",
+    "Services",
+    "TenantQ",
+    "UserQ",
+    "documented",
+    "guarded",
+    "invalid",
+    "run_command",
+    "subject_of",
+]
+
+MAX_LONG: Final = 2**63 - 1
+"""Integers that travel in a command record are Avro longs."""
+
+
+class LedgerPort(Protocol):
+    """What the routes need of :class:`~pipeline.control.http.backend.LedgerStore`."""
+
+    def evaluations(
+        self, tenant_id: str, user_id: str, watcher_id: str, source_id: str, limit: int
+    ) -> list[dict[str, Any]]: ...
+
+    def notifications(self, tenant_id: str, user_id: str) -> list[dict[str, Any]]: ...
+
+    def ack(self, tenant_id: str, user_id: str, delivery_key: str) -> dict[str, Any] | None: ...
+
+    def ready(self) -> str | None: ...
+
+
+class SchedulePort(Protocol):
+    """The dispatch core's seam: a raw verb body for a principal → a verb response."""
+
+    def handle(self, body: object, principal: Principal) -> VerbResponse: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ApiServices:
+    tokens: TokenDirectory
+    commands: CommandPort
+    ledger: LedgerPort
+    schedules: Callable[[Principal], SchedulePort]
+
+
+def _services(request: Request) -> ApiServices:
+    services = request.app.state.services
+    assert isinstance(services, ApiServices)
+    return services
+
+
+Services = Annotated[ApiServices, Depends(_services)]
+
+_bearer = HTTPBearer(auto_error=False, description="A configured principal's token.")
+
+
+def _caller(
+    request: Request,
+    services: Services,
+    _version: Annotated[
+        Literal["1"], Header(alias=PROTOCOL_HEADER, description="The protocol spoken: 1.")
+    ],
+    _credentials: Annotated[object, Depends(_bearer)],
+) -> Principal:
+    # A missing or other version fails the header's validation first (the app answers 400).
+    return services.tokens.authenticate(request.headers.get("authorization"))
+
+
+Caller = Annotated[Principal, Depends(_caller)]
+
+TenantQ = Annotated[
+    str | None, Query(pattern=REF_PATTERN, description="Operators: the subject's tenant.")
+]
+UserQ = Annotated[
+    str | None,
+    Query(pattern=REF_PATTERN, description="Managers and operators: the subject's user."),
+]
+
+
+def documented(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """The error responses of a ``/v1`` route: always 400, 401, 422, 503, plus ``statuses``."""
+    return {status: {"model": ErrorBody} for status in (400, 401, 422, 503, *statuses)}
+
+
+def subject_of(who: Principal, tenant_id: str | None, user_id: str | None) -> tuple[str, str]:
+    return tenant_id or who.tenant_id, user_id or who.user_id
+
+
+def run_command(
+    services: ApiServices,
+    verb: CommandVerb,
+    who: Principal,
+    tenant_id: str,
+    user_id: str,
+    **fields: Any,
+) -> dict[str, Any]:
+    """One command round trip; a refusal becomes its API error."""
+    try:
+        command = services.commands.command(verb, who, tenant_id, user_id, **fields)
+        result = services.commands.send(command)
+    except DefinitionError as exc:
+        raise ApiError(ApiCode.INVALID, exc.message, exc.field) from None
+    except ValidationError as exc:
+        raise invalid(exc) from None
+    except SerdeError as exc:  # a value no command record can carry
+        raise ApiError(ApiCode.INVALID, str(exc)) from None
+    except BrokerError as exc:
+        raise ApiError(ApiCode.UNAVAILABLE, str(exc)) from None
+    if result.error is not None:
+        raise from_command_error(result.error)
+    return dict(result.result or {})
+
+
+def guarded(read: Callable[[], Any]) -> Any:
+    """A Kafka read; an unreachable broker is 503 ``unavailable``."""
+    try:
+        return read()
+    except BrokerError as exc:
+        raise ApiError(ApiCode.UNAVAILABLE, str(exc)) from None
+
+
+def invalid(exc: ValidationError) -> ApiError:
+    error = exc.errors()[0]
+    field = ".".join(str(part) for part in error["loc"]) or None
+    return ApiError(ApiCode.INVALID, str(error["msg"]).removeprefix("Value error, "), field)

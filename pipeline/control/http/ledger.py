@@ -1,0 +1,66 @@
+"""The in-app ledger routes: a user's notifications, and acknowledging one (DESIGN.md §9).
+
+The ledger belongs to the caller's own subject; roles that may inspect (user, manager,
+operator) read it, session-bound ones (agent, scoped chat) may not. Notifications are deduped on
+delivery key and ``wake`` records skipped by the reader (``http_kafka``); an acknowledgement is
+idempotent, and one of a notification the caller does not have is 404.
+
+Left out: the shared caller (``http_common``) and the records (``http_kafka``).
+"""
+
+from typing import Annotated, Final
+
+from fastapi import APIRouter, Path, Query
+
+from pipeline.control.http.auth import ApiCode, ApiError
+from pipeline.control.http.common import Caller, Services, documented, guarded
+from pipeline.control.http.models import AckView, NotificationList
+from pipeline.rules.authz import Principal, Subject, Verb, may
+
+__all__ = ["router"]
+
+router = APIRouter()
+
+_DELIVERY_KEY: Final = r"^[0-9a-f]{64}$"
+
+
+def _owner(who: Principal) -> tuple[str, str]:
+    decision = may(who, Verb.SHOW, Subject(who.tenant_id, who.user_id))
+    if not decision.allowed:
+        raise ApiError(ApiCode.DENIED, decision.detail)
+    return who.tenant_id, who.user_id
+
+
+@router.get(
+    "/v1/notifications",
+    response_model=NotificationList,
+    responses=documented(403),
+    summary="The caller's in-app ledger, newest first",
+)
+def notifications(
+    who: Caller,
+    services: Services,
+    unacked: bool = False,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> NotificationList:
+    tenant, user = _owner(who)
+    found = guarded(lambda: services.ledger.notifications(tenant, user))
+    if unacked:
+        found = [n for n in found if n["acked_at"] is None]
+    return NotificationList.model_validate({"notifications": found[:limit]})
+
+
+@router.post(
+    "/v1/notifications/{delivery_key}:ack",
+    response_model=AckView,
+    responses=documented(403, 404),
+    summary="Acknowledge one of the caller's notifications (idempotent)",
+)
+def ack(
+    delivery_key: Annotated[str, Path(pattern=_DELIVERY_KEY)], who: Caller, services: Services
+) -> AckView:
+    tenant, user = _owner(who)
+    done = guarded(lambda: services.ledger.ack(tenant, user, delivery_key))
+    if done is None:
+        raise ApiError(ApiCode.NOT_FOUND, f"no notification {delivery_key}", "delivery_key")
+    return AckView.model_validate(done)

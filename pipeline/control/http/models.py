@@ -1,0 +1,271 @@
+"""The HTTP API's bodies: what callers send and what they get back (DESIGN.md §9).
+
+Owns the pydantic models the OpenAPI document is generated from. Request bodies are loose on
+purpose: they say the shape (a watcher definition, a grant) and leave every rule to the command
+processor, which is the one place governance lives (bounds, grants, caps, collapse), so a rule
+never differs between HTTP, MCP, the socket and the CLI. Responses mirror the processor's views
+(``pipeline.rules.commands.model.watcher_view``, ``grant_view``) and the receipt and notification
+records.
+
+Left out: routing and authentication (``http_api``, ``http_auth``) and the Kafka reads
+(``http_kafka``).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from pipeline.rules.authz import Action
+from pipeline.rules.lifecycle import WatcherStatus
+
+__all__ = [
+    "REF_PATTERN",
+    "AckView",
+    "ErrorBody",
+    "ErrorDetail",
+    "Evaluation",
+    "EvaluationList",
+    "GrantBody",
+    "GrantList",
+    "GrantView",
+    "Health",
+    "NotificationList",
+    "NotificationView",
+    "RevokeView",
+    "ScheduleCancelled",
+    "ScheduleList",
+    "WatchBody",
+    "WatchList",
+    "WatchView",
+]
+
+REF_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:\-]{0,199}$"
+"""Ids in paths and queries: watcher ids (``schedule:<chat>:<name>`` included), tenants, users."""
+
+Ref = Annotated[str, Field(pattern=REF_PATTERN)]
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class _View(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+
+class ErrorDetail(_View):
+    code: Literal[
+        "invalid",
+        "protocol_version",
+        "unauthenticated",
+        "denied",
+        "not_found",
+        "conflict",
+        "stale_revision",
+        "cap_reached",
+        "unavailable",
+    ]
+    message: str
+    field: str | None = None
+
+
+class ErrorBody(_View):
+    """Every refusal: ``{"error": {"code", "message", "field"}}``."""
+
+    error: ErrorDetail
+
+
+# --- watches -----------------------------------------------------------------------------
+
+_AGENT_WATCH: dict[str, Any] = {
+    "watcher_id": "run-r-81-done",
+    "purpose": "agent.watch",
+    "mode": "once",
+    "source": {
+        "kind": "polling",
+        "source_id": "run:r-0",
+        "tool": "workflow.run.status@v1",
+        "target": "r-0",
+        "cadence": "5m",
+        "max_age": "2m",
+    },
+    "condition": {"eq": ["status", "succeeded"]},
+    "terminal_condition": {"eq": ["status", "failed"]},
+    "delivery": {"target": "in-app", "wake_session": True},
+    "window": "1h",
+    "session_id": "s-1",
+}
+_GRANT: dict[str, Any] = {
+    "tenant_id": "acme",
+    "user_id": "u-1",
+    "purpose": "agent.watch",
+    "sources": ["run:r-0"],
+    "tools": ["workflow.run.status@v1"],
+    "targets": ["in-app"],
+    "actions": ["propose", "approve", "manage"],
+    "until": "2030-01-01T00:00:00Z",
+}
+
+
+class WatchBody(_Body):
+    """A watcher definition (DESIGN.md §9). An agent watch is ``mode: once`` with a pinned
+    evaluator tool, a ``terminal_condition``, a ``window`` and a ``session_id`` (an agent's
+    own session when left out). The command processor validates it."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [_AGENT_WATCH]})
+
+    watcher_id: str
+    purpose: str
+    mode: Literal["every", "once"] | None = None
+    source: dict[str, Any]
+    condition: dict[str, Any] | None = None
+    terminal_condition: dict[str, Any] | None = None
+    delivery: dict[str, Any]
+    expires_at: str | None = None
+    window: str | None = None
+    session_id: str | None = None
+    budgets: dict[str, Any] | None = None
+    retry: dict[str, Any] | None = None
+    privacy: dict[str, Any] | None = None
+
+    def definition(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", exclude_none=True)
+
+
+class WatchView(_View):
+    tenant_id: str
+    user_id: str
+    watcher_id: str
+    version: int
+    revision: int
+    status: WatcherStatus
+    source_id: str
+    session_id: str | None = None
+    created_at: str | None = None
+    updated_at: str | None = None
+    activated_at: str | None = None
+    closed_reason: str | None = None
+    definition: dict[str, Any]
+    collapsed: bool = Field(
+        default=False, description="True when an identical live watch already existed."
+    )
+
+
+class WatchList(_View):
+    watchers: list[WatchView]
+
+
+class Evaluation(_View):
+    """One receipt: what was decided, why, on which evidence (privacy-filtered)."""
+
+    watcher_id: str
+    watcher_version: int
+    source_id: str
+    evaluated_at: str
+    outcome: str
+    reason: str
+    evidence_digest: str
+    trigger: dict[str, Any]
+    trigger_key: str
+    observed_at: str
+    authorized: bool | None = None
+    authorization: str = ""
+    budget: str | None = None
+    tool_error: str | None = None
+    payload: dict[str, Any] | None = None
+    delivery_key: str | None = None
+    note: str = ""
+
+
+class EvaluationList(_View):
+    evaluations: list[Evaluation]
+
+
+# --- the in-app ledger -------------------------------------------------------------------
+
+
+class NotificationView(_View):
+    delivery_key: str
+    watcher_id: str
+    session_id: str | None = None
+    outcome: str | None = None
+    verb: str | None = None
+    text: str | None = None
+    trigger: dict[str, Any] | None = None
+    evidence_digest: str | None = None
+    due_at: str | None = None
+    late: bool = False
+    created_at: str
+    acked_at: str | None = None
+
+
+class NotificationList(_View):
+    notifications: list[NotificationView]
+
+
+class AckView(_View):
+    delivery_key: str
+    acked_at: str
+    already: bool = Field(description="True when it had been acknowledged before.")
+
+
+# --- grants ------------------------------------------------------------------------------
+
+
+class GrantBody(_Body):
+    """A grant (operators): a subject, a purpose, sources, and what it allows until when."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [_GRANT]})
+
+    tenant_id: str
+    user_id: str
+    purpose: str
+    sources: list[str] = Field(min_length=1)
+    tools: list[str] = []
+    targets: list[str] = []
+    actions: list[Action] = Field(min_length=1)
+    until: datetime
+
+
+class GrantView(_View):
+    grant_id: str
+    tenant_id: str
+    user_id: str
+    purpose: str
+    sources: list[str]
+    tools: list[str]
+    targets: list[str]
+    actions: list[str]
+    until: str
+    created_at: str
+    created_by: str
+
+
+class GrantList(_View):
+    grants: list[GrantView]
+
+
+class RevokeView(_View):
+    revoked: list[str]
+    narrowed: list[str]
+
+
+# --- schedules and probes ----------------------------------------------------------------
+
+
+class ScheduleList(_View):
+    chat: str
+    schedules: list[dict[str, Any]]
+
+
+class ScheduleCancelled(_View):
+    chat: str
+    name: str
+    cancelled: bool
+
+
+class Health(_View):
+    status: Literal["ok", "ready"]

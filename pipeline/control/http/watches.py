@@ -1,0 +1,247 @@
+"""The watch routes: propose, approve, create, list, inspect, pause, resume, cancel, receipts;
+and schedules, which are watchers too (DESIGN.md §9's table; seed 003).
+
+Every route asserts the caller on one command and lets the command processor decide — agents
+only propose, scoped chat tokens manage nothing, owners and managers approve, inspect, list and
+cancel; bounds, grants, the cap of three active watches per (tenant, user, session) and the
+collapse of identical live proposals are the processor's (a collapse answers 200 with the
+existing watch, a new proposal 201). Another subject's watch is "not found", word for word the
+answer for a missing one. Receipts are read after a ``show`` has authorized the caller.
+Schedules are listed and cancelled through the transport-agnostic dispatch core.
+
+Left out: the shared caller and round trip (``http_common``), the app (``http_api``).
+"""
+
+from typing import Annotated, Any, Final
+
+from fastapi import APIRouter, Path, Query
+from fastapi.responses import JSONResponse
+
+from pipeline.control.http.auth import ApiCode, ApiError
+from pipeline.control.http.common import (
+    MAX_LONG,
+    Caller,
+    Services,
+    TenantQ,
+    UserQ,
+    documented,
+    guarded,
+    run_command,
+    subject_of,
+)
+from pipeline.control.http.models import (
+    REF_PATTERN,
+    EvaluationList,
+    ScheduleCancelled,
+    ScheduleList,
+    WatchBody,
+    WatchList,
+    WatchView,
+)
+from pipeline.control.verbs import NAME_PATTERN, ErrorKind
+from pipeline.rules.authz import Principal, Role
+from pipeline.rules.commands.model import CommandVerb
+from pipeline.rules.lifecycle import WatcherStatus
+
+__all__ = ["router"]
+
+router = APIRouter()
+
+_ERRORS: Final = documented(403, 404, 409)
+_COLLAPSED: Final[dict[int | str, dict[str, Any]]] = {
+    200: {"model": WatchView, "description": "An identical live watch: the existing one."}
+}
+_KIND_CODES: Final[dict[ErrorKind, ApiCode]] = {
+    ErrorKind.INVALID: ApiCode.INVALID,
+    ErrorKind.DENIED: ApiCode.DENIED,
+    ErrorKind.NOT_FOUND: ApiCode.NOT_FOUND,
+    ErrorKind.CONFLICT: ApiCode.CONFLICT,
+    ErrorKind.UNAUTHENTICATED: ApiCode.UNAUTHENTICATED,
+}
+
+WatcherId = Annotated[str, Path(pattern=REF_PATTERN, description="The watcher's id.")]
+RevisionQ = Annotated[
+    int | None,
+    Query(ge=0, le=MAX_LONG, description="Refuse (409 stale_revision) unless at this revision."),
+]
+ChatQ = Annotated[
+    str | None, Query(pattern=REF_PATTERN, description="The chat; default: the only one.")
+]
+
+
+@router.post(
+    "/v1/watches:propose",
+    status_code=201,
+    response_model=WatchView,
+    responses={**_COLLAPSED, **_ERRORS},
+    summary="Propose a watch (state proposed); agents, users, managers",
+)
+def propose(
+    body: WatchBody,
+    who: Caller,
+    services: Services,
+    tenant_id: TenantQ = None,
+    user_id: UserQ = None,
+) -> JSONResponse:
+    definition = body.definition()
+    if who.role in (Role.AGENT, Role.SCOPED_CHAT):
+        definition.setdefault("session_id", who.session_id)
+    tenant, user = subject_of(who, tenant_id, user_id)
+    view = run_command(services, CommandVerb.PROPOSE, who, tenant, user, definition=definition)
+    watch = WatchView.model_validate(view)
+    return JSONResponse(watch.model_dump(mode="json"), status_code=200 if watch.collapsed else 201)
+
+
+@router.post(
+    "/v1/watches",
+    status_code=201,
+    response_model=WatchView,
+    responses=_ERRORS,
+    summary="Create an active watcher directly (owners, managers, operators)",
+)
+def create(
+    body: WatchBody,
+    who: Caller,
+    services: Services,
+    tenant_id: TenantQ = None,
+    user_id: UserQ = None,
+) -> WatchView:
+    tenant, user = subject_of(who, tenant_id, user_id)
+    view = run_command(
+        services, CommandVerb.CREATE, who, tenant, user, definition=body.definition()
+    )
+    return WatchView.model_validate(view)
+
+
+@router.get(
+    "/v1/watches",
+    response_model=WatchList,
+    responses=_ERRORS,
+    summary="List live watches (or those in one state); owners, managers",
+)
+def list_watches(
+    who: Caller,
+    services: Services,
+    state: WatcherStatus | None = None,
+    session_id: Annotated[str | None, Query(pattern=REF_PATTERN)] = None,
+    tenant_id: TenantQ = None,
+    user_id: UserQ = None,
+) -> WatchList:
+    tenant, user = subject_of(who, tenant_id, user_id)
+    found = run_command(
+        services, CommandVerb.LIST, who, tenant, user, state=state, session_id=session_id
+    )
+    return WatchList.model_validate(found)
+
+
+@router.get(
+    "/v1/watches/{watcher_id}",
+    response_model=WatchView,
+    responses=_ERRORS,
+    summary="Inspect a watch; owners, managers",
+)
+def get_watch(
+    watcher_id: WatcherId,
+    who: Caller,
+    services: Services,
+    tenant_id: TenantQ = None,
+    user_id: UserQ = None,
+) -> WatchView:
+    tenant, user = subject_of(who, tenant_id, user_id)
+    view = run_command(services, CommandVerb.SHOW, who, tenant, user, watcher_id=watcher_id)
+    return WatchView.model_validate(view)
+
+
+def _lifecycle(verb: CommandVerb, summary: str) -> None:
+    def move(
+        watcher_id: WatcherId,
+        who: Caller,
+        services: Services,
+        expected_revision: RevisionQ = None,
+        tenant_id: TenantQ = None,
+        user_id: UserQ = None,
+    ) -> WatchView:
+        tenant, user = subject_of(who, tenant_id, user_id)
+        view = run_command(
+            services,
+            verb,
+            who,
+            tenant,
+            user,
+            watcher_id=watcher_id,
+            expected_revision=expected_revision,
+        )
+        return WatchView.model_validate(view)
+
+    router.post(
+        f"/v1/watches/{{watcher_id}}:{verb.value}",
+        response_model=WatchView,
+        responses=_ERRORS,
+        summary=summary,
+        operation_id=f"{verb.value}_watch",
+    )(move)
+
+
+_lifecycle(CommandVerb.APPROVE, "Approve a proposal (cap and bounds checked); owners, managers")
+_lifecycle(CommandVerb.PAUSE, "Pause a watch; owners, managers")
+_lifecycle(CommandVerb.RESUME, "Resume a paused watch (cap checked); owners, managers")
+_lifecycle(CommandVerb.CANCEL, "Cancel a watch (terminal); owners, managers")
+
+
+@router.get(
+    "/v1/watches/{watcher_id}/evaluations",
+    response_model=EvaluationList,
+    responses=_ERRORS,
+    summary="The watch's receipts, newest first; owners, managers",
+)
+def evaluations(
+    watcher_id: WatcherId,
+    who: Caller,
+    services: Services,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    tenant_id: TenantQ = None,
+    user_id: UserQ = None,
+) -> EvaluationList:
+    tenant, user = subject_of(who, tenant_id, user_id)
+    view = run_command(services, CommandVerb.SHOW, who, tenant, user, watcher_id=watcher_id)
+    found = guarded(
+        lambda: services.ledger.evaluations(tenant, user, watcher_id, view["source_id"], limit)
+    )
+    return EvaluationList.model_validate({"evaluations": found})
+
+
+# --- schedules (the dispatch core) ------------------------------------------------------------
+
+
+def _verb(services: Services, who: Principal, body: dict[str, Any]) -> dict[str, Any]:
+    response = services.schedules(who).handle(body, who)
+    if response.error is not None:
+        code = _KIND_CODES.get(response.error.code, ApiCode.UNAVAILABLE)
+        raise ApiError(code, response.error.message, response.error.field)
+    return dict(response.result or {})
+
+
+@router.get(
+    "/v1/schedules",
+    response_model=ScheduleList,
+    responses=documented(403),
+    summary="The caller's schedules in one chat",
+)
+def list_schedules(who: Caller, services: Services, chat: ChatQ = None) -> ScheduleList:
+    return ScheduleList.model_validate(_verb(services, who, {"verb": "list", "chat": chat}))
+
+
+@router.post(
+    "/v1/schedules/{name}:cancel",
+    response_model=ScheduleCancelled,
+    responses=documented(403, 404),
+    summary="Cancel one of the caller's schedules",
+)
+def cancel_schedule(
+    name: Annotated[str, Path(pattern=NAME_PATTERN)],
+    who: Caller,
+    services: Services,
+    chat: ChatQ = None,
+) -> ScheduleCancelled:
+    result = _verb(services, who, {"verb": "cancel", "name": name, "chat": chat})
+    return ScheduleCancelled.model_validate(result)

@@ -1,0 +1,77 @@
+"""The CLI's side of the control socket: one JSON request line out, one response line back.
+
+Owns :func:`call`, which connects to the daemon's Unix socket, writes the request, reads one
+line and parses it as a :class:`VerbResponse`. No daemon there is a clear :class:`ConfigError`
+that says how to start one; a daemon that closes without answering is a :class:`VigilError`.
+
+Left out: finding the socket path (``socket_server.default_socket_path``) and printing.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+from typing import Any, Final
+
+from pydantic import ValidationError
+
+from pipeline.control.verbs import VerbResponse
+from pipeline.rules.errors import ConfigError, VigilError
+
+__all__ = ["DEFAULT_TIMEOUT_S", "call"]
+
+DEFAULT_TIMEOUT_S: Final = 300.0  # a prompt or query waits for the agent
+_MAX_RESPONSE: Final = 16 * 1024 * 1024
+
+
+def call(
+    path: Path, request: dict[str, Any], *, timeout_s: float = DEFAULT_TIMEOUT_S
+) -> VerbResponse:
+    """Send ``request`` to the daemon at ``path`` and return its answer."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(timeout_s)
+    try:
+        try:
+            sock.connect(str(path))
+        except (FileNotFoundError, ConnectionRefusedError):
+            raise ConfigError(
+                f"no vigil daemon is listening on {path}: start one with `vigil daemon`"
+            ) from None
+        except OSError as exc:
+            raise ConfigError(f"cannot reach the vigil daemon at {path}: {exc.strerror}") from None
+        line = json.dumps(request, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        try:
+            sock.sendall(line + b"\n")
+            data = _read_line(sock)
+        except TimeoutError:
+            raise VigilError(f"the vigil daemon did not answer within {timeout_s:g}s") from None
+        except OSError as exc:
+            raise VigilError(f"the vigil daemon connection failed: {exc.strerror}") from None
+    finally:
+        sock.close()
+    try:
+        return VerbResponse.model_validate_json(data)
+    except ValidationError:
+        raise VigilError("the vigil daemon answered something unreadable") from None
+
+
+def _read_line(sock: socket.socket) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        newline = chunk.find(b"\n")
+        if newline >= 0:
+            chunks.append(chunk[:newline])
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > _MAX_RESPONSE:
+            raise VigilError("the vigil daemon's answer is too large")
+    data = b"".join(chunks)
+    if not data:
+        raise VigilError("the vigil daemon closed the connection without answering")
+    return data

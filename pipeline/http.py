@@ -1,0 +1,216 @@
+"""Shared HTTP for the webhook and chat adapters: one keep-alive client, one POST, and the
+mapping of every outcome onto the closed set of :class:`~pipeline.rules.outcomes.ErrorCode`.
+
+Why a synchronous ``httpx.Client``: the delivery consumer is a confluent-kafka poll loop, which
+is synchronous; a shared ``Client`` is thread-safe and pools keep-alive connections, so a
+``ThreadPoolExecutor`` calls many destinations at once with no event loop to bridge. Redirects
+are never followed (a delivery goes exactly where configuration says) and the environment's
+proxy and ``.netrc`` settings are not read (``trust_env=False``) for the same reason.
+
+Status table: 2xx → delivered; 410 → ``http_410`` (terminal); 429 → ``http_429`` with its
+``Retry-After``; other 4xx → ``http_4xx`` (terminal); 5xx → ``http_5xx`` (also with a
+``Retry-After`` if given); 1xx and 3xx (a redirect not followed) → ``rejected``. Transport:
+a timeout of any phase → ``timeout``; a failed TLS handshake → ``tls``; a refused, reset or
+dropped connection → ``connect``; an unusable URL → ``rejected``. A response body is read
+(at most 64 KiB, so keep-alive can reuse the connection) and dropped, never kept.
+
+httpx logs every request's URL at INFO; a chat URL holds the bot token and a webhook path may
+be a capability, so this module installs a filter on the ``httpx`` logger that shows only
+scheme, host and port.
+
+Left out: what a code means for retries (``pipeline.rules.dispatch``) and each API's own shape.
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from email.utils import parsedate_to_datetime
+from typing import Final
+
+import httpx
+
+from consumers.delivery.adapters.base import SendResult
+from pipeline.rules.outcomes import ErrorCode
+
+__all__ = [
+    "DEFAULT_MAX_CONNECTIONS",
+    "DEFAULT_TIMEOUT",
+    "MAX_RETRY_AFTER",
+    "USER_AGENT",
+    "Reply",
+    "classify_error",
+    "classify_status",
+    "make_client",
+    "parse_retry_after",
+    "post",
+    "result_of",
+]
+
+DEFAULT_TIMEOUT: Final = timedelta(seconds=10)
+DEFAULT_MAX_CONNECTIONS: Final = 64
+# A destination cannot park an entry for longer than this; the retry ceiling still applies.
+MAX_RETRY_AFTER: Final = timedelta(days=1)
+USER_AGENT: Final = "vigil-delivery/1"
+_DRAIN_LIMIT: Final = 64 * 1024
+
+
+def _origin(url: httpx.URL) -> str:
+    port = f":{url.port}" if url.port is not None else ""
+    return f"{url.scheme}://{url.host}{port}/…"
+
+
+class _RedactUrls(logging.Filter):
+    """Cut every URL argument of an httpx log record down to its origin."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple) and any(isinstance(a, httpx.URL) for a in record.args):
+            record.args = tuple(_origin(a) if isinstance(a, httpx.URL) else a for a in record.args)
+        return True
+
+
+def _install_redaction() -> None:
+    httpx_logger = logging.getLogger("httpx")
+    if not any(isinstance(f, _RedactUrls) for f in httpx_logger.filters):
+        httpx_logger.addFilter(_RedactUrls())
+
+
+_install_redaction()
+
+
+def make_client(
+    *,
+    timeout: timedelta = DEFAULT_TIMEOUT,
+    max_connections: int = DEFAULT_MAX_CONNECTIONS,
+    verify: ssl.SSLContext | bool = True,
+) -> httpx.Client:
+    """A keep-alive client for many destinations; size the caller's thread pool to
+    ``max_connections`` or less, or a request waits for a connection (``timeout`` bounds it)."""
+    return httpx.Client(
+        timeout=httpx.Timeout(timeout.total_seconds()),
+        limits=httpx.Limits(
+            max_connections=max_connections,
+            max_keepalive_connections=max_connections,
+            keepalive_expiry=30.0,
+        ),
+        follow_redirects=False,
+        trust_env=False,
+        verify=verify,
+        headers={"User-Agent": USER_AGENT},
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """A response's status and the little an adapter may look at; the body prefix is for an
+    API's own retry hint (Telegram's ``parameters.retry_after``) and is never kept."""
+
+    status: int
+    retry_after: str | None
+    head: bytes = field(repr=False)
+
+
+def classify_status(status: int) -> ErrorCode | None:
+    """``None`` for 2xx, else the code of the status table above."""
+    if 200 <= status < 300:
+        return None
+    if status == 410:
+        return ErrorCode.HTTP_410
+    if status == 429:
+        return ErrorCode.HTTP_429
+    if 400 <= status < 500:
+        return ErrorCode.HTTP_4XX
+    if 500 <= status < 600:
+        return ErrorCode.HTTP_5XX
+    return ErrorCode.REJECTED
+
+
+def _is_tls(exc: BaseException) -> bool:
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, ssl.SSLError | ssl.CertificateError):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def classify_error(exc: httpx.HTTPError) -> ErrorCode:
+    """The code of a transport failure (never its message: it may hold a URL with a token)."""
+    if isinstance(exc, httpx.TimeoutException):
+        return ErrorCode.TIMEOUT
+    if isinstance(exc, httpx.UnsupportedProtocol):
+        return ErrorCode.REJECTED
+    if _is_tls(exc):
+        return ErrorCode.TLS
+    if isinstance(exc, httpx.NetworkError | httpx.RemoteProtocolError):
+        return ErrorCode.CONNECT
+    return ErrorCode.INTERNAL
+
+
+def parse_retry_after(value: str | None, now: datetime) -> timedelta | None:
+    """A ``Retry-After`` header (delay-seconds or an HTTP-date) as a wait from ``now``,
+    capped at :data:`MAX_RETRY_AFTER`; ``None`` when absent or unreadable, zero when past."""
+    if value is None or not (text := value.strip()):
+        return None
+    if text.isascii() and text.isdigit():
+        wait = timedelta(seconds=int(text)) if len(text) <= 12 else MAX_RETRY_AFTER
+    else:
+        try:
+            when = parsedate_to_datetime(text)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when.tzinfo is None:  # "-0000": RFC 5322's "UTC, origin unknown"
+            when = when.replace(tzinfo=UTC)
+        wait = max(when - now, timedelta(0))
+    return min(wait, MAX_RETRY_AFTER)
+
+
+def post(
+    client: httpx.Client,
+    url: str,
+    *,
+    content: bytes,
+    headers: dict[str, str],
+    timeout: timedelta,
+) -> Reply | ErrorCode:
+    """One POST; a :class:`Reply` when the destination answered, else the transport's code."""
+    try:
+        with client.stream(
+            "POST", url, content=content, headers=headers, timeout=timeout.total_seconds()
+        ) as response:
+            head = bytearray()
+            for chunk in response.iter_raw():
+                head += chunk
+                if len(head) >= _DRAIN_LIMIT:
+                    break  # the connection is closed instead of reused; nothing is kept
+            return Reply(response.status_code, response.headers.get("retry-after"), bytes(head))
+    except httpx.HTTPError as exc:
+        return classify_error(exc)
+    except httpx.InvalidURL:
+        return ErrorCode.REJECTED
+
+
+def result_of(
+    reply: Reply | ErrorCode,
+    now: datetime,
+    *,
+    repeat_risk: bool = False,
+    retry_after: timedelta | None = None,
+) -> SendResult:
+    """The categorical result of :func:`post`; ``retry_after`` is an API's own hint, used when
+    the response has no ``Retry-After`` header."""
+    if isinstance(reply, ErrorCode):
+        return SendResult.failed(reply, repeat_risk=repeat_risk)
+    error = classify_status(reply.status)
+    if error is None:
+        return SendResult.delivered(repeat_risk=repeat_risk)
+    wait = None
+    if error in (ErrorCode.HTTP_429, ErrorCode.HTTP_5XX):
+        wait = parse_retry_after(reply.retry_after, now)
+        if wait is None:
+            wait = retry_after
+    return SendResult.failed(error, retry_after=wait, repeat_risk=repeat_risk)

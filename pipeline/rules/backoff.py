@@ -1,0 +1,50 @@
+"""Deterministic, capped, exponential backoff between delivery attempts (DESIGN.md §8).
+
+Owns the wait after the n-th failed attempt: ``w = min(cap, base · 2^(n-1))`` plus a jitter of
+``w · 0.1 · u``, where ``u`` comes from SHA-256 of ``"<delivery key>:<n>"``, so that replay,
+restart and every worker agree on the same wait. A ``Retry-After`` can only lengthen it.
+
+Leaves out when to stop retrying (the retry ceiling is ``pipeline.rules.dispatch``) and where the
+chosen due time is persisted (``delivery-state``, by the delivery consumer).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import timedelta
+from fractions import Fraction
+
+__all__ = ["backoff_wait"]
+
+_JITTER = Fraction(1, 10)
+_U_SCALE = 2**64
+
+
+def _micros(value: timedelta) -> int:
+    return (value.days * 86_400 + value.seconds) * 1_000_000 + value.microseconds
+
+
+def backoff_wait(
+    delivery_key: str,
+    failed_attempts: int,
+    base: timedelta,
+    cap: timedelta,
+    retry_after: timedelta | None = None,
+) -> timedelta:
+    """The wait before the next attempt, after ``failed_attempts`` (n ≥ 1) failures.
+
+    Computed exactly in rational microseconds and rounded once to the nearest microsecond, so
+    the result never depends on float rounding and matches the reference vectors.
+    """
+    if failed_attempts < 1:
+        raise ValueError(f"failed_attempts must be at least 1, got {failed_attempts}")
+    if base <= timedelta(0) or cap < base:
+        raise ValueError(f"backoff needs 0 < base <= cap, got base={base} cap={cap}")
+    # Past 2^80 µs (far beyond any timedelta) the cap always wins: bound the shift.
+    wait = min(_micros(cap), _micros(base) << min(failed_attempts - 1, 80))
+    digest = hashlib.sha256(f"{delivery_key}:{failed_attempts}".encode()).digest()
+    u = Fraction(int.from_bytes(digest[:8], "big"), _U_SCALE)
+    chosen = timedelta(microseconds=round(wait + wait * _JITTER * u))
+    if retry_after is not None and retry_after > chosen:
+        return retry_after
+    return chosen

@@ -1,0 +1,129 @@
+"""What an immediate verb writes: the outbox entry of a ``send`` (or a prompt's answer) now, and
+the one grant the daemon ensures for its subject (DESIGN.md §2, §5, §8).
+
+An immediate verb is an outbox entry like any other, keyed by the request delivery key
+(watcher ``verb:<verb>``, version 0, source ``control``, trigger the request id), so a retried
+request dedupes in delivery exactly like a retried evaluation. A prompt's answer is a ``send``
+keyed by :func:`~pipeline.rules.keys.derived_delivery_key` of the prompt's key, so running the agent
+twice for one request still delivers one answer. Pure: ``now`` is a parameter; the command
+processor's ``send`` (``pipeline.rules.commands.send``) builds its entries with these functions.
+
+Left out: authorizing and writing the entry (the command processor) and deciding who may ask at
+the edge (``dispatch``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import Final
+
+from pipeline.rules.authz import Action
+from pipeline.rules.commands.model import GrantSpec
+from pipeline.rules.definition import PrivacyPolicy, RetryPolicy
+from pipeline.rules.instants import utc
+from pipeline.rules.keys import canonical_json, derived_delivery_key, request_delivery_key
+from pipeline.rules.outbox import OutboxEntry, OutboxRetry
+from pipeline.rules.outcomes import Outcome
+
+__all__ = [
+    "ANSWER_STEP",
+    "CONTROL_PURPOSE",
+    "CONTROL_SOURCE",
+    "GRANT_UNTIL",
+    "answer_entry",
+    "daemon_grant",
+    "immediate_entry",
+    "schedule_source",
+]
+
+CONTROL_PURPOSE: Final = "control.chat"
+"""The purpose of every schedule and immediate verb the control plane creates."""
+CONTROL_SOURCE: Final = "control"
+ANSWER_STEP: Final = "answer"
+GRANT_UNTIL: Final = datetime(
+    2100, 1, 1, tzinfo=UTC
+)  # fixed, so re-ensuring writes the same record
+
+
+def schedule_source(chat: str) -> str:
+    """A chat's schedules read source ``schedule:<chat>`` (DESIGN.md §10)."""
+    return f"schedule:{chat}"
+
+
+def immediate_entry(
+    *,
+    tenant_id: str,
+    user_id: str,
+    verb: str,
+    request_id: str,
+    chat: str,
+    now: datetime,
+    text: str | None = None,
+    args: tuple[str, ...] | None = None,
+    delivery_key: str | None = None,
+) -> OutboxEntry:
+    """The outbox entry of an immediate ``verb`` (``send``) for ``chat``, due ``now``.
+    ``delivery_key`` overrides the request key (a prompt's derived answer key)."""
+    now = utc(now)
+    retry = RetryPolicy()
+    return OutboxEntry(
+        delivery_key=delivery_key
+        or request_delivery_key(
+            tenant_id=tenant_id, user_id=user_id, verb=verb, request_id=request_id
+        ),
+        tenant_id=tenant_id,
+        user_id=user_id,
+        watcher_id=f"verb:{verb}",
+        watcher_version=0,
+        source_id=CONTROL_SOURCE,
+        purpose=CONTROL_PURPOSE,
+        trigger={"kind": "request", "request_id": request_id},
+        outcome=Outcome.SATISFIED,
+        verb=verb,
+        target=chat,
+        text=text,
+        args=args,
+        due_at=now,
+        created_at=now,
+        retry=OutboxRetry(max_attempts=retry.max_attempts, base=retry.base, cap=retry.cap),
+        delivery_retention=PrivacyPolicy().delivery_retention,
+    )
+
+
+def answer_entry(
+    *, tenant_id: str, user_id: str, request_id: str, chat: str, answer: str, now: datetime
+) -> OutboxEntry:
+    """The ``send`` carrying an immediate prompt's answer: key derived from the prompt's key."""
+    prompt_key = request_delivery_key(
+        tenant_id=tenant_id, user_id=user_id, verb="prompt", request_id=request_id
+    )
+    return immediate_entry(
+        tenant_id=tenant_id,
+        user_id=user_id,
+        verb="send",
+        request_id=request_id,
+        chat=chat,
+        now=now,
+        text=answer,
+        delivery_key=derived_delivery_key(prompt_key, ANSWER_STEP),
+    )
+
+
+def daemon_grant(tenant_id: str, user_id: str, chats: Iterable[str]) -> tuple[str, GrantSpec]:
+    """The grant the daemon ensures at start (DESIGN.md §5): its subject, over its chats and the
+    ``schedule:<chat>``/``control`` sources, to evaluate, deliver and manage. Returns the request
+    id to add it with — derived from the grant's content, so re-adding it is the same grant."""
+    names = sorted(set(chats))
+    spec = GrantSpec(
+        tenant_id=tenant_id,
+        user_id=user_id,
+        purpose=CONTROL_PURPOSE,
+        sources=tuple([CONTROL_SOURCE, *(schedule_source(c) for c in names)]),
+        targets=tuple(names),
+        actions=(Action.EVALUATE, Action.DELIVER, Action.MANAGE),
+        until=GRANT_UNTIL,
+    )
+    digest = hashlib.sha256(canonical_json(spec.model_dump(mode="json"))).hexdigest()[:32]
+    return f"daemon-grant:{digest}", spec

@@ -1,0 +1,428 @@
+"""The records of the control plane: commands, their results, registry entries and grants.
+
+Owns the :class:`Command` a caller asserts (verb, principal, subject, request id), the
+:class:`CommandResult` it gets back (ok with a view, or an error of :class:`ResultCode`), the
+:class:`RegistryEntry` the command processor keeps per watcher, stored grants, the effects one
+command has (:class:`CommandOutcome`, an immediate ``send``'s outbox entry included), the JSON
+views ``show``/``list`` return, and each record's Avro mapping (JSON bodies inside as RFC 8785
+canonical strings). What a command does is ``pipeline.rules.commands.apply``; encoding bytes and topics are
+``pipeline.kafka``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from functools import lru_cache
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from pipeline.rules.authz import Action, Grant, Principal
+from pipeline.rules.definition import WatcherDefinition
+from pipeline.rules.errors import DefinitionError
+from pipeline.rules.instants import rfc3339_micros, utc
+from pipeline.rules.keys import canonical_json, subject_key
+from pipeline.rules.lifecycle import CloseReason, WatcherStatus
+from pipeline.rules.outbox import OutboxEntry
+from pipeline.rules.sources import checked_ref
+
+__all__ = [
+    "Command",
+    "CommandError",
+    "CommandOutcome",
+    "CommandResult",
+    "CommandVerb",
+    "GrantRecord",
+    "GrantSpec",
+    "LifecycleChange",
+    "RegistryEntry",
+    "ResultCode",
+    "WatcherWrite",
+    "fingerprint",
+    "grant_id_for",
+    "grant_view",
+    "watcher_view",
+]
+
+# Grants name sources, targets and tools; a pinned tool key carries its version (``x@v1``).
+_GRANT_REF = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@\-]*")
+_REQUEST_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:\-]{0,127}")
+
+
+class CommandVerb(StrEnum):
+    CREATE = "create"
+    UPDATE = "update"
+    PROPOSE = "propose"
+    APPROVE = "approve"
+    PAUSE = "pause"
+    RESUME = "resume"
+    CANCEL = "cancel"
+    CLOSE = "close"
+    ERASE = "erase"
+    SHOW = "show"
+    LIST = "list"
+    GRANT_ADD = "grant_add"
+    GRANT_REVOKE = "grant_revoke"
+    GRANT_LIST = "grant_list"
+    SEND = "send"
+
+
+class ResultCode(StrEnum):
+    """Why a command was refused (DESIGN.md §9's API error codes)."""
+
+    INVALID = "invalid"
+    DENIED = "denied"
+    NOT_FOUND = "not_found"  # also for another tenant's or user's objects
+    CONFLICT = "conflict"
+    STALE_REVISION = "stale_revision"
+    CAP_REACHED = "cap_reached"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class GrantSpec(_Model):
+    """What ``vigil grant add`` asks for: a subject, a purpose, sources, tools, targets, actions."""
+
+    tenant_id: str
+    user_id: str
+    purpose: str
+    sources: tuple[str, ...] = Field(min_length=1)
+    tools: tuple[str, ...] = ()
+    targets: tuple[str, ...] = ()
+    actions: tuple[Action, ...] = Field(min_length=1)
+    until: datetime
+
+    @field_validator("tenant_id", "user_id", "purpose")
+    @classmethod
+    def _ref(cls, value: str, info: Any) -> str:
+        return checked_ref(value, str(info.field_name))
+
+    @field_validator("sources", "tools", "targets")
+    @classmethod
+    def _refs(cls, value: tuple[str, ...], info: Any) -> tuple[str, ...]:
+        for item in value:
+            checked_ref(item, str(info.field_name), _GRANT_REF)
+        return tuple(sorted(set(value)))
+
+    @field_validator("until")
+    @classmethod
+    def _aware(cls, value: datetime) -> datetime:
+        if value.utcoffset() is None:
+            raise ValueError("an instant needs an offset such as Z")
+        return utc(value)
+
+
+class Command(_Model):
+    """One command as the authenticated edge asserts it. ``tenant_id``/``user_id`` name the
+    subject it is about (its record key); the principal may be an operator acting for it."""
+
+    request_id: str
+    verb: CommandVerb
+    principal: Principal
+    tenant_id: str
+    user_id: str
+    issued_at: datetime
+    watcher_id: str | None = None
+    version: int | None = Field(default=None, ge=1)
+    expected_revision: int | None = Field(default=None, ge=0)
+    definition: dict[str, Any] | None = None
+    reason: CloseReason | None = None
+    grant: GrantSpec | None = None
+    grant_id: str | None = None
+    source_id: str | None = None
+    state: WatcherStatus | None = None
+    session_id: str | None = None
+    target: str | None = None
+    text: str | None = None
+    answer_to: str | None = None
+
+    @field_validator("request_id", "answer_to")
+    @classmethod
+    def _request_id(cls, value: str | None) -> str | None:
+        if value is not None and _REQUEST_ID.fullmatch(value) is None:
+            raise ValueError("a request id is 1..128 of letters, digits and . _ : -")
+        return value
+
+    @property
+    def subject_key(self) -> str:
+        return subject_key(self.tenant_id, self.user_id)
+
+    def to_record(self) -> dict[str, Any]:
+        """The Avro ``command`` record (JSON bodies as RFC 8785 canonical strings)."""
+        out = self.model_dump(mode="python", exclude={"definition", "grant", "principal"})
+        out["verb"] = self.verb.value
+        out["principal"] = self.principal.model_dump(mode="json")
+        out["issued_at"] = utc(self.issued_at)
+        out["reason"] = None if self.reason is None else self.reason.value
+        out["state"] = None if self.state is None else self.state.value
+        out["definition"] = _json_text(self.definition)
+        out["grant"] = _json_text(
+            None if self.grant is None else self.grant.model_dump(mode="json")
+        )
+        return out
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> Command:
+        """Parse an Avro ``command`` record; a bad one raises :class:`DefinitionError`."""
+        body = dict(record)
+        for name in ("definition", "grant"):
+            if body.get(name) is not None:
+                try:
+                    body[name] = json.loads(body[name])
+                except (TypeError, ValueError):
+                    raise DefinitionError("not JSON", name) from None
+        try:
+            return cls.model_validate(body)
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            where = ".".join(str(part) for part in error["loc"]) or None
+            raise DefinitionError(str(error["msg"]).removeprefix("Value error, "), where) from None
+
+
+class CommandError(_Model):
+    code: ResultCode
+    message: str
+    field: str | None = None
+
+
+class CommandResult(_Model):
+    """The answer to one command, keyed by its request id on ``command-results``."""
+
+    request_id: str
+    verb: str
+    ok: bool
+    error: CommandError | None = None
+    result: dict[str, Any] | None = None
+    processed_at: datetime
+
+    def to_record(self) -> dict[str, Any]:
+        return {
+            "request_id": self.request_id,
+            "verb": self.verb,
+            "ok": self.ok,
+            "error": None if self.error is None else self.error.model_dump(mode="json"),
+            "result": _json_text(self.result),
+            "processed_at": utc(self.processed_at),
+        }
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> CommandResult:
+        body = dict(record)
+        if body.get("result") is not None:
+            body["result"] = json.loads(body["result"])
+        return cls.model_validate(body)
+
+    def as_json(self) -> dict[str, Any]:
+        """The object ``--json`` prints: the result, or ``{"error": {code, message, field}}``."""
+        if self.error is not None:
+            return {"error": self.error.model_dump(mode="json")}
+        return dict(self.result or {})
+
+
+def _json_text(value: Any) -> str | None:
+    return None if value is None else canonical_json(value).decode("utf-8")
+
+
+@dataclass(frozen=True, slots=True)
+class RegistryEntry:
+    """The command processor's record of one watcher: what caps, CAS and collapse decide on."""
+
+    tenant_id: str
+    user_id: str
+    watcher_id: str
+    version: int
+    revision: int
+    status: WatcherStatus
+    source_id: str
+    session_id: str | None
+    fingerprint: str
+    created_at: datetime
+    updated_at: datetime
+    definition_json: str
+    activated_at: datetime | None = None
+    closed_reason: CloseReason | None = None
+
+    def definition(self) -> WatcherDefinition:
+        return _parse_definition(self.definition_json)
+
+    def to_record(self) -> dict[str, Any]:
+        """The Avro ``registry_entry`` record."""
+        return {
+            "tenant_id": self.tenant_id,
+            "user_id": self.user_id,
+            "watcher_id": self.watcher_id,
+            "version": self.version,
+            "revision": self.revision,
+            "status": self.status.value,
+            "source_id": self.source_id,
+            "session_id": self.session_id,
+            "fingerprint": self.fingerprint,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+            "activated_at": self.activated_at,
+            "closed_reason": None if self.closed_reason is None else self.closed_reason.value,
+            "definition": self.definition_json,
+        }
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> RegistryEntry:
+        reason = record.get("closed_reason")
+        return cls(
+            tenant_id=record["tenant_id"],
+            user_id=record["user_id"],
+            watcher_id=record["watcher_id"],
+            version=int(record["version"]),
+            revision=int(record["revision"]),
+            status=WatcherStatus(record["status"]),
+            source_id=record["source_id"],
+            session_id=record.get("session_id"),
+            fingerprint=record["fingerprint"],
+            created_at=utc(record["created_at"]),
+            updated_at=utc(record["updated_at"]),
+            definition_json=record["definition"],
+            activated_at=None
+            if record.get("activated_at") is None
+            else utc(record["activated_at"]),
+            closed_reason=None if reason is None else CloseReason(reason),
+        )
+
+
+@lru_cache(maxsize=4096)
+def _parse_definition(text: str) -> WatcherDefinition:
+    """A stored version; one this build's rules no longer accept is a :class:`DefinitionError`
+    (refused like any invalid input), never a crash that would stall the partition."""
+    try:
+        return WatcherDefinition.model_validate_json(text)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        where = ".".join(str(part) for part in error["loc"]) or None
+        raise DefinitionError(f"stored definition: {error['msg']}", where) from None
+
+
+@dataclass(frozen=True, slots=True)
+class GrantRecord:
+    """A stored grant: the authz :class:`Grant` plus who added it and when."""
+
+    grant: Grant
+    created_at: datetime
+    created_by: str
+
+    def to_record(self) -> dict[str, Any]:
+        g = self.grant
+        return {
+            "grant_id": g.grant_id,
+            "tenant_id": g.tenant_id,
+            "user_id": g.user_id,
+            "purpose": g.purpose,
+            "sources": sorted(g.sources),
+            "tools": sorted(g.tools),
+            "targets": sorted(g.targets),
+            "actions": sorted(a.value for a in g.actions),
+            "until": g.until,
+            "created_at": self.created_at,
+            "created_by": self.created_by,
+        }
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> GrantRecord:
+        fields = {k: record[k] for k in ("grant_id", "tenant_id", "user_id", "purpose", "until")}
+        grant = Grant(
+            **fields,
+            sources=frozenset(record["sources"]),
+            tools=frozenset(record["tools"]),
+            targets=frozenset(record["targets"]),
+            actions=frozenset(Action(a) for a in record["actions"]),
+        )
+        return cls(grant, utc(record["created_at"]), record["created_by"])
+
+
+@dataclass(frozen=True, slots=True)
+class WatcherWrite:
+    """A ``watchers`` record (partitioned by ``source_id``); ``entry`` None is a tombstone."""
+
+    watcher_id: str
+    source_id: str
+    entry: RegistryEntry | None
+
+
+@dataclass(frozen=True, slots=True)
+class LifecycleChange:
+    """A ``lifecycle`` record: a watcher's state, a tombstone, or (``watcher_id`` None) a
+    subject-wide erasure."""
+
+    watcher_id: str | None
+    status: str
+    version: int = 0
+    revision: int = 0
+    reason: CloseReason | None = None
+    tombstone: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class CommandOutcome:
+    """Everything one command writes, in one transaction with its input offset."""
+
+    result: CommandResult
+    registry: tuple[tuple[str, RegistryEntry | None], ...] = ()
+    watchers: tuple[WatcherWrite, ...] = ()
+    lifecycle: tuple[LifecycleChange, ...] = ()
+    definitions: tuple[RegistryEntry, ...] = ()
+    grants: tuple[tuple[str, GrantRecord | None], ...] = ()
+    outbox: tuple[OutboxEntry, ...] = ()
+
+
+def watcher_view(entry: RegistryEntry) -> dict[str, Any]:
+    """What ``show`` and ``list`` return for one watcher (JSON)."""
+
+    def instant(value: datetime | None) -> str | None:
+        return None if value is None else rfc3339_micros(value)
+
+    return {
+        "tenant_id": entry.tenant_id,
+        "user_id": entry.user_id,
+        "watcher_id": entry.watcher_id,
+        "version": entry.version,
+        "revision": entry.revision,
+        "status": entry.status.value,
+        "source_id": entry.source_id,
+        "session_id": entry.session_id,
+        "created_at": instant(entry.created_at),
+        "updated_at": instant(entry.updated_at),
+        "activated_at": instant(entry.activated_at),
+        "closed_reason": None if entry.closed_reason is None else entry.closed_reason.value,
+        "definition": json.loads(entry.definition_json),
+    }
+
+
+def grant_view(record: GrantRecord) -> dict[str, Any]:
+    body: dict[str, Any] = record.grant.model_dump(mode="json")
+    for name in ("sources", "tools", "targets", "actions"):
+        body[name] = sorted(body[name])
+    body["until"] = rfc3339_micros(record.grant.until)
+    body["created_at"] = rfc3339_micros(record.created_at)
+    body["created_by"] = record.created_by
+    return body
+
+
+def grant_id_for(request_id: str) -> str:
+    """A grant's id, derived from the request that added it: a retried add is the same grant."""
+    return "g-" + hashlib.sha256(request_id.encode("utf-8")).hexdigest()[:16]
+
+
+# --- watcher verbs --------------------------------------------------------------------------
+
+
+def fingerprint(definition: WatcherDefinition) -> str:
+    """What makes two watches of one subject identical: everything but id and version."""
+    body = definition.to_json()
+    for name in ("watcher_id", "version"):
+        body.pop(name, None)
+    return hashlib.sha256(canonical_json(body, "definition")).hexdigest()

@@ -1,0 +1,84 @@
+"""The immediate ``send`` command: a delivery now, decided by the command processor (DESIGN.md
+§2: ``outbox`` is written by the evaluator and, for immediate ``send``/``prompt``, by the command
+processor).
+
+Owns :func:`send`, which :func:`pipeline.rules.commands.apply.apply` dispatches ``send`` to after the role
+check (``send``, or ``prompt`` for a prompt's answer): the daemon's grant must cover the chat,
+and the outcome carries the outbox entry (``pipeline.rules.commands.immediate``) that the processor
+writes in the transaction that answers the command. Running the agent of a prompt happens at
+the edge, before, outside any transaction; delivering is the delivery consumer's.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from pipeline.rules.authz import Action, authorize
+from pipeline.rules.commands.context import CommandContext, Refusal
+from pipeline.rules.commands.immediate import (
+    CONTROL_PURPOSE,
+    CONTROL_SOURCE,
+    answer_entry,
+    immediate_entry,
+)
+from pipeline.rules.commands.model import CommandOutcome, ResultCode
+
+__all__ = ["SEND_TEXT_MAX", "send"]
+
+SEND_TEXT_MAX: Final = 65_536
+"""The longest text a ``send`` command carries (the edges bound it tighter: one chat message)."""
+
+
+def send(ctx: CommandContext) -> CommandOutcome:
+    """An immediate ``send`` (or an immediate prompt's answer): authorized like any delivery
+    (purpose ``control.chat``, source ``control``, action deliver, the chat as target) and
+    written to ``outbox`` in the transaction that answers it. The key is the request's
+    delivery key, or for an answer the one derived from its prompt's, so a retry dedupes."""
+    command = ctx.command
+    chat, text = command.target, command.text
+    if not chat:
+        raise Refusal(ResultCode.INVALID, "name the chat to deliver to", "target")
+    if not text:
+        raise Refusal(ResultCode.INVALID, "a send needs text", "text")
+    if len(text) > SEND_TEXT_MAX:
+        raise Refusal(ResultCode.INVALID, f"at most {SEND_TEXT_MAX} characters", "text")
+    decision = authorize(
+        (record.grant for record in ctx.grants.values()),
+        tenant_id=command.tenant_id,
+        user_id=command.user_id,
+        purpose=CONTROL_PURPOSE,
+        action=Action.DELIVER,
+        source_id=CONTROL_SOURCE,
+        target=chat,
+        now=ctx.now,
+    )
+    if not decision.allowed:
+        raise Refusal(ResultCode.DENIED, decision.detail)
+    tenant, user = command.tenant_id, command.user_id
+    if command.answer_to is None:
+        entry = immediate_entry(
+            tenant_id=tenant,
+            user_id=user,
+            verb="send",
+            request_id=command.request_id,
+            chat=chat,
+            now=ctx.now,
+            text=text,
+        )
+    else:
+        entry = answer_entry(
+            tenant_id=tenant,
+            user_id=user,
+            request_id=command.answer_to,
+            chat=chat,
+            answer=text,
+            now=ctx.now,
+        )
+    return ctx.ok(
+        {
+            "delivery_key": entry.delivery_key,
+            "target": chat,
+            "request_id": entry.trigger["request_id"],
+        },
+        outbox=(entry,),
+    )

@@ -1,0 +1,78 @@
+"""Credential-looking values: what a definition must never hold where a reference is expected.
+
+Definitions name destinations, tools and sources by opaque registry references (DESIGN.md §3);
+the secrets live in configuration. This module only recognises values that look like a secret
+(URLs, userinfo, authorization schemes, ``key=value`` secrets, well-known token prefixes, long
+high-entropy runs) so creation can refuse them with a clear error. It does not validate the
+charset of references (``definition`` does) and it cannot prove a value is *not* a secret.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+
+from pipeline.rules.errors import DefinitionError
+
+__all__ = ["credential_reason", "reject_credential"]
+
+_URL = re.compile(
+    r"^[A-Za-z][A-Za-z0-9+.\-]*://|://|^www\.|^[A-Za-z0-9.\-]+\.[A-Za-z]{2,}(?::\d+)?/"
+)
+_USERINFO = re.compile(r"[^\s@/:]+:[^\s@/]*@")
+_AUTH_SCHEME = re.compile(r"^\s*(?:bearer|basic|token|digest)\s+\S", re.IGNORECASE)
+_SECRET_PAIR = re.compile(
+    r"(?:pass(?:word|wd)?|pwd|secret|token|api[_-]?key|apikey|access[_-]?key|auth|sig(?:nature)?|"
+    r"session[_-]?key|private[_-]?key|client[_-]?secret)\s*[=:]",
+    re.IGNORECASE,
+)
+_TOKEN_PREFIX = re.compile(
+    r"(?:^|[^A-Za-z0-9])(?:gh[pousr]_[A-Za-z0-9]{16,}|github_pat_[A-Za-z0-9_]{16,}|"
+    r"xox[abpors]-[A-Za-z0-9-]{8,}|sk-[A-Za-z0-9_-]{16,}|AKIA[0-9A-Z]{16}|"
+    r"eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}|\d{6,}:[A-Za-z0-9_-]{30,})"
+)
+_RUN = re.compile(r"[A-Za-z0-9+/=]{24,}")
+_MIN_ENTROPY_BITS = 3.5
+
+
+def _entropy(text: str) -> float:
+    """Shannon entropy in bits per character."""
+    counts = Counter(text)
+    total = len(text)
+    return -sum(n / total * math.log2(n / total) for n in counts.values())
+
+
+def _high_entropy_run(value: str) -> bool:
+    """A long run mixing letters and digits with near-random entropy: an API key or hash."""
+    for run in _RUN.findall(value):
+        has_letter = any(c.isalpha() for c in run)
+        has_digit = any(c.isdigit() for c in run)
+        if has_letter and has_digit and _entropy(run) >= _MIN_ENTROPY_BITS:
+            return True
+    return False
+
+
+def credential_reason(value: str) -> str | None:
+    """Why ``value`` looks like a credential, or ``None`` if it does not."""
+    if _URL.search(value):
+        return "looks like a URL; name a configured destination or tool instead"
+    if _USERINFO.search(value):
+        return "looks like user:password@host credentials"
+    if _AUTH_SCHEME.match(value):
+        return "looks like an Authorization header value"
+    if _SECRET_PAIR.search(value):
+        return "looks like a key=value secret"
+    if _TOKEN_PREFIX.search(value):
+        return "looks like an API token"
+    if _high_entropy_run(value):
+        return "looks like a long random secret"
+    return None
+
+
+def reject_credential(value: str, field: str) -> str:
+    """Return ``value`` unchanged, or raise :class:`DefinitionError` naming ``field``."""
+    reason = credential_reason(value)
+    if reason is not None:
+        raise DefinitionError(f"{reason} (references must be opaque registry names)", field)
+    return value

@@ -1,0 +1,404 @@
+"""The versioned watcher definition: what users write (DESIGN.md §9) and what every rule reads.
+
+Owns :class:`WatcherDefinition` and its parts (delivery, retry, privacy), the id rules (safe
+charset, bounded length, ``schedule:<chat>:<name>``), cross-field rules (mode, expiry, verbs,
+retention) and the parsed and compiled conditions, cached per definition instance — compile
+once per version. Sources live in ``sources``; the condition DSL in ``condition``; who may
+create a definition is ``authz`` and the command processor's.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Mapping
+from datetime import datetime, timedelta
+from enum import StrEnum
+from functools import cached_property
+from typing import Annotated, Any, Final
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
+
+from pipeline.rules.budgets import BudgetCaps
+from pipeline.rules.condition import Condition, compile_condition, parse_condition
+from pipeline.rules.durations import format_duration
+from pipeline.rules.errors import DefinitionError
+from pipeline.rules.freshness import FUTURE_SKEW
+from pipeline.rules.keys import delivery_key_prefix
+from pipeline.rules.paths import Path
+from pipeline.rules.privacy import parse_retain_paths
+from pipeline.rules.quiet_hours import QuietHours
+from pipeline.rules.sources import (
+    Duration,
+    EventSource,
+    Instant,
+    PollingSource,
+    ScheduleSource,
+    checked_ref,
+)
+
+__all__ = [
+    "AGENT_WINDOWS",
+    "Delivery",
+    "DeliveryVerb",
+    "Mode",
+    "PrivacyPolicy",
+    "QuietHoursSpec",
+    "RetryPolicy",
+    "WatcherDefinition",
+]
+
+AGENT_WINDOWS: Final = frozenset(timedelta(hours=h) for h in (0.5, 1, 2, 6, 12, 24))
+MAX_TEXT: Final = 4096
+MAX_ARGS: Final = 64
+
+_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._\-]{0,127}")
+_SCHEDULE_ID = re.compile(
+    r"schedule:([A-Za-z0-9][A-Za-z0-9._\-]{0,63}):([A-Za-z0-9][A-Za-z0-9._\-]{0,63})"
+)
+_PURPOSE = re.compile(r"[a-z][a-z0-9_]*(?:\.[a-z][a-z0-9_]*)*")
+
+
+class Mode(StrEnum):
+    EVERY = "every"
+    ONCE = "once"
+
+
+class DeliveryVerb(StrEnum):
+    NOTIFY = "notify"
+    SEND = "send"
+    PROMPT = "prompt"
+    RUN = "run"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+
+class QuietHoursSpec(_Model):
+    """``[start, end)`` local minutes in a validated IANA zone; may wrap midnight."""
+
+    start: str
+    end: str
+    timezone: str
+
+    @model_validator(mode="after")
+    def _valid(self) -> QuietHoursSpec:
+        QuietHours.parse(self.start, self.end, self.timezone, field="delivery.quiet_hours")
+        return self
+
+    @cached_property
+    def rule(self) -> QuietHours:
+        return QuietHours.parse(self.start, self.end, self.timezone, field="delivery.quiet_hours")
+
+
+class Delivery(_Model):
+    """Where a decision goes: an opaque target reference and the verb with its arguments."""
+
+    target: str
+    verb: DeliveryVerb = DeliveryVerb.NOTIFY
+    text: str | None = None
+    args: tuple[str, ...] | None = None
+    quiet_hours: QuietHoursSpec | None = None
+    wake_session: bool = False
+
+    @model_validator(mode="after")
+    def _valid(self) -> Delivery:
+        checked_ref(self.target, "delivery.target")
+        needs_text = self.verb in (DeliveryVerb.SEND, DeliveryVerb.PROMPT)
+        if needs_text != (self.text is not None):
+            rule = "needs" if needs_text else "takes no"
+            raise DefinitionError(f"verb {self.verb.value} {rule} text", "delivery.text")
+        if self.text is not None and not 0 < len(self.text) <= MAX_TEXT:
+            raise DefinitionError(f"text is 1..{MAX_TEXT} characters", "delivery.text")
+        needs_args = self.verb is DeliveryVerb.RUN
+        if needs_args != (self.args is not None):
+            rule = "needs" if needs_args else "takes no"
+            raise DefinitionError(f"verb {self.verb.value} {rule} args", "delivery.args")
+        if self.args is not None and not 0 < len(self.args) <= MAX_ARGS:
+            raise DefinitionError(f"run takes 1..{MAX_ARGS} args", "delivery.args")
+        return self
+
+
+class RetryPolicy(_Model):
+    """Delivery attempts: ``max_attempts`` counts the first; capped exponential backoff."""
+
+    max_attempts: int = Field(default=8, ge=1, le=100)
+    base: Duration = timedelta(seconds=5)
+    cap: Duration = timedelta(hours=1)
+
+    @model_validator(mode="after")
+    def _valid(self) -> RetryPolicy:
+        if self.base > self.cap:
+            raise DefinitionError("retry base exceeds cap", "retry.base")
+        return self
+
+
+class PrivacyPolicy(_Model):
+    """What receipts keep (allowlisted scalar leaves) and for how long records live."""
+
+    retain_paths: tuple[str, ...] = ()
+    evidence_retention: Duration = timedelta(days=7)
+    delivery_retention: Duration = timedelta(days=30)
+
+    @field_validator("retain_paths")
+    @classmethod
+    def _paths(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        parse_retain_paths(value)
+        return value
+
+    @cached_property
+    def paths(self) -> tuple[Path, ...]:
+        """``retain_paths`` parsed once, for the per-evaluation filter."""
+        return parse_retain_paths(self.retain_paths)
+
+
+SourceField = Annotated[EventSource | PollingSource | ScheduleSource, Field(discriminator="kind")]
+
+
+class WatcherDefinition(_Model):
+    """One version of a watcher, owned by exactly one subject ``(tenant_id, user_id)``."""
+
+    tenant_id: str
+    user_id: str
+    watcher_id: str
+    version: int | None = Field(default=None, ge=1)
+    purpose: str
+    mode: Mode = Mode.EVERY
+    source: SourceField
+    condition: dict[str, Any] | None = None
+    terminal_condition: dict[str, Any] | None = None
+    delivery: Delivery
+    expires_at: Instant | None = None
+    window: Duration | None = None
+    session_id: str | None = None
+    budgets: BudgetCaps | None = None
+    retry: RetryPolicy = RetryPolicy()
+    privacy: PrivacyPolicy = PrivacyPolicy()
+
+    @field_validator("condition", "terminal_condition")
+    @classmethod
+    def _condition(cls, value: dict[str, Any] | None, info: Any) -> dict[str, Any] | None:
+        if value is not None:
+            parse_condition(value, field=info.field_name)
+        return value
+
+    @field_validator("budgets", mode="before")
+    @classmethod
+    def _budgets(cls, value: Any) -> Any:
+        """Budget caps are ``budgets``' own model; its errors are renamed under ``budgets.``."""
+        if not isinstance(value, Mapping):
+            return value
+        try:
+            return BudgetCaps.model_validate(value)
+        except DefinitionError as exc:
+            raise DefinitionError(exc.message, f"budgets.{exc.field or 'window'}") from None
+
+    @model_validator(mode="after")
+    def _rules(self) -> WatcherDefinition:
+        for name in ("tenant_id", "user_id"):
+            checked_ref(getattr(self, name), name, _ID)
+        self._check_ids()
+        if _PURPOSE.fullmatch(self.purpose) is None or len(self.purpose) > 128:
+            raise DefinitionError("a purpose is dotted lowercase words, e.g. ops.alert", "purpose")
+        if self.session_id is not None:
+            checked_ref(self.session_id, "session_id")
+        self._check_condition_and_verb()
+        self._check_expiry()
+        if self.privacy.delivery_retention < self.source.max_age + FUTURE_SKEW:
+            raise DefinitionError(
+                "must cover source.max_age + 30s so a fresh replay meets its dedupe key",
+                "privacy.delivery_retention",
+            )
+        return self
+
+    def _check_ids(self) -> None:
+        schedule = _SCHEDULE_ID.fullmatch(self.watcher_id)
+        if self.watcher_id.startswith("schedule:"):
+            if schedule is None:
+                raise DefinitionError("a schedule id is schedule:<chat>:<name>", "watcher_id")
+            if not isinstance(self.source, ScheduleSource):
+                raise DefinitionError("schedule:<chat>:<name> needs a schedule source", "source")
+            expected = f"schedule:{schedule.group(1)}"
+            if self.source.source_id not in (None, expected):
+                raise DefinitionError(f"a schedule's source is {expected}", "source.source_id")
+        else:
+            checked_ref(self.watcher_id, "watcher_id", _ID)
+            if isinstance(self.source, ScheduleSource) and self.source.source_id is None:
+                raise DefinitionError("a schedule source needs source_id", "source.source_id")
+
+    def _check_condition_and_verb(self) -> None:
+        is_schedule = isinstance(self.source, ScheduleSource)
+        if not is_schedule and self.condition is None:
+            raise DefinitionError("event and polling watchers need a condition", "condition")
+        if self.terminal_condition is not None and self.mode is not Mode.ONCE:
+            raise DefinitionError(
+                "only a once watch has a terminal condition", "terminal_condition"
+            )
+        notify = self.delivery.verb is DeliveryVerb.NOTIFY
+        if is_schedule == notify:
+            rule = "send, prompt or run" if is_schedule else "notify"
+            raise DefinitionError(f"this source's verb is {rule}", "delivery.verb")
+
+    def _check_expiry(self) -> None:
+        if self.expires_at is not None and self.window is not None:
+            raise DefinitionError("name expires_at or window, not both", "window")
+        if self.window is not None:
+            if self.mode is not Mode.ONCE:
+                raise DefinitionError("a window bounds a once (agent) watch", "window")
+            if self.window not in AGENT_WINDOWS:
+                raise DefinitionError("window is 30m, 1h, 2h, 6h, 12h or 24h", "window")
+            if self.session_id is None:
+                raise DefinitionError("an agent watch is bound to its session", "session_id")
+        elif self.expires_at is None and not isinstance(self.source, ScheduleSource):
+            raise DefinitionError("a watcher needs expires_at (or a window)", "expires_at")
+
+    @field_serializer("budgets", when_used="json")
+    def _budgets_json(self, value: BudgetCaps | None) -> dict[str, Any] | None:
+        if value is None:
+            return None
+        out: dict[str, Any] = value.model_dump(exclude_none=True)
+        out["window"] = format_duration(value.window)
+        return out
+
+    # --- construction and the JSON shape -------------------------------------------------
+
+    @classmethod
+    def from_json(
+        cls, obj: Mapping[str, Any], *, tenant_id: str, user_id: str
+    ) -> WatcherDefinition:
+        """Validate a user's definition for subject ``(tenant_id, user_id)``.
+
+        Every rule violation raises :class:`DefinitionError` naming the field (``source.cron``).
+        """
+        if not isinstance(obj, Mapping):
+            raise DefinitionError("a definition is a JSON object", None)
+        body = dict(obj)
+        _fill_schedule_source_id(body)
+        for name, value in (("tenant_id", tenant_id), ("user_id", user_id)):
+            if body.setdefault(name, value) != value:
+                raise DefinitionError("does not match the caller's subject", name)
+        try:
+            text = json.dumps(body, default=str, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise DefinitionError(f"not JSON: {exc}", None) from None
+        try:
+            return cls.model_validate_json(text)
+        except ValidationError as exc:
+            raise _definition_error(exc) from None
+
+    def to_json(self) -> dict[str, Any]:
+        """The §9 JSON shape (durations as text, instants RFC 3339), defaults omitted."""
+        out: dict[str, Any] = self.model_dump(mode="json", exclude_none=True)
+        return out
+
+    def with_version(self, version: int) -> WatcherDefinition:
+        """This definition as accepted version ``version`` (assigned by the command processor)."""
+        return WatcherDefinition.model_validate_json(
+            json.dumps({**self.to_json(), "version": version})
+        )
+
+    # --- derived, cached per instance (compile once per version) --------------------------
+
+    @property
+    def source_id(self) -> str:
+        """The source id; a schedule ``schedule:<chat>:<name>`` reads ``schedule:<chat>``."""
+        if self.source.source_id is not None:
+            return self.source.source_id
+        return self.watcher_id.rsplit(":", 1)[0]  # _check_ids allows None only for schedules
+
+    @property
+    def watcher_key(self) -> tuple[str, str, str]:
+        return (self.tenant_id, self.user_id, self.watcher_id)
+
+    @cached_property
+    def key_prefix(self) -> bytes:
+        """The encoded delivery-key fields this version fixes (``keys.delivery_key_from``)."""
+        if self.version is None:
+            raise DefinitionError("a keyed definition has an assigned version", "version")
+        return delivery_key_prefix(
+            tenant_id=self.tenant_id,
+            user_id=self.user_id,
+            watcher_id=self.watcher_id,
+            watcher_version=self.version,
+            source_id=self.source_id,
+        )
+
+    @cached_property
+    def parsed_condition(self) -> Condition | None:
+        return None if self.condition is None else parse_condition(self.condition)
+
+    @cached_property
+    def parsed_terminal(self) -> Condition | None:
+        if self.terminal_condition is None:
+            return None
+        return parse_condition(self.terminal_condition, field="terminal_condition")
+
+    @cached_property
+    def predicate(self) -> Callable[[Mapping[str, Any]], bool]:
+        """The compiled condition; a schedule (no condition) is always true."""
+        if self.parsed_condition is None:
+            return _always
+        return compile_condition(self.parsed_condition)
+
+    @cached_property
+    def terminal_predicate(self) -> Callable[[Mapping[str, Any]], bool] | None:
+        return None if self.parsed_terminal is None else compile_condition(self.parsed_terminal)
+
+    def compile(self) -> WatcherDefinition:
+        """Work out now everything evaluation derives from this version (conditions, the
+        delivery-key prefix, the retained paths), as a long-running evaluator has; returns
+        ``self``."""
+        _ = self.predicate, self.terminal_predicate, self.privacy.paths
+        if self.version is not None:
+            _ = self.key_prefix
+        return self
+
+    def deadline(self, activated_at: datetime | None) -> datetime | None:
+        """When the watch expires: ``expires_at``, or approval + ``window`` (agent watches)."""
+        if self.expires_at is not None:
+            return self.expires_at
+        if self.window is not None and activated_at is not None:
+            return activated_at + self.window
+        return None
+
+
+def _fill_schedule_source_id(body: dict[str, Any]) -> None:
+    """A schedule ``schedule:<chat>:<name>`` reads source ``schedule:<chat>`` (§10)."""
+    match = _SCHEDULE_ID.fullmatch(str(body.get("watcher_id", "")))
+    source = body.get("source")
+    if match and isinstance(source, Mapping) and source.get("kind") == "schedule":
+        body["source"] = {"source_id": f"schedule:{match.group(1)}", **source}
+
+
+def _always(_payload: Mapping[str, Any]) -> bool:
+    return True
+
+
+_UNION_TAGS: Final = frozenset({"event", "polling", "schedule"})
+
+
+def _definition_error(exc: ValidationError) -> DefinitionError:
+    """The first pydantic error as a DefinitionError naming its dotted field."""
+    error = exc.errors()[0]
+    parts: list[str] = []
+    loc = error["loc"]
+    for i, part in enumerate(loc):
+        if isinstance(part, int):
+            parts[-1:] = [f"{parts[-1]}[{part}]"] if parts else [f"[{part}]"]
+        elif i == 1 and loc[0] == "source" and part in _UNION_TAGS:
+            continue
+        else:
+            parts.append(str(part))
+    message = str(error["msg"]).removeprefix("Value error, ")
+    if error["type"] == "extra_forbidden":
+        message = "unknown field"
+    return DefinitionError(message, ".".join(parts) or None)

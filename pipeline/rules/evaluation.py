@@ -1,0 +1,384 @@
+"""The evaluator's decision: one pure function of (definition, state, evidence, grants, now).
+
+Owns :func:`evaluate` and its result :class:`Evaluation`: outcome, reason code, next watcher
+state (checkpoint advanced or not), at most one outbox entry, the receipt, and whether the
+watch closes. Checks run in DESIGN.md §11's order and the first that applies decides. Reading
+Kafka, charging Redis and emitting the ``close`` command are the evaluator consumer's: the
+budget is asked through a callable, invoked only once every earlier check has passed, so
+stale or unauthorized evidence is never charged; replay passes the recorded verdict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Set
+from datetime import datetime
+from typing import Any, NamedTuple
+
+from pipeline.rules.authz import Action, AuthzDecision, Grant, authorize
+from pipeline.rules.budgets import BudgetVerdict
+from pipeline.rules.definition import Mode, WatcherDefinition
+from pipeline.rules.errors import BudgetStoreError, DefinitionError
+from pipeline.rules.evidence import Evidence, trigger_json
+from pipeline.rules.freshness import Freshness, freshness, kind_matches
+from pipeline.rules.instants import utc
+from pipeline.rules.keys import delivery_key_from
+from pipeline.rules.lifecycle import CloseReason, WatcherStatus, close_event, transition
+from pipeline.rules.outbox import OutboxEntry, entry_fields
+from pipeline.rules.outcomes import Outcome, Reason
+from pipeline.rules.privacy import keep_leaves
+from pipeline.rules.receipts import Receipt
+from pipeline.rules.sources import EventSource, PollingSource, ScheduleSource
+from pipeline.rules.watcher_state import Checkpoint, WatcherState
+
+__all__ = ["BudgetGate", "Evaluation", "authorization_for", "evaluate", "recorded_budget"]
+
+BudgetGate = Callable[[Evidence], BudgetVerdict]
+"""Charges one evaluation (and the evidence's tool usage) against the watcher's budget."""
+
+_NOTE_DENIED_EVERY = "authorization failed; replay from the watcher's cursor to recover"
+_NOTE_DENIED_ONCE = "access revoked: watch cancelled before data was read"
+_NOTE_DUPLICATE = "trigger already applied to this version: no second outbox entry"
+
+
+class Evaluation:
+    """What one evaluation decided: outcome, reason, next state, the receipt, at most one outbox
+    entry, and whether the watch closes.
+
+    The receipt and the outbox entry are held as their fields (``receipt_fields``,
+    ``outbox_fields``: exactly the keyword arguments of :class:`Receipt` and
+    :class:`OutboxEntry`) and validated into models on first read of :attr:`receipt` or
+    :attr:`outbox`: the evaluator writes records straight from the fields, so its hot loop
+    builds no model it never reads (STYLE.md habit 10). Treat an instance as immutable.
+    """
+
+    __slots__ = (
+        "_outbox",
+        "_receipt",
+        "close",
+        "next_state",
+        "outbox_fields",
+        "outcome",
+        "reason",
+        "receipt_fields",
+    )
+
+    def __init__(
+        self,
+        outcome: Outcome,
+        reason: Reason,
+        next_state: WatcherState,
+        receipt_fields: dict[str, Any],
+        outbox_fields: dict[str, Any] | None = None,
+        close: CloseReason | None = None,
+    ) -> None:
+        self.outcome = outcome
+        self.reason = reason
+        self.next_state = next_state
+        self.receipt_fields = receipt_fields
+        self.outbox_fields = outbox_fields
+        self.close = close
+        self._receipt: Receipt | None = None
+        self._outbox: OutboxEntry | None = None
+
+    @property
+    def receipt(self) -> Receipt:
+        if self._receipt is None:
+            self._receipt = Receipt(**self.receipt_fields)
+        return self._receipt
+
+    @property
+    def outbox(self) -> OutboxEntry | None:
+        if self._outbox is None and self.outbox_fields is not None:
+            self._outbox = OutboxEntry(**self.outbox_fields)
+        return self._outbox
+
+    def __repr__(self) -> str:
+        return f"Evaluation({self.outcome.value}, {self.reason.value}, close={self.close})"
+
+
+def recorded_budget(verdict: BudgetVerdict) -> BudgetGate:
+    """A gate that answers what a receipt recorded: replay never touches Redis."""
+
+    def gate(_evidence: Evidence) -> BudgetVerdict:
+        return verdict
+
+    return gate
+
+
+class _Step(NamedTuple):
+    """What one check decided, before the state and receipt are built (a tuple: one is built
+    per evaluation, and a tuple is the cheapest immutable record Python has)."""
+
+    outcome: Outcome
+    reason: Reason
+    advance: bool = True
+    close: CloseReason | None = None
+    authz: AuthzDecision | None = None
+    budget: BudgetVerdict | None = None
+    keep_payload: bool = False
+    note: str = ""
+
+
+def evaluate(
+    definition: WatcherDefinition,
+    state: WatcherState,
+    evidence: Evidence,
+    grants: Iterable[Grant],
+    now: datetime,
+    budget: BudgetGate,
+    *,
+    evaluators: Set[str] = frozenset(),
+    authorization: AuthzDecision | None = None,
+) -> Evaluation:
+    """Decide ``evidence`` for one watcher version at ``now``.
+
+    ``evaluators`` are the pinned ``key@version`` tools this process has registered; a polling
+    watcher whose tool is missing yields ``evaluator_missing``. A budget store that cannot
+    answer raises :class:`BudgetStoreError`: the caller defers (aborts and retries) rather than
+    evaluate unbudgeted. ``authorization`` is :func:`authorization_for` of the same definition,
+    grants and ``now`` when the caller already has it (the evaluator keeps an allow until its
+    grant changes or ends); otherwise it is decided here.
+    """
+    if definition.version is None:
+        raise DefinitionError("an evaluated definition has an assigned version", "version")
+    now = utc(now)
+    trigger = evidence.trigger()
+    key = delivery_key_from(definition.key_prefix, trigger)
+    step = _decide(definition, state, evidence, grants, now, budget, evaluators, authorization)
+    step = _final_at_deadline(definition, state, evidence, now, step)
+    duplicate = step.reason is Reason.CONDITION_TRUE and state.applied(key)
+    identity = trigger_json(trigger)
+    digest = evidence.digest()
+    entry = None
+    if step.reason is Reason.CONDITION_TRUE and not duplicate:
+        entry = entry_fields(definition, evidence, key, now, identity, digest)
+    note = _NOTE_DUPLICATE if duplicate else step.note
+    receipt = _receipt(definition, evidence, key, identity, digest, now, step, entry, note)
+    next_state = _next_state(state, evidence, key, identity, step)
+    return Evaluation(step.outcome, step.reason, next_state, receipt, entry, step.close)
+
+
+def _decide(
+    definition: WatcherDefinition,
+    state: WatcherState,
+    evidence: Evidence,
+    grants: Iterable[Grant],
+    now: datetime,
+    budget: BudgetGate,
+    evaluators: Set[str],
+    authorization: AuthzDecision | None,
+) -> _Step:
+    status = state.status
+    if status not in (WatcherStatus.ACTIVE, WatcherStatus.PAUSED):
+        return _Step(Outcome.NONE, Reason.NOT_ACTIVE)
+    if _expired(definition, state, evidence, now):
+        return _Step(Outcome.NONE, Reason.EXPIRED, close=CloseReason.EXPIRED)
+    if status is WatcherStatus.PAUSED:
+        return _Step(Outcome.NONE, Reason.NOT_ACTIVE)
+
+    source = definition.source
+    decision = (
+        authorization_for(definition, grants, now) if authorization is None else authorization
+    )
+    if not decision.allowed:
+        if definition.mode is Mode.ONCE:
+            return _Step(
+                Outcome.NONE,
+                Reason.AUTHORIZATION_DENIED,
+                advance=False,
+                close=CloseReason.ACCESS_REVOKED,
+                authz=decision,
+                note=_NOTE_DENIED_ONCE,
+            )
+        return _Step(
+            Outcome.NONE,
+            Reason.AUTHORIZATION_DENIED,
+            advance=False,
+            authz=decision,
+            note=_NOTE_DENIED_EVERY,
+        )
+
+    unavailable = Outcome.UNAVAILABLE
+    if not _source_matches(definition, evidence):
+        return _Step(unavailable, Reason.SOURCE_MISMATCH, authz=decision)
+    fresh = freshness(evidence, source.max_age, now)
+    if fresh is Freshness.STALE:
+        return _Step(unavailable, Reason.STALE, authz=decision)
+    if fresh is Freshness.FUTURE_SKEW:
+        return _Step(unavailable, Reason.FUTURE_SKEW, authz=decision)
+
+    verdict = budget(evidence)
+    if verdict is BudgetVerdict.UNAVAILABLE:
+        raise BudgetStoreError("budget store unavailable: defer this evaluation")
+    if verdict is BudgetVerdict.EXHAUSTED:
+        return _Step(unavailable, Reason.BUDGET_EXHAUSTED, authz=decision, budget=verdict)
+    if isinstance(source, PollingSource) and source.tool not in evaluators:
+        return _Step(unavailable, Reason.EVALUATOR_MISSING, authz=decision, budget=verdict)
+    if evidence.tool_error is not None:
+        return _Step(unavailable, Reason.TOOL_ERROR, authz=decision, budget=verdict)
+    return _judge(definition, evidence, decision, verdict)
+
+
+def authorization_for(
+    definition: WatcherDefinition, grants: Iterable[Grant], now: datetime
+) -> AuthzDecision:
+    """Whether ``grants`` let this definition's subject evaluate its source (and governed
+    tool) for its purpose at ``now``."""
+    source = definition.source
+    return authorize(
+        grants,
+        tenant_id=definition.tenant_id,
+        user_id=definition.user_id,
+        purpose=definition.purpose,
+        action=Action.EVALUATE,
+        source_id=definition.source_id,
+        tool=source.governed_tool if isinstance(source, PollingSource) else None,
+        now=now,
+    )
+
+
+def _judge(
+    definition: WatcherDefinition,
+    evidence: Evidence,
+    decision: AuthzDecision,
+    verdict: BudgetVerdict,
+) -> _Step:
+    """Condition and terminal condition. Terminal wins a tie: never a false success signal."""
+    payload = evidence.payload
+    holds = definition.predicate(payload)
+    terminal = definition.terminal_predicate
+    is_terminal = terminal is not None and terminal(payload)
+    if is_terminal:
+        outcome, reason = Outcome.TERMINAL_UNSATISFIED, Reason.TERMINAL_CONDITION
+        close: CloseReason | None = CloseReason.TERMINAL_UNSATISFIED
+    elif holds:
+        outcome, reason = Outcome.SATISFIED, Reason.CONDITION_TRUE
+        closes = definition.mode is Mode.ONCE or _one_shot(definition)
+        close = CloseReason.SATISFIED if closes else None
+    else:
+        outcome, reason, close = Outcome.PENDING, Reason.CONDITION_FALSE, None
+    return _Step(outcome, reason, close=close, authz=decision, budget=verdict, keep_payload=True)
+
+
+def _one_shot(definition: WatcherDefinition) -> bool:
+    """A one-shot schedule (``at``) is done once it fired."""
+    source = definition.source
+    return isinstance(source, ScheduleSource) and source.at is not None
+
+
+def _evidence_instant(evidence: Evidence, now: datetime) -> datetime:
+    """The instant evidence stands for: a tick's scheduled instant, else evaluation time."""
+    return evidence.scheduled_at if evidence.scheduled_at is not None else now
+
+
+def _expired(
+    definition: WatcherDefinition, state: WatcherState, evidence: Evidence, now: datetime
+) -> bool:
+    """Past the deadline. An active watch still gets its final evaluation *at* the deadline
+    (the ticker's tick scheduled exactly then); a paused one just expires there.
+    """
+    deadline = definition.deadline(state.activated_at)
+    if deadline is None:
+        return False
+    at = _evidence_instant(evidence, now)
+    if state.status is WatcherStatus.PAUSED:
+        return at >= deadline
+    return at > deadline
+
+
+def _final_at_deadline(
+    definition: WatcherDefinition,
+    state: WatcherState,
+    evidence: Evidence,
+    now: datetime,
+    step: _Step,
+) -> _Step:
+    """After the final evaluation at the deadline, a watch that did not close expires."""
+    deadline = definition.deadline(state.activated_at)
+    if deadline is None or step.close is not None or step.outcome is Outcome.NONE:
+        return step
+    if _evidence_instant(evidence, now) < deadline:
+        return step
+    return _Step(
+        step.outcome,
+        step.reason,
+        advance=step.advance,
+        close=CloseReason.EXPIRED,
+        authz=step.authz,
+        budget=step.budget,
+        keep_payload=step.keep_payload,
+        note="final evaluation at the deadline",
+    )
+
+
+def _source_matches(definition: WatcherDefinition, evidence: Evidence) -> bool:
+    """Kind and source id (events: the type too); a tick must name this very watcher."""
+    source = definition.source
+    if not kind_matches(evidence, source.kind) or evidence.source_id != definition.source_id:
+        return False
+    if isinstance(source, EventSource) and evidence.event_type != source.event_type:
+        return False
+    return evidence.watcher_key is None or evidence.watcher_key == definition.watcher_key
+
+
+def _receipt(
+    definition: WatcherDefinition,
+    evidence: Evidence,
+    key: str,
+    identity: dict[str, str],
+    digest: str,
+    now: datetime,
+    step: _Step,
+    entry: dict[str, Any] | None,
+    note: str,
+) -> dict[str, Any]:
+    """The receipt's fields (:class:`Receipt`'s keyword arguments)."""
+    authz = step.authz
+    return {
+        "tenant_id": definition.tenant_id,
+        "user_id": definition.user_id,
+        "watcher_id": definition.watcher_id,
+        "watcher_version": definition.version,
+        "evaluated_at": now,
+        "evidence_digest": digest,
+        "trigger": identity,
+        "trigger_key": key,
+        "observed_at": evidence.observed_at,
+        "position": evidence.position,
+        "outcome": step.outcome,
+        "reason": step.reason,
+        "authorized": None if authz is None else authz.allowed,
+        "authorization": "" if authz is None else str(authz),
+        "budget": step.budget,
+        "tool_error": evidence.tool_error if step.reason is Reason.TOOL_ERROR else None,
+        "payload": keep_leaves(evidence.payload, definition.privacy.paths)
+        if step.keep_payload
+        else None,
+        "delivery_key": None if entry is None else key,
+        "note": note,
+    }
+
+
+def _next_state(
+    state: WatcherState, evidence: Evidence, key: str, identity: dict[str, str], step: _Step
+) -> WatcherState:
+    """Advance the checkpoint (or not, §11), count the evaluation, close if decided."""
+    update: dict[str, object] = {"revision": state.revision + 1}
+    if step.advance:
+        update["checkpoint"] = Checkpoint(
+            trigger_key=key,
+            trigger=identity,
+            observed_at=evidence.observed_at,
+            position=evidence.position,
+        )
+        update["recent_triggers"] = state.remember(key)
+        update["last_outcome"] = step.outcome
+        update["last_reason"] = step.reason
+    if step.outcome is not Outcome.NONE:
+        update["evaluations"] = state.evaluations + 1
+    if step.close is not None:
+        update["status"] = transition(state.status, close_event(step.close))
+        update["closed_reason"] = step.close
+    elif not step.advance:
+        return state  # authorization denied (every): no transition at all
+    return state.model_copy(update=update)

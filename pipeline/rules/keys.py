@@ -1,0 +1,322 @@
+"""Exact encodings every process and replay must agree on: canonical JSON, record keys, the
+delivery key v1, derived keys and the evidence digest v1 (DESIGN.md §2, §8, §10).
+
+The delivery key is the dedupe identity of an outbox entry: SHA-256 over length-prefixed
+fields ``"vigil.delivery.v1", tenant_id, user_id, watcher_id, watcher_version, source_id``,
+the trigger kind and the trigger identity. Envelope ids, cursors, observation times and
+payloads never take part, so the same evidence seen twice yields the same key. The evidence
+digest is the opposite: it covers everything, for audit, and is never used to dedupe.
+
+What it leaves out: building evidence records and deciding which trigger a piece of
+evidence has (models and evaluation do that); this module only encodes what it is given.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, ClassVar, Final, Literal
+
+import rfc8785
+
+from pipeline.rules.errors import DefinitionError
+from pipeline.rules.instants import rfc3339_micros, rfc3339_seconds
+
+__all__ = [
+    "DELIVERY_KEY_V1",
+    "DERIVED_KEY_V1",
+    "EVIDENCE_FIELDS",
+    "EventTrigger",
+    "InstantTrigger",
+    "RequestTrigger",
+    "Trigger",
+    "canonical_json",
+    "delivery_key",
+    "delivery_key_from",
+    "delivery_key_prefix",
+    "derived_delivery_key",
+    "encode_fields",
+    "evidence_digest",
+    "parse_subject_key",
+    "parse_watcher_key",
+    "request_delivery_key",
+    "subject_key",
+    "trigger_fields",
+    "watcher_key",
+]
+
+DELIVERY_KEY_V1: Final = "vigil.delivery.v1"
+DERIVED_KEY_V1: Final = "vigil.derived.v1"
+EVIDENCE_FIELDS: Final = frozenset(
+    {
+        "source_kind",
+        "source_id",
+        "event_type",
+        "event_id",
+        "envelope_id",
+        "cursor",
+        "observed_at",
+        "scheduled_at",
+        "payload",
+    }
+)
+_INSTANT_FIELDS: Final = ("observed_at", "scheduled_at")
+_HEX_KEY = re.compile(r"[0-9a-f]{64}")
+_MAX_FIELD_BYTES: Final = 2**32 - 1
+_SAFE_INT: Final = 2**53 - 1
+_ASTRAL: Final = "\U00010000"  # from here on UTF-16 order differs from code point order
+# Escapes exactly `"`, `\\` and U+0000..U+001F (short forms where JSON has them, else \u00xx):
+# RFC 8785 section 3.2.2.2.
+_quote: Final[Callable[[str], str]] = json.encoder.encode_basestring
+
+
+def canonical_json(value: Any, field: str | None = None) -> bytes:
+    """RFC 8785 (JCS) bytes of ``value``.
+
+    Raises DefinitionError for NaN and infinities, integers outside ±(2^53 - 1), non-string
+    object keys, lone surrogates and anything that is not JSON (sets, bytes, datetimes).
+
+    Values made only of strings, safe integers, booleans, null, lists and objects whose keys
+    sort the same by code point as by UTF-16 unit are written here in one pass with the C
+    string escaper of ``json`` (the escapes RFC 8785 prescribes), at a small fraction of
+    ``rfc8785``'s cost; floats (ECMAScript number form) and everything else go to ``rfc8785``.
+    """
+    try:
+        return _plain(value).encode("utf-8")
+    except (_NotPlain, RecursionError, UnicodeEncodeError, TypeError):
+        pass  # not the plain subset, too deep, or a lone surrogate: rfc8785 decides
+    try:
+        return rfc8785.dumps(value)
+    except rfc8785.CanonicalizationError as exc:
+        raise DefinitionError(f"not canonical JSON: {exc}", field) from exc
+    except RecursionError as exc:
+        raise DefinitionError("not canonical JSON: nested too deeply", field) from exc
+
+
+class _NotPlain(Exception):
+    """Not of the plain subset: ``rfc8785`` writes it (or names why it cannot)."""
+
+
+def _plain(value: Any) -> str:
+    """The RFC 8785 text of a value of the plain subset; raises ``_NotPlain`` otherwise."""
+    kind = type(value)
+    if kind is str:
+        return _quote(value)
+    if kind is dict:
+        items = sorted(value.items())  # keys are unique: only they are compared
+        for key, _ in items:
+            if type(key) is not str or not (key.isascii() or max(key) < _ASTRAL):
+                raise _NotPlain
+        return "{" + ",".join([_quote(key) + ":" + _plain(item) for key, item in items]) + "}"
+    if kind is int:
+        if -_SAFE_INT <= value <= _SAFE_INT:
+            return str(value)
+        raise _NotPlain
+    if kind is bool:
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if kind is list or kind is tuple:
+        return "[" + ",".join([_plain(item) for item in value]) + "]"
+    raise _NotPlain
+
+
+def encode_fields(fields: Sequence[str]) -> bytes:
+    """Each field as UTF-8 preceded by its byte length (4-byte big-endian unsigned)."""
+    parts: list[bytes] = []
+    try:
+        for text in fields:
+            if type(text) is not str:
+                break
+            raw = text.encode("utf-8")
+            parts += (len(raw).to_bytes(4, "big"), raw)
+        else:
+            return b"".join(parts)
+    except (UnicodeEncodeError, OverflowError):
+        pass
+    parts = []  # a field is not a valid string: the checked loop names the first bad one
+    for index, text in enumerate(fields):
+        if not isinstance(text, str):
+            raise DefinitionError(f"a key field is a string, not {type(text).__name__}")
+        try:
+            raw = text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise DefinitionError("key field is not valid Unicode", f"fields[{index}]") from exc
+        if len(raw) > _MAX_FIELD_BYTES:
+            raise DefinitionError("key field too long", f"fields[{index}]")
+        parts.append(len(raw).to_bytes(4, "big"))
+        parts.append(raw)
+    return b"".join(parts)
+
+
+def _sha256_hex(fields: Sequence[str]) -> str:
+    return hashlib.sha256(encode_fields(fields)).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class EventTrigger:
+    """An event's identity: its exact type and the publisher's event id."""
+
+    kind: ClassVar[Literal["event"]] = "event"
+    event_type: str
+    event_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class InstantTrigger:
+    """A poll or schedule fire, identified by its scheduled instant (whole UTC seconds)."""
+
+    kind: Literal["poll", "schedule"]
+    scheduled_at: datetime
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("poll", "schedule"):
+            raise DefinitionError(f"instant trigger kind {self.kind!r}", "trigger.kind")
+        if self.scheduled_at.tzinfo is None or self.scheduled_at.utcoffset() is None:
+            raise DefinitionError("scheduled instant must be aware", "trigger.scheduled_at")
+
+
+@dataclass(frozen=True, slots=True)
+class RequestTrigger:
+    """An immediate control-plane verb (``send``, ``prompt``), identified by its request id."""
+
+    kind: ClassVar[Literal["request"]] = "request"
+    request_id: str
+
+
+Trigger = EventTrigger | InstantTrigger | RequestTrigger
+
+
+def trigger_fields(trigger: Trigger) -> tuple[str, ...]:
+    """The trigger kind followed by its identity fields, as they enter the delivery key."""
+    match trigger:
+        case EventTrigger(event_type=event_type, event_id=event_id):
+            return ("event", event_type, event_id)
+        case InstantTrigger(kind=kind, scheduled_at=scheduled_at):
+            return (kind, rfc3339_seconds(scheduled_at))
+        case RequestTrigger(request_id=request_id):
+            return ("request", request_id)
+    raise DefinitionError(f"unknown trigger {type(trigger).__name__}", "trigger")
+
+
+def delivery_key(
+    *,
+    tenant_id: str,
+    user_id: str,
+    watcher_id: str,
+    watcher_version: int,
+    source_id: str,
+    trigger: Trigger,
+) -> str:
+    """Delivery key v1 (DESIGN.md §8): lowercase hex SHA-256 of the length-prefixed fields."""
+    prefix = delivery_key_prefix(
+        tenant_id=tenant_id,
+        user_id=user_id,
+        watcher_id=watcher_id,
+        watcher_version=watcher_version,
+        source_id=source_id,
+    )
+    return delivery_key_from(prefix, trigger)
+
+
+def delivery_key_prefix(
+    *, tenant_id: str, user_id: str, watcher_id: str, watcher_version: int, source_id: str
+) -> bytes:
+    """The encoded fields of delivery key v1 that one watcher version fixes, so a caller that
+    keys many triggers for it encodes them once (:func:`delivery_key_from`)."""
+    if isinstance(watcher_version, bool) or not isinstance(watcher_version, int):
+        raise DefinitionError("watcher version is an integer", "watcher_version")
+    if watcher_version < 0:
+        raise DefinitionError("watcher version is not negative", "watcher_version")
+    return encode_fields(
+        (DELIVERY_KEY_V1, tenant_id, user_id, watcher_id, str(watcher_version), source_id)
+    )
+
+
+def delivery_key_from(prefix: bytes, trigger: Trigger) -> str:
+    """Delivery key v1 of ``trigger`` for the watcher version whose ``prefix`` this is."""
+    return hashlib.sha256(prefix + encode_fields(trigger_fields(trigger))).hexdigest()
+
+
+def request_delivery_key(*, tenant_id: str, user_id: str, verb: str, request_id: str) -> str:
+    """The key of an immediate verb: watcher ``verb:<verb>``, version 0, source ``control``."""
+    return delivery_key(
+        tenant_id=tenant_id,
+        user_id=user_id,
+        watcher_id=f"verb:{verb}",
+        watcher_version=0,
+        source_id="control",
+        trigger=RequestTrigger(request_id),
+    )
+
+
+def derived_delivery_key(parent_key: str, step: str) -> str:
+    """A key derived from another for a follow-up of one delivery (a prompt's ``send``, a
+    notification's ``wake``): hex SHA-256 of length-prefixed ``"vigil.derived.v1"``,
+    ``parent_key``, ``step``. Deterministic, so a retried parent derives the same follow-up
+    and the follow-up dedupes like any outbox entry; the prefix keeps it disjoint from v1 keys.
+    """
+    if not isinstance(parent_key, str) or _HEX_KEY.fullmatch(parent_key) is None:
+        raise DefinitionError("a delivery key is 64 lowercase hex characters", "parent_key")
+    if not isinstance(step, str) or not step:
+        raise DefinitionError("a derived key needs a step name", "step")
+    return _sha256_hex((DERIVED_KEY_V1, parent_key, step))
+
+
+def evidence_digest(evidence: Mapping[str, Any]) -> str:
+    """Evidence digest v1: hex SHA-256 of the RFC 8785 JSON of exactly the nine fields of
+    DESIGN.md §10 (absent ones as ``None``). Instants may be given as aware datetimes, which
+    are written as RFC 3339 UTC with microseconds, or already as that text.
+    """
+    if evidence.keys() != EVIDENCE_FIELDS:
+        names = set(evidence)
+        if missing := sorted(EVIDENCE_FIELDS - names):
+            raise DefinitionError("evidence field is missing", f"evidence.{missing[0]}")
+        extra = sorted(map(str, names - EVIDENCE_FIELDS))
+        raise DefinitionError("evidence field is not part of digest v1", f"evidence.{extra[0]}")
+    record = evidence
+    for name in _INSTANT_FIELDS:
+        if isinstance(record[name], datetime):
+            record = {**record, name: rfc3339_micros(record[name])}
+    return hashlib.sha256(canonical_json(record, "evidence")).hexdigest()
+
+
+def subject_key(tenant_id: str, user_id: str) -> str:
+    """The record key of a subject: the RFC 8785 JSON array ``["<tenant>","<user>"]``."""
+    return canonical_json([tenant_id, user_id], "subject").decode("utf-8")
+
+
+def watcher_key(tenant_id: str, user_id: str, watcher_id: str) -> str:
+    """The record key of a watcher: ``["<tenant>","<user>","<watcher_id>"]``."""
+    return canonical_json([tenant_id, user_id, watcher_id], "watcher").decode("utf-8")
+
+
+def _parse_key_array(text: str, size: int, field: str) -> tuple[str, ...]:
+    """Accept only the canonical spelling, so one key never has two forms."""
+    try:
+        value = json.loads(text)
+    except (TypeError, ValueError) as exc:
+        raise DefinitionError("not a JSON array key", field) from exc
+    if (
+        not isinstance(value, list)
+        or len(value) != size
+        or not all(isinstance(part, str) for part in value)
+    ):
+        raise DefinitionError(f"a key is a JSON array of {size} strings", field)
+    if canonical_json(value, field).decode("utf-8") != text:
+        raise DefinitionError("key is not in RFC 8785 canonical form", field)
+    return tuple(value)
+
+
+def parse_subject_key(text: str) -> tuple[str, str]:
+    tenant_id, user_id = _parse_key_array(text, 2, "subject_key")
+    return tenant_id, user_id
+
+
+def parse_watcher_key(text: str) -> tuple[str, str, str]:
+    tenant_id, user_id, watcher_id = _parse_key_array(text, 3, "watcher_key")
+    return tenant_id, user_id, watcher_id

@@ -1,0 +1,103 @@
+"""The watcher lifecycle state machine (DESIGN.md §3, seed 000 and 003).
+
+``proposed → active ⇄ paused → cancelled | expired | satisfied | terminal_unsatisfied``.
+This module owns the states, the events that move between them and the table; an illegal
+move raises :class:`TransitionError`. Who may trigger a move (principals, grants) is
+``authz``; when the evaluator closes a watch is ``evaluation``.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pipeline.rules.errors import TransitionError
+
+__all__ = [
+    "CloseReason",
+    "LifecycleEvent",
+    "WatcherStatus",
+    "close_event",
+    "is_closed",
+    "is_live",
+    "transition",
+]
+
+
+class WatcherStatus(StrEnum):
+    PROPOSED = "proposed"
+    ACTIVE = "active"
+    PAUSED = "paused"
+    CANCELLED = "cancelled"
+    EXPIRED = "expired"
+    SATISFIED = "satisfied"
+    TERMINAL_UNSATISFIED = "terminal_unsatisfied"
+
+
+class LifecycleEvent(StrEnum):
+    APPROVE = "approve"
+    PAUSE = "pause"
+    RESUME = "resume"
+    CANCEL = "cancel"
+    EXPIRE = "expire"
+    SATISFY = "satisfy"
+    TERMINATE = "terminate"
+
+
+class CloseReason(StrEnum):
+    """Why a watch closed: carried by the ``close`` command the evaluator emits (§10)."""
+
+    SATISFIED = "satisfied"
+    TERMINAL_UNSATISFIED = "terminal_unsatisfied"
+    EXPIRED = "expired"
+    ACCESS_REVOKED = "access_revoked"
+    CANCELLED = "cancelled"
+
+
+_S = WatcherStatus
+_E = LifecycleEvent
+
+_TABLE: dict[tuple[WatcherStatus, LifecycleEvent], WatcherStatus] = {
+    (_S.PROPOSED, _E.APPROVE): _S.ACTIVE,
+    (_S.PROPOSED, _E.CANCEL): _S.CANCELLED,
+    (_S.PROPOSED, _E.EXPIRE): _S.EXPIRED,
+    (_S.ACTIVE, _E.PAUSE): _S.PAUSED,
+    (_S.ACTIVE, _E.CANCEL): _S.CANCELLED,
+    (_S.ACTIVE, _E.EXPIRE): _S.EXPIRED,
+    (_S.ACTIVE, _E.SATISFY): _S.SATISFIED,
+    (_S.ACTIVE, _E.TERMINATE): _S.TERMINAL_UNSATISFIED,
+    (_S.PAUSED, _E.RESUME): _S.ACTIVE,
+    (_S.PAUSED, _E.CANCEL): _S.CANCELLED,
+    (_S.PAUSED, _E.EXPIRE): _S.EXPIRED,
+}
+
+_LIVE = frozenset({_S.PROPOSED, _S.ACTIVE, _S.PAUSED})
+
+_CLOSE_EVENTS: dict[CloseReason, LifecycleEvent] = {
+    CloseReason.SATISFIED: _E.SATISFY,
+    CloseReason.TERMINAL_UNSATISFIED: _E.TERMINATE,
+    CloseReason.EXPIRED: _E.EXPIRE,
+    CloseReason.ACCESS_REVOKED: _E.CANCEL,
+    CloseReason.CANCELLED: _E.CANCEL,
+}
+
+
+def transition(status: WatcherStatus, event: LifecycleEvent) -> WatcherStatus:
+    """The status after ``event``; a move the table does not list raises ``TransitionError``."""
+    try:
+        return _TABLE[(status, event)]
+    except KeyError:
+        raise TransitionError(f"cannot {event.value} a watcher that is {status.value}") from None
+
+
+def close_event(reason: CloseReason) -> LifecycleEvent:
+    """The lifecycle event a ``close`` command with ``reason`` applies."""
+    return _CLOSE_EVENTS[reason]
+
+
+def is_live(status: WatcherStatus) -> bool:
+    """Live watchers hold their id: create refuses it, caps count it (§10)."""
+    return status in _LIVE
+
+
+def is_closed(status: WatcherStatus) -> bool:
+    return status not in _LIVE

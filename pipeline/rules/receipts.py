@@ -1,0 +1,42 @@
+"""The receipt: the immutable, privacy-filtered record of one evaluation (DESIGN.md §10, §11).
+
+Owns :class:`Receipt`: what was decided, why, on which evidence and definition version, with
+the authorization and budget verdicts replay takes as recorded. Which payload it may keep is
+decided by ``evaluation`` through ``privacy``; encryption and retention are the writer's.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from pipeline.rules.budgets import BudgetVerdict
+from pipeline.rules.outcomes import ErrorCode, Outcome, Reason
+
+__all__ = ["Receipt"]
+
+
+class Receipt(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tenant_id: str
+    user_id: str
+    watcher_id: str
+    watcher_version: int
+    evaluated_at: datetime
+    evidence_digest: str
+    trigger: dict[str, str]
+    trigger_key: str
+    observed_at: datetime
+    position: str | None = None
+    outcome: Outcome
+    reason: Reason
+    authorized: bool | None  # None: not checked (an earlier step decided)
+    authorization: str = ""
+    budget: BudgetVerdict | None = None  # None: not consulted
+    tool_error: ErrorCode | None = None
+    payload: dict[str, Any] | None = None
+    delivery_key: str | None = None
+    note: str = ""

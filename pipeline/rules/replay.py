@@ -1,0 +1,376 @@
+"""Replay: re-derive recorded decisions from their inputs and report what differs (DESIGN.md §2,
+§6, §10).
+
+Owns :func:`replay`, a pure function over a :class:`History` (definition versions, input
+evidence by position, receipts in log order, the outbox's latest records). Each receipt in the
+range is evaluated again by :func:`pipeline.rules.evaluation.evaluate` with the receipt's evaluation
+time (or the input's arrival, :attr:`ReplayClock.ARRIVAL`), and with what replay cannot
+recompute taken as recorded: the authorization and budget verdicts, the lifecycle status the
+command processor set (a ``not_active`` receipt was evaluated while paused) and whether the
+pinned evaluator was registered. Conditions, freshness, expiry, dedupe and keys are recomputed.
+A replacement definition (``override``) answers "what would this have fired?".
+
+Leaves out reading Kafka (``pipeline.ops.replay_reader``) and printing (``pipeline.cli``).
+Inputs that no watcher evaluated have no receipt and are not replayed; neither are inputs a
+recorded closed watch never saw (a changed definition that would not have closed it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from typing import Final
+
+from pipeline.rules.authz import Action, Grant
+from pipeline.rules.budgets import BudgetVerdict
+from pipeline.rules.definition import WatcherDefinition
+from pipeline.rules.errors import DefinitionError, TransitionError
+from pipeline.rules.evaluation import evaluate, recorded_budget
+from pipeline.rules.evidence import Evidence
+from pipeline.rules.lifecycle import WatcherStatus, is_closed
+from pipeline.rules.outbox import OutboxEntry
+from pipeline.rules.outcomes import Outcome, Reason
+from pipeline.rules.receipts import Receipt
+from pipeline.rules.sources import PollingSource
+from pipeline.rules.watcher_state import WatcherState
+
+__all__ = [
+    "Decision",
+    "DefinitionVersion",
+    "Difference",
+    "DifferenceKind",
+    "History",
+    "ReplayClock",
+    "ReplayInput",
+    "ReplayReport",
+    "SkipReason",
+    "affected_keys",
+    "replay",
+]
+
+_RECORDED_GRANT: Final = "replay:recorded-verdict"
+_FOREVER: Final = datetime(9999, 1, 1, tzinfo=UTC)
+
+WatcherKey = tuple[str, str, str]
+
+
+class ReplayClock(StrEnum):
+    """Which instant a replayed evaluation runs at."""
+
+    RECORDED = "recorded"  # the receipt's evaluation time: must reproduce every decision
+    ARRIVAL = "arrival"  # the input record's broker timestamp: what an outage made stale
+
+
+class DifferenceKind(StrEnum):
+    DECISION = "decision"  # outcome, reason or outbox key differ
+    EVIDENCE = "evidence"  # same decision, but the input's digest is not what was evaluated
+    NOT_EVALUATED = "not_evaluated"  # replay closed the watch before this input
+    OUTBOX_MISSING = "outbox_missing"  # a still-retained decision has no outbox record
+    OUTBOX_MISMATCH = "outbox_mismatch"  # the outbox record is not the replayed entry
+
+
+class SkipReason(StrEnum):
+    """Why a receipt in range could not be replayed (not a difference: data is gone)."""
+
+    DEFINITION_MISSING = "definition_missing"  # its version is not in definition-log
+    INPUT_MISSING = "input_missing"  # its input record is past retention or out of range
+    INVALID = "invalid"  # the definition or state did not validate
+
+
+@dataclass(frozen=True, slots=True)
+class DefinitionVersion:
+    """One accepted version as definition-log holds it; ``activated_at`` bounds a window."""
+
+    definition: WatcherDefinition
+    logged_at: datetime
+    activated_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayInput:
+    """One input record: its evidence and when the broker received it."""
+
+    evidence: Evidence
+    arrival: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class History:
+    """What replay reads. ``receipts`` in log order, all of them up to the range's end: those
+    before it seed dedupe memory. ``selected`` are the input positions in range; ``outbox``
+    maps a delivery key to its latest record (``None``: purged). ``read_at`` is when the
+    outbox was read, to tell a purged entry from a missing one."""
+
+    definitions: Mapping[tuple[str, str, str, int], DefinitionVersion]
+    inputs: Mapping[str, ReplayInput]
+    receipts: Sequence[Receipt]
+    selected: frozenset[str]
+    outbox: Mapping[str, OutboxEntry | None] | None = None
+    read_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    outcome: Outcome
+    reason: Reason
+    delivery_key: str | None
+    evidence_digest: str
+
+    @classmethod
+    def of(cls, receipt: Receipt) -> Decision:
+        return cls(receipt.outcome, receipt.reason, receipt.delivery_key, receipt.evidence_digest)
+
+
+@dataclass(frozen=True, slots=True)
+class Difference:
+    kind: DifferenceKind
+    watcher: WatcherKey
+    version: int
+    position: str | None
+    trigger: Mapping[str, str]
+    recorded: Decision
+    replayed: Decision | None
+
+
+@dataclass(slots=True)
+class ReplayReport:
+    replayed: int = 0
+    differences: list[Difference] = field(default_factory=list)
+    skipped: dict[SkipReason, int] = field(default_factory=dict)
+    reasons: dict[Reason, int] = field(default_factory=dict)  # replayed reason counts
+    fired: set[str] = field(default_factory=set)  # replayed outbox keys
+
+    @property
+    def would_fire(self) -> list[str]:
+        """Outbox keys replay creates that the record does not have."""
+        return sorted(
+            d.replayed.delivery_key
+            for d in self.differences
+            if d.replayed is not None
+            and d.replayed.delivery_key is not None
+            and d.replayed.delivery_key != d.recorded.delivery_key
+        )
+
+    @property
+    def would_not_fire(self) -> list[str]:
+        """Recorded outbox keys replay does not create."""
+        return sorted(
+            d.recorded.delivery_key
+            for d in self.differences
+            if d.recorded.delivery_key is not None
+            and (d.replayed is None or d.replayed.delivery_key != d.recorded.delivery_key)
+        )
+
+
+def replay(
+    history: History,
+    *,
+    clock: ReplayClock = ReplayClock.RECORDED,
+    override: WatcherDefinition | None = None,
+) -> ReplayReport:
+    """Replay every receipt whose input position is in ``history.selected``.
+
+    Receipts are threaded per watcher version in log order, so dedupe memory and closes carry
+    from one evaluation to the next as they did in the evaluator.
+    """
+    report = ReplayReport()
+    states: dict[tuple[WatcherKey, int], WatcherState] = {}
+    overrides: dict[int, WatcherDefinition] = {}
+    for receipt in history.receipts:
+        watcher = (receipt.tenant_id, receipt.user_id, receipt.watcher_id)
+        slot = (watcher, receipt.watcher_version)
+        version = _version_of(history, receipt, override, overrides)
+        state = states.get(slot) or _fresh(receipt, version)
+        if receipt.position not in history.selected:
+            states[slot] = _seeded(state, receipt)
+            continue
+        item = history.inputs.get(receipt.position or "")
+        if version is None or item is None:
+            # Not replayable: carry its trigger forward as recorded, so dedupe still holds.
+            states[slot] = _seeded(state, receipt)
+            missing = SkipReason.DEFINITION_MISSING if version is None else SkipReason.INPUT_MISSING
+            _skip(report, missing)
+            continue
+        if is_closed(state.status):
+            report.replayed += 1
+            report.differences.append(_difference(DifferenceKind.NOT_EVALUATED, receipt, None))
+            continue
+        try:
+            next_state, decision = _evaluate(version, state, receipt, item, clock)
+        except (DefinitionError, TransitionError, ValueError):
+            states[slot] = _seeded(state, receipt)
+            _skip(report, SkipReason.INVALID)
+            continue
+        states[slot] = next_state
+        report.replayed += 1
+        report.reasons[decision.reason] = report.reasons.get(decision.reason, 0) + 1
+        if decision.delivery_key is not None:
+            report.fired.add(decision.delivery_key)
+        found = _compare(receipt, decision, version, history)
+        if found is not None:
+            report.differences.append(found)
+    return report
+
+
+def _version_of(
+    history: History,
+    receipt: Receipt,
+    override: WatcherDefinition | None,
+    cache: dict[int, WatcherDefinition],
+) -> DefinitionVersion | None:
+    logged = history.definitions.get(
+        (receipt.tenant_id, receipt.user_id, receipt.watcher_id, receipt.watcher_version)
+    )
+    if override is None or override.watcher_key != (
+        receipt.tenant_id,
+        receipt.user_id,
+        receipt.watcher_id,
+    ):
+        return logged
+    changed = cache.get(receipt.watcher_version)
+    if changed is None:
+        changed = override.with_version(receipt.watcher_version)
+        cache[receipt.watcher_version] = changed
+    if logged is None:
+        return DefinitionVersion(changed, receipt.evaluated_at)
+    return DefinitionVersion(changed, logged.logged_at, logged.activated_at)
+
+
+def _fresh(receipt: Receipt, version: DefinitionVersion | None) -> WatcherState:
+    activated = None if version is None else version.activated_at or version.logged_at
+    return WatcherState(
+        version=receipt.watcher_version, status=WatcherStatus.ACTIVE, activated_at=activated
+    )
+
+
+def _seeded(state: WatcherState, receipt: Receipt) -> WatcherState:
+    """A receipt before the range: remember its trigger as the evaluator did."""
+    if receipt.reason is Reason.AUTHORIZATION_DENIED:
+        return state
+    return state.model_copy(update={"recent_triggers": state.remember(receipt.trigger_key)})
+
+
+def _skip(report: ReplayReport, reason: SkipReason) -> None:
+    report.skipped[reason] = report.skipped.get(reason, 0) + 1
+
+
+def _recorded_grants(definition: WatcherDefinition, receipt: Receipt) -> tuple[Grant, ...]:
+    """Authorization as recorded: a grant covering exactly this evaluation, or none.
+
+    A receipt that never reached authorization (``None``) grants nothing: fail-closed.
+    """
+    if receipt.authorized is not True:
+        return ()
+    source = definition.source
+    tools = frozenset({source.governed_tool}) if isinstance(source, PollingSource) else frozenset()
+    return (
+        Grant(
+            grant_id=_RECORDED_GRANT,
+            tenant_id=definition.tenant_id,
+            user_id=definition.user_id,
+            purpose=definition.purpose,
+            sources=frozenset({definition.source_id}),
+            tools=tools,
+            actions=frozenset({Action.EVALUATE}),
+            until=_FOREVER,
+        ),
+    )
+
+
+def _evaluate(
+    version: DefinitionVersion,
+    state: WatcherState,
+    receipt: Receipt,
+    item: ReplayInput,
+    clock: ReplayClock,
+) -> tuple[WatcherState, Decision]:
+    definition = version.definition
+    paused = receipt.reason is Reason.NOT_ACTIVE
+    status = WatcherStatus.PAUSED if paused else WatcherStatus.ACTIVE
+    if state.status is not status:
+        state = state.model_copy(update={"status": status})
+    source = definition.source
+    missing = receipt.reason is Reason.EVALUATOR_MISSING
+    evaluators: frozenset[str] = frozenset()
+    if isinstance(source, PollingSource) and not missing:
+        evaluators = frozenset({source.tool})
+    now = receipt.evaluated_at if clock is ReplayClock.RECORDED else item.arrival
+    result = evaluate(
+        definition,
+        state,
+        item.evidence,
+        _recorded_grants(definition, receipt),
+        now,
+        recorded_budget(receipt.budget or BudgetVerdict.OK),
+        evaluators=evaluators,
+    )
+    decision = Decision(
+        result.outcome,
+        result.reason,
+        None if result.outbox is None else result.outbox.delivery_key,
+        result.receipt.evidence_digest,
+    )
+    return result.next_state, decision
+
+
+def _difference(kind: DifferenceKind, receipt: Receipt, replayed: Decision | None) -> Difference:
+    return Difference(
+        kind=kind,
+        watcher=(receipt.tenant_id, receipt.user_id, receipt.watcher_id),
+        version=receipt.watcher_version,
+        position=receipt.position,
+        trigger=receipt.trigger,
+        recorded=Decision.of(receipt),
+        replayed=replayed,
+    )
+
+
+def _compare(
+    receipt: Receipt, decision: Decision, version: DefinitionVersion, history: History
+) -> Difference | None:
+    recorded = Decision.of(receipt)
+    if (recorded.outcome, recorded.reason, recorded.delivery_key) != (
+        decision.outcome,
+        decision.reason,
+        decision.delivery_key,
+    ):
+        return _difference(DifferenceKind.DECISION, receipt, decision)
+    if recorded.evidence_digest != decision.evidence_digest:
+        return _difference(DifferenceKind.EVIDENCE, receipt, decision)
+    key = decision.delivery_key
+    if key is None or history.outbox is None:
+        return None
+    if key not in history.outbox:
+        retention = version.definition.privacy.delivery_retention
+        if _still_retained(receipt.evaluated_at, retention, history.read_at):
+            return _difference(DifferenceKind.OUTBOX_MISSING, receipt, decision)
+        return None
+    entry = history.outbox[key]
+    if entry is not None and (
+        entry.evidence_digest != decision.evidence_digest
+        or entry.watcher_version != receipt.watcher_version
+    ):
+        return _difference(DifferenceKind.OUTBOX_MISMATCH, receipt, decision)
+    return None
+
+
+def _still_retained(created: datetime, retention: timedelta, read_at: datetime | None) -> bool:
+    """Whether the outbox must still hold an entry created at ``created`` (else it was purged
+    and its tombstone may be compacted away)."""
+    return read_at is not None and created + retention > read_at
+
+
+def affected_keys(differences: Iterable[Difference]) -> list[str]:
+    """Every delivery key that appears on either side of a difference."""
+    keys = {
+        key
+        for d in differences
+        for key in (
+            d.recorded.delivery_key,
+            None if d.replayed is None else d.replayed.delivery_key,
+        )
+        if key is not None
+    }
+    return sorted(keys)

@@ -1,0 +1,551 @@
+"""The exactly-once stream runtime every vigil consumer runs on (DESIGN.md §2, §4, §10).
+
+One :class:`StreamApp` per process instance: a group member subscribed to co-partitioned inputs
+(classic protocol, range assignor: partition *p* of every input lands on the same member), one
+transactional producer with the stable id ``<group>-<instance>``, and keyed in-memory tables
+(``tables.py``). Each transaction holds the outputs, the changelog of what the tables became and
+the consumed offsets (``send_offsets_to_transaction`` in every one, KIP-447); it commits every
+``commit_every`` records or ``commit_interval_ms``. Work no input record started (a retry or a
+tick falls due) joins the same transactions through :meth:`StreamApp.transaction`, or
+:meth:`~StreamApp.begin`, :meth:`~StreamApp.context` and :meth:`~StreamApp.commit` when it
+spans several steps; its transactions carry the offsets and group metadata too, even when no
+input delivered anything since assignment (``checkpoint.InputPositions``), so a zombie's
+cannot commit. On assignment, tables are restored for
+exactly the assigned partition numbers before any input of them is read; input resumes at the
+committed offset or past what the changelog already reflects, whichever is later. Revoke
+commits; lost aborts; an abortable error aborts, rolls the tables back and rewinds to the
+committed offsets; a fatal one (fenced) rebuilds the producer and restores again.
+
+Why not Quix Streams: it carries exactly-once, changelogged state and commit cadence well, but
+its state stores are scoped to one input topic's partitions and restored from their own
+changelogs only.
+vigil needs state shared by several co-partitioned inputs (``events`` + ``ticks`` feed one
+``watcher-state``), read-only tables from topics another app writes (``watchers`` per partition,
+``grants`` and ``lifecycle`` whole) caught up to their end before every batch, undecodable
+records dead-lettered inside the transaction and unknown schemas pausing a partition, and the
+range assignor (Quix defaults to cooperative-sticky). Bending Quix to that would hide more than
+these few hundred lines do.
+
+Records and the processor's context live in ``processing.py``, the transaction cadence and
+commit sequence in ``checkpoint.py``, tables in ``tables.py``. Leaves out encoding
+(``serde.py``), topic creation (``topics.py``) and what is processed.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from types import FrameType, TracebackType
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from prometheus_client import REGISTRY, CollectorRegistry
+
+from pipeline.kafka.clients import (
+    BrokerFailure,
+    ErrorKind,
+    classify,
+    consumer_config,
+    producer_config,
+    table_consumer_config,
+    translate,
+)
+from pipeline.rules.errors import BrokerError, SerdeError, UnknownSchemaError
+from pipeline.runtime.checkpoint import (
+    OFFSET_BEGINNING,
+    OFFSET_INVALID,
+    Checkpoint,
+    InputPositions,
+    TransactionEnd,
+    committed_offsets,
+    start_offsets,
+)
+from pipeline.runtime.metrics import runtime_metrics
+from pipeline.runtime.poison import Quarantine
+from pipeline.runtime.processing import (
+    DLQ_HEADERS,
+    Decoder,
+    InputRecord,
+    Placement,
+    ProcessContext,
+    Processor,
+)
+from pipeline.runtime.state import TaskState
+from pipeline.runtime.tables import Table, TableReader, TableSpec
+
+__all__ = [
+    "DLQ_HEADERS",
+    "Decoder",
+    "InputRecord",
+    "ProcessContext",
+    "Processor",
+    "StreamApp",
+    "TransactionEnd",
+    "stop_on_sigterm",
+]
+
+log = logging.getLogger(__name__)
+
+_TIMEOUT_S = 30.0
+
+
+class StreamApp:
+    """An exactly-once consume → process → produce loop over co-partitioned inputs and tables.
+
+    No network call happens until :meth:`start` (or entering the context manager).
+    """
+
+    def __init__(
+        self,
+        bootstrap: str,
+        group_id: str,
+        instance_id: str,
+        inputs: list[str],
+        processor: Processor,
+        *,
+        tables: list[TableSpec] | None = None,
+        decode: Decoder | None = None,
+        dead_letter_topic: str = "vigil.dead-letter",
+        commit_every: int = 1000,
+        commit_interval_ms: int = 100,
+        max_batch: int = 500,
+        static_membership: bool = False,
+        producer_overrides: dict[str, Any] | None = None,
+        consumer_overrides: dict[str, Any] | None = None,
+        registry: CollectorRegistry = REGISTRY,
+    ) -> None:
+        self.group_id = group_id
+        self.instance_id = instance_id
+        self.inputs = list(inputs)
+        self._processor = processor
+        self._decode = decode
+        self._max_batch = max_batch
+        self._checkpoint = Checkpoint(commit_every, commit_interval_ms / 1000, _TIMEOUT_S)
+        self._positions = InputPositions(_TIMEOUT_S)
+        self._aborts = 0
+        client_id = f"{group_id}-{instance_id}"
+        self._producer_config = producer_config(
+            bootstrap, transactional_id=client_id, **(producer_overrides or {})
+        )
+        extra: dict[str, Any] = {"client.id": client_id}
+        if static_membership:
+            extra["group.instance.id"] = client_id
+        self._consumer_config = consumer_config(
+            bootstrap, group_id, **extra, **(consumer_overrides or {})
+        )
+        reader = TableReader(table_consumer_config(bootstrap, client_id))
+        self._placement = Placement(self._topic_partitions)
+        self._state = TaskState(tables or [], reader, self._placement.count)
+        self._metrics = runtime_metrics(registry)
+        self._quarantine = Quarantine(group_id, dead_letter_topic, self._metrics)
+        self._producer: Producer | None = None
+        self._consumer: Consumer | None = None
+        self._group_metadata: Any = None  # changes with every rebalance
+        self._assigned: list[TopicPartition] = []
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def __enter__(self) -> StreamApp:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close(commit=exc is None)
+
+    def start(self) -> None:
+        """Fence older incarnations, load global tables, join the group."""
+        if self._consumer is not None:
+            return
+        self._new_producer()
+        self._state.load_globals()
+        consumer = Consumer(self._consumer_config)
+        consumer.subscribe(
+            self.inputs, on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
+        )
+        self._consumer = consumer
+
+    def close(self, commit: bool = True) -> None:
+        """Commit (or abort), leave the group, release clients."""
+        if self._consumer is not None:
+            if commit:
+                self.commit()
+            else:
+                self._abort()
+            self._consumer.close()  # revokes (nothing left to commit) and leaves the group
+            self._consumer = None
+        if self._producer is not None:
+            self._producer.flush(_TIMEOUT_S)
+            self._producer = None
+        self._state.close()
+
+    def run(self, stop: threading.Event | None = None) -> None:
+        """Process until ``stop`` is set, then commit and leave the group."""
+        stop = stop or threading.Event()
+        self.start()
+        try:
+            while not stop.is_set():
+                self.step()
+        finally:
+            self.close()
+
+    def run_for(self, seconds: float, until: Callable[[], bool] | None = None) -> int:
+        """Step for at most ``seconds`` or until ``until()`` holds; returns records processed."""
+        self.start()
+        deadline = time.monotonic() + seconds
+        done = 0
+        while time.monotonic() < deadline:
+            done += self.step()
+            if until is not None and until():
+                break
+        return done
+
+    # -- the loop ------------------------------------------------------------------------
+
+    def step(self, timeout: float = 0.05) -> int:
+        """Poll one batch, process it, commit if due. Returns the number of input records."""
+        consumer = self._require_consumer()
+        try:
+            messages = consumer.consume(self._max_batch, timeout)
+        except KafkaException as exc:
+            raise translate(exc, "consume") from exc
+        done = self._process(messages) if messages else 0
+        if self._checkpoint.due():
+            self.commit()
+        try:
+            self._require_producer().poll(0)
+        except KafkaException as exc:  # a fatal producer error surfaces here (fenced)
+            self._recover(exc, "producer poll")
+        return done
+
+    def _process(self, messages: list[Message]) -> int:
+        """Decode, group by task partition, catch tables up, run the processor."""
+        groups: dict[int, list[InputRecord]] = {}
+        per_topic = len(self.inputs) > 1
+        consumed: dict[str, int] = {}
+        decode, paused = self._decode, self._quarantine.paused
+        try:
+            self._checkpoint.begin(self._require_producer())
+        except BrokerFailure as exc:
+            if exc.kind is not ErrorKind.FATAL:
+                raise
+            self._rebuild()  # rewinds: this batch is read again
+            return 0
+        total = 0
+        for msg in messages:
+            if msg.error() is not None:
+                self._consume_error(msg)
+                continue
+            partition = msg.partition() or 0
+            if paused and (msg.topic(), partition) in paused:
+                continue
+            if decode is None:
+                value: Any = msg.value()
+            else:
+                try:
+                    value = decode(msg)
+                except UnknownSchemaError as exc:
+                    self._quarantine.pause(self._require_consumer(), msg, exc)
+                    continue
+                except SerdeError as exc:
+                    self._quarantine.dead_letter(
+                        self._require_producer(), self._placement, msg, exc
+                    )
+                    value = _DEAD
+            total += 1
+            if per_topic:
+                topic = msg.topic() or ""
+                consumed[topic] = consumed.get(topic, 0) + 1
+            if value is _DEAD:
+                continue
+            group = groups.get(partition)
+            if group is None:
+                groups[partition] = [InputRecord(msg, value)]
+            else:
+                group.append(InputRecord(msg, value))
+        if groups:
+            self._run_processor(groups)
+        if not per_topic:
+            consumed[self.inputs[0]] = total
+        for topic, count in consumed.items():
+            self._metrics.consumed.labels(self.group_id, topic).inc(count)
+        self._checkpoint.records += total
+        return total
+
+    def _run_processor(self, groups: dict[int, list[InputRecord]]) -> None:
+        self._state.catch_up()
+        producer = self._require_producer()
+        table, partition_of = self._state.table, self._placement.partition_of
+        try:
+            for partition, records in groups.items():
+                ctx = ProcessContext(
+                    partition, producer.produce, producer.poll, table, partition_of
+                )
+                self._processor(records, ctx)
+        except KafkaException as exc:  # from produce: the producer failed, not the processor
+            self._recover(exc, "produce")
+        except Exception:
+            log.exception("processor failed: aborting the transaction")
+            self._abort()
+            self._rewind()
+            raise
+
+    # -- transactions --------------------------------------------------------------------
+
+    def commit(self, rewind: bool = True) -> bool:
+        """Commit the open transaction with the consumed offsets. False if it was aborted.
+
+        After an abort the inputs are rewound to their committed offsets unless ``rewind`` is
+        false (their partitions are being revoked).
+        """
+        if not self._checkpoint.open:
+            return True
+        started = time.perf_counter()
+        consumer = self._require_consumer()
+        try:
+            if self._group_metadata is None:
+                self._group_metadata = consumer.consumer_group_metadata()
+            self._checkpoint.commit(
+                self._require_producer(),
+                self._quarantine.positions(self._positions.current(consumer, self._assigned)),
+                self._group_metadata,
+                self._state.stores(),
+            )
+        except KafkaException as exc:
+            self._recover(exc, "commit", rewind)
+            return False
+        self._metrics.transactions.labels(self.group_id, "committed").inc()
+        self._metrics.commit_seconds.labels(self.group_id).observe(time.perf_counter() - started)
+        return True
+
+    def _abort(self, restore: bool = True) -> None:
+        """Abort and roll the tables back; a fatal failure rebuilds the producer instead."""
+        self._aborts += 1
+        was_open = self._checkpoint.open
+        try:
+            self._checkpoint.abort(self._require_producer(), self._state.stores())
+        except KafkaException as exc:
+            if classify(exc.args[0]) is not ErrorKind.FATAL:
+                raise translate(exc, "abort") from exc
+            self._rebuild(restore)
+            return
+        if was_open:
+            self._metrics.transactions.labels(self.group_id, "aborted").inc()
+
+    def _recover(self, exc: KafkaException, context: str, rewind: bool = True) -> None:
+        """Abort and rewind (abortable), or rebuild the producer and restore (fatal).
+
+        ``rewind`` false: the partitions are leaving (revoke), so nothing is restored.
+        """
+        kind = classify(exc.args[0])
+        log.warning("%s failed (%s): %s", context, kind.value, exc)
+        if kind is ErrorKind.FATAL:
+            self._rebuild(restore=rewind)
+            return
+        self._abort(restore=rewind)
+        if kind is ErrorKind.PERMANENT:
+            raise translate(exc, context) from exc
+        if rewind:
+            self._rewind()
+
+    def _rebuild(self, restore: bool = True) -> None:
+        """A fenced or fatally failed producer: start a new one, drop the tables' uncommitted
+        state and (unless the partitions are leaving) restore them and rewind the inputs."""
+        log.warning("rebuilding the transactional producer of %s", self.instance_id)
+        self._aborts += 1
+        self._producer = None
+        self._checkpoint.open = False
+        self._new_producer()
+        numbers = {tp.partition for tp in self._assigned}
+        self._state.drop(numbers)
+        if restore:
+            self._rewind(self._state.restore(numbers))
+
+    def _rewind(self, reflected: dict[int, dict[str, int]] | None = None) -> None:
+        """Seek every assigned input back to where the committed state says it resumes."""
+        consumer = self._require_consumer()
+        committed = committed_offsets(consumer, self._assigned, _TIMEOUT_S)
+        starts = start_offsets(committed, reflected or {})
+        for tp in starts:
+            if tp.offset == OFFSET_INVALID:
+                tp.offset = OFFSET_BEGINNING
+            try:
+                consumer.seek(tp)
+            except KafkaException as exc:
+                raise translate(exc, f"seek {tp.topic}[{tp.partition}]") from exc
+        self._positions.resumed(starts)
+
+    # -- work no input record started ------------------------------------------------------
+
+    def transaction(
+        self, work: Callable[[Callable[[int], ProcessContext]], None]
+    ) -> TransactionEnd:
+        """Run ``work(context_of)`` in the transaction (opened if none is), then commit it.
+
+        ``context_of(partition)`` is what a processor gets for that partition. A produce
+        failure recovers exactly as for an input batch (abort and rewind, or rebuild the fenced
+        producer) and ends it aborted; any other exception aborts, rewinds and is raised.
+        """
+        try:
+            self.begin()
+        except BrokerFailure as exc:
+            if exc.kind is not ErrorKind.FATAL:
+                raise
+            return TransactionEnd.ABORTED
+        try:
+            work(self.context)
+        except KafkaException as exc:  # from produce: the producer failed, not the work
+            self._recover(exc, "produce")
+            return TransactionEnd.ABORTED
+        except Exception:
+            log.exception("timer-driven transaction failed: aborting it")
+            self._abort()
+            self._rewind()
+            raise
+        return TransactionEnd.COMMITTED if self.commit() else TransactionEnd.ABORTED
+
+    def begin(self) -> None:
+        """Open the transaction now if none is open, for work that spans several steps and ends
+        with :meth:`commit`. A fenced producer is rebuilt (tables restored, inputs rewound)
+        before the ``BrokerFailure`` is raised: nothing planned from the old tables holds."""
+        try:
+            self._checkpoint.begin(self._require_producer())
+        except BrokerFailure as exc:
+            if exc.kind is ErrorKind.FATAL:
+                self._rebuild()
+            raise
+
+    def context(self, partition: int) -> ProcessContext:
+        """Tables and produce for ``partition`` (-1: global tables only) in the open
+        transaction."""
+        if not self._checkpoint.open:
+            raise BrokerError("no transaction is open: begin() first")
+        producer = self._require_producer()
+        return ProcessContext(
+            partition,
+            producer.produce,
+            producer.poll,
+            self._state.table,
+            self._placement.partition_of,
+        )
+
+    def catch_up(self) -> None:
+        """Read the global and external tables to their current end (DESIGN.md §10)."""
+        self._state.catch_up()
+
+    def table(self, name: str, partition: int) -> Table:
+        """The store of ``name`` for ``partition``; a global table is whole for every one."""
+        return self._state.table(name, partition)
+
+    @property
+    def aborts(self) -> int:
+        """Transactions rolled back so far (aborted, or lost with a fenced producer): views
+        built from the tables must be rebuilt whenever it changes."""
+        return self._aborts
+
+    # -- assignment ----------------------------------------------------------------------
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._metrics.rebalances.labels(self.group_id, "assigned").inc()
+        self._group_metadata = None
+        # Committed offsets first: the broker answers once an earlier owner's pending
+        # transaction is resolved, so the changelogs read next hold all it committed.
+        committed = committed_offsets(consumer, partitions, _TIMEOUT_S)
+        reflected = self._state.restore({tp.partition for tp in partitions})
+        starts = start_offsets(committed, reflected)
+        consumer.assign(starts)
+        self._positions.resumed(starts)
+        self._assigned = [TopicPartition(tp.topic, tp.partition) for tp in starts]
+        log.info("assigned %s", sorted((tp.topic, tp.partition) for tp in starts))
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._metrics.rebalances.labels(self.group_id, "revoked").inc()
+        self.commit(rewind=False)
+        self._state.drop({tp.partition for tp in partitions})
+        self._quarantine.forget(partitions)
+        self._positions.forget()
+        self._assigned = []
+        self._group_metadata = None
+
+    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._metrics.rebalances.labels(self.group_id, "lost").inc()
+        self._abort(restore=False)
+        self._state.drop({tp.partition for tp in partitions})
+        self._quarantine.forget(partitions)
+        self._positions.forget()
+        self._assigned = []
+        self._group_metadata = None
+
+    # -- poison and unknown records ------------------------------------------------------
+
+    def _consume_error(self, msg: Message) -> None:
+        error = msg.error()
+        assert isinstance(error, KafkaError)
+        if error.fatal():
+            raise BrokerFailure(f"consume: {error.str()}", code=error.name(), kind=ErrorKind.FATAL)
+        log.warning("consumer error on %s[%s]: %s", msg.topic(), msg.partition(), error.str())
+
+    # -- introspection -------------------------------------------------------------------
+
+    @property
+    def paused(self) -> frozenset[tuple[str, int]]:
+        """Input partitions paused on an unknown schema: alert on them."""
+        return frozenset(self._quarantine.paused)
+
+    def assignment(self) -> list[tuple[str, int]]:
+        """The input partitions this member holds now."""
+        return sorted((tp.topic, tp.partition) for tp in self._assigned)
+
+    def tables(self) -> Iterator[Table]:
+        """Every table store this member holds now."""
+        yield from self._state
+
+    # -- helpers -------------------------------------------------------------------------
+
+    def _topic_partitions(self, topic: str) -> int:
+        try:
+            metadata = self._require_producer().list_topics(topic, timeout=_TIMEOUT_S)
+        except KafkaException as exc:
+            raise translate(exc, f"metadata of {topic}") from exc
+        found = metadata.topics.get(topic)
+        if found is None or found.error is not None or not found.partitions:
+            raise BrokerError(f"topic {topic!r} does not exist")
+        return len(found.partitions)
+
+    def _new_producer(self) -> None:
+        producer = Producer(self._producer_config)
+        try:
+            producer.init_transactions(_TIMEOUT_S)
+        except KafkaException as exc:
+            raise translate(exc, "init transactions") from exc
+        self._producer = producer
+
+    def _require_producer(self) -> Producer:
+        if self._producer is None:
+            raise BrokerError("the app is not started")
+        return self._producer
+
+    def _require_consumer(self) -> Consumer:
+        if self._consumer is None:
+            raise BrokerError("the app is not started")
+        return self._consumer
+
+
+_DEAD: Any = object()
+
+
+def stop_on_sigterm(stop: threading.Event) -> None:
+    """Set ``stop`` on SIGTERM/SIGINT so :meth:`StreamApp.run` commits and leaves the group."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)

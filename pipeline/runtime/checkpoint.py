@@ -1,0 +1,221 @@
+"""The open transaction of a stream app: when it is due, how it commits, where input resumes.
+
+A :class:`Checkpoint` begins a transaction at the first record after the last commit and is due
+after ``commit_every`` records or ``interval_s``, whichever comes first (back-to-back commits
+cost a broker round trip each: never commit per record). Committing writes each owned table's
+changed keys once, tagged with the input positions they reflect, then the consumed offsets
+(``send_offsets_to_transaction`` with the group metadata in every transaction of a member that
+holds partitions, KIP-447), then ends the transaction. :class:`InputPositions` gives those
+offsets even for inputs that delivered nothing since they were assigned, so a transaction no
+input record started fences a zombie too. :func:`start_offsets` decides where a partition's
+input resumes after a restore.
+
+Leaves out recovery decisions (``runtime.py`` turns the ``KafkaException`` it gets into abort,
+rewind or rebuild) and the clock: it reads ``time.monotonic`` only for the cadence.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+
+from pipeline.kafka.clients import BrokerFailure, ErrorKind, classify, translate
+from pipeline.runtime.processing import Headers
+from pipeline.runtime.tables import OFFSETS_HEADER, Table, encode_offsets
+
+__all__ = [
+    "OFFSET_BEGINNING",
+    "OFFSET_INVALID",
+    "Checkpoint",
+    "InputPositions",
+    "TransactionEnd",
+    "committed_offsets",
+    "resume_positions",
+    "start_offsets",
+]
+
+OFFSET_BEGINNING = -2
+OFFSET_INVALID = -1001
+
+
+class TransactionEnd(enum.Enum):
+    """How a transaction ended. Aborted: the tables are back at the last commit and the inputs
+    rewound to it, so whatever was planned from them must be planned again."""
+
+    COMMITTED = "committed"
+    ABORTED = "aborted"
+
+
+class Checkpoint:
+    """The transaction cadence and commit sequence of one transactional producer."""
+
+    __slots__ = ("_due_at", "commit_every", "interval_s", "open", "records", "timeout_s")
+
+    def __init__(self, commit_every: int, interval_s: float, timeout_s: float = 30.0) -> None:
+        self.commit_every = commit_every
+        self.interval_s = interval_s
+        self.timeout_s = timeout_s
+        self.open = False
+        self.records = 0
+        self._due_at = 0.0
+
+    def begin(self, producer: Producer) -> None:
+        if self.open:
+            return
+        try:
+            producer.begin_transaction()
+        except KafkaException as exc:
+            raise translate(exc, "begin transaction") from exc
+        self.open = True
+        self.records = 0
+        self._due_at = time.monotonic() + self.interval_s
+
+    def due(self) -> bool:
+        return self.open and (self.records >= self.commit_every or time.monotonic() >= self._due_at)
+
+    def commit(
+        self,
+        producer: Producer,
+        positions: list[TopicPartition],
+        group_metadata: Any,
+        stores: Iterable[Table],
+    ) -> None:
+        """Changelogs, offsets, end of transaction. Raises ``KafkaException`` on failure."""
+        stores = list(stores)
+        write_changelogs(producer, stores, positions)
+        if positions:  # empty only when no partition is held: there is no group to fence with
+            producer.send_offsets_to_transaction(positions, group_metadata, self.timeout_s)
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            try:
+                producer.commit_transaction(self.timeout_s)
+                break
+            except KafkaException as exc:  # retriable: librdkafka asks to call it again
+                if classify(exc.args[0]) is not ErrorKind.RETRIABLE:
+                    raise
+                if time.monotonic() > deadline:
+                    raise
+        self.open = False
+        self.records = 0
+        for store in stores:
+            store.committed()
+
+    def abort(self, producer: Producer, stores: Iterable[Table]) -> None:
+        """Roll the tables back to the last commit and abort. Raises ``KafkaException``."""
+        for store in stores:
+            store.rollback()
+        if not self.open:
+            return
+        self.open = False
+        self.records = 0
+        producer.abort_transaction(self.timeout_s)
+
+
+class InputPositions:
+    """The offset of every assigned input that a transaction commits.
+
+    librdkafka reports a position only for a partition that delivered a record since it was
+    assigned or sought. After a restart with nothing new (the usual case for a timer-driven
+    transaction: a retry falls due, a tick is due) it reports none, and a transaction that sends
+    no offsets carries no group metadata: a zombie's would commit (KIP-447 fences only through
+    ``send_offsets_to_transaction``, DESIGN.md §4). Such a partition commits where it resumed
+    instead: the offset it was assigned or rewound to or, when nothing was committed or
+    reflected there, its low watermark (where ``auto.offset.reset=earliest`` starts it), looked
+    up once per assignment.
+    """
+
+    __slots__ = ("_starts", "timeout_s")
+
+    def __init__(self, timeout_s: float = 30.0) -> None:
+        self.timeout_s = timeout_s
+        self._starts: dict[tuple[str, int], int] = {}
+
+    def resumed(self, starts: Iterable[TopicPartition]) -> None:
+        """Inputs were assigned or sought to ``starts`` (negative: the broker decides)."""
+        for tp in starts:
+            self._starts[(tp.topic, tp.partition)] = tp.offset
+
+    def forget(self) -> None:
+        """The partitions left: nothing is known about where the next ones resume."""
+        self._starts.clear()
+
+    def current(self, consumer: Consumer, assigned: list[TopicPartition]) -> list[TopicPartition]:
+        """Every assigned input's offset to commit. Raises ``KafkaException`` on failure."""
+        positions = resume_positions(consumer.position(assigned), self._starts)
+        for tp in positions:
+            if tp.offset < 0:
+                low, _ = consumer.get_watermark_offsets(
+                    TopicPartition(tp.topic, tp.partition), timeout=self.timeout_s, cached=False
+                )
+                tp.offset = self._starts[(tp.topic, tp.partition)] = low
+        return positions
+
+
+def resume_positions(
+    positions: list[TopicPartition], starts: Mapping[tuple[str, int], int]
+) -> list[TopicPartition]:
+    """Each input's consumer position or, when it has none, where it resumed (negative: not
+    known yet)."""
+    return [
+        tp
+        if tp.offset >= 0
+        else TopicPartition(
+            tp.topic, tp.partition, starts.get((tp.topic, tp.partition), OFFSET_INVALID)
+        )
+        for tp in positions
+    ]
+
+
+def write_changelogs(
+    producer: Producer, stores: list[Table], positions: list[TopicPartition]
+) -> None:
+    """Each owned table's changed keys once (tombstone if deleted), with the inputs they reflect."""
+    by_partition: dict[int, dict[str, int]] = {}
+    for tp in positions:
+        by_partition.setdefault(tp.partition, {})[tp.topic] = tp.offset
+    for store in stores:
+        if not store.undo:
+            continue
+        headers: Headers = [(OFFSETS_HEADER, encode_offsets(by_partition.get(store.partition, {})))]
+        for key, value in store.dirty():
+            try:
+                producer.produce(store.spec.topic, value, key, store.partition, headers=headers)
+            except BufferError:  # librdkafka's queue is full: let it drain, then once more
+                producer.poll(0.5)
+                producer.produce(store.spec.topic, value, key, store.partition, headers=headers)
+
+
+def committed_offsets(
+    consumer: Consumer, partitions: list[TopicPartition], timeout_s: float
+) -> list[TopicPartition]:
+    """The group's committed offsets. The broker answers only once an earlier owner's pending
+    transactional offsets are resolved (KIP-447), so state read afterwards is complete."""
+    query = [TopicPartition(tp.topic, tp.partition) for tp in partitions]
+    try:
+        committed = consumer.committed(query, timeout=timeout_s)
+    except KafkaException as exc:
+        raise translate(exc, "committed offsets") from exc
+    for tp in committed:
+        if tp.error is not None:
+            raise BrokerFailure(
+                f"committed offset of {tp.topic}[{tp.partition}]: {tp.error}",
+                code="COMMITTED",
+                kind=ErrorKind.RETRIABLE,
+            )
+    return committed
+
+
+def start_offsets(
+    committed: list[TopicPartition], reflected: dict[int, dict[str, int]]
+) -> list[TopicPartition]:
+    """Where each input resumes: its committed offset, or later if the restored changelog
+    already reflects later inputs (offsets expired or reset): never apply an input twice."""
+    starts = []
+    for tp in committed:
+        seen = reflected.get(tp.partition, {}).get(tp.topic, OFFSET_INVALID)
+        starts.append(TopicPartition(tp.topic, tp.partition, max(tp.offset, seen)))
+    return starts

@@ -1,0 +1,162 @@
+"""What a processor on the stream runtime sees: input records, its context, the hooks it gives.
+
+Owns :class:`InputRecord` (a thin view over the consumed message, so the hot loop copies
+nothing it does not use), :class:`ProcessContext` (tables and produce for one task partition,
+inside the open transaction), the ``Processor`` and ``Decoder`` shapes, and the dead-letter
+headers, and :class:`Placement` (which partition an output key goes to). Leaves out
+transactions and assignment (``runtime.py``, ``checkpoint.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from confluent_kafka import Message
+
+from pipeline.kafka.partitioner import partition_for
+from pipeline.rules.errors import SerdeError
+from pipeline.runtime.tables import Table
+
+__all__ = [
+    "DLQ_HEADERS",
+    "Decoder",
+    "Headers",
+    "InputRecord",
+    "Placement",
+    "ProcessContext",
+    "Processor",
+    "dead_letter_headers",
+]
+
+Headers = list[tuple[str, str | bytes | None]]
+DLQ_HEADERS = ("vigil.dlq.reason", "vigil.dlq.topic", "vigil.dlq.partition", "vigil.dlq.offset")
+
+
+class InputRecord:
+    """One input record: ``value`` is what ``decode`` returned (the raw bytes without one)."""
+
+    __slots__ = ("_msg", "value")
+
+    def __init__(self, msg: Message, value: Any) -> None:
+        self._msg = msg
+        self.value = value
+
+    @property
+    def topic(self) -> str:
+        return self._msg.topic() or ""
+
+    @property
+    def partition(self) -> int:
+        return self._msg.partition() or 0
+
+    @property
+    def offset(self) -> int:
+        return self._msg.offset() or 0
+
+    @property
+    def key(self) -> bytes | None:
+        return self._msg.key()
+
+    @property
+    def raw(self) -> bytes | None:
+        return self._msg.value()
+
+    @property
+    def headers(self) -> Headers:
+        found = self._msg.headers()
+        if isinstance(found, dict):
+            return list(found.items())
+        return found or []
+
+    @property
+    def timestamp_ms(self) -> int:
+        return self._msg.timestamp()[1]
+
+    def __repr__(self) -> str:
+        return f"InputRecord({self.topic}[{self.partition}]@{self.offset}, key={self.key!r})"
+
+
+class Decoder(Protocol):
+    """Turns a consumed message into a value; raises ``SerdeError`` (dead-letter it) or
+    ``UnknownSchemaError`` (pause its partition)."""
+
+    def __call__(self, msg: Message) -> Any: ...
+
+
+class ProcessContext:
+    """What a processor may touch for one task partition, all inside the open transaction."""
+
+    __slots__ = ("_partition_of", "_poll", "_produce", "_table", "partition")
+
+    def __init__(
+        self,
+        partition: int,
+        produce: Callable[..., None],
+        poll: Callable[[float], int],
+        table: Callable[[str, int], Table],
+        partition_of: Callable[[str, bytes | str | None], int],
+    ) -> None:
+        self.partition = partition
+        self._produce = produce
+        self._poll = poll
+        self._table = table
+        self._partition_of = partition_of
+
+    def table(self, name: str) -> Table:
+        """The table ``name``: this partition's store, or the whole table for a global one."""
+        return self._table(name, self.partition)
+
+    def produce(
+        self,
+        topic: str,
+        key: bytes | str | None,
+        value: bytes | str | None,
+        partition: int | None = None,
+        headers: Headers | None = None,
+    ) -> None:
+        """Write a record in the transaction; the partition defaults to Java's for the key."""
+        if partition is None:
+            partition = self._partition_of(topic, key)
+        try:
+            if headers is None:
+                self._produce(topic, value, key, partition)
+            else:
+                self._produce(topic, value, key, partition, headers=headers)
+        except BufferError:  # librdkafka's queue is full: let it drain, then once more
+            self._poll(0.5)
+            self._produce(topic, value, key, partition, headers=headers)
+
+
+Processor = Callable[[list[InputRecord], ProcessContext], None]
+
+
+class Placement:
+    """Java's partition for a key, with each topic's partition count looked up once."""
+
+    __slots__ = ("_counts", "_lookup")
+
+    def __init__(self, lookup: Callable[[str], int]) -> None:
+        self._lookup = lookup
+        self._counts: dict[str, int] = {}
+
+    def count(self, topic: str) -> int:
+        found = self._counts.get(topic)
+        if found is None:
+            found = self._counts[topic] = self._lookup(topic)
+        return found
+
+    def partition_of(self, topic: str, key: bytes | str | None) -> int:
+        if not key:
+            return -1  # librdkafka picks one: a keyless record has no home partition
+        return partition_for(key, self.count(topic))
+
+
+def dead_letter_headers(msg: Message, exc: SerdeError) -> Headers:
+    """Why and where from: reason, topic, partition, offset of the undecodable record."""
+    return [
+        (DLQ_HEADERS[0], str(exc).encode()),
+        (DLQ_HEADERS[1], (msg.topic() or "").encode()),
+        (DLQ_HEADERS[2], str(msg.partition()).encode()),
+        (DLQ_HEADERS[3], str(msg.offset()).encode()),
+    ]

@@ -1,0 +1,291 @@
+"""Keyed in-memory tables backed by compacted topics, and the reader that fills them.
+
+Three kinds (:class:`TableKind`): ``owned`` tables are this app's state, one store per task
+partition, written back to their changelog inside the app's transaction; ``external`` tables are
+co-partitioned topics another app writes (``watchers``); ``global`` tables are whole topics
+(``grants``, ``lifecycle``). Every changelog record an owned table writes carries the input
+positions it reflects (header ``vigil.offsets``), so a restore knows where input resumes and
+never applies an input twice.
+
+Leaves out transactions and the group (``runtime.py``) and value encoding: keys are ``str``,
+values ``bytes``; callers decode.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import Consumer, IsolationLevel, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._listoffsets import OffsetSpec
+
+from pipeline.kafka.clients import is_partition_eof, raise_for_message, translate
+from pipeline.rules.errors import BrokerError
+
+__all__ = [
+    "OFFSETS_HEADER",
+    "Table",
+    "TableKind",
+    "TableReader",
+    "TableSpec",
+    "decode_offsets",
+    "encode_offsets",
+]
+
+OFFSETS_HEADER = "vigil.offsets"
+_ABSENT = object()
+Headers = dict[str, str | bytes | None] | list[tuple[str, str | bytes | None]] | None
+_OFFSET_BEGINNING = -2
+
+
+class TableKind(enum.Enum):
+    """Who writes a table's topic and how much of it a member holds."""
+
+    OWNED = "owned"  # this app's changelog, co-partitioned with the inputs
+    EXTERNAL = "external"  # another app's compacted topic, co-partitioned with the inputs
+    GLOBAL = "global"  # another app's compacted topic, read whole by every member
+
+
+@dataclass(frozen=True, slots=True)
+class TableSpec:
+    """A table: its name for the processor, its topic, and its kind."""
+
+    name: str
+    topic: str
+    kind: TableKind = TableKind.OWNED
+
+
+@dataclass(slots=True)
+class Table:
+    """One partition of a table: a dict plus what changed since the last commit.
+
+    ``undo`` holds each key's value before its first write in the open transaction, so an
+    abort restores exactly what the aborted transaction touched.
+    """
+
+    spec: TableSpec
+    partition: int
+    data: dict[str, bytes] = field(default_factory=dict)
+    undo: dict[str, object] = field(default_factory=dict)
+
+    def get(self, key: str, default: bytes | None = None) -> bytes | None:
+        return self.data.get(key, default)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.data
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def items(self) -> Iterable[tuple[str, bytes]]:
+        return self.data.items()
+
+    def set(self, key: str, value: bytes) -> None:
+        self._remember(key)
+        self.data[key] = value
+
+    def delete(self, key: str) -> None:
+        self._remember(key)
+        self.data.pop(key, None)
+
+    def dirty(self) -> Iterator[tuple[str, bytes | None]]:
+        """Keys written since the last commit with their current value (None: deleted)."""
+        for key in self.undo:
+            yield key, self.data.get(key)
+
+    def committed(self) -> None:
+        self.undo.clear()
+
+    def rollback(self) -> None:
+        for key, before in self.undo.items():
+            if before is _ABSENT:
+                self.data.pop(key, None)
+            else:
+                assert isinstance(before, bytes)
+                self.data[key] = before
+        self.undo.clear()
+
+    def apply(self, key: str, value: bytes | None) -> None:
+        """Apply a record read from the topic (restore or tail): no undo, no write-back."""
+        if value is None:
+            self.data.pop(key, None)
+        else:
+            self.data[key] = value
+
+    def _remember(self, key: str) -> None:
+        if self.spec.kind is not TableKind.OWNED:
+            raise BrokerError(f"table {self.spec.name!r} is read-only ({self.spec.kind.value})")
+        if key not in self.undo:
+            self.undo[key] = self.data.get(key, _ABSENT)
+
+
+def encode_offsets(positions: dict[str, int]) -> bytes:
+    """The ``vigil.offsets`` header: input topic → next offset, for one task partition."""
+    return json.dumps(positions, separators=(",", ":"), sort_keys=True).encode()
+
+
+def decode_offsets(raw: bytes | str | None) -> dict[str, int]:
+    if raw is None:
+        return {}
+    value = json.loads(raw)
+    if not isinstance(value, dict):
+        raise BrokerError(f"bad {OFFSETS_HEADER} header: {raw!r}")
+    return {str(k): int(v) for k, v in value.items()}
+
+
+class TableReader:
+    """Reads table topics with ``assign()``: restores partitions and tails them to their end.
+
+    One consumer serves every table of an app. "The end" is the last stable offset asked of the
+    broker at catch-up time; a partition has reached it when its position or its last
+    end-of-partition event is at or past it (markers take offsets, DESIGN.md §10).
+    """
+
+    def __init__(self, consumer_config: dict[str, Any], timeout_s: float = 30.0) -> None:
+        self._config = consumer_config
+        self._timeout_s = timeout_s
+        self._consumer: Consumer | None = None
+        self._admin: AdminClient | None = None
+        # Tailed partitions: (topic, partition) → the table it feeds.
+        self._tailed: dict[tuple[str, int], Table] = {}
+        self._reached: dict[tuple[str, int], int] = {}
+
+    # -- restore -------------------------------------------------------------------------
+
+    def restore(self, tables: dict[tuple[str, int], Table]) -> dict[int, dict[str, int]]:
+        """Fill ``tables`` ((topic, partition) → table) from their start to their current end.
+
+        Returns, per partition, the highest input positions the records carried in their
+        ``vigil.offsets`` header (owned tables only).
+        """
+        by_tp = dict(tables)
+        positions: dict[int, dict[str, int]] = {}
+        if not by_tp:
+            return positions
+        consumer = self._reader()
+        try:
+            consumer.assign([TopicPartition(tp, p, _OFFSET_BEGINNING) for tp, p in by_tp])
+            pending = set(by_tp)
+            deadline = time.monotonic() + self._timeout_s
+            while pending:
+                if time.monotonic() > deadline:
+                    raise BrokerError(f"restore of {sorted(pending)} did not reach the end")
+                for msg in consumer.consume(1000, 0.2):
+                    tp = (msg.topic() or "", msg.partition() or 0)
+                    table = by_tp.get(tp)
+                    if table is None:  # left over from the tailing assignment
+                        continue
+                    if is_partition_eof(msg):
+                        pending.discard(tp)
+                        self._reached[tp] = msg.offset() or 0
+                        continue
+                    raise_for_message(msg)
+                    table.apply((msg.key() or b"").decode(), msg.value())
+                    self._reached[tp] = (msg.offset() or 0) + 1
+                    if table.spec.kind is TableKind.OWNED:
+                        _merge(positions.setdefault(tp[1], {}), _offsets_of(msg.headers()))
+        except KafkaException as exc:
+            raise translate(exc, "restore") from exc
+        finally:
+            if self._tailed:
+                self._reassign()
+            else:
+                consumer.unassign()
+        return positions
+
+    # -- tail ----------------------------------------------------------------------------
+
+    def tail(self, tables: dict[tuple[str, int], Table]) -> None:
+        """Keep ``tables`` (read-only kinds) caught up, from where :meth:`restore` left them."""
+        if tables:
+            self._tailed.update(tables)
+            self._reassign()
+
+    def untail(self, partitions: Iterable[tuple[str, int]]) -> None:
+        gone = [key for key in partitions if key in self._tailed]
+        for key in gone:
+            del self._tailed[key]
+            self._reached.pop(key, None)
+        if gone:
+            self._reassign()
+
+    def catch_up(self) -> None:
+        """Read every tailed partition up to the broker's current last stable offset."""
+        if not self._tailed:
+            return
+        targets = self._end_offsets(list(self._tailed))
+        consumer = self._reader()
+        deadline = time.monotonic() + self._timeout_s
+        try:
+            while any(self._reached.get(tp, -1) < end for tp, end in targets.items()):
+                if time.monotonic() > deadline:
+                    raise BrokerError("tables did not catch up to their end in time")
+                for msg in consumer.consume(1000, 0.05):
+                    tp = (msg.topic() or "", msg.partition() or 0)
+                    if is_partition_eof(msg):
+                        self._reached[tp] = max(self._reached.get(tp, -1), msg.offset() or 0)
+                        continue
+                    raise_for_message(msg)
+                    table = self._tailed.get(tp)
+                    if table is not None:
+                        table.apply((msg.key() or b"").decode(), msg.value())
+                    self._reached[tp] = (msg.offset() or 0) + 1
+        except KafkaException as exc:
+            raise translate(exc, "table catch-up") from exc
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _reader(self) -> Consumer:
+        if self._consumer is None:
+            self._consumer = Consumer(self._config)
+        return self._consumer
+
+    def _reassign(self) -> None:
+        """Point the consumer at exactly the tailed partitions, each from where it was."""
+        self._reader().assign(
+            [
+                TopicPartition(t, p, self._reached.get((t, p), _OFFSET_BEGINNING))
+                for t, p in self._tailed
+            ]
+        )
+
+    def _end_offsets(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        if self._admin is None:
+            self._admin = AdminClient({"bootstrap.servers": self._config["bootstrap.servers"]})
+        latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+        request = {TopicPartition(t, p): latest for t, p in partitions}
+        try:
+            futures = self._admin.list_offsets(
+                request,
+                isolation_level=IsolationLevel.READ_COMMITTED,
+                request_timeout=self._timeout_s,
+            )
+            return {
+                (tp.topic, tp.partition): future.result().offset for tp, future in futures.items()
+            }
+        except KafkaException as exc:
+            raise translate(exc, "list offsets") from exc
+
+
+def _offsets_of(headers: Headers) -> dict[str, int]:
+    pairs = headers.items() if isinstance(headers, dict) else headers or ()
+    for name, value in pairs:
+        if name == OFFSETS_HEADER:
+            return decode_offsets(value)
+    return {}
+
+
+def _merge(into: dict[str, int], more: dict[str, int]) -> None:
+    for topic, offset in more.items():
+        if offset > into.get(topic, -1):
+            into[topic] = offset

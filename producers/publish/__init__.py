@@ -1,0 +1,1 @@
+"""The publish stage: the SDK upstream services use to put events on ``events``."""

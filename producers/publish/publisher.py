@@ -1,0 +1,221 @@
+"""The event publisher SDK: how an upstream service puts an event on ``events``.
+
+DESIGN.md §2 and §9. :func:`event_record` checks an event (ids non-empty and bounded, payload
+JSON that RFC 8785 can canonicalize, an aware ``observed_at``) and builds its Avro record;
+:class:`EventPublisher` sends it with an idempotent producer (acks=all), keyed by source id
+and placed explicitly on Java's partition of that key, so every evaluator finds it where the
+co-partitioned tables are. The producer is created on first use (no network in ``__init__``),
+and the first use also checks that ``events`` exists with the expected partition count.
+
+Left out: transactions (a publisher is not part of vigil's exactly-once loop; duplicates are
+harmless because the trigger identity ``(event_type, event_id)`` dedupes) and reading events.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from datetime import datetime
+from types import TracebackType
+from typing import Any, Final
+
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
+
+from pipeline.config import KafkaConfig, VigilConfig
+from pipeline.kafka.clients import BrokerFailure, classify, producer_config, translate
+from pipeline.kafka.partitioner import partition_for
+from pipeline.kafka.serde import SchemaRegistry, default_registry
+from pipeline.kafka.topics import Topic, Topology
+from pipeline.rules.errors import BrokerError, DefinitionError, TopologyError
+from pipeline.rules.instants import utc
+from pipeline.rules.keys import canonical_json
+
+__all__ = [
+    "MAX_CURSOR_BYTES",
+    "MAX_ID_BYTES",
+    "MAX_PAYLOAD_BYTES",
+    "EventPublisher",
+    "event_record",
+]
+
+MAX_ID_BYTES: Final = 256
+MAX_CURSOR_BYTES: Final = 1024
+MAX_PAYLOAD_BYTES: Final = 512 * 1024  # canonical JSON; well under Kafka's 1 MiB default
+_METADATA_TIMEOUT_S: Final = 10.0
+_QUEUE_FULL_WAIT_S: Final = 30.0
+
+
+def _text(value: object, field: str, limit: int, *, optional: bool = False) -> str | None:
+    if value is None and optional:
+        return None
+    if not isinstance(value, str) or not value:
+        raise DefinitionError("must be a non-empty string", field)
+    if len(value.encode("utf-8", "surrogatepass")) > limit:
+        raise DefinitionError(f"longer than {limit} bytes", field)
+    return value
+
+
+def event_record(
+    source_id: str,
+    event_type: str,
+    event_id: str,
+    payload: Any,
+    observed_at: datetime,
+    cursor: str | None = None,
+    envelope_id: str | None = None,
+) -> dict[str, Any]:
+    """The Avro ``event`` record of one event, or :class:`DefinitionError` naming the field."""
+    if not isinstance(observed_at, datetime) or observed_at.utcoffset() is None:
+        raise DefinitionError("must be an aware datetime (with a time zone)", "observed_at")
+    body = canonical_json(payload, "payload")
+    if len(body) > MAX_PAYLOAD_BYTES:
+        raise DefinitionError(f"canonical JSON is larger than {MAX_PAYLOAD_BYTES} bytes", "payload")
+    return {
+        "source_id": _text(source_id, "source_id", MAX_ID_BYTES),
+        "event_type": _text(event_type, "event_type", MAX_ID_BYTES),
+        "event_id": _text(event_id, "event_id", MAX_ID_BYTES),
+        "envelope_id": _text(envelope_id, "envelope_id", MAX_ID_BYTES, optional=True),
+        "cursor": _text(cursor, "cursor", MAX_CURSOR_BYTES, optional=True),
+        "observed_at": utc(observed_at),
+        "payload": body.decode("utf-8"),
+    }
+
+
+class EventPublisher:
+    """Publishes events to ``<prefix>events``; use as a context manager (flushes on exit).
+
+    ``target`` is a bootstrap string, or the ``[kafka]`` section (or whole configuration),
+    which also supplies the topology unless one is given.
+    """
+
+    def __init__(
+        self,
+        target: str | KafkaConfig | VigilConfig,
+        topology: Topology | None = None,
+        *,
+        registry: SchemaRegistry | None = None,
+        overrides: Mapping[str, Any] | None = None,
+    ) -> None:
+        kafka = target.kafka if isinstance(target, VigilConfig) else target
+        if isinstance(kafka, KafkaConfig):
+            self._bootstrap = kafka.bootstrap_servers
+            self._topology = topology or kafka.topology()
+        else:
+            self._bootstrap = kafka
+            self._topology = topology or Topology()
+        self._registry = registry or default_registry()
+        self._overrides = dict(overrides or {})
+        self._topic = self._topology.name(Topic.EVENTS)
+        self._partitions = self._topology.partitions_for(Topic.EVENTS)
+        self._producer: Producer | None = None
+        self._failure: BrokerError | None = None
+        self.delivered = 0
+
+    @property
+    def topic(self) -> str:
+        return self._topic
+
+    def __enter__(self) -> EventPublisher:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is None:
+            self.flush()
+        elif self._producer is not None:
+            self._producer.flush(5.0)  # best effort; the original error is what matters
+
+    def publish(
+        self,
+        source_id: str,
+        event_type: str,
+        event_id: str,
+        payload: Any,
+        observed_at: datetime,
+        cursor: str | None = None,
+        envelope_id: str | None = None,
+    ) -> None:
+        """Queue one event. Delivery is confirmed by :meth:`flush`; failures raise there or on
+        a later call as :class:`BrokerError`."""
+        record = event_record(
+            source_id, event_type, event_id, payload, observed_at, cursor, envelope_id
+        )
+        value = self._registry.encode("event", record)
+        self._send(source_id.encode("utf-8"), value)
+
+    def flush(self, timeout: float = 30.0) -> None:
+        """Wait until every queued event is acknowledged, or raise :class:`BrokerError`."""
+        if self._producer is None:
+            return
+        remaining = self._producer.flush(timeout)
+        self._raise_failure()
+        if remaining:
+            raise BrokerError(f"{remaining} events not acknowledged within {timeout:g}s")
+
+    def _send(self, key: bytes, value: bytes) -> None:
+        producer = self._client()
+        self._raise_failure()
+        partition = partition_for(key, self._partitions)
+        deadline = time.monotonic() + _QUEUE_FULL_WAIT_S
+        while True:
+            try:
+                producer.produce(
+                    self._topic, value, key, partition=partition, on_delivery=self._on_delivery
+                )
+                break
+            except BufferError:
+                # The local queue is full: serve delivery reports until there is room.
+                if time.monotonic() > deadline:
+                    raise BrokerError(
+                        "producer queue stayed full: is the broker reachable?"
+                    ) from None
+                producer.poll(0.1)
+            except KafkaException as exc:
+                raise translate(exc, f"producing to {self._topic}") from exc
+        producer.poll(0)
+
+    def _on_delivery(self, error: KafkaError | None, message: Message) -> None:
+        if error is None:
+            self.delivered += 1
+        elif self._failure is None:
+            self._failure = BrokerFailure(
+                f"event not delivered to {message.topic()}[{message.partition()}]: {error.str()}",
+                code=error.name(),
+                kind=classify(error),
+            )
+
+    def _raise_failure(self) -> None:
+        if self._failure is not None:
+            failure, self._failure = self._failure, None
+            raise failure
+
+    def _client(self) -> Producer:
+        if self._producer is None:
+            settings = {"client.id": "vigil-publisher", "allow.auto.create.topics": False}
+            config = producer_config(self._bootstrap, **{**settings, **self._overrides})
+            producer = Producer(config)
+            self._check_topic(producer)
+            self._producer = producer
+        return self._producer
+
+    def _check_topic(self, producer: Producer) -> None:
+        """Refuse to publish into a missing topic or one whose partition count drifted."""
+        try:
+            # All topics, not just ours: asking for one may auto-create it on the broker.
+            metadata = producer.list_topics(timeout=_METADATA_TIMEOUT_S)
+        except KafkaException as exc:
+            raise translate(exc, "reading topic metadata") from exc
+        found = metadata.topics.get(self._topic)
+        fix = self._topology.create_command()
+        if found is None or found.error is not None:
+            raise TopologyError(f"{self._topic}: missing; create it with: {fix}")
+        if len(found.partitions) != self._partitions:
+            raise TopologyError(
+                f"{self._topic}: has {len(found.partitions)} partitions, expected "
+                f"{self._partitions}; partition counts are fixed at creation (an offline "
+                "repartition changes them), so configure the count the topic has"
+            )

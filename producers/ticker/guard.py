@@ -1,0 +1,110 @@
+"""What the poll ticker checks before it calls a governed tool, and the call it then makes.
+
+Owns :class:`ToolGuard`: the evaluation budget read (not charged: the evaluator charges, with
+its idempotency token, when it evaluates the tick; DESIGN.md §10 "the ticker checks the
+evaluation budget before it calls a tool"), the grant recheck (fail-closed, exact tenant, user,
+purpose, source and governed tool at ``now``: revoked → no call, no data read), and the
+:class:`~producers.ticker.tools.ToolRequest` of one due poll tick.
+
+Left out: what a withheld call becomes (``producers.ticker.loop`` writes the tick with
+``tool_error = rejected``) and the rules themselves (``pipeline.rules.authz``, ``pipeline.rules.budgets``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from enum import StrEnum
+
+from pipeline.redis.budgets import RedisBudgets
+from pipeline.rules.authz import Action, Grant, authorize
+from pipeline.rules.budgets import BudgetCaps, BudgetScope, BudgetVerdict, Dimension, check
+from pipeline.rules.errors import BudgetStoreError
+from pipeline.rules.sources import PollingSource
+from pipeline.rules.ticker import DueTick
+from pipeline.runtime.views import Watch
+from producers.ticker.tools import ToolRequest
+
+__all__ = ["ToolGuard", "Withheld", "tool_request"]
+
+
+class Withheld(StrEnum):
+    """Why a due tool call was not made (metrics label)."""
+
+    AUTHORIZATION_DENIED = "authorization_denied"
+    BUDGET_EXHAUSTED = "budget_exhausted"
+    BUDGET_UNAVAILABLE = "budget_unavailable"  # the tick is deferred, not written
+
+
+class ToolGuard:
+    """Grant and budget checks for one watcher's due tool calls."""
+
+    def __init__(self, budgets: RedisBudgets | None, default_caps: BudgetCaps | None) -> None:
+        self._budgets = budgets
+        self._default_caps = default_caps
+        self._down = False
+
+    def begin_step(self) -> None:
+        """Ask the store again: a failure answers ``unavailable`` for the rest of one step, so
+        an outage costs one timeout per step, not one per watcher."""
+        self._down = False
+
+    def budget(self, watch: Watch, now: datetime) -> BudgetVerdict:
+        """Would one more evaluation fit ``now``'s window? ``unavailable`` if Redis is down."""
+        if self._down:
+            return BudgetVerdict.UNAVAILABLE
+        definition = watch.definition
+        caps = self._default_caps
+        if definition.budgets is not None:
+            caps = definition.budgets if caps is None else definition.budgets.with_defaults(caps)
+        if caps is None or self._budgets is None:
+            return BudgetVerdict.OK
+        try:
+            used = self._budgets.usage(BudgetScope(*watch.parts), caps, now)
+        except BudgetStoreError:
+            self._down = True
+            return BudgetVerdict.UNAVAILABLE
+        return check(caps, used, {Dimension.EVALUATIONS: 1}).verdict
+
+    @staticmethod
+    def withheld(
+        watch: Watch, budget: BudgetVerdict, grants: Iterable[Grant], now: datetime
+    ) -> Withheld | None:
+        """Why this watcher's tool must not be called now, or None: the grant first, then the
+        budget read earlier in the step."""
+        definition = watch.definition
+        source = definition.source
+        assert isinstance(source, PollingSource)
+        decision = authorize(
+            grants,
+            tenant_id=definition.tenant_id,
+            user_id=definition.user_id,
+            purpose=definition.purpose,
+            action=Action.EVALUATE,
+            source_id=definition.source_id,
+            tool=source.governed_tool,
+            now=now,
+        )
+        if not decision.allowed:
+            return Withheld.AUTHORIZATION_DENIED
+        if budget is BudgetVerdict.EXHAUSTED:
+            return Withheld.BUDGET_EXHAUSTED
+        return None
+
+
+def tool_request(watch: Watch, tick: DueTick) -> ToolRequest:
+    """The call of ``watch``'s pinned tool for one due poll tick."""
+    definition = watch.definition
+    source = definition.source
+    assert isinstance(source, PollingSource)
+    return ToolRequest(
+        tool=source.tool,
+        tenant_id=definition.tenant_id,
+        user_id=definition.user_id,
+        watcher_id=definition.watcher_id,
+        source_id=definition.source_id,
+        scheduled_at=tick.scheduled_at,
+        tool_ref=source.tool_ref,
+        target=source.target,
+        session_id=definition.session_id,
+    )

@@ -1,0 +1,349 @@
+"""The poll ticker: due instants → governed tool calls → ``ticks``, exactly once (DESIGN.md §2,
+§3, §5, §8, §10).
+
+A consumer-group member over ``watchers`` and ``events`` (classic protocol, range assignor, so
+partition *p* of both — and of ``ticks`` and ``ticker-state`` — lands on the same member). It
+holds ``watchers`` of its partitions as an external table (caught up before every step, so a
+pause or revocation applies to every tick after it), ``grants`` whole, and its own compacted
+``ticker-state``: per watcher the last instant it enumerated (:class:`TickerMemory`), and per
+run or session the latest state that feeds the pinned evaluators (``producers.ticker.tools.pinned``).
+
+One step: read the clock once; plan every watcher the :class:`Agenda` says is due
+(:func:`pipeline.rules.ticker.plan_watcher`); for each poll tick recheck the grant (revoked → no call,
+no data read; the tick carries ``tool_error = rejected`` so the evaluator records the denial or
+cancels the once watch) and the evaluation budget (exhausted → no call, same; Redis down → the
+watcher is deferred, nothing is written for it); call the allowed tools concurrently, outside
+any transaction; then write the ticks and the new memories in one transaction that also commits
+the input offsets (``send_offsets_to_transaction``: a fenced zombie cannot commit). A restart
+restores the memories, so it neither loses nor repeats a tick; an aborted step rebuilds the
+views from the rolled-back tables and plans the same instants again.
+
+``observed_at`` of a poll tick is when its tool answered; of a schedule or expiry tick, when it
+was made (§11). Leaves out the rules (``pipeline.rules.ticker``, ``pipeline.rules.cron``), the tools
+(``producers.ticker.tools``) and the command line (``pipeline.cli.ticker_cmd``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Final
+
+from prometheus_client import REGISTRY, CollectorRegistry
+
+from pipeline.clock import Clock, SystemClock
+from pipeline.config import ToolConfig
+from pipeline.kafka.serde import SchemaRegistry, default_registry
+from pipeline.kafka.topics import Topic, Topology
+from pipeline.records.tick import (
+    TickRecord,
+    encode_memory,
+    encode_tick,
+)
+from pipeline.redis.budgets import RedisBudgets
+from pipeline.rules.budgets import BudgetCaps, BudgetVerdict
+from pipeline.rules.errors import DefinitionError
+from pipeline.rules.lifecycle import is_closed
+from pipeline.rules.outcomes import ErrorCode
+from pipeline.rules.ticker import DEFAULT_GRACE, WatcherPlan, plan_watcher
+from pipeline.runtime.app import ProcessContext, StreamApp, TransactionEnd
+from pipeline.runtime.tables import TableKind, TableSpec
+from pipeline.runtime.views import GrantIndex, Watch
+from producers.ticker.guard import ToolGuard, Withheld, tool_request
+from producers.ticker.metrics import TickerMetrics, ticker_metrics
+from producers.ticker.pinned_states import PinnedStates
+from producers.ticker.tools import ToolRegistry, ToolRequest, ToolResult, build_registry
+from producers.ticker.views import STATE, WATCHERS, TickerViews
+
+__all__ = ["PollTicker", "StepReport", "TickerSettings"]
+
+log = logging.getLogger(__name__)
+
+_GRANTS: Final = "grants"
+_DEFER: Final = timedelta(seconds=1)  # a watcher whose budget store did not answer
+
+
+@dataclass(frozen=True, slots=True)
+class TickerSettings:
+    """Where the ticker runs and how: broker, topics, stable identity, rules' knobs."""
+
+    bootstrap: str
+    topology: Topology
+    instance_id: str
+    group_id: str = ""
+    grace: timedelta = DEFAULT_GRACE
+    concurrency: int = 16
+    poll_timeout_s: float = 0.05
+    commit_interval_ms: int = 100
+    consumer_overrides: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def group(self) -> str:
+        return self.group_id or f"{self.topology.prefix}ticker"
+
+
+@dataclass(frozen=True, slots=True)
+class StepReport:
+    """What one step did (tests and logs)."""
+
+    planned: int = 0
+    ticks: int = 0
+    tool_calls: int = 0
+    deferred: int = 0
+    committed: bool = True
+
+
+@dataclass(slots=True)
+class _Work:
+    """One watcher's plan on its way to a transaction."""
+
+    key: str
+    watch: Watch
+    plan: WatcherPlan
+    budget: BudgetVerdict = BudgetVerdict.OK  # read before any tool call
+    results: dict[int, ToolResult] = field(default_factory=dict)  # tick index → tool answer
+
+
+class PollTicker:
+    """The ticker process: :meth:`step` until stopped (see the module docstring)."""
+
+    def __init__(
+        self,
+        settings: TickerSettings,
+        *,
+        tools: Mapping[str, ToolConfig] | None = None,
+        budgets: RedisBudgets | None = None,
+        default_caps: BudgetCaps | None = None,
+        clock: Clock | None = None,
+        registry: SchemaRegistry | None = None,
+        metrics_registry: CollectorRegistry = REGISTRY,
+        tool_registry: ToolRegistry | None = None,
+    ) -> None:
+        topology = settings.topology
+        self.settings = settings
+        self._clock = clock or SystemClock()
+        self._registry = registry or default_registry()
+        self._guard = ToolGuard(budgets, default_caps)
+        self.metrics: TickerMetrics = ticker_metrics(metrics_registry)
+        self._ticks = topology.name(Topic.TICKS)
+        self._views = TickerViews(self._registry)
+        self.states = PinnedStates(
+            self._registry,
+            topology.name(Topic.EVENTS),
+            topology.partitions_for(Topic.TICKER_STATE),
+            self._views,
+        )
+        self.tools = tool_registry or build_registry(
+            tools or {}, self.states, concurrency=settings.concurrency, metrics=self.metrics.tools
+        )
+        self._grants: GrantIndex | None = None
+        self.app = StreamApp(
+            settings.bootstrap,
+            settings.group,
+            settings.instance_id,
+            [topology.name(Topic.WATCHERS), topology.name(Topic.EVENTS)],
+            self.states.process,
+            tables=[
+                TableSpec(WATCHERS, topology.name(Topic.WATCHERS), TableKind.EXTERNAL),
+                TableSpec(STATE, topology.name(Topic.TICKER_STATE), TableKind.OWNED),
+                TableSpec(_GRANTS, topology.name(Topic.GRANTS), TableKind.GLOBAL),
+            ],
+            decode=self.states.decode,
+            dead_letter_topic=topology.name(Topic.DEAD_LETTER),
+            commit_interval_ms=settings.commit_interval_ms,
+            consumer_overrides=settings.consumer_overrides,
+            registry=metrics_registry,
+        )
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.app.start()
+
+    def close(self) -> None:
+        self.app.close()
+        self.tools.close()
+
+    def __enter__(self) -> PollTicker:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def run(self, stop: threading.Event) -> None:
+        """Step until ``stop``; a budget store outage defers single watchers, never the loop."""
+        self.start()
+        try:
+            while not stop.is_set():
+                self.step()
+        finally:
+            self.close()
+
+    # -- the step ------------------------------------------------------------------------
+
+    def step(self) -> StepReport:
+        """Consume inputs, then emit every tick due at the clock's ``now``."""
+        self.app.step(self.settings.poll_timeout_s)
+        if not self.app.assignment():
+            return StepReport()
+        self.app.catch_up()  # watchers and grants, so a pause or revocation applies (§10)
+        views = self._views
+        views.sync(self.app.tables())
+        now = self._clock.now()
+        self._guard.begin_step()
+        work, planned, deferred = self._plan(views, now)
+        calls = self._call_tools(work, now)
+        writes = [w for w in work if w.plan.persist or w.plan.ticks]
+        if not writes and not views.deletes:
+            return StepReport(planned, 0, calls, deferred)
+        observed = self._clock.now()
+        # Ticks are due because time passed, not because a record arrived: the runtime's
+        # timer-driven transaction carries the input offsets, the group metadata and the
+        # changelog of ``ticker-state`` exactly as a processed batch would.
+        ended = self.app.transaction(
+            lambda context_of: self._write(context_of, views, writes, now, observed)
+        )
+        if ended is not TransactionEnd.COMMITTED:
+            log.warning("tick transaction aborted: rebuilding the views and planning again")
+            views.invalidate()
+            return StepReport(planned, 0, calls, deferred, committed=False)
+        ticks = 0
+        for item in writes:
+            views.memory[item.key] = item.plan.memory
+            views.agenda.set(item.key, item.plan.next_check)
+            ticks += len(item.plan.ticks)
+            self._count(item.plan)
+        views.deletes.clear()
+        return StepReport(planned, ticks, calls, deferred)
+
+    def _plan(self, views: TickerViews, now: datetime) -> tuple[list[_Work], int, int]:
+        """Plan every watcher due at ``now``: (work to write, how many planned, deferred)."""
+        work: list[_Work] = []
+        deferred = 0
+        due = views.agenda.due(now)
+        for key in due:
+            watch = views.watch.get(key)
+            if watch is None:
+                continue
+            try:
+                plan = plan_watcher(
+                    watch.definition,
+                    watch.status,
+                    watch.activated_at,
+                    views.memory.get(key),
+                    now,
+                    grace=self.settings.grace,
+                )
+            except DefinitionError as exc:
+                log.error("watcher %s is not ticked: %s", key, exc)
+                continue
+            if is_closed(watch.status):
+                views.forget(key)
+                continue
+            if not (plan.persist or plan.ticks):
+                views.memory[key] = plan.memory
+                views.agenda.set(key, plan.next_check)
+                self._count(plan)
+                continue
+            verdict = BudgetVerdict.OK
+            if any(t.calls_tool for t in plan.ticks):
+                verdict = self._guard.budget(watch, now)
+                if verdict is BudgetVerdict.UNAVAILABLE:
+                    self.metrics.guarded.labels(Withheld.BUDGET_UNAVAILABLE.value).inc()
+                    deferred += 1
+                    views.agenda.set(key, now + _DEFER)
+                    continue
+            work.append(_Work(key, watch, plan, verdict))
+        return work, len(due), deferred
+
+    def _call_tools(self, work: list[_Work], now: datetime) -> int:
+        """Recheck grant and budget per watcher, then call the allowed tools concurrently."""
+        requests: list[ToolRequest] = []
+        slots: list[tuple[_Work, int]] = []
+        grants = self._grant_index()
+        for item in work:
+            poll = [i for i, tick in enumerate(item.plan.ticks) if tick.calls_tool]
+            if not poll:
+                continue
+            definition = item.watch.definition
+            mine = () if grants is None else grants.of(definition.tenant_id, definition.user_id)
+            withheld = self._guard.withheld(item.watch, item.budget, mine, now)
+            for index in poll:
+                if withheld is not None:
+                    item.results[index] = ToolResult.failed(ErrorCode.REJECTED)
+                    self.metrics.guarded.labels(withheld.value).inc()
+                    continue
+                requests.append(tool_request(item.watch, item.plan.ticks[index]))
+                slots.append((item, index))
+        for (item, index), result in zip(slots, self.tools.call_all(requests), strict=True):
+            item.results[index] = result
+        return len(requests)
+
+    def _write(
+        self,
+        context_of: Callable[[int], ProcessContext],
+        views: TickerViews,
+        writes: list[_Work],
+        now: datetime,
+        observed: datetime,
+    ) -> None:
+        registry = self._registry
+        for key, partition in views.deletes.items():
+            state = views.state.get(partition)
+            if state is not None:
+                state.delete(key)
+        for item in writes:
+            partition = views.partition[item.key]
+            ctx = context_of(partition)
+            for record in self._tick_records(item, now, observed):
+                ctx.produce(self._ticks, record.source_id, encode_tick(registry, record), partition)
+            memory = encode_memory(
+                registry, item.watch.parts, item.watch.source_id, item.plan.memory, now
+            )
+            views.state[partition].set(item.key, memory)
+
+    @staticmethod
+    def _tick_records(item: _Work, now: datetime, observed: datetime) -> Iterator[TickRecord]:
+        tenant_id, user_id, watcher_id = item.watch.parts
+        for index, tick in enumerate(item.plan.ticks):
+            result = item.results.get(index)
+            yield TickRecord(
+                kind=tick.kind,
+                tenant_id=tenant_id,
+                user_id=user_id,
+                watcher_id=watcher_id,
+                watcher_version=item.watch.version,
+                source_id=item.watch.source_id,
+                scheduled_at=tick.scheduled_at,
+                observed_at=observed if result is not None else now,
+                payload=None if result is None else result.payload,
+                tool_error=None if result is None else result.error,
+                usage_tokens=0 if result is None else result.tokens,
+                usage_micro_usd=0 if result is None else result.micro_usd,
+                late=tick.late,
+            )
+
+    def _count(self, plan: WatcherPlan) -> None:
+        metrics = self.metrics
+        for tick in plan.ticks:
+            metrics.due.labels(tick.kind.value).inc()
+        if plan.missed and plan.policy is not None:
+            fired = plan.missed - plan.dropped
+            if fired:
+                metrics.missed.labels(plan.policy, "fired").inc(fired)
+            if plan.dropped:
+                metrics.missed.labels(plan.policy, "dropped").inc(plan.dropped)
+
+    def _grant_index(self) -> GrantIndex | None:
+        if self._grants is None:
+            for table in self.app.tables():
+                if table.spec.name == _GRANTS and table.spec.kind is TableKind.GLOBAL:
+                    self._grants = GrantIndex(table, self._registry)
+                    break
+        else:
+            self._grants.refresh()
+        return self._grants

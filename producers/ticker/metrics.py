@@ -1,0 +1,60 @@
+"""The poll ticker's Prometheus metrics: due instants, missed instants by policy, ticks written,
+deferrals, and the governed tools' latency and errors by code.
+
+Owns the names and labels, created once per registry (a process may run several tickers in
+tests). Leaves out serving them (``pipeline/cli``) and the runtime's own metrics.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter
+
+from pipeline.runtime.metrics import per_registry
+from producers.ticker.tools.base import ToolMetrics
+
+__all__ = ["TickerMetrics", "ticker_metrics"]
+
+
+@dataclass(frozen=True, slots=True)
+class TickerMetrics:
+    due: Counter  # labels: kind (poll | schedule | expiry)
+    missed: Counter  # labels: policy (skip | latest | bounded), fate (fired | dropped)
+    guarded: (
+        Counter  # labels: reason (authorization_denied | budget_exhausted | budget_unavailable)
+    )
+    tools: ToolMetrics
+
+
+def ticker_metrics(registry: CollectorRegistry = REGISTRY) -> TickerMetrics:
+    """The ticker's metrics in ``registry``, created on first use."""
+    return _made(registry)
+
+
+def _create(registry: CollectorRegistry) -> TickerMetrics:
+    return TickerMetrics(
+        due=Counter(
+            "vigil_ticker_due_instants",
+            "Ticks written, by kind (poll, schedule, expiry).",
+            ["kind"],
+            registry=registry,
+        ),
+        missed=Counter(
+            "vigil_ticker_missed_instants",
+            "Instants due while nothing ran, by missed-run policy and fate (fired or dropped).",
+            ["policy", "fate"],
+            registry=registry,
+        ),
+        guarded=Counter(
+            "vigil_ticker_tool_calls_withheld",
+            "Tool calls not made: grant revoked, evaluation budget exhausted, or the budget "
+            "store unavailable (the tick is deferred).",
+            ["reason"],
+            registry=registry,
+        ),
+        tools=ToolMetrics.create(registry),
+    )
+
+
+_made = per_registry(_create)

@@ -1,0 +1,103 @@
+"""The pinned evaluators' state inside ``ticker-state``: fed by events, read by the tools.
+
+Owns :class:`PinnedStates`, the ticker's decoder and processor for ``events`` (only events of a
+pinned evaluator's type — ``workflow.run.status``, ``agent.session.state`` — are decoded; every
+other record is not the ticker's to judge and the evaluator dead-letters what does not decode)
+and the :class:`~producers.ticker.tools.pinned.StateLookup` the evaluators read. The latest state per
+``(event type, tenant, id)`` is written to the owned ``ticker-state`` table of the event's
+partition, in the transaction that commits the event's offset, so a restart restores it; an
+older observation never replaces a newer one. Where this table lives and why is explained in
+``producers.ticker.tools.pinned``.
+
+Left out: the tools (``producers.ticker.tools.pinned``) and the runtime's transactions.
+"""
+
+from __future__ import annotations
+
+import json
+
+from confluent_kafka import Message
+
+from pipeline.kafka.partitioner import partition_for
+from pipeline.kafka.serde import SchemaRegistry
+from pipeline.records.tick import decode_ticker_state, encode_pinned
+from pipeline.rules.errors import SerdeError, UnknownSchemaError
+from pipeline.runtime.app import InputRecord, ProcessContext
+from pipeline.runtime.tables import Table
+from producers.ticker.tools.pinned import PINNED, PinnedState, state_from_event, state_key
+from producers.ticker.views import STATE, TickerViews
+
+__all__ = ["PinnedStates"]
+
+
+class PinnedStates:
+    """Latest run and session states in this member's ``ticker-state`` partitions."""
+
+    def __init__(
+        self, registry: SchemaRegistry, events_topic: str, partitions: int, views: TickerViews
+    ) -> None:
+        self._registry = registry
+        self._events = events_topic
+        self._partitions = partitions
+        self._views = views
+
+    def decode(self, msg: Message) -> PinnedState | None:
+        """The state an ``events`` record reports, or None (``watchers`` records included)."""
+        raw = msg.value()
+        if msg.topic() != self._events or raw is None:
+            return None
+        try:
+            record_type, value = self._registry.decode(raw)
+        except UnknownSchemaError:
+            raise  # a newer writer: the runtime pauses the partition until this build is newer
+        except SerdeError:
+            return None
+        if record_type != "event" or value.get("event_type") not in PINNED:
+            return None
+        try:
+            payload = json.loads(value["payload"])
+        except ValueError:
+            return None
+        if not isinstance(payload, dict):
+            return None
+        return state_from_event(
+            value["event_type"],
+            value["source_id"],
+            value["event_id"],
+            value["observed_at"],
+            payload,
+        )
+
+    def process(self, batch: list[InputRecord], ctx: ProcessContext) -> None:
+        """Keep the newest state per key, in the open transaction."""
+        table = ctx.table(STATE)
+        for record in batch:
+            state = record.value
+            if not isinstance(state, PinnedState):
+                continue
+            if partition_for(state.source_id, self._partitions) != ctx.partition:
+                continue  # a foreign producer's placement: the evaluator re-routes it here
+            if state.newer_than(self._stored(table, state.key)):
+                table.set(state.key, encode_pinned(self._registry, state))
+
+    def latest(self, event_type: str, tenant_id: str, subject_id: str) -> PinnedState | None:
+        """:class:`~producers.ticker.tools.pinned.StateLookup`: this member's partition of the state."""
+        spec = PINNED.get(event_type)
+        if spec is None:
+            return None
+        partition = partition_for(spec.source_prefix + subject_id, self._partitions)
+        table = self._views.state.get(partition)
+        if table is None:
+            return None
+        state = self._stored(table, state_key(event_type, tenant_id, subject_id))
+        return state if state is not None and state.tenant_id == tenant_id else None
+
+    def _stored(self, table: Table, key: str) -> PinnedState | None:
+        raw = table.get(key)
+        if raw is None:
+            return None
+        try:
+            found = decode_ticker_state(self._registry, raw)
+        except SerdeError:
+            return None  # unreadable state is no state: the evaluator answers unavailable
+        return found if isinstance(found, PinnedState) else None

@@ -1,0 +1,171 @@
+"""The pinned evaluators of agent watches: ``workflow.run.status@v1`` and
+``agent.session.state@v1`` (seed 003), over the latest state of one run or one session.
+
+Where the state lives: upstream services publish the state of a run or a session as ordinary
+events on ``events`` — event type ``workflow.run.status`` (payload ``{"tenant_id", "run_id",
+"status", ...}``) or ``agent.session.state`` (payload ``{"tenant_id", "session_id", "state",
+...}``) — with ``source_id`` ``run:<run_id>`` or ``session:<session_id>``. The poll ticker reads
+those events from the ``events`` partitions it is assigned and keeps the latest per
+``(evaluator, tenant_id, id)`` in its own compacted ``ticker-state`` (key
+``["<event type>","<tenant_id>","<id>"]``), in the transaction that commits the events' offsets.
+An agent watch on run ``r-81`` uses ``source_id`` ``run:r-81``, so the watch, its state events,
+its ticks and its state all live in one partition: no remote lookup, and a restart restores it.
+
+An evaluator answers the stored payload as the evidence; it looks only inside the watch's own
+tenant (another tenant's run of the same id is invisible), a session watch reads only its owning
+session, and a watch whose ``source_id`` breaks the convention is ``rejected``. No state yet is
+``unavailable`` (no truth claim; the next cadence retries).
+
+Left out: the table itself (``producers.ticker.loop`` holds it; this module reads it through
+:class:`StateLookup`) and the condition (the watcher's own, evaluated by ``pipeline.rules.evaluation``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Final, Protocol
+
+from pipeline.rules.keys import canonical_json
+from pipeline.rules.outcomes import ErrorCode
+from producers.ticker.tools.base import ToolRequest, ToolResult
+
+__all__ = [
+    "AGENT_SESSION",
+    "PINNED",
+    "WORKFLOW_RUN",
+    "PinnedEvaluator",
+    "PinnedSpec",
+    "PinnedState",
+    "StateLookup",
+    "spec_for_event",
+    "state_from_event",
+    "state_key",
+]
+
+_MAX_ID: Final = 200
+
+
+@dataclass(frozen=True, slots=True)
+class PinnedSpec:
+    """One pinned evaluator: its tool key, the event type that feeds it, and its fields."""
+
+    tool: str
+    event_type: str
+    id_field: str
+    state_field: str
+    source_prefix: str
+    owning_session: bool  # the target must be the watch's own session
+
+
+WORKFLOW_RUN: Final = PinnedSpec(
+    tool="workflow.run.status@v1",
+    event_type="workflow.run.status",
+    id_field="run_id",
+    state_field="status",
+    source_prefix="run:",
+    owning_session=False,
+)
+AGENT_SESSION: Final = PinnedSpec(
+    tool="agent.session.state@v1",
+    event_type="agent.session.state",
+    id_field="session_id",
+    state_field="state",
+    source_prefix="session:",
+    owning_session=True,
+)
+PINNED: Final[Mapping[str, PinnedSpec]] = {s.event_type: s for s in (WORKFLOW_RUN, AGENT_SESSION)}
+
+
+@dataclass(frozen=True, slots=True)
+class PinnedState:
+    """The latest known state of one run or session, as an event reported it."""
+
+    event_type: str
+    tenant_id: str
+    subject_id: str
+    source_id: str
+    event_id: str
+    observed_at: datetime
+    payload: Mapping[str, Any]
+
+    @property
+    def key(self) -> str:
+        return state_key(self.event_type, self.tenant_id, self.subject_id)
+
+    def newer_than(self, other: PinnedState | None) -> bool:
+        """Latest wins by observation time; a replayed older event never rolls state back."""
+        return other is None or self.observed_at >= other.observed_at
+
+
+def state_key(event_type: str, tenant_id: str, subject_id: str) -> str:
+    """The ``ticker-state`` key of one run's or session's state (RFC 8785 JSON array)."""
+    return canonical_json([event_type, tenant_id, subject_id]).decode("utf-8")
+
+
+def spec_for_event(event_type: str) -> PinnedSpec | None:
+    return PINNED.get(event_type)
+
+
+def _text(value: object) -> str | None:
+    if isinstance(value, str) and 0 < len(value) <= _MAX_ID:
+        return value
+    return None
+
+
+def state_from_event(
+    event_type: str,
+    source_id: str,
+    event_id: str,
+    observed_at: datetime,
+    payload: Mapping[str, Any],
+) -> PinnedState | None:
+    """The state an event reports, or ``None`` when it does not feed a pinned evaluator (another
+    type, a missing tenant, id or state, or a ``source_id`` off the convention)."""
+    spec = PINNED.get(event_type)
+    if spec is None:
+        return None
+    tenant_id = _text(payload.get("tenant_id"))
+    subject_id = _text(payload.get(spec.id_field))
+    if tenant_id is None or subject_id is None or _text(payload.get(spec.state_field)) is None:
+        return None
+    if source_id != spec.source_prefix + subject_id:
+        return None
+    return PinnedState(
+        event_type, tenant_id, subject_id, source_id, event_id, observed_at, dict(payload)
+    )
+
+
+class StateLookup(Protocol):
+    """Where the evaluators read the latest state (the ticker's ``ticker-state`` table)."""
+
+    def latest(self, event_type: str, tenant_id: str, subject_id: str) -> PinnedState | None: ...
+
+
+class PinnedEvaluator:
+    """A version-pinned evaluator tool over one kind of state."""
+
+    def __init__(self, spec: PinnedSpec, lookup: StateLookup) -> None:
+        self._spec = spec
+        self._lookup = lookup
+
+    @property
+    def key(self) -> str:
+        return self._spec.tool
+
+    @property
+    def timeout(self) -> timedelta:
+        return timedelta(seconds=1)  # an in-memory read
+
+    def call(self, request: ToolRequest) -> ToolResult:
+        spec = self._spec
+        target = request.target
+        if target is None or request.source_id != spec.source_prefix + target:
+            return ToolResult.failed(ErrorCode.REJECTED)
+        if spec.owning_session and target != request.session_id:
+            return ToolResult.failed(ErrorCode.REJECTED)
+        state = self._lookup.latest(spec.event_type, request.tenant_id, target)
+        if state is None or state.tenant_id != request.tenant_id:
+            return ToolResult.failed(ErrorCode.UNAVAILABLE)
+        return ToolResult.ok(state.payload)

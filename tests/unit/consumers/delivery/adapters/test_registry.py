@@ -1,0 +1,313 @@
+"""Adapters from configuration, and what the I/O-free adapters produce (log, console, in_app).
+
+HTTP adapters are exercised against a real receiver in tests/integration/test_adapters.py.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from consumers.delivery.adapters import (
+    AdapterKind,
+    AdapterRegistry,
+    Delivery,
+    SendResult,
+    build_adapters,
+    webhook_body,
+)
+from consumers.delivery.adapters.chat import MAX_TEXT, chat_text
+from consumers.delivery.adapters.in_app import InAppAdapter, InAppConfig
+from pipeline.clock import ManualClock
+from pipeline.config import parse_config
+from pipeline.kafka.serde import default_registry
+from pipeline.rules.errors import ConfigError
+from pipeline.rules.keys import subject_key
+from pipeline.rules.outbox import OutboxEntry, OutboxRetry
+from pipeline.rules.outcomes import ErrorCode, Outcome
+
+pytestmark = pytest.mark.unit
+
+KEY = "ab" * 32
+NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
+SECRET = "whsec_c2VjcmV0LWtleS1ieXRlcw=="
+TOKEN = "123456:telegram-token-value"
+ENV = {"HOOK_SECRET": SECRET, "BOT_TOKEN": TOKEN}
+
+CONFIG: dict[str, Any] = {
+    "kafka": {"topic_prefix": "acme."},
+    "destinations": {
+        "ops-hook": {
+            "kind": "webhook",
+            "url": "http://127.0.0.1:9/hook",
+            "secret_env": "HOOK_SECRET",
+        },
+        "plain-hook": {"kind": "webhook", "url": "http://127.0.0.1:9/plain"},
+        "ledger": {"kind": "in_app"},
+        "audit": {"kind": "log"},
+    },
+    "chats": {
+        "me": {"kind": "console"},
+        "phone": {"kind": "telegram", "token_env": "BOT_TOKEN", "chat_id": 42},
+    },
+}
+
+
+def delivery(**changes: Any) -> Delivery:
+    fields: dict[str, Any] = {
+        "delivery_key": KEY,
+        "tenant_id": "acme",
+        "user_id": "u-42",
+        "watcher_id": "release-build-failed",
+        "outcome": Outcome.SATISFIED,
+        "trigger": {"kind": "event", "event_type": "build.finished", "event_id": "b-981"},
+        "evidence_digest": "cd" * 32,
+        "due_at": NOW,
+        "late": False,
+        "verb": "notify",
+        "target": "audit",
+    }
+    return Delivery(**(fields | changes))
+
+
+@pytest.fixture
+def stdout() -> io.StringIO:
+    return io.StringIO()
+
+
+@pytest.fixture
+def registry(stdout: io.StringIO) -> Any:
+    with build_adapters(
+        parse_config(CONFIG), environ=ENV, stdout=stdout, clock=ManualClock(NOW)
+    ) as built:
+        yield built
+
+
+# --- the registry ----------------------------------------------------------------------------
+
+
+def test_build_adapters_makes_one_adapter_of_the_right_kind_per_name(
+    registry: AdapterRegistry,
+) -> None:
+    kinds = {name: adapter.kind for name in registry.targets if (adapter := registry.resolve(name))}
+    assert kinds == {
+        "ops-hook": AdapterKind.WEBHOOK,
+        "plain-hook": AdapterKind.WEBHOOK,
+        "ledger": AdapterKind.IN_APP,
+        "audit": AdapterKind.LOG,
+        "me": AdapterKind.CONSOLE,
+        "phone": AdapterKind.CHAT,
+    }
+
+
+def test_resolve_unknown_target_returns_none(registry: AdapterRegistry) -> None:
+    assert registry.resolve("nowhere") is None
+
+
+def test_send_to_unknown_target_fails_closed_as_rejected_and_sends_nothing(
+    registry: AdapterRegistry, stdout: io.StringIO
+) -> None:
+    result = registry.send(delivery(target="nowhere"))
+    assert (result.ok, result.error) == (False, ErrorCode.REJECTED)
+    assert stdout.getvalue() == ""
+
+
+@pytest.mark.parametrize(
+    ("missing", "key"),
+    [("HOOK_SECRET", "destinations.ops-hook.secret_env"), ("BOT_TOKEN", "chats.phone.token_env")],
+)
+def test_build_adapters_with_unset_secret_variable_refuses_naming_the_variable(
+    missing: str, key: str
+) -> None:
+    env = {name: value for name, value in ENV.items() if name != missing}
+    with pytest.raises(ConfigError, match=f"{key}: environment variable {missing}"):
+        build_adapters(parse_config(CONFIG), environ=env)
+
+
+def test_build_adapters_never_shows_secrets_in_reprs(registry: AdapterRegistry) -> None:
+    adapters = [registry.resolve(name) for name in sorted(registry.targets)]
+    shown = " ".join(repr(a) for a in adapters) + " ".join(
+        repr(getattr(a, "_config", None)) for a in adapters
+    )
+    assert SECRET not in shown
+    assert "telegram-token-value" not in shown
+
+
+class _Broken:
+    kind = AdapterKind.LOG
+
+    def send(self, delivery: Delivery) -> SendResult:
+        raise RuntimeError("boom with private text http://x/botTOKEN/")
+
+    def close(self) -> None:
+        pass
+
+
+def test_send_through_a_crashing_adapter_is_internal_and_logs_only_the_type(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.ERROR)
+    result = AdapterRegistry({"x": _Broken()}).send(delivery(target="x"))
+    assert (result.ok, result.error) == (False, ErrorCode.INTERNAL)
+    assert "RuntimeError" in caplog.text
+    assert "private text" not in caplog.text
+
+
+# --- the interface -----------------------------------------------------------------------------
+
+
+def test_send_result_refuses_ok_with_an_error_and_failure_without_one() -> None:
+    with pytest.raises(ValueError):
+        SendResult(ok=True, error=ErrorCode.TIMEOUT)
+    with pytest.raises(ValueError):
+        SendResult(ok=False)
+    assert SendResult.failed(ErrorCode.HTTP_5XX).label == "http_5xx"
+
+
+def test_webhook_body_is_canonical_json_with_the_designed_fields() -> None:
+    body = webhook_body(delivery())
+    data = json.loads(body)
+    assert set(data) == {
+        "delivery_key",
+        "watcher_id",
+        "tenant_id",
+        "user_id",
+        "outcome",
+        "trigger",
+        "evidence_digest",
+        "due_at",
+        "late",
+        "text",
+    }
+    assert (data["delivery_key"], data["outcome"], data["text"]) == (KEY, "satisfied", None)
+    assert data["due_at"] == "2026-11-29T12:00:00.000000Z"
+    assert body == json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
+
+
+def test_delivery_from_outbox_entry_carries_the_entry_fields() -> None:
+    entry = OutboxEntry(
+        delivery_key=KEY,
+        tenant_id="acme",
+        user_id="u-42",
+        watcher_id="schedule:me:standup",
+        watcher_version=3,
+        source_id="schedule:me",
+        purpose="schedule",
+        trigger={"kind": "schedule", "scheduled_at": "2026-11-29T08:00:00Z"},
+        outcome=Outcome.SATISFIED,
+        verb="send",
+        target="me",
+        text="stand-up",
+        due_at=NOW,
+        late=True,
+        created_at=NOW,
+        retry=OutboxRetry(max_attempts=8, base=timedelta(seconds=5), cap=timedelta(hours=1)),
+        delivery_retention=timedelta(days=30),
+        wake_session=True,
+        session_id="s-1",
+    )
+    made = Delivery.from_entry(entry)
+    assert (made.delivery_key, made.verb, made.target, made.text, made.late) == (
+        KEY,
+        "send",
+        "me",
+        "stand-up",
+        True,
+    )
+    assert (made.wake_session, made.session_id, made.trigger) == (True, "s-1", entry.trigger)
+
+
+# --- log, console, chat text -------------------------------------------------------------------
+
+
+def test_log_adapter_writes_one_json_line_per_delivery(
+    registry: AdapterRegistry, stdout: io.StringIO
+) -> None:
+    first = registry.send(delivery())
+    second = registry.send(delivery(delivery_key="ef" * 32, text="hello"))
+    lines = stdout.getvalue().splitlines()
+    assert first.ok and second.ok
+    assert len(lines) == 2
+    parsed = [json.loads(line) for line in lines]
+    assert parsed[0] == json.loads(webhook_body(delivery())) | {"verb": "notify", "target": "audit"}
+    assert (parsed[1]["delivery_key"], parsed[1]["text"]) == ("ef" * 32, "hello")
+
+
+def test_log_adapter_on_a_closed_stream_is_unavailable() -> None:
+    closed = io.StringIO()
+    closed.close()
+    with build_adapters(parse_config(CONFIG), environ=ENV, stdout=closed) as built:
+        result = built.send(delivery())
+    assert (result.ok, result.error) == (False, ErrorCode.UNAVAILABLE)
+
+
+def test_console_adapter_prints_the_text_with_repeat_risk(
+    registry: AdapterRegistry, stdout: io.StringIO
+) -> None:
+    result = registry.send(delivery(target="me", verb="send", text="stand-up in 5"))
+    assert stdout.getvalue() == "stand-up in 5\n"
+    assert (result.ok, result.repeat_risk) == (True, True)
+
+
+def test_chat_text_of_a_late_one_shot_says_late_and_when_it_was_due() -> None:
+    text = chat_text(delivery(verb="send", text="hi", late=True))
+    assert text == "hi\n(late: this was due at 2026-11-29T12:00:00Z)"
+
+
+def test_chat_text_of_a_notify_names_the_watcher_and_outcome() -> None:
+    assert chat_text(delivery()) == "release-build-failed: satisfied"
+
+
+def test_chat_text_longer_than_the_limit_is_cut_to_it() -> None:
+    text = chat_text(delivery(text="x" * (MAX_TEXT + 10)))
+    assert len(text) == MAX_TEXT
+    assert text.endswith("…")
+
+
+# --- in_app ------------------------------------------------------------------------------------
+
+
+def test_in_app_send_returns_a_ledger_record_keyed_by_subject_for_the_transaction(
+    registry: AdapterRegistry,
+) -> None:
+    result = registry.send(delivery(target="ledger", verb="send", text="hi"))
+    assert result.ok
+    assert result.after_commit == ()
+    (record,) = result.records
+    assert record.topic == "acme.notifications"
+    assert record.key == subject_key("acme", "u-42").encode()
+    record_type, value = default_registry().decode(record.value)
+    assert record_type == "notification"
+    assert (value["kind"], value["delivery_key"], value["text"], value["verb"]) == (
+        "notification",
+        KEY,
+        "hi",
+        "send",
+    )
+    assert json.loads(value["trigger"]) == delivery().trigger
+    assert value["created_at"] == NOW
+    assert value["due_at"] == NOW
+
+
+def test_in_app_with_wake_session_adds_a_content_free_wake_after_commit() -> None:
+    adapter = InAppAdapter(InAppConfig(topic="vigil.notifications"), clock=ManualClock(NOW))
+    result = adapter.send(
+        delivery(target="ledger", verb="send", text="private", wake_session=True, session_id="s-1")
+    )
+    (wake,) = result.after_commit
+    assert wake.key == result.records[0].key
+    _, value = default_registry().decode(wake.value)
+    assert (value["kind"], value["delivery_key"], value["session_id"]) == ("wake", KEY, "s-1")
+    assert value["text"] is None and value["trigger"] is None and value["outcome"] is None
+    assert b"private" not in wake.value
+
+
+def test_in_app_with_unencodable_text_is_rejected() -> None:
+    adapter = InAppAdapter(InAppConfig(topic="vigil.notifications"), clock=ManualClock(NOW))
+    result = adapter.send(delivery(trigger={"kind": "event", "event_id": "\ud800"}))
+    assert (result.ok, result.error, result.records) == (False, ErrorCode.REJECTED, ())

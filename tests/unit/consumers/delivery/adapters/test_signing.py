@@ -1,0 +1,101 @@
+"""Standard Webhooks signing: the published vector, key forms, and the receiver's checks."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+
+import pytest
+
+from consumers.delivery.adapters.signing import Verification, sign, signing_key, verify
+from pipeline.rules.errors import ConfigError
+
+pytestmark = pytest.mark.unit
+
+# The Standard Webhooks specification's test vector (also the Svix libraries' own test).
+SPEC_SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+SPEC_ID = "msg_p5jXN8AQM9LWM0D4loKWxJek"
+SPEC_TIMESTAMP = 1614265330
+SPEC_BODY = b'{"test": 2432232314}'
+SPEC_SIGNATURE = "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="
+
+
+def _headers(
+    signature: str, msg_id: str = SPEC_ID, timestamp: int = SPEC_TIMESTAMP
+) -> dict[str, str]:
+    return {
+        "webhook-id": msg_id,
+        "webhook-timestamp": str(timestamp),
+        "webhook-signature": signature,
+    }
+
+
+def test_sign_with_whsec_secret_reproduces_the_specification_vector() -> None:
+    key = signing_key(SPEC_SECRET)
+    assert sign(key, SPEC_ID, SPEC_TIMESTAMP, SPEC_BODY) == SPEC_SIGNATURE
+
+
+def test_signing_key_without_prefix_uses_the_raw_utf8_bytes() -> None:
+    key = signing_key("plain-sécret")
+    expected = hmac.new(
+        "plain-sécret".encode(), f"{SPEC_ID}.{SPEC_TIMESTAMP}.".encode() + SPEC_BODY, hashlib.sha256
+    ).digest()
+    assert key == "plain-sécret".encode()
+    assert (
+        sign(key, SPEC_ID, SPEC_TIMESTAMP, SPEC_BODY) == "v1," + base64.b64encode(expected).decode()
+    )
+
+
+@pytest.mark.parametrize("secret", ["", "whsec_", "whsec_not*base64!"])
+def test_signing_key_with_unusable_secret_raises_config_error_without_echoing_it(
+    secret: str,
+) -> None:
+    with pytest.raises(ConfigError) as raised:
+        signing_key(secret)
+    if secret.removeprefix("whsec_"):
+        assert secret.removeprefix("whsec_") not in str(raised.value)
+
+
+def test_verify_with_the_right_key_and_fresh_timestamp_is_valid() -> None:
+    key = signing_key(SPEC_SECRET)
+    assert (
+        verify(key, _headers(SPEC_SIGNATURE), SPEC_BODY, SPEC_TIMESTAMP + 10) is Verification.VALID
+    )
+
+
+def test_verify_with_a_wrong_secret_finds_no_match() -> None:
+    wrong = signing_key("whsec_" + base64.b64encode(b"another key").decode())
+    assert (
+        verify(wrong, _headers(SPEC_SIGNATURE), SPEC_BODY, SPEC_TIMESTAMP) is Verification.NO_MATCH
+    )
+
+
+def test_verify_with_an_altered_body_finds_no_match() -> None:
+    key = signing_key(SPEC_SECRET)
+    assert verify(key, _headers(SPEC_SIGNATURE), SPEC_BODY + b" ", SPEC_TIMESTAMP) is (
+        Verification.NO_MATCH
+    )
+
+
+def test_verify_accepts_any_of_several_signatures_during_key_rotation() -> None:
+    key = signing_key(SPEC_SECRET)
+    header = f"v1,bm9wZQ== v2,whatever {SPEC_SIGNATURE}"
+    assert verify(key, _headers(header), SPEC_BODY, SPEC_TIMESTAMP) is Verification.VALID
+
+
+@pytest.mark.parametrize("skew", [-301, 301])
+def test_verify_outside_the_tolerance_reports_a_stale_timestamp(skew: int) -> None:
+    key = signing_key(SPEC_SECRET)
+    assert verify(key, _headers(SPEC_SIGNATURE), SPEC_BODY, SPEC_TIMESTAMP + skew) is (
+        Verification.STALE_TIMESTAMP
+    )
+
+
+def test_verify_with_missing_or_malformed_headers_says_which() -> None:
+    key = signing_key(SPEC_SECRET)
+    headers = _headers(SPEC_SIGNATURE)
+    del headers["webhook-signature"]
+    assert verify(key, headers, SPEC_BODY, SPEC_TIMESTAMP) is Verification.MISSING_HEADERS
+    bad = _headers(SPEC_SIGNATURE) | {"webhook-timestamp": "soon"}
+    assert verify(key, bad, SPEC_BODY, SPEC_TIMESTAMP) is Verification.BAD_TIMESTAMP

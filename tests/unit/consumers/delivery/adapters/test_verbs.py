@@ -1,0 +1,91 @@
+"""Fired ``prompt`` and ``run`` entries where delivery runs: a two-step prompt, a started run."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from consumers.delivery.adapters.verbs import VerbExecutor
+from pipeline.clock import ManualClock
+from pipeline.control.agent import AgentRunner, AgentTokens
+from pipeline.control.run import ScriptRunner
+from pipeline.kafka.serde import default_registry
+from pipeline.records.evaluator import decode_outbox_entry
+from pipeline.rules.commands.immediate import immediate_entry
+from pipeline.rules.keys import derived_delivery_key
+from pipeline.rules.outbox import OutboxEntry
+from pipeline.rules.outcomes import ErrorCode
+
+pytestmark = pytest.mark.unit
+
+NOW = datetime(2026, 12, 1, 7, 0, 5, tzinfo=UTC)
+
+
+def _fired(verb: str, **fields: object) -> OutboxEntry:
+    base = immediate_entry(
+        tenant_id="t", user_id="u", verb="send", request_id="r1", chat="me", now=NOW, text="x"
+    )
+    update: dict[str, object] = {
+        "watcher_id": "schedule:me:digest",
+        "watcher_version": 1,
+        "source_id": "schedule:me",
+        "trigger": {"kind": "schedule", "scheduled_at": "2026-12-01T07:00:00Z"},
+        "verb": verb,
+        "late": True,
+        "schedule_name": "digest",
+        "schedule_time": NOW - timedelta(seconds=5),
+        **fields,
+    }
+    return base.model_copy(update=update)
+
+
+def _executor(tmp_path: Path, agent_body: str) -> tuple[VerbExecutor, ScriptRunner]:
+    agent = tmp_path / "agent.sh"
+    agent.write_text("#!/bin/sh\n" + agent_body)
+    agent.chmod(0o700)
+    allow = tmp_path / "scripts"
+    allow.mkdir(exist_ok=True)
+    socket = tmp_path / "v.sock"
+    runner = ScriptRunner(allow, socket)
+    agents = AgentRunner([str(agent)], timedelta(seconds=10), socket, AgentTokens("t", "u"))
+    return VerbExecutor(agents, runner, "p.outbox", clock=ManualClock(NOW)), runner
+
+
+def test_fired_prompt_returns_its_answer_as_a_derived_send_entry(tmp_path: Path) -> None:
+    executor, _ = _executor(tmp_path, 'read l; echo "digest for $l"\n')
+    entry = _fired("prompt", text="today")
+    result = executor.execute(entry)
+    assert result.ok
+    [record] = result.records
+    assert record.topic == "p.outbox"
+    answer = decode_outbox_entry(default_registry(), record.value)
+    assert answer.delivery_key == derived_delivery_key(entry.delivery_key, "answer")
+    assert record.key == answer.delivery_key.encode()
+    assert (answer.verb, answer.text, answer.target) == ("send", "digest for today", "me")
+    assert answer.late and answer.watcher_id == "schedule:me:digest"
+
+
+def test_fired_prompt_whose_agent_fails_is_unavailable_and_writes_nothing(tmp_path: Path) -> None:
+    executor, _ = _executor(tmp_path, "exit 1\n")
+    result = executor.execute(_fired("prompt", text="today"))
+    assert result.error is ErrorCode.UNAVAILABLE and result.records == ()
+
+
+def test_fired_run_starts_the_script_with_its_schedule_context(tmp_path: Path) -> None:
+    executor, runner = _executor(tmp_path, "true\n")
+    out = tmp_path / "out.txt"
+    script = tmp_path / "scripts" / "job.sh"
+    script.write_text(f'#!/bin/sh\necho "$VIGIL_SCHEDULE_NAME|$VIGIL_SCHEDULE_TIME" > {out}\n')
+    script.chmod(0o700)
+    result = executor.execute(_fired("run", text=None, args=("job.sh",)))
+    runner.wait_all(10)
+    assert result.ok
+    assert out.read_text().strip() == "digest|2026-12-01T07:00:00Z"
+
+
+def test_fired_run_outside_the_allowlist_is_rejected(tmp_path: Path) -> None:
+    executor, _ = _executor(tmp_path, "true\n")
+    result = executor.execute(_fired("run", text=None, args=("/bin/true",)))
+    assert result.error is ErrorCode.REJECTED

@@ -1,0 +1,176 @@
+"""The evaluator's hot-path shortcuts give what the model paths give, and stay correct."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+import redis
+
+from consumers.evaluator.budgets import EvaluationBudgets
+from consumers.evaluator.plan import Plan
+from pipeline.kafka.serde import default_registry
+from pipeline.records.evaluator import (
+    encode_outbox_entry,
+    encode_receipt,
+    encode_state,
+    trigger_json_text,
+)
+from pipeline.rules.authz import Action, Grant
+from pipeline.rules.budgets import BudgetCaps, BudgetVerdict
+from pipeline.rules.commands.apply import GrantRecord
+from pipeline.rules.definition import WatcherDefinition
+from pipeline.rules.evaluation import evaluate, recorded_budget
+from pipeline.rules.evidence import Evidence, EvidenceKind
+from pipeline.rules.lifecycle import WatcherStatus
+from pipeline.rules.outbox import OutboxEntry
+from pipeline.rules.receipts import Receipt
+from pipeline.rules.watcher_state import WatcherState
+from pipeline.runtime.tables import Table, TableKind, TableSpec
+from pipeline.runtime.views import GrantIndex, Watch
+
+pytestmark = pytest.mark.unit
+
+NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+REGISTRY = default_registry()
+
+
+def definition() -> WatcherDefinition:
+    body: dict[str, Any] = {
+        "watcher_id": "build-failed",
+        "purpose": "ops.alert",
+        "source": {"kind": "event", "source_id": "ci", "event_type": "build", "max_age": "10m"},
+        "condition": {"eq": ["status", "failed"]},
+        "delivery": {
+            "target": "ops-hook",
+            "quiet_hours": {"start": "22:00", "end": "07:00", "timezone": "Europe/Berlin"},
+        },
+        "expires_at": "2027-06-01T00:00:00Z",
+        "budgets": {"window": "1h", "evaluations": 10},
+        "privacy": {"retain_paths": ["status", "commit.sha"]},
+    }
+    return WatcherDefinition.from_json(body, tenant_id="acme", user_id="ann").with_version(2)
+
+
+def grant(grant_id: str = "g", until: datetime = NOW + timedelta(days=1)) -> Grant:
+    return Grant(
+        grant_id=grant_id,
+        tenant_id="acme",
+        user_id="ann",
+        purpose="ops.alert",
+        sources=frozenset({"ci"}),
+        actions=frozenset({Action.EVALUATE}),
+        until=until,
+    )
+
+
+def event(event_id: str = "b-1", status: str = "failed") -> Evidence:
+    return Evidence(
+        source_kind=EvidenceKind.EVENT,
+        source_id="ci",
+        observed_at=NOW,
+        event_type="build",
+        event_id=event_id,
+        payload={"status": status, "commit": {"sha": "abc", "author": "x"}},
+        position="events:0:7",
+    )
+
+
+def satisfied() -> Any:
+    state = WatcherState(version=2, status=WatcherStatus.ACTIVE)
+    return evaluate(definition(), state, event(), [grant()], NOW, recorded_budget(BudgetVerdict.OK))
+
+
+def test_receipt_and_outbox_fields_validate_into_the_models_the_evaluation_exposes() -> None:
+    result = satisfied()
+    assert Receipt(**result.receipt_fields) == result.receipt
+    assert OutboxEntry(**result.outbox_fields) == result.outbox
+    assert result.receipt.payload == {"status": "failed", "commit": {"sha": "abc"}}
+
+
+def test_records_encoded_from_fields_are_the_bytes_encoded_from_models() -> None:
+    result = satisfied()
+    text = trigger_json_text(result.receipt_fields["trigger"])
+    assert encode_receipt(REGISTRY, result.receipt_fields, "ci", text) == encode_receipt(
+        REGISTRY, result.receipt, "ci"
+    )
+    assert encode_outbox_entry(REGISTRY, result.outbox_fields, text) == encode_outbox_entry(
+        REGISTRY, result.outbox
+    )
+    state = result.next_state
+    key = ("acme", "ann", "build-failed")
+    assert encode_state(REGISTRY, key, "ci", state, NOW, text) == encode_state(
+        REGISTRY, key, "ci", state, NOW
+    )
+
+
+def test_a_pending_evaluation_has_no_outbox_fields_and_no_outbox() -> None:
+    state = WatcherState(version=2, status=WatcherStatus.ACTIVE)
+    result = evaluate(
+        definition(), state, event(status="ok"), [grant()], NOW, recorded_budget(BudgetVerdict.OK)
+    )
+    assert result.outbox_fields is None and result.outbox is None
+    assert result.receipt.delivery_key is None
+
+
+def grant_index(*grants: Grant) -> tuple[GrantIndex, Table]:
+    table = Table(TableSpec("grants", "grants", TableKind.GLOBAL), -1)
+    for g in grants:
+        table.apply(g.grant_id, REGISTRY.encode("grant", GrantRecord(g, NOW, "op").to_record()))
+    return GrantIndex(table, REGISTRY), table
+
+
+def test_grant_index_answers_the_same_tuple_until_a_grant_of_that_subject_changes() -> None:
+    index, table = grant_index(grant("g1"))
+    first = index.of("acme", "ann")
+    assert index.of("acme", "ann") is first
+    table.data["g2"] = REGISTRY.encode("grant", GrantRecord(grant("g2"), NOW, "op").to_record())
+    index.refresh()
+    second = index.of("acme", "ann")
+    assert second is not first and {g.grant_id for g in second} == {"g1", "g2"}
+
+
+def watch() -> Watch:
+    d = definition()
+    return Watch(
+        key='["acme","ann","build-failed"]',
+        parts=("acme", "ann", "build-failed"),
+        source_id="ci",
+        event_type="build",
+        version=2,
+        revision=1,
+        status=WatcherStatus.ACTIVE,
+        activated_at=None,
+        definition_json=None,
+        _definition=d,
+    )
+
+
+def plan(now: datetime) -> Plan:
+    # No network: EvaluationBudgets connects on its first charge, which these tests never make.
+    budgets = EvaluationBudgets(redis.Redis(host="127.0.0.1", port=1))
+    return Plan(budgets, BudgetCaps(window=timedelta(hours=1)), now)
+
+
+def test_an_allow_is_reused_while_its_grants_are_current_and_unexpired() -> None:
+    w, grants = watch(), (grant(),)
+    first = plan(NOW)._authorization(w, w.definition, grants)
+    again = plan(NOW + timedelta(hours=1))._authorization(w, w.definition, grants)
+    assert first.allowed and again is first
+
+
+def test_an_allow_is_decided_again_when_its_grant_has_ended() -> None:
+    w, grants = watch(), (grant(until=NOW + timedelta(minutes=5)),)
+    assert plan(NOW)._authorization(w, w.definition, grants).allowed
+    later = plan(NOW + timedelta(minutes=5))._authorization(w, w.definition, grants)
+    assert not later.allowed and "expired" in later.detail
+
+
+def test_an_allow_is_decided_again_when_the_subjects_grants_change() -> None:
+    w = watch()
+    first = plan(NOW)._authorization(w, w.definition, (grant("g1"),))
+    revoked = plan(NOW)._authorization(w, w.definition, ())
+    assert first.allowed and not revoked.allowed
+    regranted = plan(NOW)._authorization(w, w.definition, (grant("g2"),))
+    assert regranted.allowed and regranted.grant_id == "g2"

@@ -1,0 +1,82 @@
+"""The ticker's records: ticks as the evaluator reads them, ticker-state memories and states."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from pipeline.kafka.serde import default_registry
+from pipeline.records.evaluator import evidence_from_tick
+from pipeline.records.tick import (
+    TickRecord,
+    decode_ticker_state,
+    encode_memory,
+    encode_pinned,
+    encode_tick,
+)
+from pipeline.rules.errors import SerdeError
+from pipeline.rules.evidence import EvidenceKind
+from pipeline.rules.lifecycle import WatcherStatus
+from pipeline.rules.outcomes import ErrorCode
+from pipeline.rules.ticker import TickerMemory, TickKind
+from producers.ticker.tools.pinned import state_from_event
+
+pytestmark = pytest.mark.unit
+
+REGISTRY = default_registry()
+AT = datetime(2026, 11, 29, 10, 5, tzinfo=UTC)
+SEEN = datetime(2026, 11, 29, 10, 5, 1, 250_000, tzinfo=UTC)
+
+
+def test_poll_tick_reads_back_as_evidence_naming_its_watcher() -> None:
+    tick = TickRecord(
+        TickKind.POLL,
+        "acme",
+        "u-1",
+        "w-1",
+        3,
+        "run:r-1",
+        AT,
+        SEEN,
+        payload={"status": "running", "n": 1},
+        usage_tokens=7,
+        usage_micro_usd=12,
+    )
+    record_type, value = REGISTRY.decode(encode_tick(REGISTRY, tick))
+    assert record_type == "tick" and value["payload"] == '{"n":1,"status":"running"}'
+    evidence = evidence_from_tick(value, "ticks:0:1")
+    assert evidence.source_kind is EvidenceKind.POLL
+    assert evidence.watcher_key == ("acme", "u-1", "w-1")
+    assert (evidence.scheduled_at, evidence.observed_at) == (AT, SEEN)
+    assert (evidence.tokens, evidence.micro_usd) == (7, 12)
+    assert value["watcher_version"] == 3
+
+
+def test_failed_and_late_ticks_carry_code_and_flag_without_payload() -> None:
+    failed = TickRecord(
+        TickKind.POLL, "acme", "u-1", "w-1", 1, "status.a", AT, SEEN, tool_error=ErrorCode.REJECTED
+    )
+    late = TickRecord(
+        TickKind.SCHEDULE, "acme", "u-1", "w-2", 1, "schedule:me", AT, SEEN, late=True
+    )
+    _, failed_value = REGISTRY.decode(encode_tick(REGISTRY, failed))
+    _, late_value = REGISTRY.decode(encode_tick(REGISTRY, late))
+    assert (failed_value["payload"], failed_value["tool_error"]) == (None, "rejected")
+    assert evidence_from_tick(late_value, "p").late is True
+
+
+def test_memory_and_pinned_state_round_trip_through_ticker_state() -> None:
+    memory = TickerMemory(2, WatcherStatus.PAUSED, AT, final_done=True, expiry_done=True)
+    data = encode_memory(REGISTRY, ("acme", "u-1", "w-1"), "run:r-1", memory, SEEN)
+    assert decode_ticker_state(REGISTRY, data) == memory
+    payload = {"tenant_id": "acme", "run_id": "r-1", "status": "failed"}
+    state = state_from_event("workflow.run.status", "run:r-1", "e-9", SEEN, payload)
+    assert state is not None
+    assert decode_ticker_state(REGISTRY, encode_pinned(REGISTRY, state)) == state
+
+
+def test_ticker_state_with_both_or_neither_part_is_undecodable() -> None:
+    neither = REGISTRY.encode("ticker_state", {"watcher": None, "pinned": None})
+    with pytest.raises(SerdeError):
+        decode_ticker_state(REGISTRY, neither)

@@ -1,0 +1,263 @@
+"""The command processor's immediate ``send`` and the role verbs of schedules and answers: what
+the pure :func:`pipeline.rules.commands.apply.apply` decides and which outbox entry it yields."""
+
+from __future__ import annotations
+
+import itertools
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from pipeline.kafka.serde import SchemaRegistry, default_registry
+from pipeline.rules.authz import Action, Grant, Principal, Role, Verb
+from pipeline.rules.commands.apply import (
+    SEND_TEXT_MAX,
+    Command,
+    CommandOutcome,
+    CommandVerb,
+    GrantRecord,
+    RegistryEntry,
+    ResultCode,
+    apply,
+)
+from pipeline.rules.commands.context import role_verb
+from pipeline.rules.commands.immediate import daemon_grant
+from pipeline.rules.keys import derived_delivery_key, request_delivery_key
+from pipeline.rules.outcomes import Outcome
+
+pytestmark = pytest.mark.unit
+
+NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+T, U = "local", "me"
+_ids = itertools.count()
+
+OWNER = Principal(name="daemon:local/me", role=Role.USER, tenant_id=T, user_id=U)
+AGENT = Principal(name="agent:r-1", role=Role.AGENT, tenant_id=T, user_id=U, session_id="r-1")
+
+
+def control_grants(*chats: str, **changes: Any) -> dict[str, GrantRecord]:
+    """The daemon's grant over ``chats`` (default ``me``), optionally altered."""
+    _, spec = daemon_grant(T, U, chats or ("me",))
+    grant = Grant(
+        grant_id="g-control",
+        tenant_id=T,
+        user_id=U,
+        purpose=spec.purpose,
+        sources=frozenset(spec.sources),
+        targets=frozenset(spec.targets),
+        actions=frozenset(spec.actions),
+        until=spec.until,
+    )
+    return {"g-control": GrantRecord(grant.model_copy(update=changes), NOW, "op")}
+
+
+def command(verb: CommandVerb, principal: Principal = OWNER, **fields: Any) -> Command:
+    return Command(
+        request_id=f"r-{next(_ids)}",
+        verb=verb,
+        principal=principal,
+        tenant_id=T,
+        user_id=U,
+        issued_at=NOW,
+        **fields,
+    )
+
+
+def decide(
+    cmd: Command,
+    grants: dict[str, GrantRecord] | None = None,
+    view: dict[str, RegistryEntry] | None = None,
+) -> CommandOutcome:
+    return apply(cmd, view or {}, control_grants() if grants is None else grants, NOW)
+
+
+def refusal(outcome: CommandOutcome) -> tuple[ResultCode, str | None]:
+    error = outcome.result.error
+    assert error is not None, outcome.result
+    assert not (outcome.outbox or outcome.registry or outcome.watchers or outcome.lifecycle)
+    return error.code, error.field
+
+
+def schedule(name: str = "n", chat: str = "me", text: str = "hi") -> dict[str, Any]:
+    return {
+        "watcher_id": f"schedule:{chat}:{name}",
+        "purpose": "control.chat",
+        "source": {"kind": "schedule", "at": "2026-11-29T13:00:00Z"},
+        "delivery": {"target": chat, "verb": "send", "text": text},
+    }
+
+
+# --- send -----------------------------------------------------------------------------------
+
+
+def test_send_yields_one_outbox_entry_keyed_by_the_request_delivery_key() -> None:
+    cmd = command(CommandVerb.SEND, target="me", text="deploy finished")
+    outcome = decide(cmd)
+    [entry] = outcome.outbox
+    key = request_delivery_key(tenant_id=T, user_id=U, verb="send", request_id=cmd.request_id)
+    assert entry.delivery_key == key
+    assert (entry.verb, entry.target, entry.text, entry.outcome) == (
+        "send",
+        "me",
+        "deploy finished",
+        Outcome.SATISFIED,
+    )
+    assert (entry.watcher_id, entry.source_id, entry.purpose) == (
+        "verb:send",
+        "control",
+        "control.chat",
+    )
+    assert (entry.due_at, entry.created_at) == (NOW, NOW)
+    assert outcome.result.result == {
+        "delivery_key": key,
+        "target": "me",
+        "request_id": cmd.request_id,
+    }
+    assert not (outcome.registry or outcome.watchers or outcome.lifecycle or outcome.grants)
+
+
+def test_a_retried_send_command_yields_the_same_key() -> None:
+    cmd = command(CommandVerb.SEND, target="me", text="x")
+    assert decide(cmd).outbox[0].delivery_key == decide(cmd).outbox[0].delivery_key
+
+
+def test_an_answer_is_keyed_from_its_prompt_and_two_answers_of_one_prompt_collide() -> None:
+    first = decide(command(CommandVerb.SEND, target="me", text="one", answer_to="p-1"))
+    again = decide(command(CommandVerb.SEND, target="me", text="two", answer_to="p-1"))
+    prompt_key = request_delivery_key(tenant_id=T, user_id=U, verb="prompt", request_id="p-1")
+    assert first.outbox[0].delivery_key == derived_delivery_key(prompt_key, "answer")
+    assert again.outbox[0].delivery_key == first.outbox[0].delivery_key
+    assert first.outbox[0].trigger == {"kind": "request", "request_id": "p-1"}
+
+
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [
+        ({"text": "x"}, "target"),
+        ({"target": "me"}, "text"),
+        ({"target": "me", "text": ""}, "text"),
+        ({"target": "me", "text": "x" * (SEND_TEXT_MAX + 1)}, "text"),
+    ],
+    ids=["no-chat", "no-text", "empty-text", "too-long"],
+)
+def test_send_without_a_chat_or_text_is_invalid_naming_the_field(
+    fields: dict[str, Any], field: str
+) -> None:
+    assert refusal(decide(command(CommandVerb.SEND, **fields))) == (ResultCode.INVALID, field)
+
+
+@pytest.mark.parametrize(
+    "grants",
+    [
+        {},
+        control_grants("ops"),
+        control_grants(actions=frozenset({Action.EVALUATE, Action.MANAGE})),
+        control_grants(purpose="ops.alert"),
+        control_grants(sources=frozenset({"schedule:me"})),
+        control_grants(until=NOW),
+    ],
+    ids=["no-grant", "other-chat", "no-deliver", "purpose", "no-control-source", "expired"],
+)
+def test_send_without_a_grant_covering_the_chat_is_denied(
+    grants: dict[str, GrantRecord],
+) -> None:
+    outcome = decide(command(CommandVerb.SEND, target="me", text="x"), grants)
+    assert refusal(outcome)[0] is ResultCode.DENIED
+
+
+def test_an_agent_may_send_but_not_answer_a_prompt_and_a_stranger_may_do_neither() -> None:
+    assert decide(command(CommandVerb.SEND, AGENT, target="me", text="x")).result.ok
+    answer = decide(command(CommandVerb.SEND, AGENT, target="me", text="x", answer_to="p-1"))
+    assert refusal(answer)[0] is ResultCode.DENIED
+    stranger = Principal(name="x", role=Role.USER, tenant_id=T, user_id="u-7")
+    assert refusal(decide(command(CommandVerb.SEND, stranger, target="me", text="x")))[0] is (
+        ResultCode.DENIED
+    )
+
+
+def test_a_send_command_round_trips_through_its_avro_schema_and_v1_records_still_read() -> None:
+    registry = default_registry()
+    cmd = command(CommandVerb.SEND, target="me", text="hé", answer_to="p-1")
+    _, value = registry.decode(registry.encode("command", cmd.to_record()))
+    assert Command.from_record(value) == cmd
+    v1 = SchemaRegistry.from_documents({"command.v1.avsc": _v1_document()})
+    listed = command(CommandVerb.LIST)
+    record = {
+        k: v for k, v in listed.to_record().items() if k not in ("target", "text", "answer_to")
+    }
+    _, old = registry.decode(v1.encode("command", record))
+    assert Command.from_record(old) == listed
+
+
+def _v1_document() -> dict[str, Any]:
+    import json
+    from importlib import resources
+
+    text = resources.files("schemas").joinpath("command.v1.avsc").read_text(encoding="utf-8")
+    document: dict[str, Any] = json.loads(text)
+    return document
+
+
+# --- role verbs: schedules are the agent's, answers need prompt --------------------------
+
+
+def test_role_verb_of_a_schedule_create_or_update_is_schedule() -> None:
+    assert role_verb(command(CommandVerb.CREATE, definition=schedule())) is Verb.SCHEDULE
+    assert role_verb(command(CommandVerb.UPDATE, watcher_id="schedule:me:n")) is Verb.SCHEDULE
+    assert role_verb(command(CommandVerb.CREATE, definition={"watcher_id": "w"})) is Verb.CREATE
+    assert role_verb(command(CommandVerb.SEND, answer_to="p")) is Verb.PROMPT
+    assert role_verb(command(CommandVerb.SEND)) is Verb.SEND
+
+
+def test_an_agent_creates_and_upserts_a_schedule_as_itself() -> None:
+    created = decide(
+        command(CommandVerb.CREATE, AGENT, watcher_id="schedule:me:n", definition=schedule())
+    )
+    assert created.result.ok, created.result.error
+    [entry] = created.definitions
+    assert (entry.watcher_id, entry.status.value, entry.session_id) == (
+        "schedule:me:n",
+        "active",
+        None,
+    )
+    view = {entry.watcher_id: entry}
+    upsert = command(CommandVerb.UPDATE, AGENT, definition=schedule(text="again"))
+    updated = decide(upsert, view=view)
+    assert updated.result.ok, updated.result.error
+    assert updated.definitions[0].version == 2
+
+
+def test_an_agent_may_not_create_a_plain_watcher_nor_cancel_a_schedule() -> None:
+    plain = {**schedule(), "watcher_id": "plain"}
+    assert refusal(decide(command(CommandVerb.CREATE, AGENT, definition=plain)))[0] is (
+        ResultCode.DENIED
+    )
+    entry = decide(command(CommandVerb.CREATE, OWNER, definition=schedule())).definitions[0]
+    cancel = command(CommandVerb.CANCEL, AGENT, watcher_id=entry.watcher_id)
+    assert refusal(decide(cancel, view={entry.watcher_id: entry}))[0] is ResultCode.DENIED
+
+
+def test_a_schedule_id_cannot_smuggle_another_definition_past_the_role_check() -> None:
+    event_source = {
+        **schedule(),
+        "source": {"kind": "event", "source_id": "ci", "event_type": "x", "max_age": "1m"},
+        "condition": {"eq": ["a", 1]},
+        "delivery": {"target": "me"},
+        "expires_at": "2027-01-01T00:00:00Z",
+    }
+    named_other = command(
+        CommandVerb.CREATE,
+        AGENT,
+        watcher_id="schedule:me:n",
+        definition={**event_source, "watcher_id": "plain"},
+    )
+    assert refusal(decide(named_other)) == (ResultCode.INVALID, "watcher_id")
+    outcome = decide(command(CommandVerb.CREATE, AGENT, definition=event_source))
+    assert refusal(outcome) == (ResultCode.INVALID, "source")
+
+
+def test_an_agents_schedule_without_the_manage_grant_is_denied() -> None:
+    grants = control_grants(actions=frozenset({Action.EVALUATE, Action.DELIVER}))
+    outcome = decide(command(CommandVerb.CREATE, AGENT, definition=schedule()), grants)
+    assert refusal(outcome)[0] is ResultCode.DENIED

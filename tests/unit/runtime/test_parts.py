@@ -1,0 +1,162 @@
+"""The pure parts of the stream runtime: table undo, offsets header, resume points, settings."""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+from pipeline.kafka.clients import (
+    BrokerFailure,
+    ErrorKind,
+    classify,
+    consumer_config,
+    producer_config,
+    translate,
+)
+from pipeline.kafka.partitioner import partition_for
+from pipeline.rules.errors import BrokerError
+from pipeline.runtime.checkpoint import OFFSET_INVALID, Checkpoint, start_offsets
+from pipeline.runtime.processing import Placement
+from pipeline.runtime.state import TaskState
+from pipeline.runtime.tables import (
+    Table,
+    TableKind,
+    TableReader,
+    TableSpec,
+    decode_offsets,
+    encode_offsets,
+)
+
+pytestmark = pytest.mark.unit
+
+OWNED = TableSpec("counts", "counts-changelog", TableKind.OWNED)
+
+
+def test_rollback_after_writes_restores_exactly_the_committed_values() -> None:
+    table = Table(OWNED, 0)
+    table.apply("kept", b"1")
+    table.apply("changed", b"1")
+    table.committed()
+    table.set("changed", b"2")
+    table.set("changed", b"3")
+    table.set("added", b"1")
+    table.delete("kept")
+    assert dict(table.dirty()) == {"changed": b"3", "added": b"1", "kept": None}
+    table.rollback()
+    assert dict(table.items()) == {"kept": b"1", "changed": b"1"}
+    assert list(table.dirty()) == []
+
+
+def test_commit_keeps_writes_and_clears_what_is_dirty() -> None:
+    table = Table(OWNED, 1)
+    table.set("k", b"1")
+    table.committed()
+    table.rollback()
+    assert table.get("k") == b"1" and list(table.dirty()) == []
+
+
+def test_write_to_read_only_table_is_refused() -> None:
+    table = Table(TableSpec("grants", "grants", TableKind.GLOBAL), -1)
+    with pytest.raises(BrokerError, match="read-only"):
+        table.set("g", b"x")
+
+
+def test_offsets_header_round_trips() -> None:
+    positions = {"events": 120, "ticks": 7}
+    assert decode_offsets(encode_offsets(positions)) == positions
+    assert decode_offsets(None) == {}
+
+
+def test_resume_point_is_the_later_of_committed_and_reflected() -> None:
+    committed = [
+        TopicPartition("events", 0, 100),
+        TopicPartition("events", 1, OFFSET_INVALID),
+        TopicPartition("ticks", 0, 50),
+    ]
+    reflected = {0: {"events": 90, "ticks": 60}, 1: {"events": 30}}
+    starts = {(tp.topic, tp.partition): tp.offset for tp in start_offsets(committed, reflected)}
+    assert starts == {("events", 0): 100, ("events", 1): 30, ("ticks", 0): 60}
+
+
+def test_resume_point_without_history_lets_auto_offset_reset_decide() -> None:
+    (tp,) = start_offsets([TopicPartition("events", 2, OFFSET_INVALID)], {})
+    assert tp.offset == OFFSET_INVALID
+
+
+def test_checkpoint_is_due_after_enough_records_but_not_before() -> None:
+    checkpoint = Checkpoint(commit_every=10, interval_s=3600)
+    assert not checkpoint.due()  # nothing open
+    checkpoint.open = True
+    checkpoint._due_at = float("inf")
+    checkpoint.records = 9
+    assert not checkpoint.due()
+    checkpoint.records = 10
+    assert checkpoint.due()
+
+
+def test_checkpoint_is_due_once_its_interval_passed() -> None:
+    checkpoint = Checkpoint(commit_every=10**9, interval_s=0.0)
+    checkpoint.open = True
+    assert checkpoint.due()
+
+
+def test_transactional_producer_settings_follow_the_design() -> None:
+    config = producer_config("b:9092", transactional_id="evaluator-host1")
+    assert config["partitioner"] == "murmur2_random"
+    assert config["acks"] == "all" and config["enable.idempotence"] is True
+    assert 10_000 <= config["transaction.timeout.ms"] <= 15_000
+    assert config["transaction.timeout.ms"] > config["message.timeout.ms"]
+
+
+def test_transaction_timeout_not_above_message_timeout_is_refused() -> None:
+    with pytest.raises(BrokerError, match=r"transaction\.timeout\.ms"):
+        producer_config("b:9092", transactional_id="x", **{"message.timeout.ms": 20_000})
+
+
+def test_group_consumer_settings_line_partitions_up_and_never_autocommit() -> None:
+    config = consumer_config("b:9092", "evaluator")
+    assert config["group.protocol"] == "classic"
+    assert config["partition.assignment.strategy"] == "range"
+    assert config["isolation.level"] == "read_committed"
+    assert config["enable.auto.commit"] is False
+    assert config["auto.offset.reset"] == "earliest"
+
+
+@pytest.mark.parametrize(
+    ("flags", "kind"),
+    [
+        ({"fatal": True}, ErrorKind.FATAL),
+        ({"txn_requires_abort": True}, ErrorKind.ABORTABLE),
+        ({"retriable": True}, ErrorKind.RETRIABLE),
+        ({}, ErrorKind.PERMANENT),
+    ],
+)
+def test_errors_are_classified_by_their_librdkafka_flags(
+    flags: dict[str, bool], kind: ErrorKind
+) -> None:
+    error = KafkaError(KafkaError._FENCED, "x", **flags)
+    assert classify(error) is kind
+    translated = translate(KafkaException(error), "commit")
+    assert isinstance(translated, BrokerFailure) and translated.kind is kind
+    assert translated.code == "_FENCED"
+
+
+def test_placement_uses_java_partition_and_looks_counts_up_once() -> None:
+    asked: list[str] = []
+
+    def lookup(topic: str) -> int:
+        asked.append(topic)
+        return 12
+
+    placement = Placement(lookup)
+    assert placement.partition_of("outbox", "abc") == partition_for("abc", 12)
+    assert placement.partition_of("outbox", b"abd") == partition_for(b"abd", 12)
+    assert placement.partition_of("outbox", None) == -1
+    assert asked == ["outbox"]
+
+
+def test_empty_global_table_is_found_for_every_partition() -> None:
+    spec = TableSpec("grants", "grants", TableKind.GLOBAL)
+    state = TaskState([spec], TableReader({"bootstrap.servers": "unused:1"}), lambda _: 1)
+    state._globals["grants"] = Table(spec, -1)  # loaded, still empty
+    assert state.table("grants", 3) is state._globals["grants"]

@@ -1,0 +1,136 @@
+from pathlib import Path
+from typing import Any
+
+import pydantic
+import pytest
+
+from pipeline.config import (
+    CONFIG_ENV,
+    Role,
+    VigilConfig,
+    WebhookDestination,
+    load_config,
+    parse_config,
+)
+from pipeline.rules.errors import ConfigError
+
+pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parents[2]
+HOOK = "destinations.ops-hook"
+TOKEN_DIGEST = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
+
+
+def write(directory: Path, text: str, name: str = "vigil.toml") -> Path:
+    path = directory / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_example_file_loads_every_section() -> None:
+    config = load_config(ROOT / "vigil.example.toml", environ={})
+    assert isinstance(config.destinations["ops-hook"], WebhookDestination)
+    assert config.chats["phone"].kind == "telegram"
+    assert config.tools["status-page"].kind == "http.json@v1"
+    assert config.principals["ops-agent"].role is Role.AGENT
+    assert config.budgets.defaults.window.total_seconds() == 3600
+    assert config.instance.resolved_id() == "node-1"
+    assert config.kafka.topology().partitions == 12
+
+
+def test_secrets_never_appear_in_repr() -> None:
+    config = load_config(ROOT / "vigil.example.toml", environ={})
+    text = repr(config) + str(config)
+    assert TOKEN_DIGEST not in text
+    assert "redis://" not in text
+    assert config.principals["ops-agent"].token_sha256.get_secret_value() == TOKEN_DIGEST
+
+
+def test_config_is_frozen() -> None:
+    config = VigilConfig()
+    with pytest.raises(pydantic.ValidationError):
+        config.kafka.partitions = 3  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("data", "key"),
+    [
+        ({"destinations": {"ops-hook": {"kind": "webhook", "url": "ftp://x"}}}, f"{HOOK}.url"),
+        ({"destinations": {"ops-hook": {"kind": "webhook"}}}, f"{HOOK}.url"),
+        ({"destinations": {"ops-hook": {"kind": "carrier-pigeon"}}}, "destinations.ops-hook"),
+        ({"kafka": {"bootstrap_server": "x"}}, "kafka.bootstrap_server"),
+        ({"kafka": {"partitions": 0}}, "kafka.partitions"),
+        ({"chats": {"phone": {"kind": "telegram", "chat_id": 1}}}, "chats.phone.token_env"),
+        ({"subject": {"timezone": "Mars/Olympus"}}, "subject.timezone"),
+        ({"budgets": {"defaults": {"window": "an hour"}}}, "budgets.defaults.window"),
+        ({"budgets": {"defaults": {"tokens": -1}}}, "budgets.defaults.tokens"),
+        ({"agent": {"command": []}}, "agent.command"),
+        ({"api": {"listen": "8088"}}, "api.listen"),
+        ({"redis": {"url": "http://x"}}, "redis.url"),
+        ({"tools": {"t": {"kind": "http.json"}}}, "tools.t.kind"),
+        (
+            {"principals": {"bot": {"token_sha256": TOKEN_DIGEST, "role": "agent",
+                                    "tenant_id": "t", "user_id": "u"}}},
+            "principals.bot",
+        ),
+    ],
+)  # fmt: skip
+def test_invalid_value_error_names_its_key(data: dict[str, Any], key: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(data)
+    lines = str(caught.value).splitlines()[1:]
+    assert any(line.strip().startswith(f"{key}:") for line in lines), str(caught.value)
+
+
+def test_token_that_is_not_a_digest_is_refused_without_echoing_it() -> None:
+    secret = "plain-bearer-token-value"
+    data = {"principals": {"p": {"token_sha256": secret, "role": "user", "tenant_id": "t",
+                                 "user_id": "u"}}}  # fmt: skip
+    with pytest.raises(ConfigError, match=r"principals\.p\.token_sha256") as caught:
+        parse_config(data)
+    assert secret not in str(caught.value)
+
+
+def test_name_used_by_a_destination_and_a_chat_is_refused() -> None:
+    data = {"destinations": {"me": {"kind": "log"}}, "chats": {"me": {"kind": "console"}}}
+    with pytest.raises(ConfigError, match="both"):
+        parse_config(data)
+
+
+def test_explicit_path_wins_over_environment_and_cwd(tmp_path: Path) -> None:
+    explicit = write(tmp_path, '[kafka]\ntopic_prefix = "explicit."\n', "explicit.toml")
+    from_env = write(tmp_path, '[kafka]\ntopic_prefix = "env."\n', "env.toml")
+    write(tmp_path, '[kafka]\ntopic_prefix = "cwd."\n')
+    environ = {CONFIG_ENV: str(from_env)}
+    assert load_config(explicit, environ=environ, cwd=tmp_path).kafka.topic_prefix == "explicit."
+    assert load_config(None, environ=environ, cwd=tmp_path).kafka.topic_prefix == "env."
+    assert load_config(None, environ={}, cwd=tmp_path).kafka.topic_prefix == "cwd."
+
+
+def test_no_file_anywhere_gives_defaults(tmp_path: Path) -> None:
+    config = load_config(None, environ={}, cwd=tmp_path)
+    assert config == VigilConfig()
+    assert config.kafka.topic_prefix == "vigil."
+
+
+def test_named_file_that_does_not_exist_is_an_error(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.toml"
+    with pytest.raises(ConfigError, match="no such configuration file"):
+        load_config(missing, environ={})
+    with pytest.raises(ConfigError, match="no such configuration file"):
+        load_config(None, environ={CONFIG_ENV: str(missing)}, cwd=tmp_path)
+
+
+def test_toml_syntax_error_names_the_file(tmp_path: Path) -> None:
+    path = write(tmp_path, "[kafka\n")
+    with pytest.raises(ConfigError, match="not valid TOML") as caught:
+        load_config(path, environ={})
+    assert str(path) in str(caught.value)
+
+
+def test_file_errors_name_the_file_and_the_key(tmp_path: Path) -> None:
+    path = write(tmp_path, '[destinations.ops-hook]\nkind = "webhook"\nurl = "nope"\n')
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, environ={})
+    assert str(path) in str(caught.value)
+    assert "destinations.ops-hook.url:" in str(caught.value)
