@@ -1,5 +1,6 @@
-"""Shared HTTP for the webhook and chat adapters: one keep-alive client, one POST, and the
-mapping of every outcome onto the closed set of :class:`~pipeline.rules.outcomes.ErrorCode`.
+"""The one outbound HTTP client (webhooks, chats, governed tools): one keep-alive client, one
+POST, and the mapping of every outcome onto the closed set of
+:class:`~pipeline.rules.outcomes.ErrorCode`.
 
 Why a synchronous ``httpx.Client``: the delivery consumer is a confluent-kafka poll loop, which
 is synchronous; a shared ``Client`` is thread-safe and pools keep-alive connections, so a
@@ -18,7 +19,8 @@ httpx logs every request's URL at INFO; a chat URL holds the bot token and a web
 be a capability, so this module installs a filter on the ``httpx`` logger that shows only
 scheme, host and port.
 
-Left out: what a code means for retries (``pipeline.rules.dispatch``) and each API's own shape.
+Left out: what a code means for retries (``pipeline.rules.dispatch``), an adapter's result
+(``consumers.delivery.adapters.base.SendResult.of_reply``) and each API's own shape.
 """
 
 from __future__ import annotations
@@ -32,7 +34,6 @@ from typing import Final
 
 import httpx
 
-from consumers.delivery.adapters.base import SendResult
 from pipeline.rules.outcomes import ErrorCode
 
 __all__ = [
@@ -46,7 +47,6 @@ __all__ = [
     "make_client",
     "parse_retry_after",
     "post",
-    "result_of",
 ]
 
 DEFAULT_TIMEOUT: Final = timedelta(seconds=10)
@@ -192,25 +192,3 @@ def post(
         return classify_error(exc)
     except httpx.InvalidURL:
         return ErrorCode.REJECTED
-
-
-def result_of(
-    reply: Reply | ErrorCode,
-    now: datetime,
-    *,
-    repeat_risk: bool = False,
-    retry_after: timedelta | None = None,
-) -> SendResult:
-    """The categorical result of :func:`post`; ``retry_after`` is an API's own hint, used when
-    the response has no ``Retry-After`` header."""
-    if isinstance(reply, ErrorCode):
-        return SendResult.failed(reply, repeat_risk=repeat_risk)
-    error = classify_status(reply.status)
-    if error is None:
-        return SendResult.delivered(repeat_risk=repeat_risk)
-    wait = None
-    if error in (ErrorCode.HTTP_429, ErrorCode.HTTP_5XX):
-        wait = parse_retry_after(reply.retry_after, now)
-        if wait is None:
-            wait = retry_after
-    return SendResult.failed(error, retry_after=wait, repeat_risk=repeat_risk)

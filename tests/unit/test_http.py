@@ -10,11 +10,9 @@ import pytest
 
 from pipeline.http import (
     MAX_RETRY_AFTER,
-    Reply,
     classify_error,
     classify_status,
     parse_retry_after,
-    result_of,
 )
 from pipeline.rules.outcomes import ErrorCode
 
@@ -67,41 +65,6 @@ def test_parse_retry_after_reads_seconds_and_http_dates(
     header: str | None, wait: timedelta | None
 ) -> None:
     assert parse_retry_after(header, NOW) == wait
-
-
-def test_result_of_429_keeps_retry_after_and_never_the_body() -> None:
-    result = result_of(Reply(429, "30", b"secret detail"), NOW)
-    assert (result.ok, result.error, result.retry_after) == (
-        False,
-        ErrorCode.HTTP_429,
-        timedelta(seconds=30),
-    )
-    assert "secret detail" not in repr(result)
-
-
-def test_result_of_zero_retry_after_header_wins_over_an_api_hint() -> None:
-    result = result_of(Reply(429, "0", b""), NOW, retry_after=timedelta(seconds=9))
-    assert result.retry_after == timedelta(0)
-
-
-def test_result_of_without_header_uses_the_api_hint() -> None:
-    result = result_of(Reply(429, None, b""), NOW, retry_after=timedelta(seconds=9))
-    assert result.retry_after == timedelta(seconds=9)
-
-
-def test_result_of_4xx_ignores_retry_after_because_it_is_terminal() -> None:
-    result = result_of(Reply(404, "30", b""), NOW)
-    assert (result.error, result.retry_after) == (ErrorCode.HTTP_4XX, None)
-
-
-def test_result_of_2xx_is_delivered() -> None:
-    result = result_of(Reply(204, None, b""), NOW, repeat_risk=True)
-    assert (result.ok, result.error, result.repeat_risk, result.label) == (
-        True,
-        None,
-        True,
-        "delivered",
-    )
 
 
 @pytest.mark.parametrize(

@@ -20,6 +20,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, Protocol
 
+from pipeline.http import Reply, classify_status, parse_retry_after
 from pipeline.rules.instants import rfc3339_micros
 from pipeline.rules.keys import canonical_json
 from pipeline.rules.outbox import OutboxEntry
@@ -136,6 +137,29 @@ class SendResult:
         return cls(
             ok=False, error=ErrorCode(error), retry_after=retry_after, repeat_risk=repeat_risk
         )
+
+    @classmethod
+    def of_reply(
+        cls,
+        reply: Reply | ErrorCode,
+        now: datetime,
+        *,
+        repeat_risk: bool = False,
+        retry_after: timedelta | None = None,
+    ) -> SendResult:
+        """The categorical result of :func:`pipeline.http.post`; ``retry_after`` is an API's own
+        hint, used when the response has no ``Retry-After`` header."""
+        if isinstance(reply, ErrorCode):
+            return cls.failed(reply, repeat_risk=repeat_risk)
+        error = classify_status(reply.status)
+        if error is None:
+            return cls.delivered(repeat_risk=repeat_risk)
+        wait = None
+        if error in (ErrorCode.HTTP_429, ErrorCode.HTTP_5XX):
+            wait = parse_retry_after(reply.retry_after, now)
+            if wait is None:
+                wait = retry_after
+        return cls.failed(error, retry_after=wait, repeat_risk=repeat_risk)
 
     @property
     def label(self) -> str:

@@ -30,7 +30,6 @@ from pipeline.http import (
     Reply,
     make_client,
     post,
-    result_of,
 )
 from pipeline.rules.instants import rfc3339_seconds
 
@@ -118,7 +117,7 @@ class ChatAdapter:
             timeout=self._config.timeout,
         )
         hint = _api_retry_after(reply) if isinstance(reply, Reply) and reply.status == 429 else None
-        return result_of(reply, self._clock.now(), repeat_risk=True, retry_after=hint)
+        return SendResult.of_reply(reply, self._clock.now(), repeat_risk=True, retry_after=hint)
 
     def close(self) -> None:
         if self._owns_client:

@@ -20,7 +20,7 @@ from pydantic import SecretStr
 from consumers.delivery.adapters.base import AdapterKind, Delivery, SendResult, webhook_body
 from consumers.delivery.adapters.signing import sign, signing_key
 from pipeline.clock import Clock, SystemClock
-from pipeline.http import DEFAULT_TIMEOUT, make_client, post, result_of
+from pipeline.http import DEFAULT_TIMEOUT, make_client, post
 from pipeline.rules.errors import DefinitionError
 from pipeline.rules.outcomes import ErrorCode
 
@@ -77,7 +77,7 @@ class WebhookAdapter:
             headers=self.headers(delivery, body, int(now.timestamp())),
             timeout=self._config.timeout,
         )
-        return result_of(reply, self._clock.now())
+        return SendResult.of_reply(reply, self._clock.now())
 
     def close(self) -> None:
         if self._owns_client:
