@@ -36,7 +36,6 @@ from confluent_kafka import Producer
 from prometheus_client import CollectorRegistry
 
 from consumers.delivery.adapters import Delivery, build_adapters, webhook_body
-from consumers.delivery.budgets import BatchBudgets
 from consumers.delivery.loop import DeliverySettings, DeliveryWorker
 from pipeline.config import parse_config
 from pipeline.kafka.admin import connect_admin, ensure_topics
@@ -44,9 +43,11 @@ from pipeline.kafka.clients import producer_config
 from pipeline.kafka.partitioner import partition_for
 from pipeline.kafka.serde import default_registry
 from pipeline.kafka.topics import Topic, Topology
-from pipeline.records.evaluator import encode_outbox_entry
+from pipeline.records.outbox_entry import encode_outbox_entry
+from pipeline.redis.budgets import RedisBudgets
+from pipeline.rules.backoff import RetryPolicy
 from pipeline.rules.budgets import BudgetCaps
-from pipeline.rules.outbox import OutboxEntry, OutboxRetry
+from pipeline.rules.outbox import OutboxEntry
 from pipeline.rules.outcomes import Outcome
 
 __all__ = ["main"]
@@ -112,7 +113,7 @@ def _entries(run: str, n: int) -> list[OutboxEntry]:
             evidence_observed_at=now,
             due_at=now,
             created_at=now,
-            retry=OutboxRetry(max_attempts=8, base=timedelta(seconds=1), cap=timedelta(minutes=1)),
+            retry=RetryPolicy(max_attempts=8, base=timedelta(seconds=1), cap=timedelta(minutes=1)),
             delivery_retention=timedelta(days=1),
         )
         for i in range(n)
@@ -200,7 +201,7 @@ def _delivery(
             bootstrap,
             settings,
             adapters,
-            BatchBudgets(client, key_prefix=f"bench:{run}:"),
+            RedisBudgets(client, key_prefix=f"bench:{run}:"),
             registry=CollectorRegistry(),
         )
         stop = threading.Event()

@@ -42,7 +42,6 @@ from confluent_kafka.cimpl import NewTopic
 from prometheus_client import CollectorRegistry
 
 from benchmarks.runtime import bare
-from consumers.evaluator.budgets import EvaluationBudgets
 from consumers.evaluator.loop import Evaluator, EvaluatorSettings, evaluator_app
 from consumers.evaluator.metrics import evaluator_metrics
 from pipeline.kafka.admin import connect_admin, ensure_topics
@@ -50,6 +49,8 @@ from pipeline.kafka.clients import producer_config
 from pipeline.kafka.partitioner import partition_for
 from pipeline.kafka.serde import default_registry
 from pipeline.kafka.topics import Topic, Topology
+from pipeline.records.grant import encode_grant
+from pipeline.redis.budgets import RedisBudgets
 from pipeline.rules.authz import Action, Grant
 from pipeline.rules.budgets import BudgetCaps
 from pipeline.rules.commands.apply import GrantRecord
@@ -130,7 +131,7 @@ class _Loader:
             actions=frozenset({Action.EVALUATE}),
             until=NOW + timedelta(days=1),
         )
-        value = _REGISTRY.encode("grant", GrantRecord(grant, NOW, "bench").to_record())
+        value = encode_grant(_REGISTRY, GrantRecord(grant, NOW, "bench"))
         self._send(Topic.GRANTS, grant.grant_id, value, partition_for(grant.grant_id, PARTITIONS))
 
     def events(self, n: int, sources: list[str]) -> None:
@@ -191,9 +192,7 @@ def _evaluate(
     """Start an evaluator, index its watchers, then time it over ``n`` fresh events."""
     registry = CollectorRegistry()
     metrics = evaluator_metrics(registry)
-    budgets = EvaluationBudgets(
-        redis.Redis.from_url(redis_url), key_prefix=f"bench:{topology.prefix}"
-    )
+    budgets = RedisBudgets(redis.Redis.from_url(redis_url), key_prefix=f"bench:{topology.prefix}")
     caps = BudgetCaps(window=timedelta(hours=1), evaluations=10_000_000)
     processor = Evaluator(topology, budgets, caps, metrics=metrics)
     settings = EvaluatorSettings(bootstrap, topology, "bench")

@@ -18,7 +18,6 @@ import socket
 import tomllib
 from collections.abc import Mapping
 from datetime import timedelta
-from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal
 from urllib.parse import urlsplit
@@ -36,6 +35,8 @@ from pydantic import (
 )
 
 from pipeline.kafka.topics import DEFAULT_PARTITIONS, DEFAULT_PREFIX, Topology
+from pipeline.rules.authz import Role
+from pipeline.rules.budgets import BudgetCaps
 from pipeline.rules.durations import parse_duration
 from pipeline.rules.errors import ConfigError, DefinitionError
 
@@ -56,7 +57,6 @@ __all__ = [
     "MetricsConfig",
     "PrincipalConfig",
     "RedisConfig",
-    "Role",
     "RpcConfig",
     "RunConfig",
     "SubjectConfig",
@@ -226,14 +226,6 @@ class MetricsConfig(_Section):
     listen: Listen = "127.0.0.1:9464"
 
 
-class Role(StrEnum):
-    USER = "user"
-    MANAGER = "manager"
-    AGENT = "agent"
-    SCOPED_CHAT = "scoped_chat"
-    OPERATOR = "operator"
-
-
 class PrincipalConfig(_Section):
     token_sha256: Annotated[SecretStr, BeforeValidator(_sha256_hex)]
     role: Role
@@ -243,6 +235,8 @@ class PrincipalConfig(_Section):
 
     @model_validator(mode="after")
     def _session_bound(self) -> PrincipalConfig:
+        if self.role is Role.SYSTEM:
+            raise ValueError("system is vigil's own principal and cannot be configured")
         if self.role in (Role.AGENT, Role.SCOPED_CHAT) and self.session_id is None:
             raise ValueError(f"a {self.role.value} principal needs session_id")
         return self
@@ -257,6 +251,10 @@ class BudgetDefaults(_Section):
     attempts: int = Field(default=1_000, ge=0)
     tokens: int = Field(default=100_000, ge=0)
     micro_usd: int = Field(default=100_000, ge=0)
+
+    def caps(self) -> BudgetCaps:
+        """These defaults as caps, for watchers that leave some out."""
+        return BudgetCaps.model_validate(self.model_dump())
 
 
 class BudgetsConfig(_Section):

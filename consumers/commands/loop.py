@@ -33,8 +33,14 @@ from pipeline.clock import Clock, SystemClock
 from pipeline.kafka.partitioner import partition_for
 from pipeline.kafka.serde import SchemaRegistry, default_registry
 from pipeline.kafka.topics import Topic, Topology
-from pipeline.records.evaluator import encode_outbox_entry
-from pipeline.records.watcher import definition_log_record, lifecycle_record, watcher_record
+from pipeline.records.command import command_from_value
+from pipeline.records.command_result import encode_result
+from pipeline.records.definition_log import encode_definition_log
+from pipeline.records.grant import decode_grant, encode_grant
+from pipeline.records.lifecycle import encode_lifecycle
+from pipeline.records.outbox_entry import encode_outbox_entry
+from pipeline.records.registry_entry import decode_entry, encode_entry
+from pipeline.records.watcher import encode_watcher
 from pipeline.rules.commands.apply import (
     Command,
     CommandOutcome,
@@ -152,7 +158,7 @@ class CommandProcessor:
     ) -> None:
         value: dict[str, Any] = record.value
         try:
-            command = Command.from_record(value)
+            command = command_from_value(value)
             key = (record.key or b"").decode("utf-8", "replace")
             if key != command.subject_key:
                 raise DefinitionError("the record key is not the command's subject", "key")
@@ -179,8 +185,7 @@ class CommandProcessor:
         return view
 
     def _entry(self, raw: bytes) -> RegistryEntry:
-        _, value = self._schemas.decode(raw)
-        return RegistryEntry.from_record(value)
+        return decode_entry(self._schemas, raw)
 
     def _grants(self, table: Table | None) -> dict[str, GrantRecord]:
         """Every grant: the global table, decoded once per value, with this step's overlay."""
@@ -193,7 +198,7 @@ class CommandProcessor:
             cached = self._grant_cache.get(grant_id)
             if cached is None or cached[0] != value:
                 try:
-                    cached = (value, GrantRecord.from_record(self._schemas.decode(value)[1]))
+                    cached = (value, decode_grant(self._schemas, value))
                 except (SerdeError, ValueError, KeyError) as exc:
                     log.error("grant %s is unreadable, ignored (fail-closed): %s", grant_id, exc)
                     continue
@@ -212,20 +217,20 @@ class CommandProcessor:
         outcome: CommandOutcome,
     ) -> None:
         tenant, user = command.tenant_id, command.user_id
-        encode = self._schemas.encode
+        schemas = self._schemas
         now = outcome.result.processed_at
         for watcher_id, entry in outcome.registry:
             key = watcher_key(tenant, user, watcher_id)
             if entry is None:
                 registry.delete(key)
             else:
-                registry.set(key, encode("registry_entry", entry.to_record()))
+                registry.set(key, encode_entry(schemas, entry))
                 self._index.add(registry, key)
         watchers = self._topics[Topic.WATCHERS]
         count = self._topology.partitions_for(Topic.WATCHERS)
         for write in outcome.watchers:
             key = watcher_key(tenant, user, write.watcher_id)
-            value = None if write.entry is None else encode("watcher", watcher_record(write.entry))
+            value = None if write.entry is None else encode_watcher(schemas, write.entry)
             ctx.produce(watchers, key, value, partition_for(write.source_id, count))
         for change in outcome.lifecycle:
             key = (
@@ -234,9 +239,7 @@ class CommandProcessor:
                 else watcher_key(tenant, user, change.watcher_id)
             )
             value = (
-                None
-                if change.tombstone
-                else encode("lifecycle", lifecycle_record(change, tenant, user, now))
+                None if change.tombstone else encode_lifecycle(schemas, change, tenant, user, now)
             )
             ctx.produce(self._topics[Topic.LIFECYCLE], key, value)
         log_topic = self._topics[Topic.DEFINITION_LOG]
@@ -245,14 +248,14 @@ class CommandProcessor:
         )
         for entry in outcome.definitions:
             key = watcher_key(tenant, user, entry.watcher_id)
-            value = encode("definition_log", definition_log_record(entry, command, now))
+            value = encode_definition_log(schemas, entry, command, now)
             ctx.produce(log_topic, key, value, log_partition)
         self._write_grants(ctx, grants, outcome.grants)
         outbox = self._topics[Topic.OUTBOX]
         outbox_partitions = self._topology.partitions_for(Topic.OUTBOX)
         for delivery in outcome.outbox:
             key = delivery.delivery_key
-            value = encode_outbox_entry(self._schemas, delivery)
+            value = encode_outbox_entry(schemas, delivery)
             ctx.produce(outbox, key, value, partition_for(key, outbox_partitions))
         self._answer(ctx, outcome.result)
 
@@ -263,7 +266,7 @@ class CommandProcessor:
         writes: tuple[tuple[str, GrantRecord | None], ...],
     ) -> None:
         for grant_id, record in writes:
-            value = None if record is None else self._schemas.encode("grant", record.to_record())
+            value = None if record is None else encode_grant(self._schemas, record)
             ctx.produce(self._topics[Topic.GRANTS], grant_id, value)
             self._pending_grants[grant_id] = value
             if record is None:
@@ -272,7 +275,7 @@ class CommandProcessor:
                 grants[grant_id] = record
 
     def _answer(self, ctx: ProcessContext, result: CommandResult) -> None:
-        value = self._schemas.encode("command_result", result.to_record())
+        value = encode_result(self._schemas, result)
         ctx.produce(self._topics[Topic.COMMAND_RESULTS], result.request_id, value)
 
 

@@ -12,17 +12,10 @@ Left out: decoding entries and deciding anything (``processor``, ``pipeline.rule
 
 from __future__ import annotations
 
+from pipeline.rules.keys import subject_of
 from pipeline.runtime.tables import Table
 
-__all__ = ["SubjectIndex", "subject_of"]
-
-
-def subject_of(watcher_key: str) -> str:
-    """The subject key ``["t","u"]`` of a canonical watcher key ``["t","u","w"]``.
-
-    Ids are restricted to charsets without quotes or commas, so the last comma separates.
-    """
-    return watcher_key.rsplit(",", 1)[0] + "]"
+__all__ = ["SubjectIndex"]
 
 
 class SubjectIndex:

@@ -48,7 +48,6 @@ from pydantic import ValidationError
 
 from consumers.delivery.adapters import AdapterRegistry, OutboundRecord, SendResult
 from consumers.delivery.app import DeliveryApp
-from consumers.delivery.budgets import BatchBudgets
 from consumers.delivery.due import DueKind
 from consumers.delivery.metrics import DeliveryMetrics, delivery_metrics
 from consumers.delivery.planner import Decision, Pending, Planner
@@ -63,12 +62,12 @@ from pipeline.records.delivery_state import (
     decode_record,
     first_record,
 )
-from pipeline.records.evaluator import decode_outbox_entry
+from pipeline.records.outbox_entry import decode_outbox_entry
+from pipeline.redis.budgets import RedisBudgets
 from pipeline.rules.budgets import BudgetCaps
 from pipeline.rules.dispatch import (
     BUDGET_UNAVAILABLE_RETRY,
     DispatchAction,
-    RetryPolicy,
     cancel,
     fail,
     restore,
@@ -78,9 +77,8 @@ from pipeline.rules.errors import SerdeError
 from pipeline.rules.outbox import OutboxEntry
 from pipeline.rules.outcomes import DeliveryStatus, ErrorCode
 from pipeline.runtime.app import InputRecord, ProcessContext
-from pipeline.runtime.lifecycle_view import LifecycleIndex
 from pipeline.runtime.tables import Table, TableKind, TableSpec
-from pipeline.runtime.views import GrantIndex
+from pipeline.runtime.views import GrantIndex, LifecycleIndex
 
 __all__ = ["DEFAULT_GROUP", "DeliverySettings", "DeliveryWorker"]
 
@@ -118,10 +116,6 @@ class DeliverySettings:
 
 
 @functools.lru_cache(maxsize=256)
-def _policy(max_attempts: int, base: timedelta, cap: timedelta) -> RetryPolicy:
-    return RetryPolicy(max_attempts=max_attempts, base=base, cap=cap)
-
-
 class DeliveryWorker:
     """One member of the delivery group. No network until :meth:`start`."""
 
@@ -130,7 +124,7 @@ class DeliveryWorker:
         bootstrap: str,
         settings: DeliverySettings,
         adapters: AdapterRegistry,
-        budgets: BatchBudgets,
+        budgets: RedisBudgets,
         *,
         clock: Clock | None = None,
         registry: CollectorRegistry = REGISTRY,
@@ -474,9 +468,9 @@ class DeliveryWorker:
             self._metrics.end_to_end.observe(max(0.0, (now - since).total_seconds()))
         else:
             assert result.error is not None
-            retry = entry.retry
-            policy = _policy(retry.max_attempts, retry.base, retry.cap)
-            moved = fail(state, result.error, now, policy=policy, retry_after=result.retry_after)
+            moved = fail(
+                state, result.error, now, policy=entry.retry, retry_after=result.retry_after
+            )
             record = record.moved(moved)
             if moved.status is _S.DEAD_LETTER:
                 self._dead_letter(ctx, record, entry, result.error)

@@ -21,10 +21,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from consumers.delivery.budgets import BatchBudgets, Charge
 from pipeline.records.delivery_state import DeliveryRecord
+from pipeline.redis.budgets import RedisBudgets
 from pipeline.rules.authz import Action, authorize
-from pipeline.rules.budgets import BudgetCaps, BudgetCheck, BudgetScope, Dimension, window_end
+from pipeline.rules.budgets import (
+    BudgetCaps,
+    BudgetCheck,
+    BudgetScope,
+    Charge,
+    Dimension,
+    window_end,
+)
 from pipeline.rules.dispatch import (
     BUDGET_UNAVAILABLE_RETRY,
     DispatchAction,
@@ -33,11 +40,10 @@ from pipeline.rules.dispatch import (
     attempt_token_for,
     plan_attempt,
 )
-from pipeline.rules.errors import BudgetStoreError, DefinitionError
-from pipeline.rules.outbox import OutboxEntry, OutboxQuietHours
+from pipeline.rules.errors import BudgetStoreError
+from pipeline.rules.outbox import OutboxEntry
 from pipeline.rules.quiet_hours import QuietHours
-from pipeline.runtime.lifecycle_view import LifecycleIndex
-from pipeline.runtime.views import GrantIndex
+from pipeline.runtime.views import GrantIndex, LifecycleIndex
 
 __all__ = ["Decision", "Pending", "Planner"]
 
@@ -51,10 +57,6 @@ class Decision:
 
 
 @functools.lru_cache(maxsize=1024)
-def _quiet_hours(quiet: OutboxQuietHours) -> QuietHours:
-    return QuietHours.parse(quiet.start, quiet.end, quiet.timezone)
-
-
 @dataclass(frozen=True, slots=True)
 class Pending:
     """A decision waiting for its budget charge (the verdicts gathered so far)."""
@@ -80,7 +82,7 @@ class Planner:
         *,
         grants: GrantIndex,
         lifecycle: LifecycleIndex,
-        budgets: BatchBudgets,
+        budgets: RedisBudgets,
         budget_defaults: BudgetCaps,
         unavailable_retry: timedelta = BUDGET_UNAVAILABLE_RETRY,
     ) -> None:
@@ -112,7 +114,7 @@ class Planner:
             target=entry.target,
             now=now,
         )
-        quiet = self._quiet(entry)
+        quiet = entry.quiet_hours
         caps = self.caps(entry)
         ends = window_end(now, caps.window)
         plan = plan_attempt(
@@ -129,16 +131,16 @@ class Planner:
             denied = None if verdict.reason is None else verdict.reason.value
             return Decision(plan, denied if plan.action is DispatchAction.SUPPRESS else None)
         scope = BudgetScope(entry.tenant_id, entry.user_id, entry.watcher_id)
-        charge = Charge(
-            scope, caps, attempt_cost(record.state), attempt_token_for(record.state), now
-        )
+        charge = Charge(scope, caps, attempt_cost(record.state), attempt_token_for(record.state))
         return Pending(record, entry, now, quiet, ends, charge)
 
     def charge(self, pending: Sequence[Pending]) -> list[BudgetCheck]:
         """Charge a batch in one round trip; Redis unreachable makes every verdict
         ``unavailable`` (defer, never send unbudgeted)."""
+        if not pending:
+            return []
         try:
-            return self._budgets.charge_many([p.charge for p in pending])
+            return self._budgets.charge_many([p.charge for p in pending], pending[0].now)
         except BudgetStoreError as exc:
             log.warning("budget store unavailable, deferring %d entries: %s", len(pending), exc)
             return [BudgetCheck.unavailable() for _ in pending]
@@ -158,15 +160,3 @@ class Planner:
         )
         detail = None if check.exhausted is None else check.exhausted.value
         return Decision(plan, None if plan.action is DispatchAction.DISPATCH else detail)
-
-    @staticmethod
-    def _quiet(entry: OutboxEntry) -> QuietHours | None:
-        if entry.quiet_hours is None:
-            return None
-        try:
-            return _quiet_hours(entry.quiet_hours)
-        except DefinitionError as exc:
-            # Validated at creation: unreadable here means a broken tzdata install. Say so loudly
-            # and send, rather than hold the entry forever.
-            log.error("quiet hours of %s unreadable (%s): treated as none", entry.delivery_key, exc)
-            return None

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator
-from datetime import datetime
 
 from pydantic import ValidationError
 
@@ -26,7 +25,8 @@ from consumers.delivery.app import DeliveryApp
 from consumers.delivery.due import DueKind, DueQueue
 from pipeline.kafka.serde import SchemaRegistry
 from pipeline.records.delivery_state import DeliveryRecord, decode_record, encode_record
-from pipeline.records.evaluator import decode_outbox_entry, encode_outbox_entry
+from pipeline.records.outbox_entry import decode_outbox_entry, encode_outbox_entry
+from pipeline.rules.dispatch import purge_due
 from pipeline.rules.errors import SerdeError
 from pipeline.rules.outbox import OutboxEntry
 from pipeline.rules.outcomes import DeliveryStatus
@@ -143,7 +143,9 @@ class DeliveryStates:
             if not in_flight:  # interrupted: pending again, same attempt count, due now
                 self.queue.schedule(record.key, partition, DueKind.ATTEMPT, state.due_at)
         else:
-            self.queue.schedule(record.key, partition, DueKind.PURGE, purge_at(record))
+            self.queue.schedule(
+                record.key, partition, DueKind.PURGE, purge_due(state, record.delivery_retention)
+            )
 
     # -- outbox entries ----------------------------------------------------------------------
 
@@ -174,12 +176,3 @@ class DeliveryStates:
     def _outbox_raw(self, key: str, partition: int) -> bytes | None:
         store = self._app.stores(OUTBOX).get(partition)
         return None if store is None else store.get(key)
-
-
-def purge_at(record: DeliveryRecord) -> datetime:
-    """When a settled record's tombstones are due: at once for dropped work (DESIGN.md §10),
-    else once its delivery retention has passed."""
-    settled = record.state.settled_at or record.state.updated_at
-    if record.state.status is _S.CANCELLED:
-        return settled
-    return settled + record.delivery_retention

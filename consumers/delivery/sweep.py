@@ -6,7 +6,7 @@ entry it drops becomes ``cancelled`` at once and is purged (tombstones on ``outb
 settled entries and deletes its Redis budget keys. Entries in flight are left to their answer:
 the worker cancels a retry of a dropped entry when it records the failure.
 
-Leaves out reading ``lifecycle`` (``delivery_views``) and writing tombstones
+Leaves out reading ``lifecycle`` (``pipeline.runtime.views.LifecycleIndex``) and writing tombstones
 (``consumers.delivery.loop``).
 """
 
@@ -19,7 +19,8 @@ from datetime import datetime
 from consumers.delivery.due import DueKind
 from consumers.delivery.metrics import DeliveryMetrics
 from consumers.delivery.states import DeliveryStates
-from pipeline.records.delivery_state import DeliveryRecord, LifecycleRecord
+from pipeline.records.delivery_state import DeliveryRecord
+from pipeline.records.lifecycle import LifecycleRecord
 from pipeline.redis.budgets import RedisBudgets
 from pipeline.rules.dispatch import cancel
 from pipeline.rules.errors import BudgetStoreError

@@ -15,34 +15,24 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime
-from typing import Final
 
-from pipeline.kafka.serde import SchemaRegistry
+from pipeline.records.codec import Codec
+from pipeline.records.lifecycle import decode_lifecycle
 from pipeline.rules.errors import SerdeError
+from pipeline.rules.keys import subject_of
 from pipeline.rules.lifecycle import WatcherStatus
 from pipeline.runtime.tables import Table
 from pipeline.runtime.views import ObservedDict, observe
 
-__all__ = ["LifecycleTracker", "subject_of"]
+__all__ = ["LifecycleTracker"]
 
 log = logging.getLogger(__name__)
-
-LIFECYCLE: Final = "lifecycle"
-_ERASED: Final = "erased"
-
-
-def subject_of(watcher_key: str) -> str:
-    """The subject key ``["t","u"]`` of a canonical watcher key ``["t","u","w"]``.
-
-    Ids are restricted to a charset without quotes or commas, so the last comma separates.
-    """
-    return watcher_key.rsplit(",", 1)[0] + "]"
 
 
 class LifecycleTracker:
     """Cancelled versions and erased subjects, and per partition the state keys to tombstone."""
 
-    def __init__(self, table: Table, registry: SchemaRegistry) -> None:
+    def __init__(self, table: Table, registry: Codec) -> None:
         self._registry = registry
         self._data: ObservedDict = observe(table)
         self._data.drain()
@@ -71,16 +61,14 @@ class LifecycleTracker:
         if raw is None:
             return
         try:
-            record_type, value = self._registry.decode(raw)
-        except SerdeError as exc:
+            record = decode_lifecycle(self._registry, raw)
+        except (SerdeError, KeyError, ValueError) as exc:
             log.error("lifecycle record %s is unreadable: %s", key, exc)
             return
-        if record_type != LIFECYCLE:
-            return
-        if value["scope"] == "subject" and value["status"] == _ERASED:
-            self._erased[key] = value["at"]
-        elif value["status"] == WatcherStatus.CANCELLED.value:
-            self._cancelled[key] = max(self._cancelled.get(key, 0), int(value["version"]))
+        if record.erasure:
+            self._erased[key] = record.at
+        elif record.status == WatcherStatus.CANCELLED.value:
+            self._cancelled[key] = max(self._cancelled.get(key, 0), record.version)
 
     def apply(self, partition: int, state: Table) -> int:
         """Tombstone the doomed state keys of ``partition``; returns how many were deleted."""

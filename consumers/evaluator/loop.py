@@ -14,7 +14,7 @@ partition (a foreign producer) is re-produced to that partition instead.
 
 Redis unreachable: the batch aborts and rewinds and :func:`run` backs off and retries; nothing
 is ever evaluated unbudgeted. Leaves out the command line (``pipeline.cli.evaluator_cmd``), the
-record layouts (``pipeline.records.evaluator``) and the rules themselves (``pipeline``).
+record layouts (``pipeline.records``) and the rules themselves (``pipeline.rules``).
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ from typing import Any
 from confluent_kafka import Message
 from prometheus_client import REGISTRY, CollectorRegistry
 
-from consumers.evaluator.budgets import EvaluationBudgets
 from consumers.evaluator.lifecycle import LifecycleTracker
 from consumers.evaluator.metrics import EvaluatorMetrics, evaluator_metrics, lag_reporter
 from consumers.evaluator.plan import Plan, effective_state
@@ -38,31 +37,30 @@ from pipeline.clock import Clock, SystemClock
 from pipeline.kafka.partitioner import partition_for
 from pipeline.kafka.serde import SchemaRegistry, default_registry
 from pipeline.kafka.topics import Topic, Topology
-from pipeline.records.evaluator import (
-    close_command,
-    decode_state,
-    encode_outbox_entry,
-    encode_receipt,
-    encode_state,
-    evidence_from_event,
-    evidence_from_tick,
-    position_of,
-    trigger_json_text,
-)
+from pipeline.records.codec import json_text
+from pipeline.records.command import encode_command
+from pipeline.records.event import evidence_from_event
+from pipeline.records.outbox_entry import encode_outbox_entry
+from pipeline.records.receipt import encode_receipt
+from pipeline.records.tick import evidence_from_tick
+from pipeline.records.watcher import Watch
+from pipeline.records.watcher_state import decode_state, encode_state
+from pipeline.redis.budgets import RedisBudgets
 from pipeline.rules.budgets import BudgetCaps
+from pipeline.rules.commands.system import close_command
 from pipeline.rules.errors import (
     BudgetStoreError,
     DefinitionError,
     SerdeError,
 )
 from pipeline.rules.evaluation import Evaluation
-from pipeline.rules.evidence import Evidence
+from pipeline.rules.evidence import Evidence, position_of
 from pipeline.rules.keys import watcher_key
 from pipeline.rules.outcomes import Outcome, Reason
 from pipeline.rules.watcher_state import WatcherState
 from pipeline.runtime.app import InputRecord, ProcessContext, StreamApp
 from pipeline.runtime.tables import Table, TableKind, TableSpec
-from pipeline.runtime.views import GrantIndex, Watch, WatcherIndex
+from pipeline.runtime.views import GrantIndex, WatcherIndex
 
 __all__ = ["Evaluator", "EvaluatorSettings", "Input", "evaluator_app", "run"]
 
@@ -113,7 +111,7 @@ class Evaluator:
     def __init__(
         self,
         topology: Topology,
-        budgets: EvaluationBudgets,
+        budgets: RedisBudgets,
         default_caps: BudgetCaps,
         *,
         clock: Clock | None = None,
@@ -230,7 +228,7 @@ class Evaluator:
         registry = self._registry
         receipt = result.receipt_fields
         trigger_key: str = receipt["trigger_key"]
-        text = trigger_json_text(receipt["trigger"])
+        text = json_text(receipt["trigger"], "trigger")
         next_state = result.next_state
         if next_state is not state:
             checkpoint = next_state.checkpoint
@@ -248,8 +246,8 @@ class Evaluator:
             value = encode_outbox_entry(registry, entry, text)
             ctx.produce(self._outbox, entry["delivery_key"], value)
         if result.close is not None:
-            command = close_command(watch, result.close, trigger_key, now)
-            value = registry.encode("command", command.to_record())
+            command = close_command(watch.parts, watch.version, result.close, trigger_key, now)
+            value = encode_command(registry, command)
             ctx.produce(self._commands, command.subject_key, value)
             self.metrics.close_commands.labels(result.close.value).inc()
         return 0 if entry is None else 1

@@ -3,7 +3,7 @@
 Owns :class:`Plan`: every (watcher, evidence) pair of a batch is first evaluated assuming its
 budget answers ``ok``, recording the charge it would make (each watcher's steps in input order,
 each seeing the state the previous one left); then every charge goes to Redis in one pipeline
-(:meth:`EvaluationBudgets.charge_many`); a watcher whose charge came back ``exhausted`` is
+(:meth:`~pipeline.redis.budgets.RedisBudgets.charge_many`); a watcher whose charge came back ``exhausted`` is
 evaluated again from that step on, charging one by one with the same idempotency tokens (the
 first verdict of a token stands). The result is exactly what evaluating in order with one
 round trip per charge would give. Also :func:`effective_state`, which merges the stored
@@ -20,16 +20,23 @@ from collections.abc import Set
 from dataclasses import dataclass
 from datetime import datetime
 
-from consumers.evaluator.budgets import Charge, EvaluationBudgets
+from pipeline.records.watcher import Watch
+from pipeline.redis.budgets import RedisBudgets
 from pipeline.rules.authz import AuthzDecision, Grant
-from pipeline.rules.budgets import BudgetCaps, BudgetScope, BudgetVerdict, Dimension, offset_token
+from pipeline.rules.budgets import (
+    BudgetCaps,
+    BudgetScope,
+    BudgetVerdict,
+    Charge,
+    Dimension,
+    offset_token,
+)
 from pipeline.rules.definition import WatcherDefinition
 from pipeline.rules.errors import DefinitionError, TransitionError
 from pipeline.rules.evaluation import BudgetGate, Evaluation, authorization_for, evaluate
 from pipeline.rules.evidence import Evidence
 from pipeline.rules.lifecycle import is_closed
 from pipeline.rules.watcher_state import WatcherState
-from pipeline.runtime.views import Watch
 
 __all__ = ["Plan", "Step", "effective_state"]
 
@@ -74,7 +81,7 @@ class Plan:
 
     def __init__(
         self,
-        budgets: EvaluationBudgets,
+        budgets: RedisBudgets,
         default_caps: BudgetCaps,
         now: datetime,
         evaluators: Set[str] = frozenset(),
@@ -107,10 +114,10 @@ class Plan:
     def settle(self) -> list[Step]:
         """Send every recorded charge at once; redo the watchers whose budget said otherwise."""
         charged = [step for step in self.steps if step.charge is not None]
-        verdicts = self._budgets.charge_many([s.charge for s in charged if s.charge], self._now)
+        checks = self._budgets.charge_many([s.charge for s in charged if s.charge], self._now)
         first: dict[str, Step] = {}
-        for step, verdict in zip(charged, verdicts, strict=True):
-            if verdict is not BudgetVerdict.OK:
+        for step, check in zip(charged, checks, strict=True):
+            if check.verdict is not BudgetVerdict.OK:
                 first.setdefault(step.watch.key, step)
         if first:
             self._redo(set(first), first)
@@ -205,6 +212,8 @@ class Plan:
 
     def _charge_now(self, step: Step) -> BudgetGate:
         def gate(evidence: Evidence) -> BudgetVerdict:
-            return self._budgets.charge(self._charge_of(step, evidence), self._now)
+            return self._budgets.charge_many([self._charge_of(step, evidence)], self._now)[
+                0
+            ].verdict
 
         return gate

@@ -5,23 +5,19 @@ topics are missing or drifted (naming the command that fixes it); serves Prometh
 (``vigil_commands_total{verb,result}`` and the runtime's) on ``[metrics] listen``; on SIGTERM
 or SIGINT commits the open transaction and leaves the group.
 
-Left out: the loop (``processor``) and the rules (``pipeline.rules.commands.apply``).
+Left out: the loop (``consumers.commands.loop``) and the rules (``pipeline.rules.commands.apply``).
 """
 
 from __future__ import annotations
 
-import logging
 from typing import Final
 
 import click
 
 from consumers.commands.loop import CommandProcessor
-from pipeline.cli import shutdown
 from pipeline.cli.context import CliState, pass_state
-from pipeline.cli.process import serve_metrics
-from pipeline.kafka.admin import check_topology, connect_admin
+from pipeline.cli.process import start
 from pipeline.kafka.topics import Topic
-from pipeline.runtime.app import stop_on_sigterm
 
 __all__ = ["command_processor"]
 
@@ -48,19 +44,12 @@ def command_processor(
 ) -> None:
     """Run the command processor: commands in; registry, watchers, grants, immediate sends
     (outbox) and results out."""
-    logging.basicConfig(
-        level=logging.INFO if verbose else logging.WARNING,
-        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+    process = start(state, _TOPICS, instance=instance, metrics=not no_metrics, verbose=verbose)
+    processor = CommandProcessor(
+        process.bootstrap, process.topology, instance_id=process.instance_id
     )
-    config = state.config
-    topology = config.kafka.topology()
-    check_topology(connect_admin(config.kafka.bootstrap_servers), topology, _TOPICS)
-    instance_id = instance or config.instance.resolved_id()
-    processor = CommandProcessor(config.kafka.bootstrap_servers, topology, instance_id=instance_id)
-    if not no_metrics:
-        click.echo(f"metrics on port {serve_metrics(config.metrics.listen)}", err=True)
-    stop = shutdown.stop_event()
-    stop_on_sigterm(stop)
-    click.echo(f"command processor {processor.app.group_id}/{instance_id} running", err=True)
-    processor.run(stop)
+    click.echo(
+        f"command processor {processor.app.group_id}/{process.instance_id} running", err=True
+    )
+    processor.run(process.stop)
     click.echo("command processor stopped", err=True)

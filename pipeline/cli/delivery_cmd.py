@@ -14,25 +14,18 @@ Left out: the loop itself (``consumers.delivery.loop``) and the adapters (``cons
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 import click
-import redis
 
 from consumers.delivery.adapters import build_adapters
 from consumers.delivery.adapters.verbs import SocketAgent, VerbExecutor
-from consumers.delivery.budgets import BatchBudgets
 from consumers.delivery.loop import DEFAULT_GROUP, DeliverySettings, DeliveryWorker
-from pipeline.cli import shutdown
 from pipeline.cli.context import CliState, pass_state
-from pipeline.cli.process import default_caps, serve_metrics
-from pipeline.config import VigilConfig
+from pipeline.cli.process import start
 from pipeline.control.run import ScriptRunner
 from pipeline.control.socket.server import default_socket_path
-from pipeline.kafka.admin import check_topology, connect_admin
 from pipeline.kafka.topics import Topic
-from pipeline.runtime.app import stop_on_sigterm
 
 __all__ = ["delivery"]
 
@@ -73,21 +66,13 @@ def delivery(
     verbose: bool,
 ) -> None:
     """Run a delivery worker: outbox entries to destinations, at least once."""
-    logging.basicConfig(
-        level=logging.INFO if verbose else logging.WARNING,
-        format="%(asctime)s %(name)s %(levelname)s %(message)s",
-    )
-    config: VigilConfig = state.config
-    topology = config.kafka.topology()
-    check_topology(connect_admin(config.kafka.bootstrap_servers), topology, _TOPICS)
-    client = redis.Redis.from_url(
-        config.redis.url.get_secret_value(), socket_timeout=2.0, socket_connect_timeout=2.0
-    )
+    process = start(state, _TOPICS, instance=instance, metrics=not no_metrics, verbose=verbose)
+    config = process.config
     settings = DeliverySettings(
-        topology=topology,
-        instance_id=instance or config.instance.resolved_id(),
+        topology=process.topology,
+        instance_id=process.instance_id,
         group_id=group,
-        budget_defaults=default_caps(config.budgets.defaults),
+        budget_defaults=process.default_caps,
         senders=senders,
         max_in_flight=max_in_flight,
     )
@@ -95,22 +80,12 @@ def delivery(
     executor = VerbExecutor(
         SocketAgent(socket, config.agent.timeout.total_seconds()),
         ScriptRunner(config.run.allow_dir, socket),
-        topology.name(Topic.OUTBOX),
+        process.topology.name(Topic.OUTBOX),
     )
+    budgets = process.budgets()
     with build_adapters(config) as adapters:
-        worker = DeliveryWorker(
-            config.kafka.bootstrap_servers,
-            settings,
-            adapters,
-            BatchBudgets(client),
-            executor=executor,
-        )
-        if not no_metrics:
-            port = serve_metrics(config.metrics.listen)
-            click.echo(f"metrics on port {port}", err=True)
-        stop = shutdown.stop_event()
-        stop_on_sigterm(stop)
+        worker = DeliveryWorker(process.bootstrap, settings, adapters, budgets, executor=executor)
         click.echo(f"delivery {settings.group_id}/{settings.instance_id} running", err=True)
-        worker.run(stop)
-    client.close()
+        worker.run(process.stop)
+    budgets.close()
     click.echo("delivery stopped", err=True)

@@ -11,25 +11,15 @@ Left out: the loop itself (``consumers.evaluator.loop``).
 
 from __future__ import annotations
 
-import logging
-
 import click
-import redis
 
-from consumers.evaluator.budgets import EvaluationBudgets
 from consumers.evaluator.loop import Evaluator, EvaluatorSettings, evaluator_app, run
-from pipeline.cli import shutdown
 from pipeline.cli.context import CliState, pass_state
-from pipeline.cli.process import default_caps, serve_metrics
-from pipeline.config import VigilConfig
-from pipeline.kafka.admin import check_topology, connect_admin
+from pipeline.cli.process import start
 from pipeline.kafka.topics import Topic
-from pipeline.runtime.app import stop_on_sigterm
 from producers.ticker.tools import REGISTERED
 
 __all__ = ["evaluator"]
-
-log = logging.getLogger(__name__)
 
 _TOPICS = (
     Topic.EVENTS,
@@ -63,30 +53,17 @@ def evaluator(
     verbose: bool,
 ) -> None:
     """Run an evaluator: events and ticks in, decisions out, in one transaction."""
-    logging.basicConfig(
-        level=logging.INFO if verbose else logging.WARNING,
-        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+    process = start(state, _TOPICS, instance=instance, metrics=not no_metrics, verbose=verbose)
+    processor = Evaluator(
+        process.topology, process.budgets(), process.default_caps, evaluators=REGISTERED
     )
-    config: VigilConfig = state.config
-    topology = config.kafka.topology()
-    check_topology(connect_admin(config.kafka.bootstrap_servers), topology, _TOPICS)
-    client = redis.Redis.from_url(
-        config.redis.url.get_secret_value(), socket_timeout=2.0, socket_connect_timeout=2.0
-    )
-    caps = default_caps(config.budgets.defaults)
-    processor = Evaluator(topology, EvaluationBudgets(client), caps, evaluators=REGISTERED)
-    if not no_metrics:
-        port = serve_metrics(config.metrics.listen)
-        click.echo(f"metrics on port {port}", err=True)
     settings = EvaluatorSettings(
-        bootstrap=config.kafka.bootstrap_servers,
-        topology=topology,
-        instance_id=instance or config.instance.resolved_id(),
+        bootstrap=process.bootstrap,
+        topology=process.topology,
+        instance_id=process.instance_id,
         static_membership=static_membership,
     )
     app = evaluator_app(settings, processor)
-    stop = shutdown.stop_event()
-    stop_on_sigterm(stop)
     click.echo(f"evaluator {settings.group}/{settings.instance_id} running", err=True)
-    run(app, stop, processor.metrics)
+    run(app, process.stop, processor.metrics)
     click.echo("evaluator stopped", err=True)

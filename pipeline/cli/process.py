@@ -1,26 +1,76 @@
-"""What every long-running ``vigil`` process shares at start-up: the operator's default budget
-caps and the ``/metrics`` server. Leaves out each process's own loop and topics."""
+"""What every long-running ``vigil`` process does before its loop, in one place: logging, the
+configuration, refusing to start on missing or drifted topics (with the command that fixes
+them), its stable instance id, the ``/metrics`` server and the stop event SIGTERM sets.
+
+Leaves out each process's own loop and which topics it needs (its command module says).
+"""
 
 from __future__ import annotations
 
+import logging
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import click
 from prometheus_client import start_http_server
 
-from pipeline.config import BudgetDefaults
+from pipeline.cli import shutdown
+from pipeline.cli.context import CliState
+from pipeline.config import VigilConfig
+from pipeline.kafka.admin import check_topology, connect_admin
+from pipeline.kafka.topics import Topic, Topology
+from pipeline.redis.budgets import RedisBudgets
 from pipeline.rules.budgets import BudgetCaps
+from pipeline.runtime.app import stop_on_sigterm
 
-__all__ = ["default_caps", "serve_metrics"]
+__all__ = ["Process", "serve_metrics", "start"]
 
 
-def default_caps(defaults: BudgetDefaults) -> BudgetCaps:
-    """The operator's budget caps for watchers that leave some out."""
-    return BudgetCaps(
-        window=defaults.window,
-        evaluations=defaults.evaluations,
-        deliveries=defaults.deliveries,
-        attempts=defaults.attempts,
-        tokens=defaults.tokens,
-        micro_usd=defaults.micro_usd,
+@dataclass(frozen=True, slots=True)
+class Process:
+    """A started process: its configuration, topology, instance id and stop event."""
+
+    config: VigilConfig
+    topology: Topology
+    instance_id: str
+    stop: threading.Event
+    default_caps: BudgetCaps  # the operator's caps for watchers that leave some out
+
+    @property
+    def bootstrap(self) -> str:
+        return self.config.kafka.bootstrap_servers
+
+    def budgets(self, *, quick_retry: bool = False) -> RedisBudgets:
+        """The budget store of ``[redis] url`` (no network until the first charge)."""
+        return RedisBudgets.from_url(
+            self.config.redis.url.get_secret_value(), quick_retry=quick_retry
+        )
+
+
+def start(
+    state: CliState,
+    topics: Iterable[Topic],
+    *,
+    instance: str | None,
+    metrics: bool,
+    verbose: bool,
+) -> Process:
+    """Log at INFO with ``-v`` (else WARNING), check ``topics``, serve ``/metrics`` on
+    ``[metrics] listen`` unless told not to, and arm the stop event."""
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING,
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
     )
+    config = state.config
+    topology = config.kafka.topology()
+    check_topology(connect_admin(config.kafka.bootstrap_servers), topology, tuple(topics))
+    if metrics:
+        click.echo(f"metrics on port {serve_metrics(config.metrics.listen)}", err=True)
+    stop = shutdown.stop_event()
+    stop_on_sigterm(stop)
+    instance_id = instance or config.instance.resolved_id()
+    return Process(config, topology, instance_id, stop, config.budgets.defaults.caps())
 
 
 def serve_metrics(listen: str) -> int:

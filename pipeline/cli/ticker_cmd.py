@@ -11,22 +11,13 @@ Left out: the loop itself (``producers.ticker.loop``).
 
 from __future__ import annotations
 
-import logging
 from datetime import timedelta
 
 import click
-import redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
-from pipeline.cli import shutdown
 from pipeline.cli.context import CliState, pass_state
-from pipeline.cli.process import default_caps, serve_metrics
-from pipeline.config import VigilConfig
-from pipeline.kafka.admin import check_topology, connect_admin
+from pipeline.cli.process import start
 from pipeline.kafka.topics import Topic
-from pipeline.redis.budgets import RedisBudgets
-from pipeline.runtime.app import stop_on_sigterm
 from producers.ticker.loop import PollTicker, TickerSettings
 
 __all__ = ["ticker"]
@@ -69,38 +60,20 @@ def ticker(
     verbose: bool,
 ) -> None:
     """Run a poll ticker: due instants in, governed tool calls, ticks out."""
-    logging.basicConfig(
-        level=logging.INFO if verbose else logging.WARNING,
-        format="%(asctime)s %(name)s %(levelname)s %(message)s",
-    )
-    config: VigilConfig = state.config
-    topology = config.kafka.topology()
-    check_topology(connect_admin(config.kafka.bootstrap_servers), topology, _TOPICS)
-    # One quick retry: an outage defers watchers for a step, it must not stall the loop.
-    client = redis.Redis.from_url(
-        config.redis.url.get_secret_value(),
-        socket_timeout=2.0,
-        socket_connect_timeout=2.0,
-        retry=Retry(NoBackoff(), 1),
-    )
+    process = start(state, _TOPICS, instance=instance, metrics=not no_metrics, verbose=verbose)
     settings = TickerSettings(
-        bootstrap=config.kafka.bootstrap_servers,
-        topology=topology,
-        instance_id=instance or config.instance.resolved_id(),
+        bootstrap=process.bootstrap,
+        topology=process.topology,
+        instance_id=process.instance_id,
         grace=timedelta(seconds=grace),
         concurrency=concurrency,
     )
     poll_ticker = PollTicker(
         settings,
-        tools=config.tools,
-        budgets=RedisBudgets(client),
-        default_caps=default_caps(config.budgets.defaults),
+        tools=process.config.tools,
+        budgets=process.budgets(quick_retry=True),
+        default_caps=process.default_caps,
     )
-    if not no_metrics:
-        port = serve_metrics(config.metrics.listen)
-        click.echo(f"metrics on port {port}", err=True)
-    stop = shutdown.stop_event()
-    stop_on_sigterm(stop)
     click.echo(f"ticker {settings.group}/{settings.instance_id} running", err=True)
-    poll_ticker.run(stop)
+    poll_ticker.run(process.stop)
     click.echo("ticker stopped", err=True)

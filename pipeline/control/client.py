@@ -26,6 +26,8 @@ from pipeline.kafka.clients import producer_config, table_consumer_config, trans
 from pipeline.kafka.partitioner import partition_for
 from pipeline.kafka.serde import SchemaRegistry, default_registry
 from pipeline.kafka.topics import Topic, Topology
+from pipeline.records.command import encode_command
+from pipeline.records.command_result import decode_result
 from pipeline.rules.authz import Principal, Role
 from pipeline.rules.commands.apply import Command, CommandResult, CommandVerb
 from pipeline.rules.errors import BrokerError, SerdeError
@@ -175,7 +177,7 @@ class CommandClient:
 
         topic = self._topology.name(Topic.COMMANDS)
         key = command.subject_key
-        value = self._schemas.encode("command", command.to_record())
+        value = encode_command(self._schemas, command)
         partition = partition_for(key, self._topology.partitions_for(Topic.COMMANDS))
         try:
             self._producer.produce(topic, value, key, partition, on_delivery=delivered)
@@ -188,9 +190,6 @@ class CommandClient:
 
     def _result(self, msg: Message) -> CommandResult:
         try:
-            record_type, value = self._schemas.decode(msg.value() or b"")
-        except SerdeError as exc:
+            return decode_result(self._schemas, msg.value() or b"")
+        except (SerdeError, ValueError) as exc:
             raise BrokerError(f"unreadable command result: {exc}") from exc
-        if record_type != "command_result":
-            raise BrokerError(f"a {record_type} record on command-results")
-        return CommandResult.from_record(value)

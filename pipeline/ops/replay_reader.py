@@ -21,15 +21,13 @@ from typing import Any
 from pipeline.kafka.serde import SchemaRegistry, default_registry
 from pipeline.kafka.topics import Topic, Topology
 from pipeline.ops.scan import Bound, Progress, scan
-from pipeline.records.evaluator import (
-    decode_outbox_entry,
-    decode_receipt,
-    evidence_from_event,
-    evidence_from_tick,
-    position_of,
-)
+from pipeline.records.event import evidence_from_event
+from pipeline.records.outbox_entry import decode_outbox_entry
+from pipeline.records.receipt import decode_receipt
+from pipeline.records.tick import evidence_from_tick
 from pipeline.rules.definition import WatcherDefinition
 from pipeline.rules.errors import DefinitionError, SerdeError
+from pipeline.rules.evidence import position_of
 from pipeline.rules.outbox import OutboxEntry
 from pipeline.rules.receipts import Receipt
 from pipeline.rules.replay import DefinitionVersion, History, ReplayInput

@@ -1,42 +1,31 @@
-"""The poll ticker's records: ``tick`` values out, ``ticker-state`` values in and out.
+"""The ``tick`` record (``schemas/tick.v1.avsc``): one scheduled instant of one watcher, and
+what its governed tool answered; the poll ticker writes it, the evaluator reads it as evidence.
 
-Owns the mapping between :class:`~pipeline.rules.ticker.TickerMemory` /
-:class:`~producers.ticker.tools.pinned.PinnedState` and ``schemas/ticker_state.v1.avsc`` (one record,
-exactly one of ``watcher`` and ``pinned`` set), and the ``tick`` record of
-``schemas/tick.v1.avsc`` (payloads as RFC 8785 canonical JSON text). The evaluator reads ticks
-with ``pipeline.records.evaluator.evidence_from_tick``.
-
-Left out: bytes framing (``pipeline.kafka.serde``), topics and what is decided.
+A tick is keyed by source id for co-partitioning but names its watcher (DESIGN §10: ticks belong
+to one watcher). Payloads travel as RFC 8785 canonical JSON text.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Final
 
-from pipeline.kafka.serde import SchemaRegistry
+from pipeline.records.codec import Codec, json_text
+from pipeline.records.event import SharedEvidence, payload_object
+from pipeline.rules.budgets import MAX_AMOUNT
 from pipeline.rules.errors import SerdeError
-from pipeline.rules.keys import canonical_json
-from pipeline.rules.lifecycle import WatcherStatus
+from pipeline.rules.evidence import Evidence, EvidenceKind
 from pipeline.rules.outcomes import ErrorCode
-from pipeline.rules.ticker import TickerMemory, TickKind
-from producers.ticker.tools.pinned import PinnedState
+from pipeline.rules.ticker import TickKind
 
-__all__ = [
-    "TICK",
-    "TICKER_STATE",
-    "TickRecord",
-    "decode_ticker_state",
-    "encode_memory",
-    "encode_pinned",
-    "encode_tick",
-]
+__all__ = ["EXPIRY_STEP", "TICK", "TickRecord", "encode_tick", "evidence_from_tick"]
 
 TICK: Final = "tick"
-TICKER_STATE: Final = "ticker_state"
+# An expiry tick stands for the first instant after the deadline, so it always reads "expired"
+# (the final evaluation *at* the deadline is the ticker's ordinary poll tick).
+EXPIRY_STEP: Final = timedelta(microseconds=1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,11 +47,9 @@ class TickRecord:
     late: bool = False
 
 
-def encode_tick(registry: SchemaRegistry, tick: TickRecord) -> bytes:
-    payload = None
-    if tick.payload is not None:
-        payload = canonical_json(dict(tick.payload), "payload").decode("utf-8")
-    return registry.encode(
+def encode_tick(codec: Codec, tick: TickRecord) -> bytes:
+    payload = None if tick.payload is None else json_text(dict(tick.payload), "payload")
+    return codec.encode(
         TICK,
         {
             "kind": tick.kind.value,
@@ -82,79 +69,26 @@ def encode_tick(registry: SchemaRegistry, tick: TickRecord) -> bytes:
     )
 
 
-def encode_memory(
-    registry: SchemaRegistry,
-    parts: tuple[str, str, str],
-    source_id: str,
-    memory: TickerMemory,
-    updated_at: datetime,
-) -> bytes:
-    return registry.encode(
-        TICKER_STATE,
-        {
-            "watcher": {
-                "tenant_id": parts[0],
-                "user_id": parts[1],
-                "watcher_id": parts[2],
-                "source_id": source_id,
-                "version": memory.version,
-                "status": memory.status.value,
-                "enumerated_through": memory.enumerated_through,
-                "final_done": memory.final_done,
-                "expiry_done": memory.expiry_done,
-                "one_shot_done": memory.one_shot_done,
-                "updated_at": updated_at,
-            },
-            "pinned": None,
-        },
-    )
-
-
-def encode_pinned(registry: SchemaRegistry, state: PinnedState) -> bytes:
-    return registry.encode(
-        TICKER_STATE,
-        {
-            "watcher": None,
-            "pinned": {
-                "evaluator": state.event_type,
-                "tenant_id": state.tenant_id,
-                "subject_id": state.subject_id,
-                "source_id": state.source_id,
-                "event_id": state.event_id,
-                "observed_at": state.observed_at,
-                "payload": canonical_json(dict(state.payload), "payload").decode("utf-8"),
-            },
-        },
-    )
-
-
-def decode_ticker_state(registry: SchemaRegistry, data: bytes) -> TickerMemory | PinnedState:
-    """A ``ticker-state`` value: a watcher's memory or a run's or session's state."""
-    record_type, value = registry.decode(data)
-    if record_type != TICKER_STATE:
-        raise SerdeError(f"expected a ticker_state record, got {record_type}")
-    watcher: dict[str, Any] | None = value.get("watcher")
-    pinned: dict[str, Any] | None = value.get("pinned")
-    if watcher is not None and pinned is None:
-        return TickerMemory(
-            version=int(watcher["version"]),
-            status=WatcherStatus(watcher["status"]),
-            enumerated_through=watcher["enumerated_through"],
-            final_done=bool(watcher["final_done"]),
-            expiry_done=bool(watcher["expiry_done"]),
-            one_shot_done=bool(watcher["one_shot_done"]),
-        )
-    if pinned is None or watcher is not None:
-        raise SerdeError("a ticker_state record sets exactly one of watcher and pinned")
-    payload = json.loads(pinned["payload"])
-    if not isinstance(payload, dict):
-        raise SerdeError("a pinned state's payload is a JSON object")
-    return PinnedState(
-        event_type=pinned["evaluator"],
-        tenant_id=pinned["tenant_id"],
-        subject_id=pinned["subject_id"],
-        source_id=pinned["source_id"],
-        event_id=pinned["event_id"],
-        observed_at=pinned["observed_at"],
-        payload=payload,
+def evidence_from_tick(value: Mapping[str, Any], position: str) -> Evidence:
+    """A decoded ``tick`` value as evidence naming its watcher, read at input ``position``."""
+    kind = value["kind"]
+    scheduled: datetime = value["scheduled_at"]
+    if kind == "expiry":
+        scheduled = scheduled + EXPIRY_STEP
+    error = value.get("tool_error")
+    tokens, micro_usd = int(value.get("usage_tokens", 0)), int(value.get("usage_micro_usd", 0))
+    if not (0 <= tokens <= MAX_AMOUNT and 0 <= micro_usd <= MAX_AMOUNT):
+        raise SerdeError(f"a tick's usage is 0..{MAX_AMOUNT}: tokens {tokens}, µUSD {micro_usd}")
+    return SharedEvidence(
+        source_kind=EvidenceKind.POLL if kind == "poll" else EvidenceKind.SCHEDULE,
+        source_id=value["source_id"],
+        observed_at=value["observed_at"],
+        scheduled_at=scheduled,
+        payload=payload_object(value.get("payload")),
+        watcher_key=(value["tenant_id"], value["user_id"], value["watcher_id"]),
+        tool_error=None if error is None else ErrorCode(error),
+        late=bool(value.get("late", False)),
+        tokens=tokens,
+        micro_usd=micro_usd,
+        position=position,
     )

@@ -1,71 +1,103 @@
-"""The command processor's output records on the wire: ``watchers``, ``lifecycle`` and
-``definition-log`` values built from registry entries (schemas in ``schemas/*.avsc``).
+"""The ``watchers`` record (``schemas/watcher.v1.avsc``): a definition re-keyed for the
+evaluator and the ticker (partitioned by source id), with status, revision and the typed fields
+their indexes route on (source kind and id, event type).
 
-Registry entries, grants, commands and results map themselves (``pipeline.rules.commands.model``);
-this module owns only the records other consumers read. Left out: keys and partitions
-(``processor``) and encoding (``pipeline.kafka.serde``).
+Owns :func:`encode_watcher` (from the command processor's :class:`RegistryEntry`) and
+:class:`Watch`, one watcher as the stages hold it: routing fields decoded at once, the
+definition parsed on first use and once per version.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Final
 
-from pipeline.rules.commands.model import Command, LifecycleChange, RegistryEntry
+from pipeline.records.codec import Codec, decoded
+from pipeline.rules.authz import AuthzDecision, Grant
+from pipeline.rules.budgets import BudgetCaps, BudgetScope
+from pipeline.rules.commands.model import RegistryEntry
+from pipeline.rules.definition import WatcherDefinition
+from pipeline.rules.lifecycle import WatcherStatus, is_closed
 from pipeline.rules.sources import EventSource
 
-__all__ = ["definition_log_record", "lifecycle_record", "watcher_record"]
+__all__ = ["WATCHER", "Watch", "decode_watch", "encode_watcher"]
+
+WATCHER: Final = "watcher"
 
 
-def watcher_record(entry: RegistryEntry) -> dict[str, Any]:
-    """A ``watcher`` value: the definition re-keyed for the evaluator, with status and revision,
-    plus the typed fields its index routes on (source kind and id, event type)."""
+def encode_watcher(codec: Codec, entry: RegistryEntry) -> bytes:
     source = entry.definition().source
-    return {
-        "tenant_id": entry.tenant_id,
-        "user_id": entry.user_id,
-        "watcher_id": entry.watcher_id,
-        "version": entry.version,
-        "revision": entry.revision,
-        "status": entry.status.value,
-        "source_kind": source.kind,
-        "source_id": entry.source_id,
-        "event_type": source.event_type if isinstance(source, EventSource) else None,
-        "session_id": entry.session_id,
-        "activated_at": entry.activated_at,
-        "updated_at": entry.updated_at,
-        "definition": entry.definition_json,
-    }
+    return codec.encode(
+        WATCHER,
+        {
+            "tenant_id": entry.tenant_id,
+            "user_id": entry.user_id,
+            "watcher_id": entry.watcher_id,
+            "version": entry.version,
+            "revision": entry.revision,
+            "status": entry.status.value,
+            "source_kind": source.kind,
+            "source_id": entry.source_id,
+            "event_type": source.event_type if isinstance(source, EventSource) else None,
+            "session_id": entry.session_id,
+            "activated_at": entry.activated_at,
+            "updated_at": entry.updated_at,
+            "definition": entry.definition_json,
+        },
+    )
 
 
-def lifecycle_record(
-    change: LifecycleChange, tenant_id: str, user_id: str, at: datetime
-) -> dict[str, Any]:
-    """A ``lifecycle`` value: one watcher's state, or (no watcher id) a subject's erasure."""
-    return {
-        "scope": "subject" if change.watcher_id is None else "watcher",
-        "tenant_id": tenant_id,
-        "user_id": user_id,
-        "watcher_id": change.watcher_id,
-        "version": change.version,
-        "revision": change.revision,
-        "status": change.status,
-        "reason": None if change.reason is None else change.reason.value,
-        "at": at,
-    }
+@dataclass(slots=True)
+class Watch:
+    """One watcher as the evaluator and ticker hold it: routing fields now, the definition on
+    first use."""
+
+    key: str
+    parts: tuple[str, str, str]
+    source_id: str
+    event_type: str | None
+    version: int
+    revision: int
+    status: WatcherStatus
+    activated_at: datetime | None
+    definition_json: str | None
+    _definition: WatcherDefinition | None = None
+    # The evaluator's budget scope and effective caps, worked out on first charge, tagged with
+    # the operator defaults they were filled from.
+    budget: tuple[BudgetCaps, BudgetScope, BudgetCaps] | None = None
+    # The last allow, with the exact grants tuple it was decided from and the grant that gave
+    # it: it holds while that tuple is current and the grant has not ended (allows only ever
+    # end with time), so it is reused rather than decided again per input.
+    allowed: tuple[tuple[Grant, ...], Grant, AuthzDecision] | None = None
+
+    @property
+    def definition(self) -> WatcherDefinition:
+        """The compiled definition of this version, decoded once (raises ``DefinitionError``)."""
+        if self._definition is None:
+            assert self.definition_json is not None
+            parsed = WatcherDefinition.model_validate_json(self.definition_json)
+            if parsed.version != self.version:
+                parsed = parsed.with_version(self.version)
+            self._definition = parsed
+            self.definition_json = None  # the model holds it now
+        return self._definition
+
+    @property
+    def closed(self) -> bool:
+        return is_closed(self.status)
 
 
-def definition_log_record(entry: RegistryEntry, command: Command, at: datetime) -> dict[str, Any]:
-    """A ``definition_log`` value: one accepted version, who asserted it and when."""
-    return {
-        "tenant_id": entry.tenant_id,
-        "user_id": entry.user_id,
-        "watcher_id": entry.watcher_id,
-        "version": entry.version,
-        "revision": entry.revision,
-        "request_id": command.request_id,
-        "principal": command.principal.name,
-        "role": command.principal.role.value,
-        "at": at,
-        "definition": entry.definition_json,
-    }
+def decode_watch(codec: Codec, key: str, data: bytes) -> Watch:
+    value = decoded(codec, WATCHER, data)
+    return Watch(
+        key=key,
+        parts=(value["tenant_id"], value["user_id"], value["watcher_id"]),
+        source_id=value["source_id"],
+        event_type=value["event_type"] if value["source_kind"] == "event" else None,
+        version=value["version"],
+        revision=value["revision"],
+        status=WatcherStatus(value["status"]),
+        activated_at=value["activated_at"],
+        definition_json=value["definition"],
+    )

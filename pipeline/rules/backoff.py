@@ -1,6 +1,8 @@
 """Deterministic, capped, exponential backoff between delivery attempts (DESIGN.md §8).
 
-Owns the wait after the n-th failed attempt: ``w = min(cap, base · 2^(n-1))`` plus a jitter of
+Owns :class:`RetryPolicy` (how many attempts, the first included, and the base and cap of the
+wait: one model for definitions, outbox entries and the delivery state machine) and the wait
+after the n-th failed attempt: ``w = min(cap, base · 2^(n-1))`` plus a jitter of
 ``w · 0.1 · u``, where ``u`` comes from SHA-256 of ``"<delivery key>:<n>"``, so that replay,
 restart and every worker agree on the same wait. A ``Retry-After`` can only lengthen it.
 
@@ -13,8 +15,16 @@ from __future__ import annotations
 import hashlib
 from datetime import timedelta
 from fractions import Fraction
+from typing import Final
 
-__all__ = ["backoff_wait"]
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from pipeline.rules.durations import Duration
+from pipeline.rules.errors import DefinitionError
+
+__all__ = ["MAX_ATTEMPTS", "RetryPolicy", "backoff_wait"]
+
+MAX_ATTEMPTS: Final = 100
 
 _JITTER = Fraction(1, 10)
 _U_SCALE = 2**64
@@ -48,3 +58,20 @@ def backoff_wait(
     if retry_after is not None and retry_after > chosen:
         return retry_after
     return chosen
+
+
+class RetryPolicy(BaseModel):
+    """Delivery attempts: ``max_attempts`` counts every attempt, the first included (DESIGN
+    §8: default 8, base 5 s, cap 1 h); the retry ceiling is ``pipeline.rules.dispatch``'s."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    max_attempts: int = Field(default=8, ge=1, le=MAX_ATTEMPTS)
+    base: Duration = timedelta(seconds=5)
+    cap: Duration = timedelta(hours=1)
+
+    @model_validator(mode="after")
+    def _base_within_cap(self) -> RetryPolicy:
+        if self.base <= timedelta(0) or self.cap < self.base:
+            raise DefinitionError("retry backoff needs 0 < base <= cap", "retry.base")
+        return self

@@ -32,6 +32,7 @@ __all__ = [
     "BudgetCheck",
     "BudgetScope",
     "BudgetVerdict",
+    "Charge",
     "Dimension",
     "attempt_token",
     "check",
@@ -109,6 +110,17 @@ class BudgetScope:
     tenant_id: str
     user_id: str
     watcher_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Charge:
+    """One charge: whose window, its caps, the amounts to take and the idempotency token that
+    makes a retried charge count once per window (DESIGN §10 "Budgets and transactions")."""
+
+    scope: BudgetScope
+    caps: BudgetCaps
+    increment: Mapping[Dimension, int]
+    token: str
 
 
 @dataclass(frozen=True, slots=True)

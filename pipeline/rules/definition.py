@@ -27,19 +27,19 @@ from pydantic import (
     model_validator,
 )
 
+from pipeline.rules.backoff import RetryPolicy
 from pipeline.rules.budgets import BudgetCaps
 from pipeline.rules.condition import Condition, compile_condition, parse_condition
-from pipeline.rules.durations import format_duration
+from pipeline.rules.durations import Duration, format_duration
 from pipeline.rules.errors import DefinitionError
 from pipeline.rules.freshness import FUTURE_SKEW
+from pipeline.rules.instants import Instant
 from pipeline.rules.keys import delivery_key_prefix
 from pipeline.rules.paths import Path
 from pipeline.rules.privacy import parse_retain_paths
 from pipeline.rules.quiet_hours import QuietHours
 from pipeline.rules.sources import (
-    Duration,
     EventSource,
-    Instant,
     PollingSource,
     ScheduleSource,
     checked_ref,
@@ -51,8 +51,6 @@ __all__ = [
     "DeliveryVerb",
     "Mode",
     "PrivacyPolicy",
-    "QuietHoursSpec",
-    "RetryPolicy",
     "WatcherDefinition",
 ]
 
@@ -83,23 +81,6 @@ class _Model(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
 
-class QuietHoursSpec(_Model):
-    """``[start, end)`` local minutes in a validated IANA zone; may wrap midnight."""
-
-    start: str
-    end: str
-    timezone: str
-
-    @model_validator(mode="after")
-    def _valid(self) -> QuietHoursSpec:
-        QuietHours.parse(self.start, self.end, self.timezone, field="delivery.quiet_hours")
-        return self
-
-    @cached_property
-    def rule(self) -> QuietHours:
-        return QuietHours.parse(self.start, self.end, self.timezone, field="delivery.quiet_hours")
-
-
 class Delivery(_Model):
     """Where a decision goes: an opaque target reference and the verb with its arguments."""
 
@@ -107,8 +88,17 @@ class Delivery(_Model):
     verb: DeliveryVerb = DeliveryVerb.NOTIFY
     text: str | None = None
     args: tuple[str, ...] | None = None
-    quiet_hours: QuietHoursSpec | None = None
+    quiet_hours: QuietHours | None = None
     wake_session: bool = False
+
+    @field_validator("quiet_hours", mode="wrap")
+    @classmethod
+    def _quiet_hours(cls, value: Any, handler: Any) -> Any:
+        """Quiet hours are their own model; their errors are named under ``delivery.``."""
+        try:
+            return handler(value)
+        except DefinitionError as exc:
+            raise DefinitionError(exc.message, f"delivery.{exc.field}") from None
 
     @model_validator(mode="after")
     def _valid(self) -> Delivery:
@@ -125,20 +115,6 @@ class Delivery(_Model):
             raise DefinitionError(f"verb {self.verb.value} {rule} args", "delivery.args")
         if self.args is not None and not 0 < len(self.args) <= MAX_ARGS:
             raise DefinitionError(f"run takes 1..{MAX_ARGS} args", "delivery.args")
-        return self
-
-
-class RetryPolicy(_Model):
-    """Delivery attempts: ``max_attempts`` counts the first; capped exponential backoff."""
-
-    max_attempts: int = Field(default=8, ge=1, le=100)
-    base: Duration = timedelta(seconds=5)
-    cap: Duration = timedelta(hours=1)
-
-    @model_validator(mode="after")
-    def _valid(self) -> RetryPolicy:
-        if self.base > self.cap:
-            raise DefinitionError("retry base exceeds cap", "retry.base")
         return self
 
 

@@ -20,11 +20,8 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
-
-from pipeline.rules.backoff import backoff_wait
+from pipeline.rules.backoff import RetryPolicy, backoff_wait
 from pipeline.rules.budgets import BudgetVerdict, Dimension, attempt_token
-from pipeline.rules.durations import parse_duration
 from pipeline.rules.errors import TransitionError
 from pipeline.rules.instants import utc
 from pipeline.rules.outcomes import DeliveryStatus, ErrorCode, SuppressReason
@@ -38,7 +35,6 @@ __all__ = [
     "DispatchAction",
     "DispatchEvent",
     "DispatchPlan",
-    "RetryPolicy",
     "attempt_cost",
     "attempt_token_for",
     "cancel",
@@ -99,27 +95,6 @@ _TABLE: dict[tuple[DeliveryStatus, DispatchEvent], DeliveryStatus] = {
 _TARGETS: dict[DispatchEvent, DeliveryStatus] = {event: to for (_, event), to in _TABLE.items()}
 
 _SETTLED = frozenset({_S.DELIVERED, _S.DEAD_LETTER, _S.SUPPRESSED, _S.CANCELLED})
-
-
-class RetryPolicy(BaseModel):
-    """``max_attempts`` counts every attempt, the first included (DESIGN.md §8)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    max_attempts: int = Field(default=8, ge=1, le=1000)
-    base: timedelta = timedelta(seconds=5)
-    cap: timedelta = timedelta(hours=1)
-
-    @field_validator("base", "cap", mode="before")
-    @classmethod
-    def _parse_duration(cls, value: Any, info: ValidationInfo) -> Any:
-        return parse_duration(value, str(info.field_name)) if isinstance(value, str) else value
-
-    @model_validator(mode="after")
-    def _base_within_cap(self) -> RetryPolicy:
-        if self.base <= timedelta(0) or self.cap < self.base:
-            raise ValueError("retry backoff needs 0 < base <= cap")
-        return self
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,13 +209,19 @@ def is_settled(state: DeliveryState) -> bool:
 
 
 def purge_due(state: DeliveryState, delivery_retention: timedelta) -> datetime:
-    """When a settled entry's tombstones may be written. Unsettled work is never purged."""
-    if not is_settled(state) or state.settled_at is None:
+    """When a settled entry's tombstones may be written: at once for dropped work (cancel and
+    erase reach delivery, DESIGN §10), else once its delivery retention has passed (which
+    covers the source's max age + 30 s, so a fresh replay still meets its dedupe key).
+    Unsettled work is never purged."""
+    if not is_settled(state):
         raise TransitionError(
             f"delivery {state.delivery_key}: {state.status.value} is not settled "
             "and is never purged"
         )
-    return state.settled_at + delivery_retention
+    settled = state.settled_at or state.updated_at
+    if state.status is _S.CANCELLED:
+        return settled
+    return settled + delivery_retention
 
 
 def attempt_cost(state: DeliveryState) -> dict[Dimension, int]:

@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator, PlainSerializer
 
 from pipeline.rules.errors import DefinitionError
 
-__all__ = ["format_duration", "parse_duration"]
+__all__ = ["Duration", "format_duration", "parse_duration"]
 
 _GRAMMAR = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 
@@ -39,3 +42,18 @@ def format_duration(value: timedelta) -> str:
         if amount:
             parts.append(f"{amount}{unit}")
     return "".join(parts)
+
+
+def _duration(value: Any) -> Any:
+    if isinstance(value, str):
+        try:
+            return parse_duration(value)
+        except DefinitionError as exc:
+            raise ValueError(exc.message) from None
+    return value
+
+
+Duration = Annotated[
+    timedelta, BeforeValidator(_duration), PlainSerializer(format_duration, when_used="json")
+]
+"""A duration field of a pydantic model: text (``90m``) or a ``timedelta`` in, text out in JSON."""

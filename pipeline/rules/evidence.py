@@ -19,13 +19,18 @@ from pipeline.rules.instants import rfc3339_micros, rfc3339_seconds, utc
 from pipeline.rules.keys import EventTrigger, InstantTrigger, Trigger, evidence_digest
 from pipeline.rules.outcomes import ErrorCode
 
-__all__ = ["Evidence", "EvidenceKind", "trigger_json"]
+__all__ = ["Evidence", "EvidenceKind", "position_of", "trigger_json"]
 
 
 class EvidenceKind(StrEnum):
     EVENT = "event"
     POLL = "poll"
     SCHEDULE = "schedule"
+
+
+def position_of(topic: str, partition: int, offset: int) -> str:
+    """The opaque input position a checkpoint and a receipt record."""
+    return f"{topic}:{partition}:{offset}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,10 +8,14 @@ and stored records. Local time appears only at the edges (cron, ``--at``, quiet 
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator, PlainSerializer
 
 from pipeline.rules.errors import DefinitionError
 
 __all__ = [
+    "Instant",
     "from_epoch_micros",
     "parse_instant",
     "rfc3339_micros",
@@ -59,3 +63,23 @@ def to_epoch_micros(instant: datetime) -> int:
 
 def from_epoch_micros(micros: int) -> datetime:
     return datetime.fromtimestamp(micros // 1_000_000, UTC).replace(microsecond=micros % 1_000_000)
+
+
+def _instant(value: Any) -> Any:
+    if isinstance(value, str):
+        try:
+            return parse_instant(value)
+        except DefinitionError as exc:
+            raise ValueError(exc.message) from None
+    if isinstance(value, datetime):
+        try:
+            return utc(value)
+        except ValueError:
+            raise ValueError("an instant needs an offset such as Z") from None
+    return value
+
+
+Instant = Annotated[
+    datetime, BeforeValidator(_instant), PlainSerializer(rfc3339_micros, when_used="json")
+]
+"""An instant field of a pydantic model: RFC 3339 text or an aware datetime in, UTC; text out."""

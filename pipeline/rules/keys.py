@@ -45,6 +45,7 @@ __all__ = [
     "parse_watcher_key",
     "request_delivery_key",
     "subject_key",
+    "subject_of",
     "trigger_fields",
     "watcher_key",
 ]
@@ -293,6 +294,14 @@ def subject_key(tenant_id: str, user_id: str) -> str:
 def watcher_key(tenant_id: str, user_id: str, watcher_id: str) -> str:
     """The record key of a watcher: ``["<tenant>","<user>","<watcher_id>"]``."""
     return canonical_json([tenant_id, user_id, watcher_id], "watcher").decode("utf-8")
+
+
+def subject_of(watcher_key: str) -> str:
+    """The subject key ``["t","u"]`` of a canonical watcher key ``["t","u","w"]``.
+
+    Ids are restricted to charsets without quotes or commas, so the last comma separates.
+    """
+    return watcher_key.rsplit(",", 1)[0] + "]"
 
 
 def _parse_key_array(text: str, size: int, field: str) -> tuple[str, ...]:

@@ -9,37 +9,20 @@ dispatch states are ``dispatch``'s.
 
 from __future__ import annotations
 
-import functools
 from datetime import datetime, timedelta
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from pipeline.rules.backoff import RetryPolicy
 from pipeline.rules.budgets import BudgetCaps
 from pipeline.rules.definition import WatcherDefinition
 from pipeline.rules.evidence import Evidence, trigger_json
 from pipeline.rules.outcomes import Outcome
+from pipeline.rules.quiet_hours import QuietHours
 from pipeline.rules.sources import ScheduleSource
 
-__all__ = ["OutboxEntry", "OutboxQuietHours", "OutboxRetry", "build_entry", "entry_fields"]
-
-
-class OutboxRetry(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    max_attempts: int
-    base: timedelta
-    cap: timedelta
-
-
-class OutboxQuietHours(BaseModel):
-    """Quiet hours as written (``HH:MM``, IANA zone); ``quiet_hours`` parses them."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    start: str
-    end: str
-    timezone: str
+__all__ = ["OutboxEntry", "build_entry", "entry_fields"]
 
 
 class OutboxEntry(BaseModel):
@@ -65,20 +48,14 @@ class OutboxEntry(BaseModel):
     due_at: datetime
     late: bool = False
     created_at: datetime
-    retry: OutboxRetry
-    quiet_hours: OutboxQuietHours | None = None
+    retry: RetryPolicy
+    quiet_hours: QuietHours | None = None
     budgets: BudgetCaps | None = None
     delivery_retention: timedelta
     wake_session: bool = False
     session_id: str | None = None
     schedule_name: str | None = None
     schedule_time: datetime | None = None
-
-
-@functools.lru_cache(maxsize=256)
-def _retry(max_attempts: int, base: timedelta, cap: timedelta) -> OutboxRetry:
-    """One frozen model per distinct policy: entries share it instead of validating anew."""
-    return OutboxRetry(max_attempts=max_attempts, base=base, cap=cap)
 
 
 def build_entry(
@@ -102,8 +79,6 @@ def entry_fields(
     them (the evaluator's hot loop)."""
     assert definition.version is not None
     delivery = definition.delivery
-    quiet = delivery.quiet_hours
-    retry = definition.retry
     is_schedule = isinstance(definition.source, ScheduleSource)
     return {
         "delivery_key": key,
@@ -124,10 +99,8 @@ def entry_fields(
         "due_at": evidence.scheduled_at if is_schedule and evidence.scheduled_at else now,
         "late": evidence.late,
         "created_at": now,
-        "retry": _retry(retry.max_attempts, retry.base, retry.cap),
-        "quiet_hours": None
-        if quiet is None
-        else OutboxQuietHours(start=quiet.start, end=quiet.end, timezone=quiet.timezone),
+        "retry": definition.retry,
+        "quiet_hours": delivery.quiet_hours,
         "budgets": definition.budgets,
         "delivery_retention": definition.privacy.delivery_retention,
         "wake_session": delivery.wake_session,

@@ -1,17 +1,21 @@
 """Quiet hours: a daily window of local minutes in which deliveries wait.
 
-Owns the window (``[start, end)`` of local wall time, wrapping midnight when start > end), the
-"is this instant quiet" test and the next allowed instant. The next allowed instant is found the
-way DESIGN §8 fixes it: step whole UTC minutes and convert each to local wall time, so spring-
-forward gaps and both fall-back occurrences come out right with no special cases. Deciding to
-defer a delivery, and recording why, is the dispatch state machine's job.
+Owns :class:`QuietHours` — the window as users write it (``HH:MM`` start and end, an IANA
+zone; ``[start, end)`` of local wall time, wrapping midnight when start > end), validated once
+and carried as is by definitions and outbox entries — the "is this instant quiet" test and the
+next allowed instant. The next allowed instant is found the way DESIGN §8 fixes it: step whole
+UTC minutes and convert each to local wall time, so spring-forward gaps and both fall-back
+occurrences come out right with no special cases. Deciding to defer a delivery, and recording
+why, is the dispatch state machine's job.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import cached_property
 from zoneinfo import ZoneInfo
+
+from pydantic import BaseModel, ConfigDict, model_validator
 
 from pipeline.rules.errors import DefinitionError
 from pipeline.rules.instants import utc
@@ -26,40 +30,52 @@ _MINUTE = timedelta(minutes=1)
 _MAX_STEPS = 3 * _MINUTES_PER_DAY
 
 
-@dataclass(frozen=True, slots=True)
-class QuietHours:
-    """``[start_minute, end_minute)`` of local time in ``zone``."""
+class QuietHours(BaseModel):
+    """``[start, end)`` of local wall time in ``timezone``; errors name ``quiet_hours.*``."""
 
-    start_minute: int
-    end_minute: int
-    zone: ZoneInfo
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
-    def __post_init__(self) -> None:
-        for name, value in (("start", self.start_minute), ("end", self.end_minute)):
-            if isinstance(value, bool) or not 0 <= value < _MINUTES_PER_DAY:
-                raise DefinitionError(f"minute of day must be 0..1439, got {value!r}", name)
-        if self.start_minute == self.end_minute:
+    start: str
+    end: str
+    timezone: str
+
+    @model_validator(mode="after")
+    def _valid(self) -> QuietHours:
+        start, end, _ = self.start_minute, self.end_minute, self.zone
+        if start == end:
             raise DefinitionError(
-                "quiet hours start and end are equal: that window is either empty or the whole "
-                "day, so it is refused (omit quiet hours, or give two different times)",
-                "end",
+                f"start and end are both {self.start!r}: the window would be empty or the "
+                "whole day; give two different times",
+                "quiet_hours.end",
             )
+        return self
 
     @classmethod
-    def parse(
-        cls, start: str, end: str, timezone: str, *, field: str = "quiet_hours"
-    ) -> QuietHours:
-        """From ``HH:MM`` texts and an IANA zone; errors name ``<field>.start|end|timezone``."""
-        start_minute = parse_clock(start, f"{field}.start")
-        end_minute = parse_clock(end, f"{field}.end")
-        zone = load_zone(timezone, f"{field}.timezone")
-        if start_minute == end_minute:
-            raise DefinitionError(
-                f"start and end are both {start!r}: the window would be empty or the whole day; "
-                "give two different times",
-                f"{field}.end",
-            )
-        return cls(start_minute, end_minute, zone)
+    def parse(cls, start: str, end: str, timezone: str) -> QuietHours:
+        return cls(start=start, end=end, timezone=timezone)
+
+    @classmethod
+    def from_minutes(cls, start_minute: int, end_minute: int, timezone: str) -> QuietHours:
+        """From minutes of the local day (``0..1439``)."""
+        return cls.parse(_clock(start_minute), _clock(end_minute), timezone)
+
+    @cached_property
+    def start_minute(self) -> int:
+        return parse_clock(self.start, "quiet_hours.start")
+
+    @cached_property
+    def end_minute(self) -> int:
+        return parse_clock(self.end, "quiet_hours.end")
+
+    @cached_property
+    def zone(self) -> ZoneInfo:
+        return load_zone(self.timezone, "quiet_hours.timezone")
+
+
+def _clock(minute: int) -> str:
+    if isinstance(minute, bool) or not 0 <= minute < _MINUTES_PER_DAY:
+        raise DefinitionError(f"minute of day must be 0..1439, got {minute!r}", "quiet_hours")
+    return f"{minute // 60:02d}:{minute % 60:02d}"
 
 
 def _local_minute(qh: QuietHours, instant: datetime) -> int:

@@ -9,25 +9,23 @@ validates and exposes them.
 from __future__ import annotations
 
 import re
-from datetime import datetime, timedelta
+from datetime import timedelta
 from functools import cached_property
-from typing import Annotated, Any, Final, Literal
+from typing import Final, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, PlainSerializer, model_validator
+from pydantic import BaseModel, ConfigDict, model_validator
 
 from pipeline.rules.credentials import reject_credential
 from pipeline.rules.cron import CronSchedule, MissedPolicy, cadence_cron
-from pipeline.rules.durations import format_duration, parse_duration
+from pipeline.rules.durations import Duration
 from pipeline.rules.errors import DefinitionError
-from pipeline.rules.instants import parse_instant, rfc3339_micros, utc
+from pipeline.rules.instants import Instant
 from pipeline.rules.zones import load_zone
 
 __all__ = [
     "CADENCES",
     "DEFAULT_SCHEDULE_MAX_AGE",
-    "Duration",
     "EventSource",
-    "Instant",
     "PollingSource",
     "ScheduleSource",
     "Source",
@@ -55,37 +53,6 @@ def checked_ref(value: object, field: str, pattern: re.Pattern[str] = _REF) -> s
             field,
         )
     return value
-
-
-def _duration(value: Any) -> Any:
-    if isinstance(value, str):
-        try:
-            return parse_duration(value)
-        except DefinitionError as exc:
-            raise ValueError(exc.message) from None
-    return value
-
-
-def _instant(value: Any) -> Any:
-    if isinstance(value, str):
-        try:
-            return parse_instant(value)
-        except DefinitionError as exc:
-            raise ValueError(exc.message) from None
-    if isinstance(value, datetime):
-        try:
-            return utc(value)
-        except ValueError:
-            raise ValueError("an instant needs an offset such as Z") from None
-    return value
-
-
-Duration = Annotated[
-    timedelta, BeforeValidator(_duration), PlainSerializer(format_duration, when_used="json")
-]
-Instant = Annotated[
-    datetime, BeforeValidator(_instant), PlainSerializer(rfc3339_micros, when_used="json")
-]
 
 
 class _Source(BaseModel):

@@ -1,39 +1,39 @@
-"""The evaluator's in-memory views over its tables: who watches what, and who granted what.
+"""The shared views over the runtime's tables: who watches what, who granted what, and what was
+cancelled or erased. Several stages read them (the evaluator and ticker the watchers, everyone
+the grants, delivery the lifecycle), so they live here, once.
 
 Owns :class:`WatcherIndex` (one per task partition of ``watchers``: watcher keys by
 ``(source_id, event_type)``, definitions decoded lazily and once per version, so an event costs
-what its matching watchers cost and 100,000 watchers of other sources cost nothing) and
-:class:`GrantIndex` (the global ``grants`` table by subject). Both follow their table's changes
-through :class:`ObservedDict`, which the runtime's table writes through, so a refresh touches
-only the keys that changed since the last batch.
+what its matching watchers cost and 100,000 watchers of other sources cost nothing),
+:class:`GrantIndex` (the global ``grants`` table by subject) and :class:`LifecycleIndex` (the
+global ``lifecycle`` table: the latest record per watcher and per erased subject, and which
+delivery it drops). Each follows its table's changes through :class:`ObservedDict`, which the
+runtime's table writes through, so a refresh touches only the keys that changed since the last
+batch.
 
-Leaves out deciding (``pipeline.rules.evaluation``), the runtime's tables and transactions
-(``pipeline.kafka``), and the record layouts (``schemas/watcher.v1.avsc``, ``grant.v1.avsc``).
+Leaves out deciding (``pipeline.rules``), the tables and transactions themselves
+(``pipeline.runtime.app``) and the record layouts (``pipeline.records``).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from pipeline.kafka.serde import SchemaRegistry
-from pipeline.rules.authz import AuthzDecision, Grant
-from pipeline.rules.budgets import BudgetCaps, BudgetScope
-from pipeline.rules.commands.apply import GrantRecord
-from pipeline.rules.definition import WatcherDefinition
+from pipeline.records.codec import Codec
+from pipeline.records.delivery_state import DeliveryRecord
+from pipeline.records.grant import decode_grant
+from pipeline.records.lifecycle import LifecycleRecord, decode_lifecycle
+from pipeline.records.watcher import Watch, decode_watch
+from pipeline.rules.authz import Grant
 from pipeline.rules.errors import DefinitionError, SerdeError
-from pipeline.rules.lifecycle import WatcherStatus, is_closed
 from pipeline.runtime.tables import Table
 
-__all__ = ["GrantIndex", "ObservedDict", "Watch", "WatcherIndex", "observe"]
+__all__ = ["GrantIndex", "LifecycleIndex", "ObservedDict", "WatcherIndex", "observe"]
 
 log = logging.getLogger(__name__)
-
-WATCHER = "watcher"
-GRANT = "grant"
 
 
 class ObservedDict(dict[str, bytes]):
@@ -69,68 +69,12 @@ def observe(table: Table) -> ObservedDict:
     return table.data
 
 
-@dataclass(slots=True)
-class Watch:
-    """One watcher as the evaluator holds it: routing fields now, the definition on first use."""
-
-    key: str
-    parts: tuple[str, str, str]
-    source_id: str
-    event_type: str | None
-    version: int
-    revision: int
-    status: WatcherStatus
-    activated_at: datetime | None
-    definition_json: str | None
-    _definition: WatcherDefinition | None = None
-    # The evaluator's budget scope and effective caps, worked out on first charge, tagged with
-    # the operator defaults they were filled from.
-    budget: tuple[BudgetCaps, BudgetScope, BudgetCaps] | None = None
-    # The last allow, with the exact grants tuple it was decided from and the grant that gave
-    # it: it holds while that tuple is current and the grant has not ended (allows only ever
-    # end with time), so it is reused rather than decided again per input.
-    allowed: tuple[tuple[Grant, ...], Grant, AuthzDecision] | None = None
-
-    @property
-    def definition(self) -> WatcherDefinition:
-        """The compiled definition of this version, decoded once (raises ``DefinitionError``)."""
-        if self._definition is None:
-            assert self.definition_json is not None
-            parsed = WatcherDefinition.model_validate_json(self.definition_json)
-            if parsed.version != self.version:
-                parsed = parsed.with_version(self.version)
-            self._definition = parsed
-            self.definition_json = None  # the model holds it now
-        return self._definition
-
-    @property
-    def closed(self) -> bool:
-        return is_closed(self.status)
-
-
-def decode_watch(registry: SchemaRegistry, key: str, data: bytes) -> Watch:
-    record_type, value = registry.decode(data)
-    if record_type != WATCHER:
-        raise SerdeError(f"expected a watcher record, got {record_type}")
-    return Watch(
-        key=key,
-        parts=(value["tenant_id"], value["user_id"], value["watcher_id"]),
-        source_id=value["source_id"],
-        event_type=value["event_type"] if value["source_kind"] == "event" else None,
-        version=value["version"],
-        revision=value["revision"],
-        status=WatcherStatus(value["status"]),
-        activated_at=value["activated_at"],
-        definition_json=value["definition"],
-    )
-
-
 class WatcherIndex:
     """One partition of ``watchers``: by key, and event watchers by (source_id, event_type)."""
 
     __slots__ = ("_by_key", "_by_type", "_data", "_registry", "table", "undecodable")
 
-    def __init__(self, table: Table, registry: SchemaRegistry) -> None:
+    def __init__(self, table: Table, registry: Codec) -> None:
         self.table = table
         self._registry = registry
         self._data = observe(table)
@@ -184,19 +128,12 @@ class WatcherIndex:
         return iter(self._by_key.values())
 
 
-def decode_grant(registry: SchemaRegistry, data: bytes) -> Grant:
-    record_type, value = registry.decode(data)
-    if record_type != GRANT:
-        raise SerdeError(f"expected a grant record, got {record_type}")
-    return GrantRecord.from_record(value).grant
-
-
 class GrantIndex:
     """The whole ``grants`` table, by subject: authorization looks at one subject's grants."""
 
     __slots__ = ("_by_key", "_by_subject", "_data", "_of", "_registry", "undecodable")
 
-    def __init__(self, table: Table, registry: SchemaRegistry) -> None:
+    def __init__(self, table: Table, registry: Codec) -> None:
         self._registry = registry
         self._data = observe(table)
         self._data.drain()
@@ -223,7 +160,7 @@ class GrantIndex:
         if raw is None:
             return
         try:
-            grant = decode_grant(self._registry, raw)
+            grant = decode_grant(self._registry, raw).grant
         except (SerdeError, ValueError, KeyError, DefinitionError) as exc:
             self.undecodable += 1
             log.error("grants record %s is unreadable (fail-closed: ignored): %s", key, exc)
@@ -241,3 +178,66 @@ class GrantIndex:
             bucket = self._by_subject.get(subject)
             found = self._of[subject] = () if not bucket else tuple(bucket.values())
         return found
+
+
+class LifecycleIndex:
+    """Lifecycle records by watcher and by subject, decoded once per change."""
+
+    __slots__ = ("_by_key", "_data", "_registry", "_subjects", "_watchers", "undecodable")
+
+    def __init__(self, table: Table, registry: Codec) -> None:
+        self._registry = registry
+        self._data = observe(table)
+        self._data.drain()
+        self._by_key: dict[str, LifecycleRecord] = {}
+        self._watchers: dict[tuple[str, str, str], LifecycleRecord] = {}
+        self._subjects: dict[tuple[str, str], LifecycleRecord] = {}
+        self.undecodable = 0
+        for key in list(self._data):
+            self._apply(key)
+
+    def refresh(self) -> list[LifecycleRecord]:
+        """Apply what changed since the last refresh; returns the records that now drop
+        entries (for a sweep of what is already queued)."""
+        dropping: list[LifecycleRecord] = []
+        for key in self._data.drain():
+            record = self._apply(key)
+            if record is not None and record.drops_anything:
+                dropping.append(record)
+        return dropping
+
+    def dropping(self, record: DeliveryRecord, created_at: datetime) -> LifecycleRecord | None:
+        """The lifecycle record that drops this delivery, or None when it may go ahead."""
+        erased = self._subjects.get((record.tenant_id, record.user_id))
+        if erased is not None and erased.drops(record, created_at):
+            return erased
+        closed = self._watchers.get((record.tenant_id, record.user_id, record.watcher_id))
+        if closed is not None and closed.drops(record, created_at):
+            return closed
+        return None
+
+    def _apply(self, key: str) -> LifecycleRecord | None:
+        old = self._by_key.pop(key, None)
+        if old is not None:
+            self._forget(old)
+        raw = self._data.get(key)
+        if raw is None:
+            return None
+        try:
+            record = decode_lifecycle(self._registry, raw)
+        except (SerdeError, KeyError, ValueError) as exc:
+            self.undecodable += 1
+            log.error("lifecycle record %s is unreadable: %s", key, exc)
+            return None
+        self._by_key[key] = record
+        if record.watcher_id is None:
+            self._subjects[(record.tenant_id, record.user_id)] = record
+        else:
+            self._watchers[(record.tenant_id, record.user_id, record.watcher_id)] = record
+        return record
+
+    def _forget(self, record: LifecycleRecord) -> None:
+        if record.watcher_id is None:
+            self._subjects.pop((record.tenant_id, record.user_id), None)
+        else:
+            self._watchers.pop((record.tenant_id, record.user_id, record.watcher_id), None)

@@ -1,8 +1,7 @@
 """The event publisher SDK: how an upstream service puts an event on ``events``.
 
-DESIGN.md §2 and §9. :func:`event_record` checks an event (ids non-empty and bounded, payload
-JSON that RFC 8785 can canonicalize, an aware ``observed_at``) and builds its Avro record;
-:class:`EventPublisher` sends it with an idempotent producer (acks=all), keyed by source id
+DESIGN.md §2 and §9. :class:`EventPublisher` checks an event
+(:func:`~pipeline.records.event.event_record`) and sends it with an idempotent producer (acks=all), keyed by source id
 and placed explicitly on Java's partition of that key, so every evaluator finds it where the
 co-partitioned tables are. The producer is created on first use (no network in ``__init__``),
 and the first use also checks that ``events`` exists with the expected partition count.
@@ -26,59 +25,13 @@ from pipeline.kafka.clients import BrokerFailure, classify, producer_config, tra
 from pipeline.kafka.partitioner import partition_for
 from pipeline.kafka.serde import SchemaRegistry, default_registry
 from pipeline.kafka.topics import Topic, Topology
-from pipeline.rules.errors import BrokerError, DefinitionError, TopologyError
-from pipeline.rules.instants import utc
-from pipeline.rules.keys import canonical_json
+from pipeline.records.event import EVENT, event_record
+from pipeline.rules.errors import BrokerError, TopologyError
 
-__all__ = [
-    "MAX_CURSOR_BYTES",
-    "MAX_ID_BYTES",
-    "MAX_PAYLOAD_BYTES",
-    "EventPublisher",
-    "event_record",
-]
+__all__ = ["EventPublisher"]
 
-MAX_ID_BYTES: Final = 256
-MAX_CURSOR_BYTES: Final = 1024
-MAX_PAYLOAD_BYTES: Final = 512 * 1024  # canonical JSON; well under Kafka's 1 MiB default
 _METADATA_TIMEOUT_S: Final = 10.0
 _QUEUE_FULL_WAIT_S: Final = 30.0
-
-
-def _text(value: object, field: str, limit: int, *, optional: bool = False) -> str | None:
-    if value is None and optional:
-        return None
-    if not isinstance(value, str) or not value:
-        raise DefinitionError("must be a non-empty string", field)
-    if len(value.encode("utf-8", "surrogatepass")) > limit:
-        raise DefinitionError(f"longer than {limit} bytes", field)
-    return value
-
-
-def event_record(
-    source_id: str,
-    event_type: str,
-    event_id: str,
-    payload: Any,
-    observed_at: datetime,
-    cursor: str | None = None,
-    envelope_id: str | None = None,
-) -> dict[str, Any]:
-    """The Avro ``event`` record of one event, or :class:`DefinitionError` naming the field."""
-    if not isinstance(observed_at, datetime) or observed_at.utcoffset() is None:
-        raise DefinitionError("must be an aware datetime (with a time zone)", "observed_at")
-    body = canonical_json(payload, "payload")
-    if len(body) > MAX_PAYLOAD_BYTES:
-        raise DefinitionError(f"canonical JSON is larger than {MAX_PAYLOAD_BYTES} bytes", "payload")
-    return {
-        "source_id": _text(source_id, "source_id", MAX_ID_BYTES),
-        "event_type": _text(event_type, "event_type", MAX_ID_BYTES),
-        "event_id": _text(event_id, "event_id", MAX_ID_BYTES),
-        "envelope_id": _text(envelope_id, "envelope_id", MAX_ID_BYTES, optional=True),
-        "cursor": _text(cursor, "cursor", MAX_CURSOR_BYTES, optional=True),
-        "observed_at": utc(observed_at),
-        "payload": body.decode("utf-8"),
-    }
 
 
 class EventPublisher:
@@ -144,7 +97,7 @@ class EventPublisher:
         record = event_record(
             source_id, event_type, event_id, payload, observed_at, cursor, envelope_id
         )
-        value = self._registry.encode("event", record)
+        value = self._registry.encode(EVENT, record)
         self._send(source_id.encode("utf-8"), value)
 
     def flush(self, timeout: float = 30.0) -> None:

@@ -16,13 +16,13 @@ from collections.abc import Iterable
 from datetime import datetime
 from enum import StrEnum
 
+from pipeline.records.watcher import Watch
 from pipeline.redis.budgets import RedisBudgets
 from pipeline.rules.authz import Action, Grant, authorize
 from pipeline.rules.budgets import BudgetCaps, BudgetScope, BudgetVerdict, Dimension, check
 from pipeline.rules.errors import BudgetStoreError
 from pipeline.rules.sources import PollingSource
 from pipeline.rules.ticker import DueTick
-from pipeline.runtime.views import Watch
 from producers.ticker.tools import ToolRequest
 
 __all__ = ["ToolGuard", "Withheld", "tool_request"]

@@ -38,11 +38,9 @@ from pipeline.clock import Clock, SystemClock
 from pipeline.config import ToolConfig
 from pipeline.kafka.serde import SchemaRegistry, default_registry
 from pipeline.kafka.topics import Topic, Topology
-from pipeline.records.tick import (
-    TickRecord,
-    encode_memory,
-    encode_tick,
-)
+from pipeline.records.tick import TickRecord, encode_tick
+from pipeline.records.ticker_state import encode_memory
+from pipeline.records.watcher import Watch
 from pipeline.redis.budgets import RedisBudgets
 from pipeline.rules.budgets import BudgetCaps, BudgetVerdict
 from pipeline.rules.errors import DefinitionError
@@ -51,7 +49,7 @@ from pipeline.rules.outcomes import ErrorCode
 from pipeline.rules.ticker import DEFAULT_GRACE, WatcherPlan, plan_watcher
 from pipeline.runtime.app import ProcessContext, StreamApp, TransactionEnd
 from pipeline.runtime.tables import TableKind, TableSpec
-from pipeline.runtime.views import GrantIndex, Watch
+from pipeline.runtime.views import GrantIndex
 from producers.ticker.guard import ToolGuard, Withheld, tool_request
 from producers.ticker.metrics import TickerMetrics, ticker_metrics
 from producers.ticker.pinned_states import PinnedStates

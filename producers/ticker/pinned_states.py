@@ -14,17 +14,16 @@ Left out: the tools (``producers.ticker.tools.pinned``) and the runtime's transa
 
 from __future__ import annotations
 
-import json
-
 from confluent_kafka import Message
 
 from pipeline.kafka.partitioner import partition_for
 from pipeline.kafka.serde import SchemaRegistry
-from pipeline.records.tick import decode_ticker_state, encode_pinned
+from pipeline.records.event import EVENT, payload_object
+from pipeline.records.ticker_state import PinnedState, decode_ticker_state, encode_pinned, state_key
 from pipeline.rules.errors import SerdeError, UnknownSchemaError
 from pipeline.runtime.app import InputRecord, ProcessContext
 from pipeline.runtime.tables import Table
-from producers.ticker.tools.pinned import PINNED, PinnedState, state_from_event, state_key
+from producers.ticker.tools.pinned import PINNED, state_from_event
 from producers.ticker.views import STATE, TickerViews
 
 __all__ = ["PinnedStates"]
@@ -52,13 +51,11 @@ class PinnedStates:
             raise  # a newer writer: the runtime pauses the partition until this build is newer
         except SerdeError:
             return None
-        if record_type != "event" or value.get("event_type") not in PINNED:
+        if record_type != EVENT or value.get("event_type") not in PINNED:
             return None
         try:
-            payload = json.loads(value["payload"])
-        except ValueError:
-            return None
-        if not isinstance(payload, dict):
+            payload = payload_object(value["payload"])
+        except SerdeError:
             return None
         return state_from_event(
             value["event_type"],

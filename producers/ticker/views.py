@@ -18,11 +18,12 @@ from datetime import UTC, datetime
 from typing import Final
 
 from pipeline.kafka.serde import SchemaRegistry
-from pipeline.records.tick import decode_ticker_state
+from pipeline.records.ticker_state import decode_ticker_state
+from pipeline.records.watcher import Watch, decode_watch
 from pipeline.rules.errors import SerdeError
 from pipeline.rules.ticker import TickerMemory
 from pipeline.runtime.tables import Table, TableKind
-from pipeline.runtime.views import Watch, decode_watch, observe
+from pipeline.runtime.views import observe
 from producers.ticker.agenda import Agenda
 
 __all__ = ["STATE", "WATCHERS", "TickerViews"]

@@ -2,7 +2,7 @@
 lifecycle records, a worker on a thread, and the delivery-state history read back.
 
 Outbox entries are written directly with the evaluator's encoder
-(``pipeline.records.evaluator.encode_outbox_entry``) at Java's partition for their key, as the
+(``pipeline.records.outbox_entry.encode_outbox_entry``) at Java's partition for their key, as the
 evaluator writes them; grants and lifecycle records with the shipped Avro schemas.
 """
 
@@ -22,7 +22,6 @@ from confluent_kafka import Message, Producer
 from prometheus_client import CollectorRegistry
 
 from consumers.delivery.adapters import AdapterRegistry, build_adapters
-from consumers.delivery.budgets import BatchBudgets
 from consumers.delivery.loop import DeliverySettings, DeliveryWorker
 from consumers.delivery.sends import Executor
 from pipeline.clock import Clock
@@ -33,11 +32,14 @@ from pipeline.kafka.partitioner import partition_for
 from pipeline.kafka.serde import default_registry
 from pipeline.kafka.topics import Topic, Topology
 from pipeline.records.delivery_state import DeliveryRecord, decode_record
-from pipeline.records.evaluator import encode_outbox_entry
+from pipeline.records.outbox_entry import encode_outbox_entry
+from pipeline.redis.budgets import RedisBudgets
+from pipeline.rules.backoff import RetryPolicy
 from pipeline.rules.budgets import BudgetCaps
 from pipeline.rules.keys import subject_key, watcher_key
-from pipeline.rules.outbox import OutboxEntry, OutboxQuietHours, OutboxRetry
+from pipeline.rules.outbox import OutboxEntry
 from pipeline.rules.outcomes import Outcome
+from pipeline.rules.quiet_hours import QuietHours
 from tests.integration.runtime_helpers import read_all
 from tests.receiver import Receiver
 
@@ -122,7 +124,7 @@ class Harness:
         target: str = "hook",
         retry: tuple[int, timedelta, timedelta] = (8, timedelta(milliseconds=50), timedelta(1)),
         budgets: BudgetCaps | None = None,
-        quiet_hours: OutboxQuietHours | None = None,
+        quiet_hours: QuietHours | None = None,
         due_at: datetime | None = None,
         created_at: datetime | None = None,
         retention: timedelta = timedelta(days=1),
@@ -148,7 +150,7 @@ class Harness:
             evidence_observed_at=created_at or now,
             due_at=due_at or now,
             created_at=created_at or now,
-            retry=OutboxRetry(max_attempts=retry[0], base=retry[1], cap=retry[2]),
+            retry=RetryPolicy(max_attempts=retry[0], base=retry[1], cap=retry[2]),
             quiet_hours=quiet_hours,
             budgets=budgets,
             delivery_retention=retention,
@@ -276,9 +278,9 @@ class Harness:
         )
         return build_adapters(config, environ={SECRET_ENV: SECRET, BOT_TOKEN_ENV: BOT_TOKEN})
 
-    def budgets(self) -> BatchBudgets:
+    def budgets(self) -> RedisBudgets:
         client = redis.Redis.from_url(self.redis_url, socket_timeout=2, socket_connect_timeout=2)
-        return BatchBudgets(client, key_prefix=f"{self.name}:budget:")
+        return RedisBudgets(client, key_prefix=f"{self.name}:budget:")
 
     def worker(
         self,

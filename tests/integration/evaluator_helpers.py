@@ -21,7 +21,9 @@ from pipeline.kafka.clients import producer_config
 from pipeline.kafka.partitioner import partition_for
 from pipeline.kafka.serde import default_registry
 from pipeline.kafka.topics import Topic, Topology
-from pipeline.records.evaluator import decode_outbox_entry, decode_receipt
+from pipeline.records.grant import grant_value
+from pipeline.records.outbox_entry import decode_outbox_entry
+from pipeline.records.receipt import decode_receipt
 from pipeline.rules.authz import Action, Grant
 from pipeline.rules.commands.apply import GrantRecord
 from pipeline.rules.definition import WatcherDefinition
@@ -167,7 +169,7 @@ class Writer:
             actions=frozenset({Action.EVALUATE, Action.DELIVER}),
             until=UNTIL,
         )
-        record = GrantRecord(grant, datetime.now(UTC), "test").to_record()
+        record = grant_value(GrantRecord(grant, datetime.now(UTC), "test"))
         self._send(Topic.GRANTS, grant_id, self.registry.encode("grant", record))
         self.flush()
 

@@ -22,7 +22,8 @@ from pipeline.kafka.clients import producer_config
 from pipeline.kafka.partitioner import partition_for
 from pipeline.kafka.serde import default_registry
 from pipeline.kafka.topics import Topic, Topology
-from pipeline.records.evaluator import decode_outbox_entry
+from pipeline.records.command import encode_command
+from pipeline.records.outbox_entry import decode_outbox_entry
 from pipeline.rules.authz import Action, Principal, Role
 from pipeline.rules.commands.apply import CommandResult, CommandVerb, GrantSpec, ResultCode
 from pipeline.rules.commands.immediate import daemon_grant
@@ -302,7 +303,7 @@ def test_a_command_keyed_by_another_subject_is_answered_invalid(
 ) -> None:
     principal = operator_principal("local", "ops")
     command = plane.client.command(CommandVerb.LIST, principal, TENANT, USER)
-    produce_raw(plane, default_registry().encode("command", command.to_record()), "other")
+    produce_raw(plane, encode_command(default_registry(), command), "other")
     answers = plane.wait_for(Topic.COMMAND_RESULTS, command.request_id)
     assert [(v["ok"], v["error"]["code"], v["error"]["field"]) for v in answers] == [
         (False, "invalid", "key")

@@ -25,7 +25,6 @@ from pipeline.rules.budgets import BudgetCaps, window_end, window_start
 from pipeline.rules.commands.immediate import ANSWER_STEP
 from pipeline.rules.dispatch import BUDGET_UNAVAILABLE_RETRY, DeferReason
 from pipeline.rules.keys import derived_delivery_key
-from pipeline.rules.outbox import OutboxQuietHours
 from pipeline.rules.outcomes import DeliveryStatus, ErrorCode, SuppressReason
 from pipeline.rules.quiet_hours import QuietHours, next_allowed
 from tests.integration.delivery_harness import BOT_TOKEN, SECRET, Harness, poll_until
@@ -251,7 +250,7 @@ def test_quiet_hours_defer_to_the_next_allowed_instant(
 ) -> None:
     now = datetime.now(UTC)
     minute = now.hour * 60 + now.minute
-    quiet = OutboxQuietHours(
+    quiet = QuietHours(
         start=f"{(minute - 10) % 1440 // 60:02d}:{(minute - 10) % 60:02d}",
         end=f"{(minute + 60) % 1440 // 60:02d}:{(minute + 60) % 60:02d}",
         timezone="UTC",

@@ -19,7 +19,6 @@ from click.testing import CliRunner
 from prometheus_client import CollectorRegistry
 
 from consumers.commands import CommandProcessor
-from consumers.evaluator.budgets import EvaluationBudgets
 from consumers.evaluator.loop import Evaluator, EvaluatorSettings, evaluator_app, run
 from consumers.evaluator.metrics import EvaluatorMetrics, evaluator_metrics
 from consumers.evaluator.plan import Plan, effective_state
@@ -28,7 +27,9 @@ from pipeline.clock import ManualClock
 from pipeline.kafka.partitioner import partition_for
 from pipeline.kafka.serde import default_registry
 from pipeline.kafka.topics import Topic, Topology
-from pipeline.records.evaluator import decode_state
+from pipeline.records.watcher import Watch
+from pipeline.records.watcher_state import decode_state
+from pipeline.redis.budgets import RedisBudgets
 from pipeline.rules.authz import Action, Grant
 from pipeline.rules.budgets import BudgetCaps, BudgetScope, Dimension
 from pipeline.rules.definition import WatcherDefinition
@@ -36,7 +37,6 @@ from pipeline.rules.evidence import Evidence, EvidenceKind
 from pipeline.rules.keys import EventTrigger, canonical_json, delivery_key, watcher_key
 from pipeline.rules.lifecycle import WatcherStatus
 from pipeline.rules.outcomes import Reason
-from pipeline.runtime.views import Watch
 from tests.integration.evaluator_helpers import (
     Writer,
     event_definition,
@@ -82,7 +82,7 @@ def start(kafka_bootstrap: str, redis_url: str) -> Iterator[Callable[..., Runnin
         metrics = evaluator_metrics(registry)
         clock = ManualClock(NOW)
         client = redis.Redis.from_url(url, socket_timeout=1, socket_connect_timeout=1)
-        budgets = EvaluationBudgets(client, key_prefix=f"test:{uuid.uuid4().hex[:8]}:")
+        budgets = RedisBudgets(client, key_prefix=f"test:{uuid.uuid4().hex[:8]}:")
         caps = BudgetCaps(window=timedelta(hours=1), evaluations=1000)
         processor = Evaluator(
             topology, budgets, caps, clock=clock, metrics=metrics, evaluators=evaluators
@@ -321,7 +321,7 @@ def test_plan_settles_one_batch_in_one_round_trip_and_redoes_only_the_refused_wa
     redis_url: str,
 ) -> None:
     tenant = uuid.uuid4().hex[:8]
-    budgets = EvaluationBudgets(redis.Redis.from_url(redis_url), key_prefix=f"test:{tenant}:")
+    budgets = RedisBudgets(redis.Redis.from_url(redis_url), key_prefix=f"test:{tenant}:")
     capped = event_definition(tenant, "u-1", budgets={"window": "1h", "evaluations": 2})
     free = event_definition(tenant, "u-2")
     grants = tuple(
@@ -362,7 +362,7 @@ def test_plan_settles_one_batch_in_one_round_trip_and_redoes_only_the_refused_wa
     ]  # fmt: skip
     scope = BudgetScope(tenant, "u-1", capped.watcher_id)
     limited = BudgetCaps(window=timedelta(hours=1), evaluations=2)
-    used = budgets.store.usage(scope, limited.with_defaults(caps), NOW)
+    used = budgets.usage(scope, limited.with_defaults(caps), NOW)
     assert used[Dimension.EVALUATIONS] == 2, "refused charges and re-sent tokens count nothing"
 
 

@@ -1,4 +1,4 @@
-"""One script call for a batch of charges counts exactly as one script call per charge does."""
+"""One script call for a batch of charges counts exactly as one charge at a time does."""
 
 from __future__ import annotations
 
@@ -8,9 +8,16 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import redis
 
-from consumers.evaluator.budgets import Charge, EvaluationBudgets
-from pipeline.rules.budgets import BudgetCaps, BudgetScope, BudgetVerdict, Dimension
-from pipeline.rules.errors import BudgetStoreError
+from pipeline.redis.budgets import RedisBudgets
+from pipeline.rules.budgets import (
+    BudgetCaps,
+    BudgetCheck,
+    BudgetScope,
+    BudgetVerdict,
+    Charge,
+    Dimension,
+)
+from pipeline.rules.errors import DefinitionError
 
 pytestmark = pytest.mark.integration
 
@@ -25,47 +32,59 @@ def charges(caps: BudgetCaps, tokens: list[str], watcher: str = "w") -> list[Cha
     ]
 
 
+def verdicts_of(checks: list[BudgetCheck]) -> list[BudgetVerdict]:
+    return [check.verdict for check in checks]
+
+
+def one(budgets: RedisBudgets, charge: Charge) -> BudgetVerdict:
+    """The charge alone, on the single-charge path."""
+    check = budgets.charge(charge.scope, charge.caps, charge.increment, charge.token, NOW)
+    return check.verdict
+
+
 @pytest.fixture
-def budgets(redis_url: str) -> EvaluationBudgets:
-    return EvaluationBudgets(redis.Redis.from_url(redis_url), key_prefix=f"t:{uuid.uuid4().hex}:")
+def budgets(redis_url: str) -> RedisBudgets:
+    return RedisBudgets(redis.Redis.from_url(redis_url), key_prefix=f"t:{uuid.uuid4().hex}:")
 
 
-def test_batch_charges_in_order_until_the_cap_then_refuses(budgets: EvaluationBudgets) -> None:
+def test_batch_charges_in_order_until_the_cap_then_refuses(budgets: RedisBudgets) -> None:
     caps = BudgetCaps(window=timedelta(hours=1), evaluations=3)
-    verdicts = budgets.charge_many(charges(caps, [f"t{i}" for i in range(5)]), NOW)
+    verdicts = verdicts_of(budgets.charge_many(charges(caps, [f"t{i}" for i in range(5)]), NOW))
     assert verdicts == [BudgetVerdict.OK] * 3 + [BudgetVerdict.EXHAUSTED] * 2
-    usage = budgets.store.usage(BudgetScope("acme", "ann", "w"), caps, NOW)
+    usage = budgets.usage(BudgetScope("acme", "ann", "w"), caps, NOW)
     assert usage[Dimension.EVALUATIONS] == 3 and usage[Dimension.TOKENS] == 21
 
 
 def test_a_token_charged_by_the_batch_answers_the_same_on_the_single_path(
-    budgets: EvaluationBudgets,
+    budgets: RedisBudgets,
 ) -> None:
     caps = BudgetCaps(window=timedelta(hours=1), evaluations=1)
     first, second = charges(caps, ["a", "b"])
-    assert budgets.charge_many([first, second], NOW) == [BudgetVerdict.OK, BudgetVerdict.EXHAUSTED]
-    assert budgets.charge(first, NOW) is BudgetVerdict.OK  # replayed: no second increment
-    assert budgets.charge(second, NOW) is BudgetVerdict.EXHAUSTED
-    assert budgets.charge_many([first, second], NOW) == [BudgetVerdict.OK, BudgetVerdict.EXHAUSTED]
-    usage = budgets.store.usage(BudgetScope("acme", "ann", "w"), caps, NOW)
+    both = [BudgetVerdict.OK, BudgetVerdict.EXHAUSTED]
+    assert verdicts_of(budgets.charge_many([first, second], NOW)) == both
+    assert one(budgets, first) is BudgetVerdict.OK  # replayed: no second increment
+    assert one(budgets, second) is BudgetVerdict.EXHAUSTED
+    assert verdicts_of(budgets.charge_many([first, second], NOW)) == both
+    usage = budgets.usage(BudgetScope("acme", "ann", "w"), caps, NOW)
     assert usage[Dimension.EVALUATIONS] == 1
 
 
 def test_batch_keeps_each_watchers_window_apart_and_handles_odd_tokens(
-    budgets: EvaluationBudgets,
+    budgets: RedisBudgets,
 ) -> None:
     caps = BudgetCaps(window=timedelta(hours=1), evaluations=1)
     odd = 'offset:vigil.events:0:1:["acmé","a\\"n","w,🙂"]'
     batch = charges(caps, [odd], "w1") + charges(caps, [odd], "w2") + charges(caps, ["x"], "w1")
-    verdicts = budgets.charge_many(batch, NOW)
+    verdicts = verdicts_of(budgets.charge_many(batch, NOW))
     assert verdicts == [BudgetVerdict.OK, BudgetVerdict.OK, BudgetVerdict.EXHAUSTED]
-    assert budgets.charge(batch[0], NOW) is BudgetVerdict.OK  # the same token, found again
+    assert one(budgets, batch[0]) is BudgetVerdict.OK  # the same token, found again
 
 
 def test_a_negative_amount_is_refused_before_anything_reaches_redis(
-    budgets: EvaluationBudgets,
+    budgets: RedisBudgets,
 ) -> None:
     caps = BudgetCaps(window=timedelta(hours=1))
     bad = Charge(BudgetScope("acme", "ann", "w"), caps, {Dimension.TOKENS: -1}, "neg")
-    with pytest.raises(BudgetStoreError, match="negative"):
+    with pytest.raises(DefinitionError, match=r"0\.\.") as caught:
         budgets.charge_many([bad], NOW)
+    assert caught.value.field == "tokens"

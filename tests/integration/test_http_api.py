@@ -21,7 +21,7 @@ from pipeline.kafka.clients import producer_config
 from pipeline.kafka.partitioner import partition_for
 from pipeline.kafka.serde import default_registry
 from pipeline.kafka.topics import Topic
-from pipeline.records.evaluator import encode_receipt
+from pipeline.records.receipt import encode_receipt
 from pipeline.rules.commands.immediate import daemon_grant
 from pipeline.rules.keys import subject_key, watcher_key
 from pipeline.rules.outcomes import Outcome, Reason

@@ -18,13 +18,13 @@ from click.testing import CliRunner
 from prometheus_client import CollectorRegistry
 
 from consumers.commands import CommandProcessor
-from consumers.evaluator.budgets import EvaluationBudgets
 from consumers.evaluator.loop import Evaluator, EvaluatorSettings, evaluator_app, run
 from consumers.evaluator.metrics import evaluator_metrics
 from pipeline.cli.main import vigil
 from pipeline.clock import ManualClock
 from pipeline.kafka.partitioner import partition_for
 from pipeline.kafka.topics import Topology
+from pipeline.redis.budgets import RedisBudgets
 from pipeline.rules.budgets import BudgetCaps
 from pipeline.rules.keys import EventTrigger, delivery_key
 from tests.integration.evaluator_helpers import Writer, make_topology, wait_for
@@ -105,7 +105,7 @@ def recorded(
     registry = CollectorRegistry()
     metrics = evaluator_metrics(registry)
     client = redis.Redis.from_url(redis_url, socket_timeout=2, socket_connect_timeout=2)
-    budgets = EvaluationBudgets(client, key_prefix=f"test:{tenant}:")
+    budgets = RedisBudgets(client, key_prefix=f"test:{tenant}:")
     caps = BudgetCaps(window=timedelta(hours=1), evaluations=1_000_000)
     evaluator = Evaluator(topology, budgets, caps, clock=ManualClock(NOW), metrics=metrics)
     app = evaluator_app(EvaluatorSettings(kafka_bootstrap, topology, "replay"), evaluator,

@@ -200,7 +200,7 @@ def agent_scenario(
 def test_agent_watch_ticks_decide_once_terminal_and_at_deadline_by_pure_evaluate(
     deployment: Deployment,
 ) -> None:
-    from pipeline.records.evaluator import evidence_from_tick
+    from pipeline.records.tick import evidence_from_tick
     from pipeline.rules.budgets import BudgetVerdict
     from pipeline.rules.evaluation import evaluate, recorded_budget
     from pipeline.rules.watcher_state import WatcherState

@@ -24,12 +24,13 @@ from pipeline.kafka.clients import producer_config
 from pipeline.kafka.partitioner import partition_for
 from pipeline.kafka.serde import default_registry
 from pipeline.kafka.topics import Topic, Topology
+from pipeline.records.event import event_record
+from pipeline.records.grant import encode_grant
 from pipeline.rules.authz import Action, Grant
 from pipeline.rules.commands.model import GrantRecord
 from pipeline.rules.definition import WatcherDefinition
 from pipeline.rules.keys import canonical_json, watcher_key
 from pipeline.rules.lifecycle import WatcherStatus
-from producers.publish.publisher import event_record
 from producers.ticker.loop import PollTicker, TickerSettings
 from tests.integration.runtime_helpers import read_all, read_table
 
@@ -119,7 +120,7 @@ class Deployment:
             until=datetime(2030, 1, 1, tzinfo=UTC),
         )
         record = GrantRecord(grant, datetime(2026, 1, 1, tzinfo=UTC), "operator")
-        value = REGISTRY.encode("grant", record.to_record())
+        value = encode_grant(REGISTRY, record)
         self.send(Topic.GRANTS, grant.grant_id, value, grant.grant_id)
 
     def run_state(self, run_id: str, status: str, observed_at: datetime, event_id: str) -> None:
@@ -228,16 +229,16 @@ class Pipeline:
     def __init__(self, deployment: Deployment, clock: ManualClock, redis_url: str) -> None:
         import redis
 
-        from consumers.evaluator.budgets import EvaluationBudgets
         from consumers.evaluator.loop import Evaluator, EvaluatorSettings, evaluator_app
         from consumers.evaluator.metrics import evaluator_metrics
+        from pipeline.redis.budgets import RedisBudgets
         from pipeline.rules.budgets import BudgetCaps
         from producers.ticker.tools import REGISTERED
 
         self.deployment = deployment
         self.ticker = deployment.ticker(clock, deployment.topology.prefix + "ticker")
         registry = CollectorRegistry()
-        budgets = EvaluationBudgets(
+        budgets = RedisBudgets(
             redis.Redis.from_url(redis_url), key_prefix=f"test:{deployment.topology.prefix}"
         )
         evaluator = Evaluator(
@@ -299,7 +300,7 @@ def outbox(deployment: Deployment) -> list[dict[str, Any]]:
 
 def watcher_status(deployment: Deployment, watcher_id: str) -> str:
     """The status the evaluator's ``watcher-state`` holds for one watcher."""
-    from pipeline.records.evaluator import decode_state
+    from pipeline.records.watcher_state import decode_state
 
     table = read_table(deployment.bootstrap, deployment.name(Topic.WATCHER_STATE))
     raw = table[watcher_key(TENANT, USER, watcher_id)]

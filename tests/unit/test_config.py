@@ -6,12 +6,12 @@ import pytest
 
 from pipeline.config import (
     CONFIG_ENV,
-    Role,
     VigilConfig,
     WebhookDestination,
     load_config,
     parse_config,
 )
+from pipeline.rules.authz import Role
 from pipeline.rules.errors import ConfigError
 
 pytestmark = pytest.mark.unit

@@ -22,24 +22,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from enum import StrEnum
 from typing import Any
 
 from consumers.delivery.adapters.base import AdapterKind, Delivery, OutboundRecord, SendResult
 from pipeline.clock import Clock, SystemClock
 from pipeline.kafka.serde import SchemaRegistry, default_registry
+from pipeline.records.notification import NotificationKind, encode_notification
 from pipeline.rules.errors import DefinitionError, SerdeError
-from pipeline.rules.keys import canonical_json, subject_key
+from pipeline.rules.keys import subject_key
 from pipeline.rules.outcomes import ErrorCode
 
-__all__ = ["RECORD_TYPE", "InAppAdapter", "InAppConfig", "NotificationKind"]
-
-RECORD_TYPE = "notification"
-
-
-class NotificationKind(StrEnum):
-    NOTIFICATION = "notification"
-    WAKE = "wake"
+__all__ = ["InAppAdapter", "InAppConfig"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,38 +56,43 @@ class InAppAdapter:
 
     def ledger_record(self, delivery: Delivery, now: datetime) -> OutboundRecord:
         """The notification itself."""
-        return self._record(
-            delivery,
-            {
-                "kind": NotificationKind.NOTIFICATION.value,
-                "outcome": delivery.outcome.value,
-                "verb": delivery.verb,
-                "text": delivery.text,
-                "trigger": canonical_json(dict(delivery.trigger), "trigger").decode("utf-8"),
-                "evidence_digest": delivery.evidence_digest,
-                "due_at": delivery.due_at,
-                "late": delivery.late,
-                "created_at": now,
-            },
-        )
+        content = {
+            "outcome": delivery.outcome.value,
+            "verb": delivery.verb,
+            "text": delivery.text,
+            "trigger": delivery.trigger,
+            "evidence_digest": delivery.evidence_digest,
+            "due_at": delivery.due_at,
+            "late": delivery.late,
+        }
+        return self._record(delivery, NotificationKind.NOTIFICATION, now, content)
 
     def wake_record(self, delivery: Delivery, now: datetime) -> OutboundRecord:
         """The content-free wake: who and which notification, nothing of what it says."""
-        return self._record(delivery, {"kind": NotificationKind.WAKE.value, "created_at": now})
+        return self._record(delivery, NotificationKind.WAKE, now)
 
-    def _record(self, delivery: Delivery, fields: dict[str, Any]) -> OutboundRecord:
-        value = {
-            "delivery_key": delivery.delivery_key,
-            "tenant_id": delivery.tenant_id,
-            "user_id": delivery.user_id,
-            "watcher_id": delivery.watcher_id,
-            "session_id": delivery.session_id,
-            **fields,
-        }
+    def _record(
+        self,
+        delivery: Delivery,
+        kind: NotificationKind,
+        now: datetime,
+        content: dict[str, Any] | None = None,
+    ) -> OutboundRecord:
+        value = encode_notification(
+            self._schemas,
+            kind,
+            delivery_key=delivery.delivery_key,
+            tenant_id=delivery.tenant_id,
+            user_id=delivery.user_id,
+            watcher_id=delivery.watcher_id,
+            session_id=delivery.session_id,
+            created_at=now,
+            content=content,
+        )
         return OutboundRecord(
             topic=self._config.topic,
             key=subject_key(delivery.tenant_id, delivery.user_id).encode("utf-8"),
-            value=self._schemas.encode(RECORD_TYPE, value),
+            value=value,
         )
 
     def send(self, delivery: Delivery) -> SendResult:

@@ -23,7 +23,6 @@ Left out: claiming, retrying and recording (the delivery consumer).
 
 from __future__ import annotations
 
-from datetime import datetime
 from pathlib import Path
 from typing import Final
 
@@ -32,30 +31,15 @@ from pipeline.clock import Clock, SystemClock
 from pipeline.control.core import AgentPort, RunPort
 from pipeline.control.socket.client import call
 from pipeline.kafka.serde import SchemaRegistry, default_registry
-from pipeline.records.evaluator import encode_outbox_entry
-from pipeline.rules.commands.immediate import ANSWER_STEP
+from pipeline.records.outbox_entry import encode_outbox_entry
+from pipeline.rules.commands.immediate import answer_entry
 from pipeline.rules.errors import ConfigError, DefinitionError, VigilError
-from pipeline.rules.keys import derived_delivery_key
 from pipeline.rules.outbox import OutboxEntry
 from pipeline.rules.outcomes import ErrorCode
 
-__all__ = ["EXECUTED_VERBS", "SocketAgent", "VerbExecutor", "answer_for"]
+__all__ = ["EXECUTED_VERBS", "SocketAgent", "VerbExecutor"]
 
 EXECUTED_VERBS: Final = frozenset({"prompt", "run"})
-
-
-def answer_for(entry: OutboxEntry, answer: str, now: datetime) -> OutboxEntry:
-    """The ``send`` carrying a fired prompt's answer: the prompt's watcher, trigger, due time
-    and lateness, under the key derived from the prompt's."""
-    return entry.model_copy(
-        update={
-            "delivery_key": derived_delivery_key(entry.delivery_key, ANSWER_STEP),
-            "verb": "send",
-            "text": answer,
-            "args": None,
-            "created_at": now,
-        }
-    )
 
 
 class SocketAgent:
@@ -109,7 +93,7 @@ class VerbExecutor:
             return SendResult.failed(ErrorCode.REJECTED)
         except VigilError:
             return SendResult.failed(ErrorCode.UNAVAILABLE)
-        follow_up = answer_for(entry, answer, self._clock.now())
+        follow_up = answer_entry(entry, answer, self._clock.now())
         record = OutboundRecord(
             topic=self._topic,
             key=follow_up.delivery_key.encode("utf-8"),

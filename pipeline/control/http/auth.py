@@ -24,7 +24,7 @@ from enum import StrEnum
 from typing import Any, Final
 
 from pipeline.config import PrincipalConfig
-from pipeline.rules.authz import Principal, Role
+from pipeline.rules.authz import Principal
 from pipeline.rules.commands.model import CommandError, ResultCode
 from pipeline.rules.errors import VigilError
 
@@ -143,7 +143,7 @@ class TokenDirectory:
             digest = bytes.fromhex(conf.token_sha256.get_secret_value())
             entries[digest] = Principal(
                 name=name,
-                role=Role(conf.role.value),
+                role=conf.role,
                 tenant_id=conf.tenant_id,
                 user_id=conf.user_id,
                 session_id=conf.session_id,

@@ -36,16 +36,15 @@ from pipeline.kafka.clients import (
 from pipeline.kafka.partitioner import partition_for
 from pipeline.kafka.serde import SchemaRegistry, default_registry
 from pipeline.kafka.topics import Topic, Topology
+from pipeline.records.notification import NotificationKind, encode_notification
 from pipeline.rules.authz import Principal
 from pipeline.rules.commands.model import Command, CommandResult, CommandVerb
 from pipeline.rules.errors import BrokerError, SerdeError
 from pipeline.rules.instants import rfc3339_micros, utc
 from pipeline.rules.keys import subject_key, watcher_key
 
-__all__ = ["ACK_KIND", "ClientPool", "LedgerStore"]
+__all__ = ["ClientPool", "LedgerStore"]
 
-ACK_KIND: Final = "ack"
-_NOTIFICATION: Final = "notification"
 _READ_TIMEOUT_S: Final = 15.0
 _READY_TIMEOUT_S: Final = 3.0
 
@@ -129,9 +128,9 @@ class LedgerStore:
             if key != subject or value is None:
                 continue
             dkey = value["delivery_key"]
-            if value["kind"] == _NOTIFICATION and dkey not in notes:
+            if value["kind"] == NotificationKind.NOTIFICATION and dkey not in notes:
                 notes[dkey] = _notification(value)
-            elif value["kind"] == ACK_KIND and dkey not in acks:
+            elif value["kind"] == NotificationKind.ACK and dkey not in acks:
                 acks[dkey] = rfc3339_micros(value["created_at"])
         for dkey, note in notes.items():
             note["acked_at"] = acks.get(dkey)
@@ -152,18 +151,19 @@ class LedgerStore:
         if note["acked_at"] is not None:
             return {"delivery_key": delivery_key, "acked_at": note["acked_at"], "already": True}
         now = utc(self._clock.now())
-        record = {
-            "kind": ACK_KIND,
-            "delivery_key": delivery_key,
-            "tenant_id": tenant_id,
-            "user_id": user_id,
-            "watcher_id": note["watcher_id"],
-            "session_id": note["session_id"],
-            "created_at": now,
-        }
+        value = encode_notification(
+            self._schemas,
+            NotificationKind.ACK,
+            delivery_key=delivery_key,
+            tenant_id=tenant_id,
+            user_id=user_id,
+            watcher_id=note["watcher_id"],
+            session_id=note["session_id"],
+            created_at=now,
+        )
         subject = subject_key(tenant_id, user_id)
         topic, partition = self._ledger_partition(subject)
-        self._produce(topic, partition, subject, self._schemas.encode(_NOTIFICATION, record))
+        self._produce(topic, partition, subject, value)
         return {"delivery_key": delivery_key, "acked_at": rfc3339_micros(now), "already": False}
 
     # -- readiness --------------------------------------------------------------------------

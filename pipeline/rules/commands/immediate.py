@@ -4,8 +4,8 @@ the one grant the daemon ensures for its subject (DESIGN.md §2, §5, §8).
 An immediate verb is an outbox entry like any other, keyed by the request delivery key
 (watcher ``verb:<verb>``, version 0, source ``control``, trigger the request id), so a retried
 request dedupes in delivery exactly like a retried evaluation. A prompt's answer is a ``send``
-keyed by :func:`~pipeline.rules.keys.derived_delivery_key` of the prompt's key, so running the agent
-twice for one request still delivers one answer. Pure: ``now`` is a parameter; the command
+keyed by :func:`~pipeline.rules.keys.derived_delivery_key` of the prompt's key, so running the
+agent twice for one request still delivers one answer. Pure: ``now`` is a parameter; the command
 processor's ``send`` (``pipeline.rules.commands.send``) builds its entries with these functions.
 
 Left out: authorizing and writing the entry (the command processor) and deciding who may ask at
@@ -20,11 +20,12 @@ from datetime import UTC, datetime
 from typing import Final
 
 from pipeline.rules.authz import Action
+from pipeline.rules.backoff import RetryPolicy
 from pipeline.rules.commands.model import GrantSpec
-from pipeline.rules.definition import PrivacyPolicy, RetryPolicy
+from pipeline.rules.definition import PrivacyPolicy
 from pipeline.rules.instants import utc
 from pipeline.rules.keys import canonical_json, derived_delivery_key, request_delivery_key
-from pipeline.rules.outbox import OutboxEntry, OutboxRetry
+from pipeline.rules.outbox import OutboxEntry
 from pipeline.rules.outcomes import Outcome
 
 __all__ = [
@@ -67,7 +68,6 @@ def immediate_entry(
     """The outbox entry of an immediate ``verb`` (``send``) for ``chat``, due ``now``.
     ``delivery_key`` overrides the request key (a prompt's derived answer key)."""
     now = utc(now)
-    retry = RetryPolicy()
     return OutboxEntry(
         delivery_key=delivery_key
         or request_delivery_key(
@@ -87,27 +87,23 @@ def immediate_entry(
         args=args,
         due_at=now,
         created_at=now,
-        retry=OutboxRetry(max_attempts=retry.max_attempts, base=retry.base, cap=retry.cap),
+        retry=RetryPolicy(),
         delivery_retention=PrivacyPolicy().delivery_retention,
     )
 
 
-def answer_entry(
-    *, tenant_id: str, user_id: str, request_id: str, chat: str, answer: str, now: datetime
-) -> OutboxEntry:
-    """The ``send`` carrying an immediate prompt's answer: key derived from the prompt's key."""
-    prompt_key = request_delivery_key(
-        tenant_id=tenant_id, user_id=user_id, verb="prompt", request_id=request_id
-    )
-    return immediate_entry(
-        tenant_id=tenant_id,
-        user_id=user_id,
-        verb="send",
-        request_id=request_id,
-        chat=chat,
-        now=now,
-        text=answer,
-        delivery_key=derived_delivery_key(prompt_key, ANSWER_STEP),
+def answer_entry(prompt: OutboxEntry, answer: str, now: datetime) -> OutboxEntry:
+    """The ``send`` carrying a prompt's answer: the prompt's watcher, trigger, due time and
+    lateness, under the key derived from the prompt's, so running the agent twice for one
+    prompt still delivers one answer. The one rule for immediate and fired prompts alike."""
+    return prompt.model_copy(
+        update={
+            "delivery_key": derived_delivery_key(prompt.delivery_key, ANSWER_STEP),
+            "verb": "send",
+            "text": answer,
+            "args": None,
+            "created_at": utc(now),
+        }
     )
 
 

@@ -1,12 +1,11 @@
-"""The records of the control plane: commands, their results, registry entries and grants.
+"""The models of the control plane: commands, their results, registry entries and grants.
 
 Owns the :class:`Command` a caller asserts (verb, principal, subject, request id), the
 :class:`CommandResult` it gets back (ok with a view, or an error of :class:`ResultCode`), the
 :class:`RegistryEntry` the command processor keeps per watcher, stored grants, the effects one
-command has (:class:`CommandOutcome`, an immediate ``send``'s outbox entry included), the JSON
-views ``show``/``list`` return, and each record's Avro mapping (JSON bodies inside as RFC 8785
-canonical strings). What a command does is ``pipeline.rules.commands.apply``; encoding bytes and topics are
-``pipeline.kafka``.
+command has (:class:`CommandOutcome`, an immediate ``send``'s outbox entry included) and the
+JSON views ``show``/``list`` return. What a command does is ``apply``; the records on the wire
+are ``pipeline.records`` (``command``, ``command_result``, ``registry_entry``, ``grant``).
 """
 
 from __future__ import annotations
@@ -14,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -155,37 +153,6 @@ class Command(_Model):
     def subject_key(self) -> str:
         return subject_key(self.tenant_id, self.user_id)
 
-    def to_record(self) -> dict[str, Any]:
-        """The Avro ``command`` record (JSON bodies as RFC 8785 canonical strings)."""
-        out = self.model_dump(mode="python", exclude={"definition", "grant", "principal"})
-        out["verb"] = self.verb.value
-        out["principal"] = self.principal.model_dump(mode="json")
-        out["issued_at"] = utc(self.issued_at)
-        out["reason"] = None if self.reason is None else self.reason.value
-        out["state"] = None if self.state is None else self.state.value
-        out["definition"] = _json_text(self.definition)
-        out["grant"] = _json_text(
-            None if self.grant is None else self.grant.model_dump(mode="json")
-        )
-        return out
-
-    @classmethod
-    def from_record(cls, record: Mapping[str, Any]) -> Command:
-        """Parse an Avro ``command`` record; a bad one raises :class:`DefinitionError`."""
-        body = dict(record)
-        for name in ("definition", "grant"):
-            if body.get(name) is not None:
-                try:
-                    body[name] = json.loads(body[name])
-                except (TypeError, ValueError):
-                    raise DefinitionError("not JSON", name) from None
-        try:
-            return cls.model_validate(body)
-        except ValidationError as exc:
-            error = exc.errors()[0]
-            where = ".".join(str(part) for part in error["loc"]) or None
-            raise DefinitionError(str(error["msg"]).removeprefix("Value error, "), where) from None
-
 
 class CommandError(_Model):
     code: ResultCode
@@ -203,32 +170,11 @@ class CommandResult(_Model):
     result: dict[str, Any] | None = None
     processed_at: datetime
 
-    def to_record(self) -> dict[str, Any]:
-        return {
-            "request_id": self.request_id,
-            "verb": self.verb,
-            "ok": self.ok,
-            "error": None if self.error is None else self.error.model_dump(mode="json"),
-            "result": _json_text(self.result),
-            "processed_at": utc(self.processed_at),
-        }
-
-    @classmethod
-    def from_record(cls, record: Mapping[str, Any]) -> CommandResult:
-        body = dict(record)
-        if body.get("result") is not None:
-            body["result"] = json.loads(body["result"])
-        return cls.model_validate(body)
-
     def as_json(self) -> dict[str, Any]:
         """The object ``--json`` prints: the result, or ``{"error": {code, message, field}}``."""
         if self.error is not None:
             return {"error": self.error.model_dump(mode="json")}
         return dict(self.result or {})
-
-
-def _json_text(value: Any) -> str | None:
-    return None if value is None else canonical_json(value).decode("utf-8")
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,47 +199,6 @@ class RegistryEntry:
     def definition(self) -> WatcherDefinition:
         return _parse_definition(self.definition_json)
 
-    def to_record(self) -> dict[str, Any]:
-        """The Avro ``registry_entry`` record."""
-        return {
-            "tenant_id": self.tenant_id,
-            "user_id": self.user_id,
-            "watcher_id": self.watcher_id,
-            "version": self.version,
-            "revision": self.revision,
-            "status": self.status.value,
-            "source_id": self.source_id,
-            "session_id": self.session_id,
-            "fingerprint": self.fingerprint,
-            "created_at": self.created_at,
-            "updated_at": self.updated_at,
-            "activated_at": self.activated_at,
-            "closed_reason": None if self.closed_reason is None else self.closed_reason.value,
-            "definition": self.definition_json,
-        }
-
-    @classmethod
-    def from_record(cls, record: Mapping[str, Any]) -> RegistryEntry:
-        reason = record.get("closed_reason")
-        return cls(
-            tenant_id=record["tenant_id"],
-            user_id=record["user_id"],
-            watcher_id=record["watcher_id"],
-            version=int(record["version"]),
-            revision=int(record["revision"]),
-            status=WatcherStatus(record["status"]),
-            source_id=record["source_id"],
-            session_id=record.get("session_id"),
-            fingerprint=record["fingerprint"],
-            created_at=utc(record["created_at"]),
-            updated_at=utc(record["updated_at"]),
-            definition_json=record["definition"],
-            activated_at=None
-            if record.get("activated_at") is None
-            else utc(record["activated_at"]),
-            closed_reason=None if reason is None else CloseReason(reason),
-        )
-
 
 @lru_cache(maxsize=4096)
 def _parse_definition(text: str) -> WatcherDefinition:
@@ -314,34 +219,6 @@ class GrantRecord:
     grant: Grant
     created_at: datetime
     created_by: str
-
-    def to_record(self) -> dict[str, Any]:
-        g = self.grant
-        return {
-            "grant_id": g.grant_id,
-            "tenant_id": g.tenant_id,
-            "user_id": g.user_id,
-            "purpose": g.purpose,
-            "sources": sorted(g.sources),
-            "tools": sorted(g.tools),
-            "targets": sorted(g.targets),
-            "actions": sorted(a.value for a in g.actions),
-            "until": g.until,
-            "created_at": self.created_at,
-            "created_by": self.created_by,
-        }
-
-    @classmethod
-    def from_record(cls, record: Mapping[str, Any]) -> GrantRecord:
-        fields = {k: record[k] for k in ("grant_id", "tenant_id", "user_id", "purpose", "until")}
-        grant = Grant(
-            **fields,
-            sources=frozenset(record["sources"]),
-            tools=frozenset(record["tools"]),
-            targets=frozenset(record["targets"]),
-            actions=frozenset(Action(a) for a in record["actions"]),
-        )
-        return cls(grant, utc(record["created_at"]), record["created_by"])
 
 
 @dataclass(frozen=True, slots=True)

@@ -66,14 +66,15 @@ def send(ctx: CommandContext) -> CommandOutcome:
             text=text,
         )
     else:
-        entry = answer_entry(
+        prompt = immediate_entry(
             tenant_id=tenant,
             user_id=user,
+            verb="prompt",
             request_id=command.answer_to,
             chat=chat,
-            answer=text,
             now=ctx.now,
         )
+        entry = answer_entry(prompt, text, ctx.now)
     return ctx.ok(
         {
             "delivery_key": entry.delivery_key,

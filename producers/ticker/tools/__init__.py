@@ -31,7 +31,6 @@ from producers.ticker.tools.pinned import (
     AGENT_SESSION,
     WORKFLOW_RUN,
     PinnedEvaluator,
-    PinnedState,
     StateLookup,
     state_from_event,
 )
@@ -42,7 +41,6 @@ __all__ = [
     "REGISTERED",
     "HttpJsonTool",
     "PinnedEvaluator",
-    "PinnedState",
     "StateLookup",
     "Tool",
     "ToolMetrics",

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Final, Protocol
 
-from pipeline.rules.keys import canonical_json
+from pipeline.records.ticker_state import PinnedState
 from pipeline.rules.outcomes import ErrorCode
 from producers.ticker.tools.base import ToolRequest, ToolResult
 
@@ -37,11 +37,8 @@ __all__ = [
     "WORKFLOW_RUN",
     "PinnedEvaluator",
     "PinnedSpec",
-    "PinnedState",
     "StateLookup",
-    "spec_for_event",
     "state_from_event",
-    "state_key",
 ]
 
 _MAX_ID: Final = 200
@@ -76,36 +73,6 @@ AGENT_SESSION: Final = PinnedSpec(
     owning_session=True,
 )
 PINNED: Final[Mapping[str, PinnedSpec]] = {s.event_type: s for s in (WORKFLOW_RUN, AGENT_SESSION)}
-
-
-@dataclass(frozen=True, slots=True)
-class PinnedState:
-    """The latest known state of one run or session, as an event reported it."""
-
-    event_type: str
-    tenant_id: str
-    subject_id: str
-    source_id: str
-    event_id: str
-    observed_at: datetime
-    payload: Mapping[str, Any]
-
-    @property
-    def key(self) -> str:
-        return state_key(self.event_type, self.tenant_id, self.subject_id)
-
-    def newer_than(self, other: PinnedState | None) -> bool:
-        """Latest wins by observation time; a replayed older event never rolls state back."""
-        return other is None or self.observed_at >= other.observed_at
-
-
-def state_key(event_type: str, tenant_id: str, subject_id: str) -> str:
-    """The ``ticker-state`` key of one run's or session's state (RFC 8785 JSON array)."""
-    return canonical_json([event_type, tenant_id, subject_id]).decode("utf-8")
-
-
-def spec_for_event(event_type: str) -> PinnedSpec | None:
-    return PINNED.get(event_type)
 
 
 def _text(value: object) -> str | None:

@@ -7,14 +7,8 @@ from datetime import UTC, datetime
 import pytest
 
 from pipeline.kafka.serde import default_registry
-from pipeline.records.evaluator import evidence_from_tick
-from pipeline.records.tick import (
-    TickRecord,
-    decode_ticker_state,
-    encode_memory,
-    encode_pinned,
-    encode_tick,
-)
+from pipeline.records.tick import TickRecord, encode_tick, evidence_from_tick
+from pipeline.records.ticker_state import decode_ticker_state, encode_memory, encode_pinned
 from pipeline.rules.errors import SerdeError
 from pipeline.rules.evidence import EvidenceKind
 from pipeline.rules.lifecycle import WatcherStatus

@@ -5,19 +5,16 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from zoneinfo import ZoneInfo
 
 import pytest
-from pydantic import ValidationError
 
-from pipeline.rules.backoff import backoff_wait
+from pipeline.rules.backoff import RetryPolicy, backoff_wait
 from pipeline.rules.budgets import BudgetVerdict, Dimension, window_end
 from pipeline.rules.dispatch import (
     DeferReason,
     DeliveryState,
     DispatchAction,
     DispatchPlan,
-    RetryPolicy,
     attempt_cost,
     attempt_token_for,
     cancel,
@@ -32,7 +29,7 @@ from pipeline.rules.dispatch import (
     succeed,
     suppress,
 )
-from pipeline.rules.errors import TransitionError
+from pipeline.rules.errors import DefinitionError, TransitionError
 from pipeline.rules.outcomes import DeliveryStatus, ErrorCode, SuppressReason
 from pipeline.rules.quiet_hours import QuietHours
 
@@ -244,7 +241,7 @@ def test_plan_after_authorization_lost_suppresses_with_auditable_reason() -> Non
 
 def test_plan_inside_quiet_hours_defers_to_next_allowed_instant() -> None:
     # 22:00-07:00 in Berlin; T0 + 10h is 23:00 local (UTC+1 in March before the switch).
-    quiet = QuietHours(22 * 60, 7 * 60, ZoneInfo("Europe/Berlin"))
+    quiet = QuietHours.parse("22:00", "07:00", "Europe/Berlin")
     now = T0 + timedelta(hours=10)
     result = plan(fresh(), now, quiet_hours=quiet)
     assert result.action is DispatchAction.DEFER
@@ -253,7 +250,7 @@ def test_plan_inside_quiet_hours_defers_to_next_allowed_instant() -> None:
 
 
 def test_plan_outside_quiet_hours_dispatches() -> None:
-    quiet = QuietHours(22 * 60, 7 * 60, ZoneInfo("Europe/Berlin"))
+    quiet = QuietHours.parse("22:00", "07:00", "Europe/Berlin")
     result = plan(fresh(), T0, quiet_hours=quiet)
     assert result.action is DispatchAction.DISPATCH
     assert result.state.status is DeliveryStatus.DISPATCHING
@@ -312,5 +309,5 @@ def test_attempt_cost_counts_a_unique_delivery_only_on_the_first_attempt() -> No
 def test_retry_policy_reads_duration_text_and_refuses_cap_below_base() -> None:
     policy = RetryPolicy.model_validate({"max_attempts": 3, "base": "10s", "cap": "2m"})
     assert (policy.base, policy.cap) == (timedelta(seconds=10), timedelta(minutes=2))
-    with pytest.raises(ValidationError, match="base <= cap"):
+    with pytest.raises(DefinitionError, match="base <= cap"):
         RetryPolicy.model_validate({"base": "1h", "cap": "1m"})

@@ -58,7 +58,7 @@ def _minute_of_day(delta: timedelta) -> int:
 
 
 def _window(start: int, end: int, name: str) -> QuietHours:
-    return QuietHours(start % 1440, end % 1440, ZoneInfo(name))
+    return QuietHours.from_minutes(start % 1440, end % 1440, name)
 
 
 @pytest.mark.parametrize("case", VECTORS["quiet_hours_next_allowed"], ids=lambda c: c["due"])

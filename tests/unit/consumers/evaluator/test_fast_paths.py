@@ -8,15 +8,15 @@ from typing import Any
 import pytest
 import redis
 
-from consumers.evaluator.budgets import EvaluationBudgets
 from consumers.evaluator.plan import Plan
 from pipeline.kafka.serde import default_registry
-from pipeline.records.evaluator import (
-    encode_outbox_entry,
-    encode_receipt,
-    encode_state,
-    trigger_json_text,
-)
+from pipeline.records.codec import json_text
+from pipeline.records.grant import encode_grant
+from pipeline.records.outbox_entry import encode_outbox_entry
+from pipeline.records.receipt import encode_receipt
+from pipeline.records.watcher import Watch
+from pipeline.records.watcher_state import encode_state
+from pipeline.redis.budgets import RedisBudgets
 from pipeline.rules.authz import Action, Grant
 from pipeline.rules.budgets import BudgetCaps, BudgetVerdict
 from pipeline.rules.commands.apply import GrantRecord
@@ -28,7 +28,7 @@ from pipeline.rules.outbox import OutboxEntry
 from pipeline.rules.receipts import Receipt
 from pipeline.rules.watcher_state import WatcherState
 from pipeline.runtime.tables import Table, TableKind, TableSpec
-from pipeline.runtime.views import GrantIndex, Watch
+from pipeline.runtime.views import GrantIndex
 
 pytestmark = pytest.mark.unit
 
@@ -91,7 +91,7 @@ def test_receipt_and_outbox_fields_validate_into_the_models_the_evaluation_expos
 
 def test_records_encoded_from_fields_are_the_bytes_encoded_from_models() -> None:
     result = satisfied()
-    text = trigger_json_text(result.receipt_fields["trigger"])
+    text = json_text(result.receipt_fields["trigger"], "trigger")
     assert encode_receipt(REGISTRY, result.receipt_fields, "ci", text) == encode_receipt(
         REGISTRY, result.receipt, "ci"
     )
@@ -117,7 +117,7 @@ def test_a_pending_evaluation_has_no_outbox_fields_and_no_outbox() -> None:
 def grant_index(*grants: Grant) -> tuple[GrantIndex, Table]:
     table = Table(TableSpec("grants", "grants", TableKind.GLOBAL), -1)
     for g in grants:
-        table.apply(g.grant_id, REGISTRY.encode("grant", GrantRecord(g, NOW, "op").to_record()))
+        table.apply(g.grant_id, encode_grant(REGISTRY, GrantRecord(g, NOW, "op")))
     return GrantIndex(table, REGISTRY), table
 
 
@@ -125,7 +125,7 @@ def test_grant_index_answers_the_same_tuple_until_a_grant_of_that_subject_change
     index, table = grant_index(grant("g1"))
     first = index.of("acme", "ann")
     assert index.of("acme", "ann") is first
-    table.data["g2"] = REGISTRY.encode("grant", GrantRecord(grant("g2"), NOW, "op").to_record())
+    table.data["g2"] = encode_grant(REGISTRY, GrantRecord(grant("g2"), NOW, "op"))
     index.refresh()
     second = index.of("acme", "ann")
     assert second is not first and {g.grant_id for g in second} == {"g1", "g2"}
@@ -148,8 +148,8 @@ def watch() -> Watch:
 
 
 def plan(now: datetime) -> Plan:
-    # No network: EvaluationBudgets connects on its first charge, which these tests never make.
-    budgets = EvaluationBudgets(redis.Redis(host="127.0.0.1", port=1))
+    # No network: RedisBudgets connects on its first charge, which these tests never make.
+    budgets = RedisBudgets(redis.Redis(host="127.0.0.1", port=1))
     return Plan(budgets, BudgetCaps(window=timedelta(hours=1)), now)
 
 

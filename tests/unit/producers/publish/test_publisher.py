@@ -3,8 +3,9 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 
 from pipeline.kafka.serde import default_registry
+from pipeline.records.event import MAX_ID_BYTES, event_record
 from pipeline.rules.errors import DefinitionError
-from producers.publish.publisher import MAX_ID_BYTES, EventPublisher, event_record
+from producers.publish.publisher import EventPublisher
 
 pytestmark = pytest.mark.unit
 

@@ -15,12 +15,12 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from pipeline.config import ToolConfig
+from pipeline.records.ticker_state import PinnedState, state_key
 from pipeline.rules.outcomes import ErrorCode
 from producers.ticker.tools import (
     REGISTERED,
     HttpJsonTool,
     PinnedEvaluator,
-    PinnedState,
     ToolMetrics,
     ToolRegistry,
     ToolRequest,
@@ -28,7 +28,7 @@ from producers.ticker.tools import (
     build_registry,
     state_from_event,
 )
-from producers.ticker.tools.pinned import AGENT_SESSION, WORKFLOW_RUN, state_key
+from producers.ticker.tools.pinned import AGENT_SESSION, WORKFLOW_RUN
 
 pytestmark = pytest.mark.unit
 

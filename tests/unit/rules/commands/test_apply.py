@@ -12,12 +12,20 @@ from consumers.commands.registry import SubjectIndex
 from pipeline.cli.grant_cmd import parse_until
 from pipeline.cli.watch_cmd import load_definition
 from pipeline.kafka.serde import default_registry
+from pipeline.records.command import (
+    command_from_value,
+    command_value,
+    decode_command,
+    encode_command,
+)
+from pipeline.records.command_result import decode_result, encode_result
+from pipeline.records.grant import decode_grant, encode_grant
+from pipeline.records.registry_entry import decode_entry, encode_entry
 from pipeline.rules.authz import Action, Grant, Principal, Role
 from pipeline.rules.commands.apply import (
     AGENT_CAP,
     Command,
     CommandOutcome,
-    CommandResult,
     CommandVerb,
     GrantRecord,
     GrantSpec,
@@ -595,29 +603,24 @@ def test_records_round_trip_through_their_avro_schemas() -> None:
     schemas = default_registry()
     subject = Subject()
     cmd = command(CommandVerb.CREATE, definition=definition(), expected_revision=4)
-    assert Command.from_record(schemas.decode(schemas.encode("command", cmd.to_record()))[1]) == cmd
+    assert decode_command(schemas, encode_command(schemas, cmd)) == cmd
     grant_cmd = command(CommandVerb.GRANT_ADD, OPERATOR, grant=spec())
-    decoded = schemas.decode(schemas.encode("command", grant_cmd.to_record()))[1]
-    assert Command.from_record(decoded) == grant_cmd
+    assert decode_command(schemas, encode_command(schemas, grant_cmd)) == grant_cmd
     outcome = subject.run(CommandVerb.CREATE, definition=definition())
     entry = subject.view["w-1"]
-    raw = schemas.encode("registry_entry", entry.to_record())
-    assert RegistryEntry.from_record(schemas.decode(raw)[1]) == entry
-    raw = schemas.encode("command_result", outcome.result.to_record())
-    assert CommandResult.from_record(schemas.decode(raw)[1]) == outcome.result
+    assert decode_entry(schemas, encode_entry(schemas, entry)) == entry
+    assert decode_result(schemas, encode_result(schemas, outcome.result)) == outcome.result
     record = GRANTS["g-2"]
-    assert GrantRecord.from_record(
-        schemas.decode(schemas.encode("grant", record.to_record()))[1]
-    ) == (record)
+    assert decode_grant(schemas, encode_grant(schemas, record)) == record
 
 
 def test_a_command_record_that_breaks_a_rule_names_the_field() -> None:
-    record = command(CommandVerb.SHOW, watcher_id="w-1").to_record()
+    record = command_value(command(CommandVerb.SHOW, watcher_id="w-1"))
     with pytest.raises(DefinitionError) as caught:
-        Command.from_record({**record, "request_id": "has spaces"})
+        command_from_value({**record, "request_id": "has spaces"})
     assert caught.value.field == "request_id"
     with pytest.raises(DefinitionError) as caught:
-        Command.from_record({**record, "verb": "explode"})
+        command_from_value({**record, "verb": "explode"})
     assert caught.value.field == "verb"
 
 
@@ -646,9 +649,9 @@ def test_grant_until_takes_an_instant_or_a_duration_from_now() -> None:
 
 
 def test_a_command_record_whose_json_body_is_broken_names_the_body() -> None:
-    record = command(CommandVerb.CREATE, definition=definition()).to_record()
+    record = command_value(command(CommandVerb.CREATE, definition=definition()))
     with pytest.raises(DefinitionError) as caught:
-        Command.from_record({**record, "definition": "{not json"})
+        command_from_value({**record, "definition": "{not json"})
     assert caught.value.field == "definition"
 
 

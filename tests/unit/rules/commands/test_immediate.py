@@ -33,9 +33,10 @@ def test_immediate_send_is_keyed_by_its_request_and_due_now() -> None:
 
 
 def test_prompt_answer_key_derives_from_the_prompts_request_key() -> None:
-    entry = answer_entry(
-        tenant_id="t", user_id="u", request_id="r1", chat="me", answer="a", now=NOW
+    prompt = immediate_entry(
+        tenant_id="t", user_id="u", verb="prompt", request_id="r1", chat="me", now=NOW
     )
+    entry = answer_entry(prompt, "a", NOW)
     prompt_key = request_delivery_key(tenant_id="t", user_id="u", verb="prompt", request_id="r1")
     assert entry.delivery_key == derived_delivery_key(prompt_key, "answer")
     assert (entry.verb, entry.text) == ("send", "a")

@@ -26,9 +26,10 @@ from consumers.delivery.adapters.in_app import InAppAdapter, InAppConfig
 from pipeline.clock import ManualClock
 from pipeline.config import parse_config
 from pipeline.kafka.serde import default_registry
+from pipeline.rules.backoff import RetryPolicy
 from pipeline.rules.errors import ConfigError
 from pipeline.rules.keys import subject_key
-from pipeline.rules.outbox import OutboxEntry, OutboxRetry
+from pipeline.rules.outbox import OutboxEntry
 from pipeline.rules.outcomes import ErrorCode, Outcome
 
 pytestmark = pytest.mark.unit
@@ -206,7 +207,7 @@ def test_delivery_from_outbox_entry_carries_the_entry_fields() -> None:
         due_at=NOW,
         late=True,
         created_at=NOW,
-        retry=OutboxRetry(max_attempts=8, base=timedelta(seconds=5), cap=timedelta(hours=1)),
+        retry=RetryPolicy(max_attempts=8, base=timedelta(seconds=5), cap=timedelta(hours=1)),
         delivery_retention=timedelta(days=30),
         wake_session=True,
         session_id="s-1",

@@ -12,7 +12,7 @@ from pipeline.clock import ManualClock
 from pipeline.control.agent import AgentRunner, AgentTokens
 from pipeline.control.run import ScriptRunner
 from pipeline.kafka.serde import default_registry
-from pipeline.records.evaluator import decode_outbox_entry
+from pipeline.records.outbox_entry import decode_outbox_entry
 from pipeline.rules.commands.immediate import immediate_entry
 from pipeline.rules.keys import derived_delivery_key
 from pipeline.rules.outbox import OutboxEntry

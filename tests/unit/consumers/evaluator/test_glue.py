@@ -7,31 +7,26 @@ from typing import Any
 
 import pytest
 
-from consumers.evaluator.lifecycle import LifecycleTracker, subject_of
+from consumers.evaluator.lifecycle import LifecycleTracker
 from consumers.evaluator.plan import effective_state
 from pipeline.kafka.serde import default_registry
-from pipeline.records.evaluator import (
-    EXPIRY_STEP,
-    decode_outbox_entry,
-    decode_receipt,
-    decode_state,
-    encode_outbox_entry,
-    encode_receipt,
-    encode_state,
-    evidence_from_event,
-    evidence_from_tick,
-)
+from pipeline.records.event import evidence_from_event
+from pipeline.records.outbox_entry import decode_outbox_entry, encode_outbox_entry
+from pipeline.records.receipt import decode_receipt, encode_receipt
+from pipeline.records.tick import EXPIRY_STEP, evidence_from_tick
+from pipeline.records.watcher import Watch
+from pipeline.records.watcher_state import decode_state, encode_state
 from pipeline.rules.authz import Action, Grant
 from pipeline.rules.budgets import BudgetVerdict
 from pipeline.rules.definition import WatcherDefinition
 from pipeline.rules.evaluation import evaluate, recorded_budget
 from pipeline.rules.evidence import Evidence, EvidenceKind
-from pipeline.rules.keys import canonical_json, watcher_key
+from pipeline.rules.keys import canonical_json, subject_of, watcher_key
 from pipeline.rules.lifecycle import WatcherStatus
 from pipeline.rules.outcomes import ErrorCode, Reason
 from pipeline.rules.watcher_state import WatcherState
 from pipeline.runtime.tables import Table, TableKind, TableSpec
-from pipeline.runtime.views import Watch, WatcherIndex
+from pipeline.runtime.views import WatcherIndex
 
 pytestmark = pytest.mark.unit
 

@@ -1,0 +1,114 @@
+"""The ``event`` record (``schemas/event.v1.avsc``): what an upstream service publishes, and the
+evidence the evaluator reads from it.
+
+:func:`event_record` checks one event (ids non-empty and bounded, a payload RFC 8785 can
+canonicalize and at most :data:`MAX_PAYLOAD_BYTES`, an aware ``observed_at``) and builds its
+Avro value; :func:`evidence_from_event` reads a decoded value back as
+:class:`~pipeline.rules.evidence.Evidence`. :class:`SharedEvidence` computes the evidence digest
+once however many watchers an input reaches (ticks use it too).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any, Final
+
+from pipeline.records.codec import parse_json
+from pipeline.rules.errors import DefinitionError, SerdeError
+from pipeline.rules.evidence import Evidence, EvidenceKind
+from pipeline.rules.instants import utc
+from pipeline.rules.keys import canonical_json
+
+__all__ = [
+    "EVENT",
+    "MAX_CURSOR_BYTES",
+    "MAX_ID_BYTES",
+    "MAX_PAYLOAD_BYTES",
+    "SharedEvidence",
+    "event_record",
+    "evidence_from_event",
+    "payload_object",
+]
+
+EVENT: Final = "event"
+MAX_ID_BYTES: Final = 256
+MAX_CURSOR_BYTES: Final = 1024
+MAX_PAYLOAD_BYTES: Final = 512 * 1024  # canonical JSON; well under Kafka's 1 MiB default
+
+
+def _text(value: object, field: str, limit: int, *, optional: bool = False) -> str | None:
+    if value is None and optional:
+        return None
+    if not isinstance(value, str) or not value:
+        raise DefinitionError("must be a non-empty string", field)
+    if len(value.encode("utf-8", "surrogatepass")) > limit:
+        raise DefinitionError(f"longer than {limit} bytes", field)
+    return value
+
+
+def event_record(
+    source_id: str,
+    event_type: str,
+    event_id: str,
+    payload: Any,
+    observed_at: datetime,
+    cursor: str | None = None,
+    envelope_id: str | None = None,
+) -> dict[str, Any]:
+    """The Avro ``event`` value of one event, or :class:`DefinitionError` naming the field."""
+    if not isinstance(observed_at, datetime) or observed_at.utcoffset() is None:
+        raise DefinitionError("must be an aware datetime (with a time zone)", "observed_at")
+    body = canonical_json(payload, "payload")
+    if len(body) > MAX_PAYLOAD_BYTES:
+        raise DefinitionError(f"canonical JSON is larger than {MAX_PAYLOAD_BYTES} bytes", "payload")
+    return {
+        "source_id": _text(source_id, "source_id", MAX_ID_BYTES),
+        "event_type": _text(event_type, "event_type", MAX_ID_BYTES),
+        "event_id": _text(event_id, "event_id", MAX_ID_BYTES),
+        "envelope_id": _text(envelope_id, "envelope_id", MAX_ID_BYTES, optional=True),
+        "cursor": _text(cursor, "cursor", MAX_CURSOR_BYTES, optional=True),
+        "observed_at": utc(observed_at),
+        "payload": body.decode("utf-8"),
+    }
+
+
+class SharedEvidence(Evidence):
+    """Evidence whose digest is computed once: every watcher an input reaches asks for it, for
+    its receipt and again for its outbox entry, and RFC 8785 of a payload is not cheap."""
+
+    __slots__ = ("_digest",)
+    _digest: str
+
+    def digest(self) -> str:
+        try:
+            return self._digest
+        except AttributeError:
+            digest = Evidence.digest(self)
+            object.__setattr__(self, "_digest", digest)
+            return digest
+
+
+def payload_object(text: str | None) -> dict[str, Any]:
+    """A payload carried as JSON text; one that is not a JSON object is undecodable."""
+    if text is None:
+        return {}
+    payload = parse_json(text, "payload")
+    if not isinstance(payload, dict):
+        raise SerdeError("payload is not a JSON object")
+    return payload
+
+
+def evidence_from_event(value: Mapping[str, Any], position: str) -> Evidence:
+    """A decoded ``event`` value as evidence, read at input ``position``."""
+    return SharedEvidence(
+        source_kind=EvidenceKind.EVENT,
+        source_id=value["source_id"],
+        observed_at=value["observed_at"],
+        event_type=value["event_type"],
+        event_id=value["event_id"],
+        envelope_id=value.get("envelope_id"),
+        cursor=value.get("cursor"),
+        payload=payload_object(value.get("payload")),
+        position=position,
+    )
