@@ -29,7 +29,7 @@ help:
 	@echo "make run    vigil dev: Kafka, Redis, topics, every vigil process and a demo; Ctrl-C stops all"
 	echo "make test   install what is missing, start the servers unless they answer, run pytest, stop them"
 	echo "make stop   stop a Kafka and Redis started by hand with deploy/*/*.sh start"
-	echo "make lint   ruff and mypy (LINT_PATHS=... to narrow)"
+	echo "make lint   ruff, mypy and the layer contracts (LINT_PATHS=... to narrow ruff and mypy)"
 
 venv: $(STAMP)
 
@@ -90,4 +90,5 @@ lint: $(STAMP)
 	@$(VENV)/bin/ruff check $(LINT_PATHS)
 	$(VENV)/bin/ruff format --check $(LINT_PATHS)
 	$(VENV)/bin/mypy $(if $(filter .,$(LINT_PATHS)),,$(filter %.py,$(LINT_PATHS)))
+	$(VENV)/bin/lint-imports
 	for script in deploy/kafka/kafka.sh deploy/redis/redis.sh .ci/run; do bash -n "$$script"; done

@@ -53,7 +53,7 @@ from pipeline.records.grant import encode_grant
 from pipeline.redis.budgets import RedisBudgets
 from pipeline.rules.authz import Action, Grant
 from pipeline.rules.budgets import BudgetCaps
-from pipeline.rules.commands.apply import GrantRecord
+from pipeline.rules.commands import GrantRecord
 from pipeline.rules.definition import WatcherDefinition
 from pipeline.rules.keys import canonical_json, watcher_key
 

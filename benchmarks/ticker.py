@@ -1,12 +1,12 @@
 """The poll ticker's planning hot path over one minute for 100,000 polling watchers.
 
 What the ticker does each step, without Kafka: pop the watchers whose next check has come from
-the :class:`~producers.ticker.agenda.Agenda`, :func:`~pipeline.rules.ticker.plan_watcher` each with its
-memory, keep the new memory and next check. The clock advances one second per step for one
+the :class:`~producers.ticker.agenda.Agenda`, :func:`~pipeline.rules.ticker.plan_watcher` each with
+its memory, keep the new memory and next check. The clock advances one second per step for one
 minute (60 steps), as ``vigil ticker`` steps; every watcher has a one-minute cadence or cron, in
 several zones and missed-run policies, so each one falls due once in the minute. Each watcher has
-its own definition (own id, own expiry, spread over a year); they are copies of a few parsed
-shapes, because a ticker decodes each definition once, not per minute.
+its own definition (own id, own expiry, spread over a year); they are copies of a few parsed shapes,
+because a ticker decodes each definition once, not per minute.
 
 Baseline, in the same run: for each watcher, ask cronsim (Debian cron's DST rules, the engine
 DESIGN.md §8 names) for its instants in the same minute, once per watcher — no per-second

@@ -3,11 +3,11 @@
 and a prompt's answer (DESIGN.md §2, §10).
 
 A thin loop on the exactly-once :class:`~pipeline.runtime.app.StreamApp`: ``processor``
-decodes each command, asks the pure :func:`pipeline.rules.commands.apply.apply`, and writes what it decided
-in one transaction with the input offset; ``registry`` indexes each subject's registry keys;
-``records`` maps decisions onto Avro records;
-``metrics`` counts commands by verb and result; ``cli`` is ``vigil command-processor``.
-Left out: every rule (``pipeline.rules.commands.apply``) and the callers (``pipeline.control``).
+decodes each command, asks the pure :func:`pipeline.rules.commands.apply.apply`, and writes what it
+decided in one transaction with the input offset; ``registry`` indexes each subject's registry keys;
+``records`` maps decisions onto Avro records; ``metrics`` counts commands by verb and result;
+``cli`` is ``vigil command-processor``. Left out: every rule (``pipeline.rules.commands.apply``) and
+the callers (``pipeline.control``).
 """
 
 from consumers.commands.loop import CommandProcessor

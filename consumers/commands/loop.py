@@ -1,4 +1,5 @@
-"""The command processor's loop: decode a command, ask :func:`pipeline.rules.commands.apply.apply`, write.
+"""The command processor's loop: decode a command, ask :func:`pipeline.rules.commands.apply.apply`,
+write.
 
 Consumes ``commands`` (key: subject) on the exactly-once :class:`StreamApp` with ``registry`` as
 its owned, co-partitioned changelog table (one writer per subject partition: caps, CAS and
@@ -24,7 +25,6 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Any, Final
 
-from confluent_kafka import Message
 from prometheus_client import REGISTRY, CollectorRegistry
 
 from consumers.commands.metrics import command_counter
@@ -41,7 +41,7 @@ from pipeline.records.lifecycle import encode_lifecycle
 from pipeline.records.outbox_entry import encode_outbox_entry
 from pipeline.records.registry_entry import decode_entry, encode_entry
 from pipeline.records.watcher import encode_watcher
-from pipeline.rules.commands.apply import (
+from pipeline.rules.commands import (
     Command,
     CommandOutcome,
     CommandResult,
@@ -53,7 +53,7 @@ from pipeline.rules.commands.apply import (
 from pipeline.rules.errors import BrokerError, ConfigError, DefinitionError, SerdeError
 from pipeline.rules.keys import subject_key, watcher_key
 from pipeline.runtime.app import StreamApp
-from pipeline.runtime.processing import InputRecord, ProcessContext
+from pipeline.runtime.processing import InputRecord, Message, ProcessContext
 from pipeline.runtime.tables import Table, TableKind, TableSpec
 
 __all__ = ["CommandProcessor"]

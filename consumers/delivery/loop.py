@@ -26,37 +26,38 @@ DESIGN.md §4 and seed 000's dispatch sequence, on the exactly-once runtime
 Delivery is at least once: a crash between a send and its recorded result sends again under
 the same delivery key, which every adapter passes on.
 
-The loop and its decisions live here; the tables and the due-time queue in
-``delivery_states``, the sender threads in ``delivery_sends``, the verdicts in
-``delivery_decide``, cancel and erase in ``delivery_sweep``. Leaves out the rules
-(``pipeline.rules.dispatch`` and friends), destinations (``consumers.delivery.adapters``) and the process
-around it (``pipeline.cli.delivery_cmd``).
+The worker reads as its steps, one turn at a time (:meth:`DeliveryWorker.step`): read the outbox
+(new entries become ``pending``), record the answers that came back (``results``), fire the due
+timers — purge, decide, claim (``claims``) — commit, and only then send the claims (``sends``).
+The tables and the due-time queue are ``states``, the verdicts ``planner``, cancel and erase
+``sweep``. Leaves out the rules (``pipeline.rules.dispatch`` and friends), destinations
+(``consumers.delivery.adapters``) and the process around it (``pipeline.cli.delivery_cmd``).
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import timedelta
 
-from confluent_kafka import Message
 from prometheus_client import REGISTRY, CollectorRegistry
 from pydantic import ValidationError
 
-from consumers.delivery.adapters import AdapterRegistry, OutboundRecord, SendResult
+from consumers.delivery.adapters import AdapterRegistry
 from consumers.delivery.app import DeliveryApp
+from consumers.delivery.claims import Claimer
 from consumers.delivery.due import DueKind
 from consumers.delivery.metrics import DeliveryMetrics, delivery_metrics
-from consumers.delivery.planner import Decision, Pending, Planner
+from consumers.delivery.planner import Planner
+from consumers.delivery.results import Recorder
 from consumers.delivery.sends import Claim, Executor, SendPool
 from consumers.delivery.states import OUTBOX, STATE, DeliveryStates
 from consumers.delivery.sweep import sweep
 from pipeline.clock import Clock, SystemClock
 from pipeline.kafka.serde import SchemaRegistry, default_registry
-from pipeline.kafka.topics import Topic, Topology, dead_letter_headers
+from pipeline.kafka.topics import Topic, Topology
 from pipeline.records.delivery_state import (
     DeliveryRecord,
     decode_record,
@@ -67,17 +68,13 @@ from pipeline.redis.budgets import RedisBudgets
 from pipeline.rules.budgets import BudgetCaps
 from pipeline.rules.dispatch import (
     BUDGET_UNAVAILABLE_RETRY,
-    DispatchAction,
-    cancel,
-    fail,
-    restore,
-    succeed,
 )
 from pipeline.rules.errors import SerdeError
 from pipeline.rules.outbox import OutboxEntry
-from pipeline.rules.outcomes import DeliveryStatus, ErrorCode
+from pipeline.rules.outcomes import DeliveryStatus
 from pipeline.runtime.app import InputRecord, ProcessContext
-from pipeline.runtime.tables import Table, TableKind, TableSpec
+from pipeline.runtime.processing import Message
+from pipeline.runtime.tables import TableKind, TableSpec
 from pipeline.runtime.views import GrantIndex, LifecycleIndex
 
 __all__ = ["DEFAULT_GROUP", "DeliverySettings", "DeliveryWorker"]
@@ -115,7 +112,6 @@ class DeliverySettings:
     consumer_overrides: dict[str, object] = field(default_factory=dict)
 
 
-@functools.lru_cache(maxsize=256)
 class DeliveryWorker:
     """One member of the delivery group. No network until :meth:`start`."""
 
@@ -167,8 +163,8 @@ class DeliveryWorker:
             linger_s=settings.linger_s,
             executor=executor,
         )
-        self._after_commit: list[OutboundRecord] = []
-        self._planner: Planner | None = None
+        self._claimer: Claimer | None = None
+        self._recorder: Recorder | None = None
         self._lifecycle: LifecycleIndex | None = None
         self._grants: GrantIndex | None = None
         self._views_read = 0.0
@@ -184,12 +180,29 @@ class DeliveryWorker:
         self.app.start()
         self._grants = GrantIndex(self.app.global_table(GRANTS), self._schemas)
         self._lifecycle = LifecycleIndex(self.app.global_table(LIFECYCLE), self._schemas)
-        self._planner = Planner(
+        planner = Planner(
             grants=self._grants,
             lifecycle=self._lifecycle,
             budgets=self._budgets,
             budget_defaults=self.settings.budget_defaults,
             unavailable_retry=self.settings.unavailable_retry,
+        )
+        self._claimer = Claimer(
+            self.app,
+            self._states,
+            planner,
+            self._metrics,
+            self._outbox_topic,
+            in_flight=self._sends.claimed,
+            adapter_of=self._sends.kind,
+        )
+        self._recorder = Recorder(
+            self.app,
+            self._states,
+            self._lifecycle,
+            self._metrics,
+            outbox_topic=self._outbox_topic,
+            dead_letter_topic=self._dlq_topic,
         )
         self._views_read = time.monotonic()
         self._sends.start()
@@ -223,7 +236,8 @@ class DeliveryWorker:
 
     def _commit(self, claims: list[Claim]) -> None:
         """Commit; only then send the claims and write what waits for the commit."""
-        after, self._after_commit = self._after_commit, []
+        assert self._recorder is not None
+        after, self._recorder.after_commit = self._recorder.after_commit, []
         if not self.app.commit():
             return  # rolled back: the next turn rebuilds the queue from the tables
         for claim in claims:
@@ -329,7 +343,7 @@ class DeliveryWorker:
             self.app.begin()
             sweep(dropping, self._states, self._budgets, self._metrics, self._clock.now())
 
-    # -- due timers: purge, decide, claim ------------------------------------------------
+    # -- the steps: claim (claims), send (sends), record (results) -------------------------
 
     def _fire_due(self) -> list[Claim]:
         """Purge, decide and persist what is due; returns the claims to send once committed."""
@@ -338,101 +352,15 @@ class DeliveryWorker:
         self._fired = time.monotonic()
         room = self.settings.max_in_flight - len(self._sends.in_flight)
         now = self._clock.now()
-        limit = max(0, min(room, self.settings.max_claims))
-        dues = list(self._states.queue.pop_due(now, limit))
+        dues = list(self._states.queue.pop_due(now, max(0, min(room, self.settings.max_claims))))
         if not dues:
             return []
         self._refresh_views(within_s=_DECIDE_REFRESH_S)
         if any(d.kind is DueKind.PURGE and self._states.dirty(d.key, d.partition) for d in dues):
             self.app.commit()  # the settled record is persisted before its tombstone
         self.app.begin()
-        waiting: list[tuple[Pending, int, Table]] = []
-        for due in dues:
-            found = self._states.current(due.key, due.partition)
-            if found is None:
-                continue
-            store, record = found
-            if due.kind is DueKind.PURGE:
-                self._purge(record, due.partition, store)
-                continue
-            pending = self._prepare(record, due.partition, store, now)
-            if pending is not None:
-                waiting.append((pending, due.partition, store))
-        if not waiting:
-            return []
-        assert self._planner is not None
-        checks = self._planner.charge([pending for pending, _, _ in waiting])
-        claims: list[Claim] = []
-        for (pending, partition, store), check in zip(waiting, checks, strict=True):
-            decision = self._planner.complete(pending, check)
-            claim = self._apply(pending.record, pending.entry, decision, partition, store)
-            if claim is not None:
-                claims.append(claim)
-        return claims
-
-    def _prepare(
-        self, record: DeliveryRecord, partition: int, store: Table, now: datetime
-    ) -> Pending | None:
-        """Decide what needs no budget; return what waits for its charge."""
-        key = record.key
-        if record.state.status is _S.DISPATCHING:
-            if self._sends.claimed(key, store):
-                return None
-            record = record.moved(restore(record.state), record.detail)
-        state = record.state
-        if state.status is not _S.PENDING:
-            self._states.schedule(record, partition, store)
-            return None
-        if state.due_at > now:
-            self._states.queue.schedule(key, partition, DueKind.ATTEMPT, state.due_at)
-            return None
-        entry = self._states.entry(key, partition)
-        if entry is None:  # the outbox no longer holds it: nothing left to deliver
-            self._states.write(store, record.moved(cancel(state, now)))
-            self._metrics.cancellations.inc()
-            self._states.queue.schedule(key, partition, DueKind.PURGE, now)
-            return None
-        assert self._planner is not None
-        found = self._planner.prepare(record, entry, now)
-        if isinstance(found, Pending):
-            return found
-        self._apply(record, entry, found, partition, store)
-        return None
-
-    def _apply(
-        self,
-        record: DeliveryRecord,
-        entry: OutboxEntry,
-        decision: Decision,
-        partition: int,
-        store: Table,
-    ) -> Claim | None:
-        """Persist a decision (in the open transaction); a dispatch becomes a claim."""
-        plan = decision.plan
-        record = record.moved(plan.state, decision.detail)
-        self._states.write(store, record)
-        if plan.action is DispatchAction.DISPATCH:
-            kind = self._sends.kind(entry)
-            return Claim(record.key, partition, plan.state.attempt, entry, kind, store)
-        reason = "" if plan.reason is None else plan.reason.value
-        if plan.action is DispatchAction.DEFER:
-            self._metrics.deferrals.labels(reason).inc()
-        elif plan.action is DispatchAction.SUPPRESS:
-            self._metrics.suppressions.labels(reason).inc()
-        elif plan.action is DispatchAction.CANCEL:
-            self._metrics.cancellations.inc()
-        self._states.schedule(record, partition, store)
-        return None
-
-    def _purge(self, record: DeliveryRecord, partition: int, store: Table) -> None:
-        """Tombstones on ``delivery-state`` and ``outbox``. Unsettled work is never purged."""
-        if record.state.status in (_S.PENDING, _S.DISPATCHING):
-            return
-        self._states.delete(store, record.key)
-        self.app.context(partition).produce(self._outbox_topic, record.key, None, partition)
-        self._metrics.purges.inc()
-
-    # -- answers -------------------------------------------------------------------------
+        assert self._claimer is not None
+        return self._claimer.fire(dues, now)
 
     def _record_answers(self) -> bool:
         """Record the answers collected (in the open transaction); False if there were none."""
@@ -441,54 +369,8 @@ class DeliveryWorker:
             return False
         self.app.begin()
         now = self._clock.now()
+        assert self._recorder is not None
         for claim, result in answers:
-            self._record(claim, result, now)
+            self._recorder.record(claim, result, now)
         self._metrics.in_flight.set(len(self._sends.in_flight))
         return True
-
-    def _record(self, claim: Claim, result: SendResult, now: datetime) -> None:
-        self._metrics.deliveries.labels(result.label, claim.adapter).inc()
-        if result.repeat_risk:
-            self._metrics.repeat_risk.labels(claim.adapter).inc()
-        found = self._states.current(claim.key, claim.partition)
-        if found is None or found[0] is not claim.store:
-            return  # revoked or rebuilt since the claim: the new owner sends it again
-        store, record = found
-        state = record.state
-        if state.status is not _S.DISPATCHING or state.attempt != claim.attempt:
-            return
-        entry = claim.entry
-        ctx = self.app.context(claim.partition)
-        if result.ok:
-            record = record.moved(succeed(state, now))
-            for out in result.records:
-                ctx.produce(out.topic, out.key, out.value)
-            self._after_commit.extend(result.after_commit)
-            since = entry.evidence_observed_at or entry.created_at
-            self._metrics.end_to_end.observe(max(0.0, (now - since).total_seconds()))
-        else:
-            assert result.error is not None
-            moved = fail(
-                state, result.error, now, policy=entry.retry, retry_after=result.retry_after
-            )
-            record = record.moved(moved)
-            if moved.status is _S.DEAD_LETTER:
-                self._dead_letter(ctx, record, entry, result.error)
-            else:
-                self._metrics.retries.labels(result.error.value).inc()
-                assert self._lifecycle is not None
-                if self._lifecycle.dropping(record, entry.created_at) is not None:
-                    record = record.moved(cancel(moved, now))
-                    self._metrics.cancellations.inc()
-        self._states.write(store, record)
-        self._states.schedule(record, claim.partition, store)
-
-    def _dead_letter(
-        self, ctx: ProcessContext, record: DeliveryRecord, entry: OutboxEntry, error: ErrorCode
-    ) -> None:
-        headers = dead_letter_headers(
-            error.value, self._outbox_topic, ctx.partition, record.outbox_offset
-        )
-        value = self._states.outbox_value(record.key, ctx.partition, entry)
-        ctx.produce(self._dlq_topic, record.key, value, headers=[*headers])
-        self._metrics.dead_letters.labels(error.value).inc()

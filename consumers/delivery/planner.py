@@ -15,7 +15,6 @@ Leaves out persistence and sending (``consumers.delivery.loop``) and the rules t
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -56,7 +55,6 @@ class Decision:
     detail: str | None = None  # categorical: a deny reason, the exhausted budget dimension
 
 
-@functools.lru_cache(maxsize=1024)
 @dataclass(frozen=True, slots=True)
 class Pending:
     """A decision waiting for its budget charge (the verdicts gathered so far)."""

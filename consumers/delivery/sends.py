@@ -10,8 +10,8 @@ once per batch, not once per answer. A batch is ready when it is big, when every
 flight has answered, when its oldest answer has waited ``linger_s``, or when the worker is
 stopping.
 
-Leaves out what an answer means (``pipeline.rules.dispatch``; recorded by ``consumers.delivery.loop``)
-and the destinations themselves (``consumers.delivery.adapters``).
+Leaves out what an answer means (``pipeline.rules.dispatch``; recorded by
+``consumers.delivery.loop``) and the destinations themselves (``consumers.delivery.adapters``).
 """
 
 from __future__ import annotations

@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from confluent_kafka import Message
 from prometheus_client import REGISTRY, CollectorRegistry
 
 from consumers.evaluator.lifecycle import LifecycleTracker
@@ -59,6 +58,7 @@ from pipeline.rules.keys import watcher_key
 from pipeline.rules.outcomes import Outcome, Reason
 from pipeline.rules.watcher_state import WatcherState
 from pipeline.runtime.app import InputRecord, ProcessContext, StreamApp
+from pipeline.runtime.processing import Message
 from pipeline.runtime.tables import Table, TableKind, TableSpec
 from pipeline.runtime.views import GrantIndex, WatcherIndex
 

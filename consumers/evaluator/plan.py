@@ -3,10 +3,10 @@
 Owns :class:`Plan`: every (watcher, evidence) pair of a batch is first evaluated assuming its
 budget answers ``ok``, recording the charge it would make (each watcher's steps in input order,
 each seeing the state the previous one left); then every charge goes to Redis in one pipeline
-(:meth:`~pipeline.redis.budgets.RedisBudgets.charge_many`); a watcher whose charge came back ``exhausted`` is
-evaluated again from that step on, charging one by one with the same idempotency tokens (the
-first verdict of a token stands). The result is exactly what evaluating in order with one
-round trip per charge would give. Also :func:`effective_state`, which merges the stored
+(:meth:`~pipeline.redis.budgets.RedisBudgets.charge_many`); a watcher whose charge came back
+``exhausted`` is evaluated again from that step on, charging one by one with the same idempotency
+tokens (the first verdict of a token stands). The result is exactly what evaluating in order with
+one round trip per charge would give. Also :func:`effective_state`, which merges the stored
 watcher-state with the registry's status.
 
 Leaves out reading and writing Kafka (``consumers.evaluator.loop``) and the rules themselves

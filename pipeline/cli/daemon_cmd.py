@@ -47,7 +47,6 @@ from pipeline.rules.commands.immediate import daemon_grant
 from pipeline.rules.commands.model import CommandVerb
 from pipeline.rules.errors import DefinitionError, VigilError
 from pipeline.rules.zones import load_zone
-from pipeline.runtime.app import stop_on_sigterm
 
 __all__ = ["daemon", "ensure_grant", "host_zone"]
 
@@ -181,8 +180,7 @@ def daemon(state: CliState, socket_path: Path | None, log_level: str) -> None:
         path, _handler(dispatcher, tokens, user_principal(subject.tenant_id, subject.user_id))
     )
     server.start()
-    stop = shutdown.stop_event()
-    stop_on_sigterm(stop)
+    stop = shutdown.catch()
     granter = CommandClient(bootstrap, topology)
     grant_thread = threading.Thread(
         target=ensure_grant, args=(granter, config, stop), name="control-grant", daemon=True

@@ -9,7 +9,8 @@ it) or a destination's secret variable is unset; serves Prometheus metrics on
 flight, records their results, commits and leaves the group; what it could not record is sent
 again by the next owner (at least once).
 
-Left out: the loop itself (``consumers.delivery.loop``) and the adapters (``consumers.delivery.adapters``).
+Left out: the loop itself (``consumers.delivery.loop``) and the adapters
+(``consumers.delivery.adapters``).
 """
 
 from __future__ import annotations

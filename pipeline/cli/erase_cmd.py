@@ -7,7 +7,8 @@ the answer is no). The processor tombstones every watcher of the subject in ``re
 evaluator, delivery and the budget store erase their own state. The CLI prints what was erased
 (or ``--json``); a refusal prints one line and exits 1.
 
-Left out: the rule (``pipeline.rules.commands.apply``) and what each consumer does with the erasure record.
+Left out: the rule (``pipeline.rules.commands.apply``) and what each consumer does with the erasure
+record.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import click
 from pipeline.cli.context import CliState, pass_state
 from pipeline.cli.watch_cmd import report, send_command
 from pipeline.control.client import DEFAULT_TIMEOUT_S
-from pipeline.rules.commands.apply import CommandVerb
+from pipeline.rules.commands import CommandVerb
 
 __all__ = ["erase", "render_erased"]
 

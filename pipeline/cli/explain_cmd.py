@@ -12,8 +12,8 @@ import json
 import click
 
 from pipeline.cli.context import CliState, pass_state
+from pipeline.kafka.scan import Progress
 from pipeline.ops.explain import ExplainRow, read_explanation
-from pipeline.ops.scan import Progress
 
 __all__ = ["explain", "render"]
 

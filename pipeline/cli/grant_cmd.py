@@ -5,7 +5,8 @@ Operator verbs (DESIGN.md §9). ``add`` prints the new grant's id; ``list`` prin
 naming only that source is removed, one naming more loses that source). Results, errors and
 ``--json`` behave as in ``vigil watch``.
 
-Left out: the rules (``pipeline.rules.commands.apply``) and the round trip (``pipeline.cli.watch_cmd``).
+Left out: the rules (``pipeline.rules.commands.apply``) and the round trip
+(``pipeline.cli.watch_cmd``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pipeline.cli.context import CliState, pass_state
 from pipeline.cli.watch_cmd import report, send_command
 from pipeline.control.client import DEFAULT_TIMEOUT_S
 from pipeline.rules.authz import Action
-from pipeline.rules.commands.apply import CommandVerb, GrantSpec
+from pipeline.rules.commands import CommandVerb, GrantSpec
 from pipeline.rules.durations import parse_duration
 from pipeline.rules.errors import DefinitionError
 from pipeline.rules.instants import parse_instant

@@ -22,7 +22,6 @@ from pipeline.kafka.admin import check_topology, connect_admin
 from pipeline.kafka.topics import Topic, Topology
 from pipeline.redis.budgets import RedisBudgets
 from pipeline.rules.budgets import BudgetCaps
-from pipeline.runtime.app import stop_on_sigterm
 
 __all__ = ["Process", "serve_metrics", "start"]
 
@@ -67,8 +66,7 @@ def start(
     check_topology(connect_admin(config.kafka.bootstrap_servers), topology, tuple(topics))
     if metrics:
         click.echo(f"metrics on port {serve_metrics(config.metrics.listen)}", err=True)
-    stop = shutdown.stop_event()
-    stop_on_sigterm(stop)
+    stop = shutdown.catch()
     instance_id = instance or config.instance.resolved_id()
     return Process(config, topology, instance_id, stop, config.budgets.defaults.caps())
 

@@ -20,8 +20,8 @@ import click
 
 from pipeline.cli.context import CliState, pass_state
 from pipeline.cli.watch_cmd import load_definition
+from pipeline.kafka.scan import Bound, Progress
 from pipeline.ops.replay_reader import Scope, read_history
-from pipeline.ops.scan import Bound, Progress
 from pipeline.rules.definition import WatcherDefinition
 from pipeline.rules.replay import Difference, ReplayClock, ReplayReport, affected_keys, replay
 

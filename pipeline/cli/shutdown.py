@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from types import FrameType
 from typing import Final
 
-__all__ = ["SERVICES", "arm", "stop_event"]
+__all__ = ["SERVICES", "arm", "catch", "stop_event"]
 
 SERVICES: Final = frozenset({"command-processor", "evaluator", "ticker", "delivery", "daemon"})
 
@@ -31,9 +31,15 @@ def _handler(signum: int, frame: FrameType | None) -> None:
     _stop.set()
 
 
+def catch() -> threading.Event:
+    """Set the stop event on SIGTERM/SIGINT from now on; returns it."""
+    signal.signal(signal.SIGTERM, _handler)
+    signal.signal(signal.SIGINT, _handler)
+    return _stop
+
+
 def arm(argv: Sequence[str], commands: Sequence[str]) -> None:
     """Catch SIGTERM/SIGINT from now on when ``argv`` runs one of the :data:`SERVICES`."""
     command = next((arg for arg in argv if arg in commands), None)
     if command in SERVICES:
-        signal.signal(signal.SIGTERM, _handler)
-        signal.signal(signal.SIGINT, _handler)
+        catch()

@@ -24,7 +24,7 @@ import yaml
 
 from pipeline.cli.context import CliState, pass_state
 from pipeline.control.client import DEFAULT_TIMEOUT_S, CommandClient, operator_principal
-from pipeline.rules.commands.apply import CommandResult, CommandVerb
+from pipeline.rules.commands import CommandResult, CommandVerb
 from pipeline.rules.errors import DefinitionError
 from pipeline.rules.lifecycle import WatcherStatus
 

@@ -1,7 +1,7 @@
 """Send one command over Kafka and wait for its answer: the control plane's client core.
 
-:class:`CommandClient` produces a :class:`~pipeline.rules.commands.apply.Command` to ``commands`` (key: the
-subject, on Java's partition of it) and reads ``command-results`` — only the partition its
+:class:`CommandClient` produces a :class:`~pipeline.rules.commands.apply.Command` to ``commands``
+(key: the subject, on Java's partition of it) and reads ``command-results`` — only the partition its
 request id hashes to, from the end it had before the command was sent, ``read_committed`` — until
 the record keyed by that request id arrives or the timeout passes (a clear
 :class:`BrokerError` naming the request and the likely cause). The CLI uses it today; the
@@ -19,18 +19,17 @@ import uuid
 from types import TracebackType
 from typing import Any, Final
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
-
 from pipeline.clock import Clock, SystemClock
-from pipeline.kafka.clients import producer_config, table_consumer_config, translate
+from pipeline.kafka.clients import Producer, Tail
 from pipeline.kafka.partitioner import partition_for
 from pipeline.kafka.serde import SchemaRegistry, default_registry
 from pipeline.kafka.topics import Topic, Topology
 from pipeline.records.command import encode_command
 from pipeline.records.command_result import decode_result
 from pipeline.rules.authz import Principal, Role
-from pipeline.rules.commands.apply import Command, CommandResult, CommandVerb
+from pipeline.rules.commands import Command, CommandResult, CommandVerb
 from pipeline.rules.errors import BrokerError, SerdeError
+from pipeline.runtime.processing import Message
 
 __all__ = ["DEFAULT_TIMEOUT_S", "CommandClient", "new_request_id", "operator_principal"]
 
@@ -71,8 +70,8 @@ class CommandClient:
         self._timeout_s = timeout_s
         self._clock = clock or SystemClock()
         self._schemas = schemas or default_registry()
-        self._producer: Producer | None = None
-        self._consumer: Consumer | None = None
+        self._producer = Producer(bootstrap)
+        self._results = Tail(bootstrap, "vigil-cli", min(timeout_s, _METADATA_TIMEOUT_S))
         self._lock = threading.Lock()
 
     def __enter__(self) -> CommandClient:
@@ -88,12 +87,8 @@ class CommandClient:
 
     def close(self) -> None:
         with self._lock:
-            if self._consumer is not None:
-                self._consumer.close()
-                self._consumer = None
-            if self._producer is not None:
-                self._producer.flush(5.0)
-                self._producer = None
+            self._results.close()
+            self._producer.close()
 
     def command(
         self,
@@ -125,17 +120,13 @@ class CommandClient:
         partition = partition_for(
             command.request_id, self._topology.partitions_for(Topic.COMMAND_RESULTS)
         )
-        consumer = self._watch(results, partition)
+        self._results.follow(results, partition)
         self._produce(command)
         deadline = time.monotonic() + self._timeout_s
         wanted = command.request_id.encode("utf-8")
         while time.monotonic() < deadline:
-            try:
-                messages = consumer.consume(100, 0.1)
-            except KafkaException as exc:
-                raise translate(exc, "read command results") from exc
-            for msg in messages:
-                if msg.error() is None and msg.key() == wanted:
+            for msg in self._results.poll(0.1):
+                if msg.key() == wanted:
                     return self._result(msg)
         raise BrokerError(
             f"no answer to request {command.request_id} within {self._timeout_s:g}s: "
@@ -144,49 +135,12 @@ class CommandClient:
 
     # -- internals -----------------------------------------------------------------------
 
-    def _watch(self, topic: str, partition: int) -> Consumer:
-        """Point the reader at the current end of the result partition, before sending."""
-        if self._consumer is None:
-            self._consumer = Consumer(
-                table_consumer_config(
-                    self._bootstrap, "vigil-cli", **{"enable.partition.eof": False}
-                )
-            )
-        tp = TopicPartition(topic, partition)
-        deadline = time.monotonic() + self._timeout_s
-        while True:
-            try:
-                _, high = self._consumer.get_watermark_offsets(tp, timeout=_METADATA_TIMEOUT_S)
-                break
-            except KafkaException as exc:
-                # Leadership moves (a new topic, a broker restart) answer "not leader" a while.
-                if time.monotonic() > deadline:
-                    raise translate(exc, f"find the end of {topic}[{partition}]") from exc
-                time.sleep(0.2)
-        self._consumer.assign([TopicPartition(topic, partition, high)])
-        return self._consumer
-
     def _produce(self, command: Command) -> None:
-        if self._producer is None:
-            self._producer = Producer(producer_config(self._bootstrap))
-        failures: list[KafkaError] = []
-
-        def delivered(error: KafkaError | None, _msg: Message) -> None:
-            if error is not None:
-                failures.append(error)
-
         topic = self._topology.name(Topic.COMMANDS)
         key = command.subject_key
-        value = encode_command(self._schemas, command)
         partition = partition_for(key, self._topology.partitions_for(Topic.COMMANDS))
-        try:
-            self._producer.produce(topic, value, key, partition, on_delivery=delivered)
-        except KafkaException as exc:
-            raise translate(exc, f"send to {topic}") from exc
-        if self._producer.flush(self._timeout_s) > 0:
-            raise BrokerError(f"could not send the command to {topic} in {self._timeout_s:g}s")
-        if failures:
-            raise BrokerError(f"could not send the command to {topic}: {failures[0].str()}")
+        self._producer.produce(topic, key, encode_command(self._schemas, command), partition)
+        self._producer.flush(self._timeout_s, "commands")
 
     def _result(self, msg: Message) -> CommandResult:
         try:

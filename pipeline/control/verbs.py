@@ -8,7 +8,8 @@ validated at creation so a nonsense deferral is refused before it is stored. Tim
 (``--in | --at | --cron``) are a required, mutually exclusive group.
 
 Left out: resolving the chat, reading local time and executing a verb (``dispatch``), and the
-transport (``socket_server``, ``socket_client``, the click commands in ``pipeline.cli``).
+transport (``pipeline.control.socket.server``, ``pipeline.control.socket.client``, the click
+commands in ``pipeline.cli``).
 """
 
 from __future__ import annotations

@@ -1,17 +1,23 @@
-"""librdkafka settings and error translation: the one place vigil configures Kafka clients.
+r"""librdkafka settings, the one producer wrapper, the table-reader factory, and error
+translation: the one place vigil configures Kafka clients.
 
-Owns the settings every producer and consumer of vigil starts from (DESIGN.md §2, §4, §10 and
-notes/kafka-broker.md) and the single helper that turns a ``KafkaError`` or
-``KafkaException`` into :class:`pipeline.rules.errors.BrokerError` with a categorical
-:class:`ErrorKind`. Leaves out creating clients (callers do, lazily) and topic specs
-(``topics.py``).
+Owns the settings every producer and consumer of vigil starts from (DESIGN §2, §4, §10), the
+:class:`Producer` that every non-transactional writer uses (the control plane's commands, the
+API's acknowledgements, the publisher SDK: created on first use, a delivery report per record,
+one flush that raises), :func:`table_consumer` (a reader that ``assign()``\ s partitions and
+never joins a group), and the single helper that turns a ``KafkaError`` or ``KafkaException``
+into :class:`pipeline.rules.errors.BrokerError` with a categorical :class:`ErrorKind`. Leaves out
+the transactional stream runtime (``pipeline.runtime``) and topic specs (``topics``).
 """
 
 from __future__ import annotations
 
 import enum
-from typing import Any
+import time
+from collections.abc import Mapping
+from typing import Any, Final
 
+import confluent_kafka
 from confluent_kafka import KafkaError, KafkaException, Message
 
 from pipeline.rules.errors import BrokerError
@@ -19,14 +25,14 @@ from pipeline.rules.errors import BrokerError
 __all__ = [
     "BrokerFailure",
     "ErrorKind",
+    "Producer",
+    "Tail",
     "classify",
     "consumer_config",
-    "is_abortable",
-    "is_fatal",
     "is_partition_eof",
-    "is_retriable",
     "producer_config",
     "raise_for_message",
+    "table_consumer",
     "table_consumer_config",
     "translate",
 ]
@@ -35,6 +41,7 @@ __all__ = [
 # short (DESIGN.md §10); it must exceed message.timeout.ms or librdkafka refuses the config.
 TRANSACTION_TIMEOUT_MS = 12_000
 MESSAGE_TIMEOUT_MS = 10_000
+_QUEUE_FULL_WAIT_S: Final = 30.0
 
 
 def producer_config(
@@ -135,18 +142,6 @@ def classify(error: KafkaError) -> ErrorKind:
     return ErrorKind.PERMANENT
 
 
-def is_retriable(error: KafkaError) -> bool:
-    return classify(error) is ErrorKind.RETRIABLE
-
-
-def is_abortable(error: KafkaError) -> bool:
-    return classify(error) is ErrorKind.ABORTABLE
-
-
-def is_fatal(error: KafkaError) -> bool:
-    return classify(error) is ErrorKind.FATAL
-
-
 def is_partition_eof(msg: Message) -> bool:
     """Whether ``msg`` is the end-of-partition event of ``enable.partition.eof``."""
     error = msg.error()
@@ -182,3 +177,130 @@ def _check_timeouts(config: dict[str, Any]) -> None:
         return
     if int(config["transaction.timeout.ms"]) <= int(config["message.timeout.ms"]):
         raise BrokerError("transaction.timeout.ms must exceed message.timeout.ms")
+
+
+def table_consumer(bootstrap: str, name: str, **overrides: Any) -> confluent_kafka.Consumer:
+    """A consumer of :func:`table_consumer_config`: read with ``assign()``, never a group."""
+    return confluent_kafka.Consumer(table_consumer_config(bootstrap, name, **overrides))
+
+
+class Producer:
+    """An idempotent, non-transactional producer, created on first use (no network before).
+
+    :meth:`produce` queues one record on an explicit partition (waiting for room when the local
+    queue is full); a failed delivery is remembered and raised by the next call or by
+    :meth:`flush`, which waits for every queued record. Not for the stream runtime, whose one
+    transactional producer per process is its own.
+    """
+
+    def __init__(self, bootstrap: str, overrides: Mapping[str, Any] | None = None) -> None:
+        self._config = producer_config(bootstrap, **dict(overrides or {}))
+        self._client: confluent_kafka.Producer | None = None
+        self._failure: BrokerFailure | None = None
+        self.delivered = 0
+
+    @property
+    def client(self) -> confluent_kafka.Producer:
+        if self._client is None:
+            self._client = confluent_kafka.Producer(self._config)
+        return self._client
+
+    def metadata(self, timeout_s: float) -> Any:
+        """Every topic's metadata (asking for one topic may auto-create it on the broker)."""
+        try:
+            return self.client.list_topics(timeout=timeout_s)
+        except KafkaException as exc:
+            raise translate(exc, "reading topic metadata") from exc
+
+    def produce(self, topic: str, key: bytes | str, value: bytes | None, partition: int) -> None:
+        client = self.client
+        self._raise_failure()
+        deadline = time.monotonic() + _QUEUE_FULL_WAIT_S
+        while True:
+            try:
+                client.produce(topic, value, key, partition, on_delivery=self._on_delivery)
+                break
+            except BufferError:
+                # The local queue is full: serve delivery reports until there is room.
+                if time.monotonic() > deadline:
+                    raise BrokerError(
+                        "producer queue stayed full: is the broker reachable?"
+                    ) from None
+                client.poll(0.1)
+            except KafkaException as exc:
+                raise translate(exc, f"producing to {topic}") from exc
+        client.poll(0)
+
+    def flush(self, timeout_s: float, what: str = "records") -> None:
+        """Wait until every queued record is acknowledged, or raise :class:`BrokerError`."""
+        if self._client is None:
+            return
+        remaining = self._client.flush(timeout_s)
+        self._raise_failure()
+        if remaining:
+            raise BrokerError(f"{remaining} {what} not acknowledged within {timeout_s:g}s")
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Flush what can be flushed (best effort) and forget the client."""
+        if self._client is not None:
+            self._client.flush(timeout_s)
+            self._client = None
+
+    def _on_delivery(self, error: KafkaError | None, message: Message) -> None:
+        if error is None:
+            self.delivered += 1
+        elif self._failure is None:
+            self._failure = BrokerFailure(
+                f"not delivered to {message.topic()}[{message.partition()}]: {error.str()}",
+                code=error.name(),
+                kind=classify(error),
+            )
+
+    def _raise_failure(self) -> None:
+        if self._failure is not None:
+            failure, self._failure = self._failure, None
+            raise failure
+
+
+class Tail:
+    """Follows one partition from its end at the time of :meth:`follow`: a reply channel (the
+    command results a client waits for). No network until :meth:`follow`."""
+
+    def __init__(self, bootstrap: str, name: str, timeout_s: float) -> None:
+        self._bootstrap = bootstrap
+        self._name = name
+        self._timeout_s = timeout_s
+        self._consumer: confluent_kafka.Consumer | None = None
+
+    def follow(self, topic: str, partition: int) -> None:
+        """Read ``topic[partition]`` from its current end on."""
+        if self._consumer is None:
+            self._consumer = table_consumer(
+                self._bootstrap, self._name, **{"enable.partition.eof": False}
+            )
+        tp = confluent_kafka.TopicPartition(topic, partition)
+        deadline = time.monotonic() + self._timeout_s
+        while True:
+            try:
+                _, high = self._consumer.get_watermark_offsets(tp, timeout=self._timeout_s)
+                break
+            except KafkaException as exc:
+                # Leadership moves (a new topic, a broker restart) answer "not leader" a while.
+                if time.monotonic() > deadline:
+                    raise translate(exc, f"find the end of {topic}[{partition}]") from exc
+                time.sleep(0.2)
+        self._consumer.assign([confluent_kafka.TopicPartition(topic, partition, high)])
+
+    def poll(self, timeout_s: float) -> list[Message]:
+        """The records that arrived (errors skipped: a reply channel reads only records)."""
+        assert self._consumer is not None, "follow() a partition first"
+        try:
+            batch = self._consumer.consume(100, timeout_s)
+        except KafkaException as exc:
+            raise translate(exc, "read a reply channel") from exc
+        return [msg for msg in batch if msg.error() is None]
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None

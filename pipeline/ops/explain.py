@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from pipeline.kafka.scan import Progress, scan
 from pipeline.kafka.serde import SchemaRegistry, default_registry
 from pipeline.kafka.topics import Topic, Topology
 from pipeline.ops.replay_reader import Scope, read_receipts
-from pipeline.ops.scan import Progress, scan
 from pipeline.rules.instants import rfc3339_micros
 from pipeline.rules.receipts import Receipt
 

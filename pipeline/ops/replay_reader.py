@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from pipeline.kafka.scan import Bound, Progress, scan
 from pipeline.kafka.serde import SchemaRegistry, default_registry
 from pipeline.kafka.topics import Topic, Topology
-from pipeline.ops.scan import Bound, Progress, scan
 from pipeline.records.event import evidence_from_event
 from pipeline.records.outbox_entry import decode_outbox_entry
 from pipeline.records.receipt import decode_receipt
@@ -209,7 +209,7 @@ def read_history(
     progress: Progress | None = None,
     registry: SchemaRegistry | None = None,
 ) -> History:
-    """Everything :func:`pipeline.rules.replay.replay` needs for ``[start, end)`` within ``scope``."""
+    """Everything :func:`pipeline.rules.replay.replay` needs for ``[start, end)`` in ``scope``."""
     registry = registry or default_registry()
     definitions = read_definitions(bootstrap, topology, registry, scope, progress)
     inputs = read_inputs(bootstrap, topology, registry, start, end, progress)

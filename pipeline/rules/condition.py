@@ -320,7 +320,7 @@ def _compare(cond: Compare, value: Any) -> bool:
 
 
 def compile_condition(cond: Condition) -> Predicate:
-    """``cond`` as fast closures (``pipeline.rules.condition_compile``); compile once per version."""
+    """``cond`` as fast closures (``condition_compile``); compile once per version."""
     from pipeline.rules.condition_compile import compile_tree  # the compiler imports the AST
 
     return compile_tree(cond)

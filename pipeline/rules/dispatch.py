@@ -9,8 +9,8 @@ module owns the states' record, the transition table (an illegal move raises
 
 Leaves out persistence and fencing (the delivery consumer writes each state to
 ``delivery-state`` in a Kafka transaction), calling destinations (adapters), and where verdicts
-come from: authorization (``pipeline.rules.authz``), quiet hours (``pipeline.rules.quiet_hours``) and
-budgets (``pipeline.rules.budgets`` rules, ``pipeline.redis.budgets`` counters).
+come from: authorization (``pipeline.rules.authz``), quiet hours (``pipeline.rules.quiet_hours``)
+and budgets (``pipeline.rules.budgets`` rules, ``pipeline.redis.budgets`` counters).
 """
 
 from __future__ import annotations

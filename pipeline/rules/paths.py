@@ -4,7 +4,8 @@ A path is ``segment(.segment)*`` with every segment ``[A-Za-z_][A-Za-z0-9_]*`` (
 no path can smuggle an index, a wildcard or an expression), at most ``max_segments`` of them.
 A path descends through JSON objects only: a list, a string or any other scalar on the way
 means the path does not resolve. This module owns the grammar and resolution; what a resolved
-value means (comparison, retention) belongs to ``pipeline.rules.condition`` and ``pipeline.rules.privacy``.
+value means (comparison, retention) belongs to ``pipeline.rules.condition`` and
+``pipeline.rules.privacy``.
 """
 
 from __future__ import annotations

@@ -16,8 +16,8 @@ Rules (DESIGN.md §3, §5, §8, §10, §11):
 - a paused watcher's instants are not missed, they are skipped: on resume it starts afresh;
 - nothing is enumerated past the deadline.
 
-Which cron instants exist and how missed ones are chosen is :mod:`pipeline.rules.cron`; calling tools,
-checking grants and budgets, and writing ticks are the ticker's (``producers.ticker.loop``).
+Which cron instants exist and how missed ones are chosen is :mod:`pipeline.rules.cron`; calling
+tools, checking grants and budgets, and writing ticks are the ticker's (``producers.ticker.loop``).
 """
 
 from __future__ import annotations

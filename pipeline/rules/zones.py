@@ -17,7 +17,6 @@ from pipeline.rules.errors import DefinitionError
 from pipeline.rules.instants import parse_instant
 
 __all__ = [
-    "is_ambiguous",
     "is_nonexistent",
     "load_zone",
     "parse_at",
@@ -57,13 +56,6 @@ def is_nonexistent(naive: datetime, zone: ZoneInfo) -> bool:
     """True when clocks jump over ``naive`` (a spring-forward gap)."""
     local = naive.replace(tzinfo=zone)
     return local.astimezone(UTC).astimezone(zone).replace(tzinfo=None) != naive
-
-
-def is_ambiguous(naive: datetime, zone: ZoneInfo) -> bool:
-    """True when ``naive`` happens twice (a fall-back overlap)."""
-    first = naive.replace(tzinfo=zone, fold=0).utcoffset()
-    second = naive.replace(tzinfo=zone, fold=1).utcoffset()
-    return first != second and not is_nonexistent(naive, zone)
 
 
 def resolve_local(naive: datetime, zone: ZoneInfo, field: str = "at") -> datetime:

@@ -1,44 +1,35 @@
-"""The exactly-once stream runtime every vigil consumer runs on (DESIGN.md §2, §4, §10).
+"""The exactly-once stream runtime every vigil consumer runs on (DESIGN §2, §4, §10).
 
 One :class:`StreamApp` per process instance: a group member subscribed to co-partitioned inputs
 (classic protocol, range assignor: partition *p* of every input lands on the same member), one
-transactional producer with the stable id ``<group>-<instance>``, and keyed in-memory tables
-(``tables.py``). Each transaction holds the outputs, the changelog of what the tables became and
-the consumed offsets (``send_offsets_to_transaction`` in every one, KIP-447); it commits every
-``commit_every`` records or ``commit_interval_ms``. Work no input record started (a retry or a
-tick falls due) joins the same transactions through :meth:`StreamApp.transaction`, or
-:meth:`~StreamApp.begin`, :meth:`~StreamApp.context` and :meth:`~StreamApp.commit` when it
-spans several steps; its transactions carry the offsets and group metadata too, even when no
-input delivered anything since assignment (``checkpoint.InputPositions``), so a zombie's
-cannot commit. On assignment, tables are restored for
-exactly the assigned partition numbers before any input of them is read; input resumes at the
-committed offset or past what the changelog already reflects, whichever is later. Revoke
-commits; lost aborts; an abortable error aborts, rolls the tables back and rewinds to the
-committed offsets; a fatal one (fenced) rebuilds the producer and restores again.
+transactional producer with the stable id ``<group>-<instance>``, and keyed in-memory tables.
+Each transaction holds the outputs, the changelog of what the tables became and the consumed
+offsets; it commits every ``commit_every`` records or ``commit_interval_ms``. This module is the
+member's lifecycle and its loop (poll, decode, dead-letter or pause, group by task partition,
+catch the tables up, run the processor); its two other seams are ``transactions`` (commit,
+abort, recovery, timer-driven work) and ``assignment`` (what a rebalance restores and drops).
 
 Why not Quix Streams: it carries exactly-once, changelogged state and commit cadence well, but
 its state stores are scoped to one input topic's partitions and restored from their own
-changelogs only.
-vigil needs state shared by several co-partitioned inputs (``events`` + ``ticks`` feed one
-``watcher-state``), read-only tables from topics another app writes (``watchers`` per partition,
-``grants`` and ``lifecycle`` whole) caught up to their end before every batch, undecodable
-records dead-lettered inside the transaction and unknown schemas pausing a partition, and the
-range assignor (Quix defaults to cooperative-sticky). Bending Quix to that would hide more than
-these few hundred lines do.
+changelogs only. vigil needs state shared by several co-partitioned inputs (``events`` +
+``ticks`` feed one ``watcher-state``), read-only tables from topics another app writes
+(``watchers`` per partition, ``grants`` and ``lifecycle`` whole) caught up to their end before
+every batch, undecodable records dead-lettered inside the transaction and unknown schemas
+pausing a partition, and the range assignor (Quix defaults to cooperative-sticky). Bending Quix
+to that would hide more than these few hundred lines do.
 
-Records and the processor's context live in ``processing.py``, the transaction cadence and
-commit sequence in ``checkpoint.py``, tables in ``tables.py``. Leaves out encoding
-(``serde.py``), topic creation (``topics.py``) and what is processed.
+Records and the processor's context live in ``processing``, the transaction cadence and commit
+sequence in ``checkpoint``, tables in ``tables``. Leaves out encoding (``pipeline.kafka.serde``),
+topic creation (``pipeline.kafka.topics``) and what is processed.
 """
 
 from __future__ import annotations
 
 import logging
-import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
-from types import FrameType, TracebackType
+from types import TracebackType
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
@@ -47,21 +38,17 @@ from prometheus_client import REGISTRY, CollectorRegistry
 from pipeline.kafka.clients import (
     BrokerFailure,
     ErrorKind,
-    classify,
     consumer_config,
     producer_config,
     table_consumer_config,
     translate,
 )
 from pipeline.rules.errors import BrokerError, SerdeError, UnknownSchemaError
+from pipeline.runtime.assignment import Assignment
 from pipeline.runtime.checkpoint import (
-    OFFSET_BEGINNING,
-    OFFSET_INVALID,
     Checkpoint,
     InputPositions,
     TransactionEnd,
-    committed_offsets,
-    start_offsets,
 )
 from pipeline.runtime.metrics import runtime_metrics
 from pipeline.runtime.poison import Quarantine
@@ -75,6 +62,7 @@ from pipeline.runtime.processing import (
 )
 from pipeline.runtime.state import TaskState
 from pipeline.runtime.tables import Table, TableReader, TableSpec
+from pipeline.runtime.transactions import TIMEOUT_S, Transactions
 
 __all__ = [
     "DLQ_HEADERS",
@@ -84,15 +72,12 @@ __all__ = [
     "Processor",
     "StreamApp",
     "TransactionEnd",
-    "stop_on_sigterm",
 ]
 
 log = logging.getLogger(__name__)
 
-_TIMEOUT_S = 30.0
 
-
-class StreamApp:
+class StreamApp(Transactions, Assignment):
     """An exactly-once consume → process → produce loop over co-partitioned inputs and tables.
 
     No network call happens until :meth:`start` (or entering the context manager).
@@ -123,8 +108,8 @@ class StreamApp:
         self._processor = processor
         self._decode = decode
         self._max_batch = max_batch
-        self._checkpoint = Checkpoint(commit_every, commit_interval_ms / 1000, _TIMEOUT_S)
-        self._positions = InputPositions(_TIMEOUT_S)
+        self._checkpoint = Checkpoint(commit_every, commit_interval_ms / 1000, TIMEOUT_S)
+        self._positions = InputPositions(TIMEOUT_S)
         self._aborts = 0
         client_id = f"{group_id}-{instance_id}"
         self._producer_config = producer_config(
@@ -182,7 +167,7 @@ class StreamApp:
             self._consumer.close()  # revokes (nothing left to commit) and leaves the group
             self._consumer = None
         if self._producer is not None:
-            self._producer.flush(_TIMEOUT_S)
+            self._producer.flush(TIMEOUT_S)
             self._producer = None
         self._state.close()
 
@@ -297,192 +282,6 @@ class StreamApp:
             self._rewind()
             raise
 
-    # -- transactions --------------------------------------------------------------------
-
-    def commit(self, rewind: bool = True) -> bool:
-        """Commit the open transaction with the consumed offsets. False if it was aborted.
-
-        After an abort the inputs are rewound to their committed offsets unless ``rewind`` is
-        false (their partitions are being revoked).
-        """
-        if not self._checkpoint.open:
-            return True
-        started = time.perf_counter()
-        consumer = self._require_consumer()
-        try:
-            if self._group_metadata is None:
-                self._group_metadata = consumer.consumer_group_metadata()
-            self._checkpoint.commit(
-                self._require_producer(),
-                self._quarantine.positions(self._positions.current(consumer, self._assigned)),
-                self._group_metadata,
-                self._state.stores(),
-            )
-        except KafkaException as exc:
-            self._recover(exc, "commit", rewind)
-            return False
-        self._metrics.transactions.labels(self.group_id, "committed").inc()
-        self._metrics.commit_seconds.labels(self.group_id).observe(time.perf_counter() - started)
-        return True
-
-    def _abort(self, restore: bool = True) -> None:
-        """Abort and roll the tables back; a fatal failure rebuilds the producer instead."""
-        self._aborts += 1
-        was_open = self._checkpoint.open
-        try:
-            self._checkpoint.abort(self._require_producer(), self._state.stores())
-        except KafkaException as exc:
-            if classify(exc.args[0]) is not ErrorKind.FATAL:
-                raise translate(exc, "abort") from exc
-            self._rebuild(restore)
-            return
-        if was_open:
-            self._metrics.transactions.labels(self.group_id, "aborted").inc()
-
-    def _recover(self, exc: KafkaException, context: str, rewind: bool = True) -> None:
-        """Abort and rewind (abortable), or rebuild the producer and restore (fatal).
-
-        ``rewind`` false: the partitions are leaving (revoke), so nothing is restored.
-        """
-        kind = classify(exc.args[0])
-        log.warning("%s failed (%s): %s", context, kind.value, exc)
-        if kind is ErrorKind.FATAL:
-            self._rebuild(restore=rewind)
-            return
-        self._abort(restore=rewind)
-        if kind is ErrorKind.PERMANENT:
-            raise translate(exc, context) from exc
-        if rewind:
-            self._rewind()
-
-    def _rebuild(self, restore: bool = True) -> None:
-        """A fenced or fatally failed producer: start a new one, drop the tables' uncommitted
-        state and (unless the partitions are leaving) restore them and rewind the inputs."""
-        log.warning("rebuilding the transactional producer of %s", self.instance_id)
-        self._aborts += 1
-        self._producer = None
-        self._checkpoint.open = False
-        self._new_producer()
-        numbers = {tp.partition for tp in self._assigned}
-        self._state.drop(numbers)
-        if restore:
-            self._rewind(self._state.restore(numbers))
-
-    def _rewind(self, reflected: dict[int, dict[str, int]] | None = None) -> None:
-        """Seek every assigned input back to where the committed state says it resumes."""
-        consumer = self._require_consumer()
-        committed = committed_offsets(consumer, self._assigned, _TIMEOUT_S)
-        starts = start_offsets(committed, reflected or {})
-        for tp in starts:
-            if tp.offset == OFFSET_INVALID:
-                tp.offset = OFFSET_BEGINNING
-            try:
-                consumer.seek(tp)
-            except KafkaException as exc:
-                raise translate(exc, f"seek {tp.topic}[{tp.partition}]") from exc
-        self._positions.resumed(starts)
-
-    # -- work no input record started ------------------------------------------------------
-
-    def transaction(
-        self, work: Callable[[Callable[[int], ProcessContext]], None]
-    ) -> TransactionEnd:
-        """Run ``work(context_of)`` in the transaction (opened if none is), then commit it.
-
-        ``context_of(partition)`` is what a processor gets for that partition. A produce
-        failure recovers exactly as for an input batch (abort and rewind, or rebuild the fenced
-        producer) and ends it aborted; any other exception aborts, rewinds and is raised.
-        """
-        try:
-            self.begin()
-        except BrokerFailure as exc:
-            if exc.kind is not ErrorKind.FATAL:
-                raise
-            return TransactionEnd.ABORTED
-        try:
-            work(self.context)
-        except KafkaException as exc:  # from produce: the producer failed, not the work
-            self._recover(exc, "produce")
-            return TransactionEnd.ABORTED
-        except Exception:
-            log.exception("timer-driven transaction failed: aborting it")
-            self._abort()
-            self._rewind()
-            raise
-        return TransactionEnd.COMMITTED if self.commit() else TransactionEnd.ABORTED
-
-    def begin(self) -> None:
-        """Open the transaction now if none is open, for work that spans several steps and ends
-        with :meth:`commit`. A fenced producer is rebuilt (tables restored, inputs rewound)
-        before the ``BrokerFailure`` is raised: nothing planned from the old tables holds."""
-        try:
-            self._checkpoint.begin(self._require_producer())
-        except BrokerFailure as exc:
-            if exc.kind is ErrorKind.FATAL:
-                self._rebuild()
-            raise
-
-    def context(self, partition: int) -> ProcessContext:
-        """Tables and produce for ``partition`` (-1: global tables only) in the open
-        transaction."""
-        if not self._checkpoint.open:
-            raise BrokerError("no transaction is open: begin() first")
-        producer = self._require_producer()
-        return ProcessContext(
-            partition,
-            producer.produce,
-            producer.poll,
-            self._state.table,
-            self._placement.partition_of,
-        )
-
-    def catch_up(self) -> None:
-        """Read the global and external tables to their current end (DESIGN.md §10)."""
-        self._state.catch_up()
-
-    def table(self, name: str, partition: int) -> Table:
-        """The store of ``name`` for ``partition``; a global table is whole for every one."""
-        return self._state.table(name, partition)
-
-    @property
-    def aborts(self) -> int:
-        """Transactions rolled back so far (aborted, or lost with a fenced producer): views
-        built from the tables must be rebuilt whenever it changes."""
-        return self._aborts
-
-    # -- assignment ----------------------------------------------------------------------
-
-    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        self._metrics.rebalances.labels(self.group_id, "assigned").inc()
-        self._group_metadata = None
-        # Committed offsets first: the broker answers once an earlier owner's pending
-        # transaction is resolved, so the changelogs read next hold all it committed.
-        committed = committed_offsets(consumer, partitions, _TIMEOUT_S)
-        reflected = self._state.restore({tp.partition for tp in partitions})
-        starts = start_offsets(committed, reflected)
-        consumer.assign(starts)
-        self._positions.resumed(starts)
-        self._assigned = [TopicPartition(tp.topic, tp.partition) for tp in starts]
-        log.info("assigned %s", sorted((tp.topic, tp.partition) for tp in starts))
-
-    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        self._metrics.rebalances.labels(self.group_id, "revoked").inc()
-        self.commit(rewind=False)
-        self._state.drop({tp.partition for tp in partitions})
-        self._quarantine.forget(partitions)
-        self._positions.forget()
-        self._assigned = []
-        self._group_metadata = None
-
-    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        self._metrics.rebalances.labels(self.group_id, "lost").inc()
-        self._abort(restore=False)
-        self._state.drop({tp.partition for tp in partitions})
-        self._quarantine.forget(partitions)
-        self._positions.forget()
-        self._assigned = []
-        self._group_metadata = None
-
     # -- poison and unknown records ------------------------------------------------------
 
     def _consume_error(self, msg: Message) -> None:
@@ -499,10 +298,6 @@ class StreamApp:
         """Input partitions paused on an unknown schema: alert on them."""
         return frozenset(self._quarantine.paused)
 
-    def assignment(self) -> list[tuple[str, int]]:
-        """The input partitions this member holds now."""
-        return sorted((tp.topic, tp.partition) for tp in self._assigned)
-
     def tables(self) -> Iterator[Table]:
         """Every table store this member holds now."""
         yield from self._state
@@ -511,7 +306,7 @@ class StreamApp:
 
     def _topic_partitions(self, topic: str) -> int:
         try:
-            metadata = self._require_producer().list_topics(topic, timeout=_TIMEOUT_S)
+            metadata = self._require_producer().list_topics(topic, timeout=TIMEOUT_S)
         except KafkaException as exc:
             raise translate(exc, f"metadata of {topic}") from exc
         found = metadata.topics.get(topic)
@@ -522,10 +317,13 @@ class StreamApp:
     def _new_producer(self) -> None:
         producer = Producer(self._producer_config)
         try:
-            producer.init_transactions(_TIMEOUT_S)
+            producer.init_transactions(TIMEOUT_S)
         except KafkaException as exc:
             raise translate(exc, "init transactions") from exc
         self._producer = producer
+
+    def _drop_producer(self) -> None:
+        self._producer = None
 
     def _require_producer(self) -> Producer:
         if self._producer is None:
@@ -539,13 +337,3 @@ class StreamApp:
 
 
 _DEAD: Any = object()
-
-
-def stop_on_sigterm(stop: threading.Event) -> None:
-    """Set ``stop`` on SIGTERM/SIGINT so :meth:`StreamApp.run` commits and leaves the group."""
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, handler)
-    signal.signal(signal.SIGINT, handler)

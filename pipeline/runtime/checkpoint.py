@@ -10,8 +10,8 @@ offsets even for inputs that delivered nothing since they were assigned, so a tr
 input record started fences a zombie too. :func:`start_offsets` decides where a partition's
 input resumes after a restore.
 
-Leaves out recovery decisions (``runtime.py`` turns the ``KafkaException`` it gets into abort,
-rewind or rebuild) and the clock: it reads ``time.monotonic`` only for the cadence.
+Leaves out recovery decisions (``pipeline.runtime.app`` turns the ``KafkaException`` it gets into
+abort, rewind or rebuild) and the clock: it reads ``time.monotonic`` only for the cadence.
 """
 
 from __future__ import annotations

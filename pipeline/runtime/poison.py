@@ -5,7 +5,7 @@ and the headers ``vigil.dlq.reason/topic/partition/offset``, inside the open tra
 the partition moves on: a poison record never stalls it (DESIGN.md §2). An unknown schema
 fingerprint (``UnknownSchemaError``) is a newer writer, not poison: its partition is paused at
 that record, counted and logged for an alert, and never dead-lettered (DESIGN.md §10).
-Leaves out decoding itself (``serde.py``) and transactions (``checkpoint.py``).
+Leaves out decoding itself (``pipeline.kafka.serde``) and transactions (``checkpoint``).
 """
 
 from __future__ import annotations

@@ -4,15 +4,13 @@ Owns :class:`InputRecord` (a thin view over the consumed message, so the hot loo
 nothing it does not use), :class:`ProcessContext` (tables and produce for one task partition,
 inside the open transaction), the ``Processor`` and ``Decoder`` shapes, and the dead-letter
 headers, and :class:`Placement` (which partition an output key goes to). Leaves out
-transactions and assignment (``runtime.py``, ``checkpoint.py``).
+transactions and assignment (``pipeline.runtime.app``, ``checkpoint``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any, Protocol
-
-from confluent_kafka import Message
 
 from pipeline.kafka.partitioner import partition_for
 from pipeline.rules.errors import SerdeError
@@ -23,6 +21,7 @@ __all__ = [
     "Decoder",
     "Headers",
     "InputRecord",
+    "Message",
     "Placement",
     "ProcessContext",
     "Processor",
@@ -31,6 +30,25 @@ __all__ = [
 
 Headers = list[tuple[str, str | bytes | None]]
 DLQ_HEADERS = ("vigil.dlq.reason", "vigil.dlq.topic", "vigil.dlq.partition", "vigil.dlq.offset")
+
+
+class Message(Protocol):
+    """A consumed record as the Kafka client hands it over (confluent-kafka's ``Message``), so
+    stages type their decoders without importing the client."""
+
+    def topic(self) -> str | None: ...
+
+    def partition(self) -> int | None: ...
+
+    def offset(self) -> int | None: ...
+
+    def key(self) -> bytes | None: ...
+
+    def value(self) -> bytes | None: ...
+
+    def headers(self) -> Any: ...
+
+    def timestamp(self) -> tuple[int, int]: ...
 
 
 class InputRecord:

@@ -3,7 +3,7 @@
 Owns which :class:`~pipeline.runtime.tables.Table` stores exist for the partitions assigned now,
 building and restoring them on assignment, dropping them on revoke or loss, and loading global
 tables once at start. Leaves reading topics to :class:`~pipeline.runtime.tables.TableReader` and
-transactions to ``checkpoint.py``.
+transactions to ``checkpoint``.
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ co-partitioned topics another app writes (``watchers``); ``global`` tables are w
 positions it reflects (header ``vigil.offsets``), so a restore knows where input resumes and
 never applies an input twice.
 
-Leaves out transactions and the group (``runtime.py``) and value encoding: keys are ``str``,
-values ``bytes``; callers decode.
+Leaves out transactions and the group (``pipeline.runtime.app``) and value encoding: keys are
+``str``, values ``bytes``; callers decode.
 """
 
 from __future__ import annotations

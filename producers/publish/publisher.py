@@ -1,10 +1,11 @@
 """The event publisher SDK: how an upstream service puts an event on ``events``.
 
 DESIGN.md §2 and §9. :class:`EventPublisher` checks an event
-(:func:`~pipeline.records.event.event_record`) and sends it with an idempotent producer (acks=all), keyed by source id
-and placed explicitly on Java's partition of that key, so every evaluator finds it where the
-co-partitioned tables are. The producer is created on first use (no network in ``__init__``),
-and the first use also checks that ``events`` exists with the expected partition count.
+(:func:`~pipeline.records.event.event_record`) and sends it with an idempotent producer (acks=all),
+keyed by source id and placed explicitly on Java's partition of that key, so every evaluator finds
+it where the co-partitioned tables are. The producer is created on first use (no network in
+``__init__``), and the first use also checks that ``events`` exists with the expected partition
+count.
 
 Left out: transactions (a publisher is not part of vigil's exactly-once loop; duplicates are
 harmless because the trigger identity ``(event_type, event_id)`` dedupes) and reading events.
@@ -12,26 +13,22 @@ harmless because the trigger identity ``(event_type, event_id)`` dedupes) and re
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Final
 
-from confluent_kafka import KafkaError, KafkaException, Message, Producer
-
 from pipeline.config import KafkaConfig, VigilConfig
-from pipeline.kafka.clients import BrokerFailure, classify, producer_config, translate
+from pipeline.kafka.clients import Producer
 from pipeline.kafka.partitioner import partition_for
 from pipeline.kafka.serde import SchemaRegistry, default_registry
 from pipeline.kafka.topics import Topic, Topology
 from pipeline.records.event import EVENT, event_record
-from pipeline.rules.errors import BrokerError, TopologyError
+from pipeline.rules.errors import TopologyError
 
 __all__ = ["EventPublisher"]
 
 _METADATA_TIMEOUT_S: Final = 10.0
-_QUEUE_FULL_WAIT_S: Final = 30.0
 
 
 class EventPublisher:
@@ -57,12 +54,16 @@ class EventPublisher:
             self._bootstrap = kafka
             self._topology = topology or Topology()
         self._registry = registry or default_registry()
-        self._overrides = dict(overrides or {})
+        settings = {"client.id": "vigil-publisher", "allow.auto.create.topics": False}
+        self._producer = Producer(self._bootstrap, {**settings, **dict(overrides or {})})
         self._topic = self._topology.name(Topic.EVENTS)
         self._partitions = self._topology.partitions_for(Topic.EVENTS)
-        self._producer: Producer | None = None
-        self._failure: BrokerError | None = None
-        self.delivered = 0
+        self._checked = False
+
+    @property
+    def delivered(self) -> int:
+        """Events the broker has acknowledged so far."""
+        return self._producer.delivered
 
     @property
     def topic(self) -> str:
@@ -79,8 +80,8 @@ class EventPublisher:
     ) -> None:
         if exc_type is None:
             self.flush()
-        elif self._producer is not None:
-            self._producer.flush(5.0)  # best effort; the original error is what matters
+        else:
+            self._producer.close()  # best effort; the original error is what matters
 
     def publish(
         self,
@@ -98,70 +99,19 @@ class EventPublisher:
             source_id, event_type, event_id, payload, observed_at, cursor, envelope_id
         )
         value = self._registry.encode(EVENT, record)
-        self._send(source_id.encode("utf-8"), value)
+        key = source_id.encode("utf-8")
+        if not self._checked:
+            self._check_topic()
+            self._checked = True
+        self._producer.produce(self._topic, key, value, partition_for(key, self._partitions))
 
     def flush(self, timeout: float = 30.0) -> None:
         """Wait until every queued event is acknowledged, or raise :class:`BrokerError`."""
-        if self._producer is None:
-            return
-        remaining = self._producer.flush(timeout)
-        self._raise_failure()
-        if remaining:
-            raise BrokerError(f"{remaining} events not acknowledged within {timeout:g}s")
+        self._producer.flush(timeout, "events")
 
-    def _send(self, key: bytes, value: bytes) -> None:
-        producer = self._client()
-        self._raise_failure()
-        partition = partition_for(key, self._partitions)
-        deadline = time.monotonic() + _QUEUE_FULL_WAIT_S
-        while True:
-            try:
-                producer.produce(
-                    self._topic, value, key, partition=partition, on_delivery=self._on_delivery
-                )
-                break
-            except BufferError:
-                # The local queue is full: serve delivery reports until there is room.
-                if time.monotonic() > deadline:
-                    raise BrokerError(
-                        "producer queue stayed full: is the broker reachable?"
-                    ) from None
-                producer.poll(0.1)
-            except KafkaException as exc:
-                raise translate(exc, f"producing to {self._topic}") from exc
-        producer.poll(0)
-
-    def _on_delivery(self, error: KafkaError | None, message: Message) -> None:
-        if error is None:
-            self.delivered += 1
-        elif self._failure is None:
-            self._failure = BrokerFailure(
-                f"event not delivered to {message.topic()}[{message.partition()}]: {error.str()}",
-                code=error.name(),
-                kind=classify(error),
-            )
-
-    def _raise_failure(self) -> None:
-        if self._failure is not None:
-            failure, self._failure = self._failure, None
-            raise failure
-
-    def _client(self) -> Producer:
-        if self._producer is None:
-            settings = {"client.id": "vigil-publisher", "allow.auto.create.topics": False}
-            config = producer_config(self._bootstrap, **{**settings, **self._overrides})
-            producer = Producer(config)
-            self._check_topic(producer)
-            self._producer = producer
-        return self._producer
-
-    def _check_topic(self, producer: Producer) -> None:
+    def _check_topic(self) -> None:
         """Refuse to publish into a missing topic or one whose partition count drifted."""
-        try:
-            # All topics, not just ours: asking for one may auto-create it on the broker.
-            metadata = producer.list_topics(timeout=_METADATA_TIMEOUT_S)
-        except KafkaException as exc:
-            raise translate(exc, "reading topic metadata") from exc
+        metadata = self._producer.metadata(_METADATA_TIMEOUT_S)
         found = metadata.topics.get(self._topic)
         fix = self._topology.create_command()
         if found is None or found.error is not None:

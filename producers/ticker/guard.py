@@ -7,7 +7,8 @@ purpose, source and governed tool at ``now``: revoked → no call, no data read)
 :class:`~producers.ticker.tools.ToolRequest` of one due poll tick.
 
 Left out: what a withheld call becomes (``producers.ticker.loop`` writes the tick with
-``tool_error = rejected``) and the rules themselves (``pipeline.rules.authz``, ``pipeline.rules.budgets``).
+``tool_error = rejected``) and the rules themselves (``pipeline.rules.authz``,
+``pipeline.rules.budgets``).
 """
 
 from __future__ import annotations

@@ -6,17 +6,18 @@ partition *p* of both — and of ``ticks`` and ``ticker-state`` — lands on the
 holds ``watchers`` of its partitions as an external table (caught up before every step, so a
 pause or revocation applies to every tick after it), ``grants`` whole, and its own compacted
 ``ticker-state``: per watcher the last instant it enumerated (:class:`TickerMemory`), and per
-run or session the latest state that feeds the pinned evaluators (``producers.ticker.tools.pinned``).
+run or session the latest state that feeds the pinned evaluators
+(``producers.ticker.tools.pinned``).
 
 One step: read the clock once; plan every watcher the :class:`Agenda` says is due
-(:func:`pipeline.rules.ticker.plan_watcher`); for each poll tick recheck the grant (revoked → no call,
-no data read; the tick carries ``tool_error = rejected`` so the evaluator records the denial or
-cancels the once watch) and the evaluation budget (exhausted → no call, same; Redis down → the
-watcher is deferred, nothing is written for it); call the allowed tools concurrently, outside
-any transaction; then write the ticks and the new memories in one transaction that also commits
-the input offsets (``send_offsets_to_transaction``: a fenced zombie cannot commit). A restart
-restores the memories, so it neither loses nor repeats a tick; an aborted step rebuilds the
-views from the rolled-back tables and plans the same instants again.
+(:func:`pipeline.rules.ticker.plan_watcher`); for each poll tick recheck the grant (revoked → no
+call, no data read; the tick carries ``tool_error = rejected`` so the evaluator records the denial
+or cancels the once watch) and the evaluation budget (exhausted → no call, same; Redis down → the
+watcher is deferred, nothing is written for it); call the allowed tools concurrently, outside any
+transaction; then write the ticks and the new memories in one transaction that also commits the
+input offsets (``send_offsets_to_transaction``: a fenced zombie cannot commit). A restart restores
+the memories, so it neither loses nor repeats a tick; an aborted step rebuilds the views from the
+rolled-back tables and plans the same instants again.
 
 ``observed_at`` of a poll tick is when its tool answered; of a schedule or expiry tick, when it
 was made (§11). Leaves out the rules (``pipeline.rules.ticker``, ``pipeline.rules.cron``), the tools

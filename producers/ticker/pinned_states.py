@@ -3,10 +3,10 @@
 Owns :class:`PinnedStates`, the ticker's decoder and processor for ``events`` (only events of a
 pinned evaluator's type — ``workflow.run.status``, ``agent.session.state`` — are decoded; every
 other record is not the ticker's to judge and the evaluator dead-letters what does not decode)
-and the :class:`~producers.ticker.tools.pinned.StateLookup` the evaluators read. The latest state per
-``(event type, tenant, id)`` is written to the owned ``ticker-state`` table of the event's
-partition, in the transaction that commits the event's offset, so a restart restores it; an
-older observation never replaces a newer one. Where this table lives and why is explained in
+and the :class:`~producers.ticker.tools.pinned.StateLookup` the evaluators read. The latest state
+per ``(event type, tenant, id)`` is written to the owned ``ticker-state`` table of the event's
+partition, in the transaction that commits the event's offset, so a restart restores it; an older
+observation never replaces a newer one. Where this table lives and why is explained in
 ``producers.ticker.tools.pinned``.
 
 Left out: the tools (``producers.ticker.tools.pinned``) and the runtime's transactions.
@@ -14,14 +14,13 @@ Left out: the tools (``producers.ticker.tools.pinned``) and the runtime's transa
 
 from __future__ import annotations
 
-from confluent_kafka import Message
-
 from pipeline.kafka.partitioner import partition_for
 from pipeline.kafka.serde import SchemaRegistry
 from pipeline.records.event import EVENT, payload_object
 from pipeline.records.ticker_state import PinnedState, decode_ticker_state, encode_pinned, state_key
 from pipeline.rules.errors import SerdeError, UnknownSchemaError
 from pipeline.runtime.app import InputRecord, ProcessContext
+from pipeline.runtime.processing import Message
 from pipeline.runtime.tables import Table
 from producers.ticker.tools.pinned import PINNED, state_from_event
 from producers.ticker.views import STATE, TickerViews
@@ -78,7 +77,7 @@ class PinnedStates:
                 table.set(state.key, encode_pinned(self._registry, state))
 
     def latest(self, event_type: str, tenant_id: str, subject_id: str) -> PinnedState | None:
-        """:class:`~producers.ticker.tools.pinned.StateLookup`: this member's partition of the state."""
+        """The ``StateLookup`` the pinned evaluators read: this member's partition of it."""
         spec = PINNED.get(event_type)
         if spec is None:
             return None

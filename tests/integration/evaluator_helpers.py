@@ -2,8 +2,8 @@
 processor writes them, events, and committed reads of receipts and the outbox.
 
 Watchers and grants are written with the same serde and record shapes the command processor
-uses (``schemas/watcher.v1.avsc``, :class:`pipeline.rules.commands.apply.GrantRecord`), keyed and placed as
-DESIGN.md §2 says, so the evaluator cannot tell them apart from the processor's.
+uses (``schemas/watcher.v1.avsc``, :class:`pipeline.rules.commands.apply.GrantRecord`), keyed and
+placed as DESIGN.md §2 says, so the evaluator cannot tell them apart from the processor's.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from pipeline.records.grant import grant_value
 from pipeline.records.outbox_entry import decode_outbox_entry
 from pipeline.records.receipt import decode_receipt
 from pipeline.rules.authz import Action, Grant
-from pipeline.rules.commands.apply import GrantRecord
+from pipeline.rules.commands import GrantRecord
 from pipeline.rules.definition import WatcherDefinition
 from pipeline.rules.keys import canonical_json, watcher_key
 from pipeline.rules.outbox import OutboxEntry

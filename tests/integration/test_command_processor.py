@@ -25,7 +25,7 @@ from pipeline.kafka.topics import Topic, Topology
 from pipeline.records.command import encode_command
 from pipeline.records.outbox_entry import decode_outbox_entry
 from pipeline.rules.authz import Action, Principal, Role
-from pipeline.rules.commands.apply import CommandResult, CommandVerb, GrantSpec, ResultCode
+from pipeline.rules.commands import CommandResult, CommandVerb, GrantSpec, ResultCode
 from pipeline.rules.commands.immediate import daemon_grant
 from pipeline.rules.keys import derived_delivery_key, request_delivery_key, subject_key, watcher_key
 from tests.integration.runtime_helpers import read_all, read_table

@@ -12,16 +12,10 @@ from __future__ import annotations
 
 import argparse
 import logging
-import threading
 from typing import Any
 
-from pipeline.runtime.app import (
-    InputRecord,
-    ProcessContext,
-    Processor,
-    StreamApp,
-    stop_on_sigterm,
-)
+from pipeline.cli import shutdown
+from pipeline.runtime.app import InputRecord, ProcessContext, Processor, StreamApp
 from pipeline.runtime.tables import TableKind, TableSpec
 
 __all__ = ["count_processor", "main", "make_app"]
@@ -75,8 +69,7 @@ def main() -> None:
     parser.add_argument("--commit-interval-ms", type=int, default=100)
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s toy %(levelname)s %(message)s")
-    stop = threading.Event()
-    stop_on_sigterm(stop)
+    stop = shutdown.catch()
     app = make_app(
         args.bootstrap,
         args.inputs.split(","),

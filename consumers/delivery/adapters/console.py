@@ -1,8 +1,8 @@
 """The ``console`` chat: prints a delivery's text to stdout, for ``vigil dev`` and local use.
 
-The same text a Telegram-shaped chat would get (:func:`~consumers.delivery.adapters.chat.chat_text`),
-one delivery per block, flushed at once. Like any chat it takes no idempotency key, so its
-results say ``repeat_risk``.
+The same text a Telegram-shaped chat would get
+(:func:`~consumers.delivery.adapters.chat.chat_text`), one delivery per block, flushed at once. Like
+any chat it takes no idempotency key, so its results say ``repeat_risk``.
 
 Left out: colour, paging and anything interactive.
 """

@@ -1,7 +1,7 @@
 """The ``log`` destination: one JSON line per delivery on stdout (or an injected stream).
 
-The line is the webhook body (:func:`~consumers.delivery.adapters.base.body_object`) plus ``verb`` and
-``target``, as RFC 8785 canonical JSON, so a log shipper sees exactly what a webhook would and
+The line is the webhook body (:func:`~consumers.delivery.adapters.base.body_object`) plus ``verb``
+and ``target``, as RFC 8785 canonical JSON, so a log shipper sees exactly what a webhook would and
 can dedupe on ``delivery_key``.
 
 Left out: the process's own diagnostic logging (``logging``), which never carries deliveries.

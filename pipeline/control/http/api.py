@@ -1,7 +1,7 @@
 """The HTTP API: a thin FastAPI adapter over the control plane (DESIGN.md §9, seed 003).
 
-Owns :func:`create_app`: the routes of DESIGN.md §9's table (``http_watches``, ``http_ledger``,
-``http_grants``), the probes (``/healthz``; ``/readyz``: the broker answers and the topics
+Owns :func:`create_app`: the routes of DESIGN.md §9's table (``watches``, ``ledger``,
+``grants``), the probes (``/healthz``; ``/readyz``: the broker answers and the topics
 exist), the served OpenAPI document, and one error shape for every refusal —
 ``{"error": {"code", "message", "field"}}`` — whether a route refused, a parameter failed
 validation (422 ``invalid``; the protocol header's failure is 400 ``protocol_version``) or no
@@ -12,8 +12,8 @@ command processor decides, so HTTP, MCP, the socket and the CLI govern alike.
 Watch routes act on the caller's own subject; a manager names another user of its tenant with
 ``?user_id=``, an operator any subject with ``?tenant_id=&user_id=``.
 
-Left out: authentication and the error vocabulary (``http_auth``), the shared caller and round
-trip (``http_common``), bodies (``http_models``), Kafka (``http_kafka``), serving and wiring
+Left out: authentication and the error vocabulary (``auth``), the shared caller and round
+trip (``common``), bodies (``models``), Kafka (``backend``), serving and wiring
 from ``vigil.toml`` (``pipeline.cli.api_cmd``).
 """
 

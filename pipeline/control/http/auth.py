@@ -11,7 +11,7 @@ not tell which principal nearly matched). The translation of a command processor
 (:class:`~pipeline.rules.commands.model.ResultCode`) into an API code is here too.
 
 Left out: deciding anything about watches or grants (the command processor decides every
-command, so every transport gets the same governance) and the routes (``http_api``).
+command, so every transport gets the same governance) and the routes (``api``).
 """
 
 from __future__ import annotations

@@ -16,24 +16,16 @@ from __future__ import annotations
 
 import json
 import queue
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, Final
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
-
 from pipeline.clock import Clock
 from pipeline.control.client import CommandClient
-from pipeline.kafka.clients import (
-    is_partition_eof,
-    producer_config,
-    raise_for_message,
-    table_consumer_config,
-    translate,
-)
+from pipeline.kafka.clients import Producer
 from pipeline.kafka.partitioner import partition_for
+from pipeline.kafka.scan import scan
 from pipeline.kafka.serde import SchemaRegistry, default_registry
 from pipeline.kafka.topics import Topic, Topology
 from pipeline.records.notification import NotificationKind, encode_notification
@@ -99,7 +91,7 @@ class LedgerStore:
         self._topology = topology
         self._clock = clock
         self._schemas = schemas or default_registry()
-        self._producer: Producer | None = None
+        self._producer = Producer(bootstrap)
 
     # -- receipts ---------------------------------------------------------------------------
 
@@ -170,14 +162,11 @@ class LedgerStore:
 
     def ready(self) -> str | None:
         """None when the broker answers and the command topic exists; else what is wrong."""
-        consumer = Consumer(table_consumer_config(self._bootstrap, "vigil-api"))
         topic = self._topology.name(Topic.COMMANDS)
         try:
-            metadata = consumer.list_topics(topic, timeout=_READY_TIMEOUT_S)
-        except KafkaException as exc:
-            return f"broker unreachable: {translate(exc, 'metadata')}"
-        finally:
-            consumer.close()
+            metadata = self._producer.metadata(_READY_TIMEOUT_S)
+        except BrokerError as exc:
+            return f"broker unreachable: {exc}"
         found = metadata.topics.get(topic)
         if found is None or found.error is not None:
             return f"topic {topic} is missing: run `vigil topics create`"
@@ -192,7 +181,7 @@ class LedgerStore:
     def _read(self, topic: str, partition: int) -> Iterator[tuple[str, dict[str, Any] | None]]:
         """Every committed record of one partition, decoded; undecodable ones are skipped
         (they are the dead-letter path's business, not the reader's)."""
-        for msg in _read_partition(self._bootstrap, topic, partition):
+        for msg in scan(self._bootstrap, topic, partitions=(partition,)):
             raw = msg.value()
             key = (msg.key() or b"").decode("utf-8", "replace")
             if raw is None:
@@ -204,48 +193,11 @@ class LedgerStore:
                 continue
 
     def _produce(self, topic: str, partition: int, key: str, value: bytes) -> None:
-        if self._producer is None:
-            self._producer = Producer(producer_config(self._bootstrap))
-        failures: list[KafkaError] = []
-
-        def delivered(error: KafkaError | None, _msg: Message) -> None:
-            if error is not None:
-                failures.append(error)
-
-        try:
-            self._producer.produce(topic, value, key, partition, on_delivery=delivered)
-        except KafkaException as exc:
-            raise translate(exc, f"send to {topic}") from exc
-        if self._producer.flush(_READ_TIMEOUT_S) > 0 or failures:
-            raise BrokerError(f"could not write the acknowledgement to {topic}")
+        self._producer.produce(topic, key, value, partition)
+        self._producer.flush(_READ_TIMEOUT_S, "acknowledgements")
 
     def close(self) -> None:
-        if self._producer is not None:
-            self._producer.flush(_READ_TIMEOUT_S)
-            self._producer = None
-
-
-def _read_partition(bootstrap: str, topic: str, partition: int) -> list[Message]:
-    """All committed records of ``topic[partition]``, up to its end at the time of reading."""
-    # A short fetch wait: an idle partition's end is known sooner (the broker holds an empty
-    # fetch for fetch.wait.max.ms, 500 by default, before it reports the end).
-    consumer = Consumer(table_consumer_config(bootstrap, "vigil-api", **{"fetch.wait.max.ms": 10}))
-    try:
-        consumer.assign([TopicPartition(topic, partition, 0)])
-        out: list[Message] = []
-        deadline = time.monotonic() + _READ_TIMEOUT_S
-        while time.monotonic() < deadline:
-            try:
-                batch = consumer.consume(500, 0.2)
-            except KafkaException as exc:
-                raise translate(exc, f"read {topic}[{partition}]") from exc
-            for msg in batch:
-                if is_partition_eof(msg):
-                    return out
-                out.append(raise_for_message(msg))
-        raise BrokerError(f"could not read {topic}[{partition}] within {_READ_TIMEOUT_S:g}s")
-    finally:
-        consumer.close()
+        self._producer.close(_READ_TIMEOUT_S)
 
 
 def _instant(value: datetime | None) -> str | None:

@@ -8,8 +8,8 @@ API error of the same code), :func:`subject_of` (the caller's own subject unless
 operator names another — the processor decides whether it may), and the parameter types and
 documented error responses the route modules reuse.
 
-Left out: the routes (``http_watches``, ``http_ledger``, ``http_grants``) and the app
-(``http_api``).
+Left out: the routes (``watches``, ``ledger``, ``grants``) and the app
+(``api``).
 """
 
 from collections.abc import Callable

@@ -2,10 +2,10 @@
 
 Grants are records written by the command processor, which refuses every role but operator;
 a grant's subject is the command's subject. The body is validated as a
-:class:`~pipeline.rules.commands.model.GrantSpec` here (references, an aware ``until``), so a bad one
-is 422 before it travels.
+:class:`~pipeline.rules.commands.model.GrantSpec` here (references, an aware ``until``), so a bad
+one is 422 before it travels.
 
-Left out: the shared caller (``http_common``) and the rules (``pipeline.rules.commands.apply``).
+Left out: the shared caller (``common``) and the rules (``pipeline.rules.commands.apply``).
 """
 
 from typing import Annotated

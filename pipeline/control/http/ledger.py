@@ -2,10 +2,10 @@
 
 The ledger belongs to the caller's own subject; roles that may inspect (user, manager,
 operator) read it, session-bound ones (agent, scoped chat) may not. Notifications are deduped on
-delivery key and ``wake`` records skipped by the reader (``http_kafka``); an acknowledgement is
+delivery key and ``wake`` records skipped by the reader (``backend``); an acknowledgement is
 idempotent, and one of a notification the caller does not have is 404.
 
-Left out: the shared caller (``http_common``) and the records (``http_kafka``).
+Left out: the shared caller (``common``) and the records (``backend``).
 """
 
 from typing import Annotated, Final

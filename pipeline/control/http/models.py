@@ -7,8 +7,8 @@ never differs between HTTP, MCP, the socket and the CLI. Responses mirror the pr
 (``pipeline.rules.commands.model.watcher_view``, ``grant_view``) and the receipt and notification
 records.
 
-Left out: routing and authentication (``http_api``, ``http_auth``) and the Kafka reads
-(``http_kafka``).
+Left out: routing and authentication (``api``, ``auth``) and the Kafka reads
+(``backend``).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ existing watch, a new proposal 201). Another subject's watch is "not found", wor
 answer for a missing one. Receipts are read after a ``show`` has authorized the caller.
 Schedules are listed and cancelled through the transport-agnostic dispatch core.
 
-Left out: the shared caller and round trip (``http_common``), the app (``http_api``).
+Left out: the shared caller and round trip (``common``), the app (``api``).
 """
 
 from typing import Annotated, Any, Final

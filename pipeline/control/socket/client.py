@@ -4,7 +4,8 @@ Owns :func:`call`, which connects to the daemon's Unix socket, writes the reques
 line and parses it as a :class:`VerbResponse`. No daemon there is a clear :class:`ConfigError`
 that says how to start one; a daemon that closes without answering is a :class:`VigilError`.
 
-Left out: finding the socket path (``socket_server.default_socket_path``) and printing.
+Left out: finding the socket path (``pipeline.control.socket.server.default_socket_path``) and
+printing.
 """
 
 from __future__ import annotations

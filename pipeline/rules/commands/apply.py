@@ -7,9 +7,9 @@ the cap of three active agent watches per (tenant, user, session), collapse of i
 proposals onto the existing id, lifecycle moves, the evaluator's ``close``, erasure, and the
 immediate ``send`` whose outbox entry the processor writes (DESIGN.md §2). One writer per
 subject partition applies commands in order, so every check is atomic without locks. The
-records are ``pipeline.rules.commands.model`` (re-exported here); the context and checks every verb
-shares are ``pipeline.rules.commands.context``; the grant verbs are ``pipeline.rules.commands.grants``, the
-immediate ``send`` ``pipeline.rules.commands.send``.
+models are ``pipeline.rules.commands.model``; the context and checks every verb
+shares are ``pipeline.rules.commands.context``; the grant verbs are
+``pipeline.rules.commands.grants``, the immediate ``send`` ``pipeline.rules.commands.send``.
 
 Left out: Kafka (``consumers.commands`` writes a :class:`CommandOutcome` in one transaction)
 and how callers authenticate (``pipeline.control``).
@@ -24,7 +24,6 @@ from typing import Final
 
 from pipeline.rules.authz import Action, Role, Verb, may
 from pipeline.rules.commands.context import (
-    AGENT_CAP,
     CommandContext,
     Refusal,
     check_cap,
@@ -43,17 +42,14 @@ from pipeline.rules.commands.model import (
     CommandResult,
     CommandVerb,
     GrantRecord,
-    GrantSpec,
     LifecycleChange,
     RegistryEntry,
     ResultCode,
     WatcherWrite,
     fingerprint,
-    grant_id_for,
-    grant_view,
     watcher_view,
 )
-from pipeline.rules.commands.send import SEND_TEXT_MAX, send
+from pipeline.rules.commands.send import send
 from pipeline.rules.definition import WatcherDefinition
 from pipeline.rules.errors import DefinitionError, TransitionError
 from pipeline.rules.instants import utc
@@ -67,27 +63,7 @@ from pipeline.rules.lifecycle import (
     transition,
 )
 
-__all__ = [
-    "AGENT_CAP",
-    "SEND_TEXT_MAX",
-    "Command",
-    "CommandError",
-    "CommandOutcome",
-    "CommandResult",
-    "CommandVerb",
-    "GrantRecord",
-    "GrantSpec",
-    "LifecycleChange",
-    "RegistryEntry",
-    "ResultCode",
-    "WatcherWrite",
-    "apply",
-    "fingerprint",
-    "grant_id_for",
-    "grant_view",
-    "refused",
-    "watcher_view",
-]
+__all__ = ["apply", "refused"]
 
 
 def apply(

@@ -2,10 +2,10 @@
 
 Owns :class:`CommandContext` (the command, the subject's registry view, the grants, ``now``),
 :class:`Refusal` (a result code raised by a check and turned into an error result by
-``pipeline.rules.commands.apply.apply``), and the checks every verb draws on: role (:func:`role_verb`: a
-schedule's create is ``schedule``, which agents may do; another subject's object is "not
-found", never "denied"), grants (fail-closed), the expected revision (CAS), the agent-watch cap,
-and reading the named watcher or the submitted definition. The verbs themselves are
+``pipeline.rules.commands.apply.apply``), and the checks every verb draws on: role
+(:func:`role_verb`: a schedule's create is ``schedule``, which agents may do; another subject's
+object is "not found", never "denied"), grants (fail-closed), the expected revision (CAS), the
+agent-watch cap, and reading the named watcher or the submitted definition. The verbs themselves are
 ``pipeline.rules.commands.apply``.
 """
 

@@ -2,11 +2,11 @@
 §2: ``outbox`` is written by the evaluator and, for immediate ``send``/``prompt``, by the command
 processor).
 
-Owns :func:`send`, which :func:`pipeline.rules.commands.apply.apply` dispatches ``send`` to after the role
-check (``send``, or ``prompt`` for a prompt's answer): the daemon's grant must cover the chat,
-and the outcome carries the outbox entry (``pipeline.rules.commands.immediate``) that the processor
-writes in the transaction that answers the command. Running the agent of a prompt happens at
-the edge, before, outside any transaction; delivering is the delivery consumer's.
+Owns :func:`send`, which :func:`pipeline.rules.commands.apply.apply` dispatches ``send`` to after
+the role check (``send``, or ``prompt`` for a prompt's answer): the daemon's grant must cover the
+chat, and the outcome carries the outbox entry (``pipeline.rules.commands.immediate``) that the
+processor writes in the transaction that answers the command. Running the agent of a prompt happens
+at the edge, before, outside any transaction; delivering is the delivery consumer's.
 """
 
 from __future__ import annotations
@@ -54,27 +54,19 @@ def send(ctx: CommandContext) -> CommandOutcome:
     )
     if not decision.allowed:
         raise Refusal(ResultCode.DENIED, decision.detail)
-    tenant, user = command.tenant_id, command.user_id
-    if command.answer_to is None:
-        entry = immediate_entry(
-            tenant_id=tenant,
-            user_id=user,
-            verb="send",
-            request_id=command.request_id,
-            chat=chat,
-            now=ctx.now,
-            text=text,
-        )
-    else:
-        prompt = immediate_entry(
-            tenant_id=tenant,
-            user_id=user,
-            verb="prompt",
-            request_id=command.answer_to,
-            chat=chat,
-            now=ctx.now,
-        )
-        entry = answer_entry(prompt, text, ctx.now)
+    # A prompt's answer is the ``send`` of the prompt's request, keyed from the prompt's key.
+    answer_to = command.answer_to
+    entry = immediate_entry(
+        tenant_id=command.tenant_id,
+        user_id=command.user_id,
+        verb="send" if answer_to is None else "prompt",
+        request_id=answer_to or command.request_id,
+        chat=chat,
+        now=ctx.now,
+        text=text if answer_to is None else None,
+    )
+    if answer_to is not None:
+        entry = answer_entry(entry, text, ctx.now)
     return ctx.ok(
         {
             "delivery_key": entry.delivery_key,

@@ -17,7 +17,8 @@ session, and a watch whose ``source_id`` breaks the convention is ``rejected``. 
 ``unavailable`` (no truth claim; the next cadence retries).
 
 Left out: the table itself (``producers.ticker.loop`` holds it; this module reads it through
-:class:`StateLookup`) and the condition (the watcher's own, evaluated by ``pipeline.rules.evaluation``).
+:class:`StateLookup`) and the condition (the watcher's own, evaluated by
+``pipeline.rules.evaluation``).
 """
 
 from __future__ import annotations

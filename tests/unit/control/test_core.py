@@ -1,7 +1,7 @@
 """The dispatch core, the control plane's main seam: given a verb, a principal and a chat, what
 was stored, delivered, returned or refused. The command processor is the real pure rule
-(:func:`pipeline.rules.commands.apply.apply`) over an in-memory registry and outbox; the agent and scripts
-are real processes."""
+(:func:`pipeline.rules.commands.apply.apply`) over an in-memory registry and outbox; the agent and
+scripts are real processes."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from pipeline.control.core import Dispatcher, Subjecthood, resolve_chat, user_pr
 from pipeline.control.run import ScriptRunner
 from pipeline.control.verbs import ErrorKind, VerbResponse
 from pipeline.rules.authz import Principal, Role
-from pipeline.rules.commands.apply import GrantRecord, apply
+from pipeline.rules.commands import GrantRecord, apply
 from pipeline.rules.commands.immediate import daemon_grant
 from pipeline.rules.commands.model import Command, CommandResult, CommandVerb, RegistryEntry
 from pipeline.rules.errors import DefinitionError

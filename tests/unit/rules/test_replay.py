@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
+from pipeline.kafka.scan import Bound
 from pipeline.ops.replay_reader import Scope
-from pipeline.ops.scan import Bound
 from pipeline.rules.authz import Action, Grant
 from pipeline.rules.budgets import BudgetVerdict
 from pipeline.rules.definition import WatcherDefinition

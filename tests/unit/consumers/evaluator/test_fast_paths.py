@@ -19,7 +19,7 @@ from pipeline.records.watcher_state import encode_state
 from pipeline.redis.budgets import RedisBudgets
 from pipeline.rules.authz import Action, Grant
 from pipeline.rules.budgets import BudgetCaps, BudgetVerdict
-from pipeline.rules.commands.apply import GrantRecord
+from pipeline.rules.commands import GrantRecord
 from pipeline.rules.definition import WatcherDefinition
 from pipeline.rules.evaluation import evaluate, recorded_budget
 from pipeline.rules.evidence import Evidence, EvidenceKind

@@ -23,7 +23,7 @@ from pipeline.control.http.auth import (
     status_of,
 )
 from pipeline.rules.authz import Action, Principal, Role
-from pipeline.rules.commands.apply import apply
+from pipeline.rules.commands import apply
 from pipeline.rules.commands.model import (
     Command,
     CommandError,

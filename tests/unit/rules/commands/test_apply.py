@@ -22,7 +22,7 @@ from pipeline.records.command_result import decode_result, encode_result
 from pipeline.records.grant import decode_grant, encode_grant
 from pipeline.records.registry_entry import decode_entry, encode_entry
 from pipeline.rules.authz import Action, Grant, Principal, Role
-from pipeline.rules.commands.apply import (
+from pipeline.rules.commands import (
     AGENT_CAP,
     Command,
     CommandOutcome,

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import pytest
 
 from pipeline.rules.authz import Action, Grant, authorize
-from pipeline.rules.commands.apply import grant_id_for
+from pipeline.rules.commands import grant_id_for
 from pipeline.rules.commands.immediate import (
     CONTROL_PURPOSE,
     answer_entry,

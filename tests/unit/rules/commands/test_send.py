@@ -17,7 +17,7 @@ from pipeline.records.command import (
     encode_command,
 )
 from pipeline.rules.authz import Action, Grant, Principal, Role, Verb
-from pipeline.rules.commands.apply import (
+from pipeline.rules.commands import (
     SEND_TEXT_MAX,
     Command,
     CommandOutcome,

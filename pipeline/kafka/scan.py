@@ -14,14 +14,14 @@ import re
 import sys
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Final, TextIO
 
 from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 
-from pipeline.kafka.clients import is_partition_eof, table_consumer_config, translate
+from pipeline.kafka.clients import is_partition_eof, table_consumer, translate
 from pipeline.rules.errors import BrokerError, ConfigError, DefinitionError
 from pipeline.rules.instants import parse_instant, utc
 
@@ -156,21 +156,27 @@ def scan(
     start: Bound | None = None,
     end: Bound | None = None,
     short: str = "",
+    partitions: Collection[int] | None = None,
     progress: Progress | None = None,
 ) -> Iterator[Message]:
-    """Every committed record of ``topic`` in ``[start, end)``, partition order not interleaved
-    per partition (each partition's records come in offset order)."""
+    """Every committed record of ``topic`` in ``[start, end)`` (of ``partitions`` only, when
+    given), each partition's records in offset order."""
     start = start or Bound()
     end = end or Bound(latest=True)
     short = short or topic
-    config = table_consumer_config(bootstrap, f"vigil-ops-{uuid.uuid4().hex[:8]}")
-    consumer = Consumer(config)
+    # A short fetch wait: an idle partition's end is known sooner (the broker holds an empty
+    # fetch for fetch.wait.max.ms, 500 by default, before it reports the end).
+    consumer = table_consumer(
+        bootstrap, f"vigil-scan-{uuid.uuid4().hex[:8]}", **{"fetch.wait.max.ms": 10}
+    )
     try:
         ranges: dict[int, tuple[int, int]] = {}
         total = 0
         named = {*start.offsets, *end.offsets}
         for partition in partitions_of(consumer, topic):
             if named and (short, partition) not in named:
+                continue
+            if partitions is not None and partition not in partitions:
                 continue
             low, high = consumer.get_watermark_offsets(
                 TopicPartition(topic, partition), timeout=_META_TIMEOUT_S

@@ -1,0 +1,144 @@
+"""Step one of a delivery: fire the due timers — purge settled entries, decide due ones, claim
+those that may go (DESIGN §4, steps 1–3).
+
+:class:`Claimer` takes the due timers the worker popped, in the open transaction: a settled
+entry's purge writes tombstones on ``delivery-state`` and ``outbox``; a due ``pending`` entry is
+decided by the :class:`~consumers.delivery.planner.Planner` (lifecycle, authorization, quiet
+hours), its budget charged with the whole batch's in one Redis round trip, and the decision
+persisted — a dispatch as a claim (``dispatching``, attempt + 1) that the worker sends only once
+the transaction holding it has committed. An interrupted claim found again is ``pending`` once
+more with the same attempt count.
+
+Leaves out sending (``sends``), recording answers (``results``) and the rules themselves
+(``pipeline.rules.dispatch``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from datetime import datetime
+
+from consumers.delivery.app import DeliveryApp
+from consumers.delivery.due import Due, DueKind
+from consumers.delivery.metrics import DeliveryMetrics
+from consumers.delivery.planner import Decision, Pending, Planner
+from consumers.delivery.sends import Claim
+from consumers.delivery.states import DeliveryStates
+from pipeline.records.delivery_state import DeliveryRecord
+from pipeline.rules.dispatch import DispatchAction, cancel, restore
+from pipeline.rules.outbox import OutboxEntry
+from pipeline.rules.outcomes import DeliveryStatus
+from pipeline.runtime.tables import Table
+
+__all__ = ["Claimer"]
+
+_S = DeliveryStatus
+
+
+class Claimer:
+    """Purges, decides and claims due entries; the claims go out once committed."""
+
+    def __init__(
+        self,
+        app: DeliveryApp,
+        states: DeliveryStates,
+        planner: Planner,
+        metrics: DeliveryMetrics,
+        outbox_topic: str,
+        *,
+        in_flight: Callable[[str, Table], bool],
+        adapter_of: Callable[[OutboxEntry], str],
+    ) -> None:
+        self._app = app
+        self._states = states
+        self._planner = planner
+        self._metrics = metrics
+        self._outbox_topic = outbox_topic
+        self._in_flight = in_flight
+        self._adapter_of = adapter_of
+
+    def fire(self, dues: Iterable[Due], now: datetime) -> list[Claim]:
+        """Purge, decide and persist ``dues`` in the open transaction; returns the claims."""
+        waiting: list[tuple[Pending, int, Table]] = []
+        for due in dues:
+            found = self._states.current(due.key, due.partition)
+            if found is None:
+                continue
+            store, record = found
+            if due.kind is DueKind.PURGE:
+                self._purge(record, due.partition, store)
+                continue
+            pending = self._prepare(record, due.partition, store, now)
+            if pending is not None:
+                waiting.append((pending, due.partition, store))
+        if not waiting:
+            return []
+        checks = self._planner.charge([pending for pending, _, _ in waiting])
+        claims: list[Claim] = []
+        for (pending, partition, store), check in zip(waiting, checks, strict=True):
+            decision = self._planner.complete(pending, check)
+            claim = self._apply(pending.record, pending.entry, decision, partition, store)
+            if claim is not None:
+                claims.append(claim)
+        return claims
+
+    def _prepare(
+        self, record: DeliveryRecord, partition: int, store: Table, now: datetime
+    ) -> Pending | None:
+        """Decide what needs no budget; return what waits for its charge."""
+        key = record.key
+        if record.state.status is _S.DISPATCHING:
+            if self._in_flight(key, store):
+                return None
+            record = record.moved(restore(record.state), record.detail)
+        state = record.state
+        if state.status is not _S.PENDING:
+            self._states.schedule(record, partition, store)
+            return None
+        if state.due_at > now:
+            self._states.queue.schedule(key, partition, DueKind.ATTEMPT, state.due_at)
+            return None
+        entry = self._states.entry(key, partition)
+        if entry is None:  # the outbox no longer holds it: nothing left to deliver
+            self._states.write(store, record.moved(cancel(state, now)))
+            self._metrics.cancellations.inc()
+            self._states.queue.schedule(key, partition, DueKind.PURGE, now)
+            return None
+        found = self._planner.prepare(record, entry, now)
+        if isinstance(found, Pending):
+            return found
+        self._apply(record, entry, found, partition, store)
+        return None
+
+    def _apply(
+        self,
+        record: DeliveryRecord,
+        entry: OutboxEntry,
+        decision: Decision,
+        partition: int,
+        store: Table,
+    ) -> Claim | None:
+        """Persist a decision (in the open transaction); a dispatch becomes a claim."""
+        plan = decision.plan
+        record = record.moved(plan.state, decision.detail)
+        self._states.write(store, record)
+        if plan.action is DispatchAction.DISPATCH:
+            adapter = self._adapter_of(entry)
+            return Claim(record.key, partition, plan.state.attempt, entry, adapter, store)
+        reason = "" if plan.reason is None else plan.reason.value
+        if plan.action is DispatchAction.DEFER:
+            self._metrics.deferrals.labels(reason).inc()
+        elif plan.action is DispatchAction.SUPPRESS:
+            self._metrics.suppressions.labels(reason).inc()
+        elif plan.action is DispatchAction.CANCEL:
+            self._metrics.cancellations.inc()
+        self._states.schedule(record, partition, store)
+        return None
+
+    def _purge(self, record: DeliveryRecord, partition: int, store: Table) -> None:
+        """Tombstones on ``delivery-state`` and ``outbox``. Unsettled work is never purged."""
+        if record.state.status in (_S.PENDING, _S.DISPATCHING):
+            return
+        self._states.delete(store, record.key)
+        self._app.context(partition).produce(self._outbox_topic, record.key, None, partition)
+        self._metrics.purges.inc()

@@ -1,0 +1,79 @@
+"""Rebalances of a stream app member: what it restores when partitions arrive and gives up when
+they leave (DESIGN §2, §10).
+
+On assignment the committed offsets are read first (the broker answers once an earlier owner's
+pending transaction is resolved), then the tables of exactly the assigned partition numbers are
+restored, and each input resumes at its committed offset or past what the changelog already
+reflects, whichever is later. Revoke commits; lost aborts. :class:`Assignment` is one seam of
+:class:`~pipeline.runtime.app.StreamApp`, which mixes it in.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from confluent_kafka import Consumer, TopicPartition
+
+from pipeline.runtime.checkpoint import InputPositions, committed_offsets, start_offsets
+from pipeline.runtime.metrics import RuntimeMetrics
+from pipeline.runtime.poison import Quarantine
+from pipeline.runtime.state import TaskState
+from pipeline.runtime.transactions import TIMEOUT_S
+
+__all__ = ["Assignment"]
+
+log = logging.getLogger(__name__)
+
+
+class Assignment:
+    """The rebalance callbacks of a member and what it holds now."""
+
+    group_id: str
+    _state: TaskState
+    _positions: InputPositions
+    _quarantine: Quarantine
+    _metrics: RuntimeMetrics
+    _group_metadata: Any
+    _assigned: list[TopicPartition]
+
+    if TYPE_CHECKING:  # provided by StreamApp
+
+        def commit(self, rewind: bool = True) -> bool: ...
+
+        def _abort(self, restore: bool = True) -> None: ...
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._metrics.rebalances.labels(self.group_id, "assigned").inc()
+        self._group_metadata = None
+        # Committed offsets first: the broker answers once an earlier owner's pending
+        # transaction is resolved, so the changelogs read next hold all it committed.
+        committed = committed_offsets(consumer, partitions, TIMEOUT_S)
+        reflected = self._state.restore({tp.partition for tp in partitions})
+        starts = start_offsets(committed, reflected)
+        consumer.assign(starts)
+        self._positions.resumed(starts)
+        self._assigned = [TopicPartition(tp.topic, tp.partition) for tp in starts]
+        log.info("assigned %s", sorted((tp.topic, tp.partition) for tp in starts))
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._metrics.rebalances.labels(self.group_id, "revoked").inc()
+        self.commit(rewind=False)
+        self._state.drop({tp.partition for tp in partitions})
+        self._quarantine.forget(partitions)
+        self._positions.forget()
+        self._assigned = []
+        self._group_metadata = None
+
+    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._metrics.rebalances.labels(self.group_id, "lost").inc()
+        self._abort(restore=False)
+        self._state.drop({tp.partition for tp in partitions})
+        self._quarantine.forget(partitions)
+        self._positions.forget()
+        self._assigned = []
+        self._group_metadata = None
+
+    def assignment(self) -> list[tuple[str, int]]:
+        """The input partitions this member holds now."""
+        return sorted((tp.topic, tp.partition) for tp in self._assigned)

@@ -1,0 +1,219 @@
+"""The transactions of a stream app member: commit with the consumed offsets, abort and roll
+the tables back, and recover — abort and rewind on an abortable error, rebuild the fenced
+producer and restore the tables on a fatal one (DESIGN §4, §10; KIP-447: every transaction sends
+the offsets with the group metadata, so a zombie's cannot commit).
+
+:class:`Transactions` is one seam of :class:`~pipeline.runtime.app.StreamApp` (which mixes it
+in, with :class:`~pipeline.runtime.assignment.Assignment`): it reads and writes the member's
+producer, consumer, checkpoint and tables declared below. Work no input record started (a retry
+or a tick falls due) joins the same transactions through :meth:`Transactions.transaction`, or
+:meth:`~Transactions.begin`, :meth:`~Transactions.context` and :meth:`~Transactions.commit`
+when it spans several steps.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+
+from pipeline.kafka.clients import BrokerFailure, ErrorKind, classify, translate
+from pipeline.rules.errors import BrokerError
+from pipeline.runtime.checkpoint import (
+    OFFSET_BEGINNING,
+    OFFSET_INVALID,
+    Checkpoint,
+    InputPositions,
+    TransactionEnd,
+    committed_offsets,
+    start_offsets,
+)
+from pipeline.runtime.metrics import RuntimeMetrics
+from pipeline.runtime.poison import Quarantine
+from pipeline.runtime.processing import Placement, ProcessContext
+from pipeline.runtime.state import TaskState
+from pipeline.runtime.tables import Table
+
+__all__ = ["TIMEOUT_S", "Transactions"]
+
+log = logging.getLogger(__name__)
+
+TIMEOUT_S = 30.0
+
+
+class Transactions:
+    """Commit, abort and recovery of the member's one open transaction."""
+
+    group_id: str
+    instance_id: str
+    _checkpoint: Checkpoint
+    _positions: InputPositions
+    _state: TaskState
+    _placement: Placement
+    _quarantine: Quarantine
+    _metrics: RuntimeMetrics
+    _group_metadata: Any
+    _assigned: list[TopicPartition]
+    _aborts: int
+
+    if TYPE_CHECKING:  # provided by StreamApp
+
+        def _require_producer(self) -> Producer: ...
+
+        def _require_consumer(self) -> Consumer: ...
+
+        def _new_producer(self) -> None: ...
+
+        def _drop_producer(self) -> None: ...
+
+    def commit(self, rewind: bool = True) -> bool:
+        """Commit the open transaction with the consumed offsets. False if it was aborted.
+
+        After an abort the inputs are rewound to their committed offsets unless ``rewind`` is
+        false (their partitions are being revoked).
+        """
+        if not self._checkpoint.open:
+            return True
+        started = time.perf_counter()
+        consumer = self._require_consumer()
+        try:
+            if self._group_metadata is None:
+                self._group_metadata = consumer.consumer_group_metadata()
+            self._checkpoint.commit(
+                self._require_producer(),
+                self._quarantine.positions(self._positions.current(consumer, self._assigned)),
+                self._group_metadata,
+                self._state.stores(),
+            )
+        except KafkaException as exc:
+            self._recover(exc, "commit", rewind)
+            return False
+        self._metrics.transactions.labels(self.group_id, "committed").inc()
+        self._metrics.commit_seconds.labels(self.group_id).observe(time.perf_counter() - started)
+        return True
+
+    def _abort(self, restore: bool = True) -> None:
+        """Abort and roll the tables back; a fatal failure rebuilds the producer instead."""
+        self._aborts += 1
+        was_open = self._checkpoint.open
+        try:
+            self._checkpoint.abort(self._require_producer(), self._state.stores())
+        except KafkaException as exc:
+            if classify(exc.args[0]) is not ErrorKind.FATAL:
+                raise translate(exc, "abort") from exc
+            self._rebuild(restore)
+            return
+        if was_open:
+            self._metrics.transactions.labels(self.group_id, "aborted").inc()
+
+    def _recover(self, exc: KafkaException, context: str, rewind: bool = True) -> None:
+        """Abort and rewind (abortable), or rebuild the producer and restore (fatal).
+
+        ``rewind`` false: the partitions are leaving (revoke), so nothing is restored.
+        """
+        kind = classify(exc.args[0])
+        log.warning("%s failed (%s): %s", context, kind.value, exc)
+        if kind is ErrorKind.FATAL:
+            self._rebuild(restore=rewind)
+            return
+        self._abort(restore=rewind)
+        if kind is ErrorKind.PERMANENT:
+            raise translate(exc, context) from exc
+        if rewind:
+            self._rewind()
+
+    def _rebuild(self, restore: bool = True) -> None:
+        """A fenced or fatally failed producer: start a new one, drop the tables' uncommitted
+        state and (unless the partitions are leaving) restore them and rewind the inputs."""
+        log.warning("rebuilding the transactional producer of %s", self.instance_id)
+        self._aborts += 1
+        self._drop_producer()
+        self._checkpoint.open = False
+        self._new_producer()
+        numbers = {tp.partition for tp in self._assigned}
+        self._state.drop(numbers)
+        if restore:
+            self._rewind(self._state.restore(numbers))
+
+    def _rewind(self, reflected: dict[int, dict[str, int]] | None = None) -> None:
+        """Seek every assigned input back to where the committed state says it resumes."""
+        consumer = self._require_consumer()
+        committed = committed_offsets(consumer, self._assigned, TIMEOUT_S)
+        starts = start_offsets(committed, reflected or {})
+        for tp in starts:
+            if tp.offset == OFFSET_INVALID:
+                tp.offset = OFFSET_BEGINNING
+            try:
+                consumer.seek(tp)
+            except KafkaException as exc:
+                raise translate(exc, f"seek {tp.topic}[{tp.partition}]") from exc
+        self._positions.resumed(starts)
+
+    def transaction(
+        self, work: Callable[[Callable[[int], ProcessContext]], None]
+    ) -> TransactionEnd:
+        """Run ``work(context_of)`` in the transaction (opened if none is), then commit it.
+
+        ``context_of(partition)`` is what a processor gets for that partition. A produce
+        failure recovers exactly as for an input batch (abort and rewind, or rebuild the fenced
+        producer) and ends it aborted; any other exception aborts, rewinds and is raised.
+        """
+        try:
+            self.begin()
+        except BrokerFailure as exc:
+            if exc.kind is not ErrorKind.FATAL:
+                raise
+            return TransactionEnd.ABORTED
+        try:
+            work(self.context)
+        except KafkaException as exc:  # from produce: the producer failed, not the work
+            self._recover(exc, "produce")
+            return TransactionEnd.ABORTED
+        except Exception:
+            log.exception("timer-driven transaction failed: aborting it")
+            self._abort()
+            self._rewind()
+            raise
+        return TransactionEnd.COMMITTED if self.commit() else TransactionEnd.ABORTED
+
+    def begin(self) -> None:
+        """Open the transaction now if none is open, for work that spans several steps and ends
+        with :meth:`commit`. A fenced producer is rebuilt (tables restored, inputs rewound)
+        before the ``BrokerFailure`` is raised: nothing planned from the old tables holds."""
+        try:
+            self._checkpoint.begin(self._require_producer())
+        except BrokerFailure as exc:
+            if exc.kind is ErrorKind.FATAL:
+                self._rebuild()
+            raise
+
+    def context(self, partition: int) -> ProcessContext:
+        """Tables and produce for ``partition`` (-1: global tables only) in the open
+        transaction."""
+        if not self._checkpoint.open:
+            raise BrokerError("no transaction is open: begin() first")
+        producer = self._require_producer()
+        return ProcessContext(
+            partition,
+            producer.produce,
+            producer.poll,
+            self._state.table,
+            self._placement.partition_of,
+        )
+
+    def catch_up(self) -> None:
+        """Read the global and external tables to their current end (DESIGN.md §10)."""
+        self._state.catch_up()
+
+    def table(self, name: str, partition: int) -> Table:
+        """The store of ``name`` for ``partition``; a global table is whole for every one."""
+        return self._state.table(name, partition)
+
+    @property
+    def aborts(self) -> int:
+        """Transactions rolled back so far (aborted, or lost with a fenced producer): views
+        built from the tables must be rebuilt whenever it changes."""
+        return self._aborts
