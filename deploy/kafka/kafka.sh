@@ -11,7 +11,9 @@
 # Settings (environment): KAFKA_PORT (9092), KAFKA_CONTROLLER_PORT (9093),
 # KAFKA_DATA_DIR (${VIGIL_STATE:-~/.local/state/vigil}/kafka), KAFKA_VERSION (4.1.1),
 # VIGIL_CACHE (~/.cache/vigil), VIGIL_BROKER (kafka|tansu), KAFKA_START_TIMEOUT (60 s),
-# KAFKA_STOP_TIMEOUT (30 s), JAVA_HOME, MVN, VIGIL_PYTHON (a python with confluent-kafka).
+# KAFKA_STOP_TIMEOUT (30 s), KAFKA_HEAP ("-Xms256m -Xmx1g": a test run creates thousands of
+# topics, and the broker's heap grows with them), JAVA_HOME, MVN, VIGIL_PYTHON (a python with
+# confluent-kafka).
 # A stop then start keeps topics, records and committed offsets (Kafka; Tansu keeps nothing).
 # This script owns the broker process and its data dir; creating vigil's topics is `vigil topics`.
 set -euo pipefail
@@ -28,6 +30,7 @@ KAFKA_DATA_DIR="${KAFKA_DATA_DIR:-$VIGIL_STATE/kafka}"
 KAFKA_START_TIMEOUT="${KAFKA_START_TIMEOUT:-60}"
 KAFKA_STOP_TIMEOUT="${KAFKA_STOP_TIMEOUT:-30}"
 VIGIL_BROKER="${VIGIL_BROKER:-kafka}"
+KAFKA_HEAP="${KAFKA_HEAP:--Xms256m -Xmx1g}"
 
 libs="$VIGIL_CACHE/kafka-$KAFKA_VERSION/libs"
 pidfile="$KAFKA_DATA_DIR/kafka.pid"
@@ -153,7 +156,8 @@ launch() {
     setsid "$(tansu_bin)" broker --listener-url "tcp://127.0.0.1:$KAFKA_PORT" \
       --advertised-listener-url "tcp://127.0.0.1:$KAFKA_PORT" </dev/null >>"$logfile" 2>&1 &
   else
-    setsid "$java" -Xms256m -Xmx512m -XX:+ExitOnOutOfMemoryError -Djava.awt.headless=true \
+    # shellcheck disable=SC2086  # KAFKA_HEAP is a list of JVM options
+    setsid "$java" $KAFKA_HEAP -XX:+ExitOnOutOfMemoryError -Djava.awt.headless=true \
       -cp "$libs/*" -Dlog4j2.configurationFile="$KAFKA_DATA_DIR/log4j2.properties" \
       kafka.Kafka "$KAFKA_DATA_DIR/server.properties" </dev/null >>"$logfile" 2>&1 &
   fi
