@@ -7,8 +7,8 @@ applied). Two runs with the default limits (DESIGN.md §10): a *burst* (all with
 pending proposals every new one is ``cap_reached``) and a *trickle*, one every 20 minutes for 139
 days (proposals expire after 24 h and are forgotten). Memory held (``tracemalloc``, after a
 collection) is taken at 10^3 and 10^4 proposals, with pydantic-core's global JSON string cache
-(bounded, about 1 MB when full) off for the definition model, so what is measured is what the
-limits bound. Flat means the ratio stays near 1. The baseline, in the same run, is the same flood with the
+(bounded, about 1 MB when full) off for the definition model, so what is measured is what the limits
+bound. Flat means the ratio stays near 1. The baseline, in the same run, is the same flood with the
 limits lifted (a cap of 10^9, a 30-day life): its memory grows with every proposal (measured at 500
 and 1,000 — it is quadratic in time, so it stays short). A run takes about a minute.
 """
