@@ -24,7 +24,7 @@ from typing import Final
 import click
 
 from pipeline.cli.context import CliState
-from pipeline.control.agent import ENV_AGENT_TOKEN, ENV_SESSION_ID
+from pipeline.control.agent import ENV_AGENT_TOKEN, ENV_SESSION_ID, agent_principal
 from pipeline.control.client import operator_principal
 from pipeline.rules.authz import Principal, Role
 
@@ -49,13 +49,7 @@ def cli_principal(
         if wants_operator:
             raise click.UsageError("an agent run may not act as an operator")
         session = env.get(ENV_SESSION_ID) or _UNKNOWN_SESSION
-        return Principal(
-            name=f"agent-cli:{session}",
-            role=Role.AGENT,
-            tenant_id=me.tenant_id,
-            user_id=me.user_id,
-            session_id=session,
-        )
+        return agent_principal(me.tenant_id, me.user_id, session, name="agent-cli")
     if not wants_operator:
         return Principal(
             name=f"cli:{me.tenant_id}/{me.user_id}",

@@ -49,6 +49,7 @@ __all__ = [
     "AgentRun",
     "AgentRunner",
     "AgentTokens",
+    "agent_principal",
 ]
 
 log = logging.getLogger(__name__)
@@ -60,6 +61,19 @@ ENV_SESSION_ID: Final = "VIGIL_SESSION_ID"
 MAX_ANSWER: Final = 4096  # one chat message
 _KILL_GRACE_S: Final = 2.0
 _ENDED_KEPT: Final = 1024  # ended runs remembered, so what they leave behind stays the agent
+
+
+def agent_principal(
+    tenant_id: str, user_id: str, session_id: str, *, name: str = "agent"
+) -> Principal:
+    """An agent of ``(tenant_id, user_id)`` acting in ``session_id``."""
+    return Principal(
+        name=f"{name}:{session_id}",
+        role=Role.AGENT,
+        tenant_id=tenant_id,
+        user_id=user_id,
+        session_id=session_id,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,13 +113,7 @@ class AgentTokens:
     def issue(self, chat: str) -> AgentRun:
         token = secrets.token_urlsafe(24)
         session = "agent-run-" + secrets.token_hex(4)
-        principal = Principal(
-            name=f"agent:{session}",
-            role=Role.AGENT,
-            tenant_id=self._tenant_id,
-            user_id=self._user_id,
-            session_id=session,
-        )
+        principal = agent_principal(self._tenant_id, self._user_id, session)
         run = AgentRun(token, principal, chat)
         with self._lock:
             self._runs[token] = run
@@ -113,14 +121,7 @@ class AgentTokens:
 
     def stray(self, uid: int) -> Principal:
         """The agent principal of a process under the agent's uid that no run claims."""
-        session = f"agent-uid-{uid}"
-        return Principal(
-            name=f"agent:{session}",
-            role=Role.AGENT,
-            tenant_id=self._tenant_id,
-            user_id=self._user_id,
-            session_id=session,
-        )
+        return agent_principal(self._tenant_id, self._user_id, f"agent-uid-{uid}")
 
     def attach(self, run: AgentRun, pid: int) -> AgentRun:
         """Remember the run's process, so its descendants are recognised without the token."""

@@ -20,6 +20,7 @@ from pipeline.kafka.scan import scan
 from pipeline.kafka.topics import Topic
 from pipeline.rules.commands.immediate import daemon_grant
 from tests.integration.api_harness import TENANT, USER, Plane, agent_watch, running_plane
+from tests.integration.api_harness import event_watch as watch
 
 pytestmark = pytest.mark.integration
 
@@ -55,22 +56,6 @@ def schedule(name: str, **delivery: Any) -> dict[str, Any]:
         "purpose": "control.chat",
         "source": {"kind": "schedule", "at": in_a_day()},
         "delivery": {"target": "me", "verb": "send", "text": name, **delivery},
-    }
-
-
-def watch(watcher_id: str) -> dict[str, Any]:
-    return {
-        "watcher_id": watcher_id,
-        "purpose": "ops.alert",
-        "source": {
-            "kind": "event",
-            "source_id": "ci.pipeline",
-            "event_type": "build.finished",
-            "max_age": "10m",
-        },
-        "condition": {"eq": ["status", "failed"]},
-        "delivery": {"target": "ops-hook"},
-        "expires_at": "2099-01-01T00:00:00Z",
     }
 
 

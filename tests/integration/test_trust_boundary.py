@@ -28,40 +28,15 @@ from typing import Any, Final
 
 import pytest
 
+from tests.integration.api_harness import agent_watch, event_watch
+
 pytestmark = pytest.mark.integration
 
 VIGIL: Final = [sys.executable, "-m", "pipeline.cli.main"]
 AGENT_USER: Final = "vigil-test-agent"
 SECRET: Final = "VIGIL_TEST_HOOK_SECRET"
-WATCH: Final = {
-    "watcher_id": "build-failed",
-    "purpose": "ops.alert",
-    "source": {
-        "kind": "event",
-        "source_id": "ci.pipeline",
-        "event_type": "build.finished",
-        "max_age": "10m",
-    },
-    "condition": {"eq": ["status", "failed"]},
-    "delivery": {"target": "ops-hook"},
-    "expires_at": "2099-01-01T00:00:00Z",
-}
-PROPOSAL: Final = {
-    "watcher_id": "aw-1",
-    "purpose": "agent.watch",
-    "source": {
-        "kind": "polling",
-        "source_id": "run:r-1",
-        "tool": "workflow.run.status@v1",
-        "target": "r-1",
-        "cadence": "5m",
-        "max_age": "2m",
-    },
-    "condition": {"eq": ["status", "succeeded"]},
-    "delivery": {"target": "in-app"},
-    "window": "1h",
-    "session_id": "s-1",
-}
+WATCH: Final = event_watch("build-failed")
+PROPOSAL: Final = agent_watch("aw-1", run="r-1", session="s-1")
 
 
 def _wait(condition: Callable[[], Any], timeout: float, what: str) -> Any:

@@ -10,12 +10,31 @@ record is its audit trail); starting the script or the agent is the daemon's, af
 
 from __future__ import annotations
 
-from pipeline.rules.authz import Action, authorize
+from pipeline.rules.authz import Action, AuthzDecision, authorize
 from pipeline.rules.commands.context import CommandContext, Refusal
 from pipeline.rules.commands.immediate import CONTROL_PURPOSE, CONTROL_SOURCE
 from pipeline.rules.commands.model import CommandOutcome, ResultCode
 
-__all__ = ["authorize_control"]
+__all__ = ["authorize_control", "check_control"]
+
+
+def check_control(ctx: CommandContext, chat: str, action: Action) -> AuthzDecision:
+    """Fail-closed: a grant lets the subject ``action`` source ``control`` for ``chat`` (the
+    daemon's grant does); a refusal otherwise. ``send`` delivers, the daemon's verbs manage."""
+    command = ctx.command
+    decision = authorize(
+        (record.grant for record in ctx.grants.values()),
+        tenant_id=command.tenant_id,
+        user_id=command.user_id,
+        purpose=CONTROL_PURPOSE,
+        action=action,
+        source_id=CONTROL_SOURCE,
+        target=chat,
+        now=ctx.now,
+    )
+    if not decision.allowed:
+        raise Refusal(ResultCode.DENIED, decision.detail)
+    return decision
 
 
 def authorize_control(ctx: CommandContext) -> CommandOutcome:
@@ -23,16 +42,5 @@ def authorize_control(ctx: CommandContext) -> CommandOutcome:
     chat = command.target
     if not chat:
         raise Refusal(ResultCode.INVALID, "name the chat the verb runs for", "target")
-    decision = authorize(
-        (record.grant for record in ctx.grants.values()),
-        tenant_id=command.tenant_id,
-        user_id=command.user_id,
-        purpose=CONTROL_PURPOSE,
-        action=Action.MANAGE,
-        source_id=CONTROL_SOURCE,
-        target=chat,
-        now=ctx.now,
-    )
-    if not decision.allowed:
-        raise Refusal(ResultCode.DENIED, decision.detail)
+    decision = check_control(ctx, chat, Action.MANAGE)
     return ctx.ok({"verb": command.verb.value, "target": chat, "grant_id": decision.grant_id})
