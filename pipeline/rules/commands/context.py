@@ -292,8 +292,8 @@ def named_watcher(ctx: CommandContext) -> RegistryEntry:
     entry = ctx.view.get(watcher_id)
     if entry is None:
         raise Refusal(ResultCode.NOT_FOUND, f"no watcher {watcher_id!r}", "watcher_id")
-    session = bound_session(ctx.command.principal)
-    if ctx.command.principal.role in _SESSION_BOUND and session != entry.session_id:
+    principal = ctx.command.principal
+    if principal.role in _SESSION_BOUND and principal.session_id != entry.session_id:
         raise Refusal(ResultCode.NOT_FOUND, f"no watcher {watcher_id!r}", "watcher_id")
     return entry
 
