@@ -704,6 +704,11 @@ def test_the_subject_index_survives_a_rollback_and_rebuilds_for_a_new_table() ->
     assert index.keys(table, mine) == [watcher_key(TENANT, USER, "w-2")]
     table.rollback()
     assert index.keys(table, mine) == [watcher_key(TENANT, USER, "w-1")]
+    # A key gone in a committed transaction leaves the index; no rollback brings it back.
+    table.delete(watcher_key(TENANT, USER, "w-1"))
+    table.committed()
+    assert index.keys(table, mine) == []
+    assert mine not in index._index(table)  # nothing of it is held
     fresh = Table(TableSpec("registry", "t.registry"), 0)
     fresh.apply(watcher_key(TENANT, USER, "w-9"), b"4")
     assert index.keys(fresh, mine) == [watcher_key(TENANT, USER, "w-9")]
