@@ -37,6 +37,7 @@ from pydantic import (
 from pipeline.kafka.topics import DEFAULT_PARTITIONS, DEFAULT_PREFIX, Topology
 from pipeline.rules.authz import Role
 from pipeline.rules.budgets import BudgetCaps
+from pipeline.rules.commands.limits import Limits
 from pipeline.rules.durations import parse_duration
 from pipeline.rules.errors import ConfigError, DefinitionError
 
@@ -53,8 +54,10 @@ __all__ = [
     "InAppDestination",
     "InstanceConfig",
     "KafkaConfig",
+    "LimitsConfig",
     "LogDestination",
     "MetricsConfig",
+    "OperatorConfig",
     "PrincipalConfig",
     "RedisConfig",
     "RpcConfig",
@@ -126,6 +129,7 @@ Duration = Annotated[timedelta, BeforeValidator(_duration)]
 Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
 Id = Annotated[str, Field(min_length=1, max_length=128)]
 EnvName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+UserName = Annotated[str, Field(pattern=r"^[a-z_][a-z0-9_.-]{0,31}$")]
 Url = Annotated[str, AfterValidator(_url)]
 Listen = Annotated[str, AfterValidator(_listen)]
 Zone = Annotated[str, AfterValidator(_zone)]
@@ -204,14 +208,22 @@ class ToolConfig(_Section):
 
 
 class AgentConfig(_Section):
+    """The agent behind ``prompt``/``query``. ``run_as`` runs it under another local user, whose
+    uid the daemon maps to the agent role (DESIGN.md §10); ``env`` names the variables it gets
+    beyond PATH, HOME, LANG and TZ (never one of vigil's secrets)."""
+
     command: list[Annotated[str, Field(min_length=1)]] | None = Field(default=None, min_length=1)
     timeout: Duration = timedelta(seconds=120)
+    run_as: UserName | None = None
+    socket_path: Path | None = None  # with run_as; default /tmp/vigil-agent-<uid>/vigil.sock
+    env: tuple[EnvName, ...] = ()
 
 
 class RunConfig(_Section):
     allow_dir: Annotated[Path, AfterValidator(lambda p: p.expanduser())] = Path(
         "~/.config/vigil/scripts"
     ).expanduser()
+    env: tuple[EnvName, ...] = ()  # beyond PATH, HOME, LANG and TZ
 
 
 class RpcConfig(_Section):
@@ -220,6 +232,40 @@ class RpcConfig(_Section):
 
 class ApiConfig(_Section):
     listen: Listen = "127.0.0.1:8088"
+    max_body: int = Field(default=1 << 20, ge=1024, le=64 << 20)  # bytes of one request body
+    max_scan: int = Field(default=10_000, ge=100, le=1_000_000)  # records one ledger read scans
+
+
+class OperatorConfig(_Section):
+    """The operator identity ``vigil --as-operator`` acts as (grants, erasure, other subjects).
+    Absent: the CLI has no operator verbs."""
+
+    name: Name | None = None
+
+
+class LimitsConfig(_Section):
+    """What one subject (and one agent session) may hold live (DESIGN.md §10 "Limits")."""
+
+    watchers: int = Field(default=1_000, ge=1)
+    proposals: int = Field(default=100, ge=1)
+    proposal_ttl: Duration = timedelta(hours=24)
+    schedules: int = Field(default=100, ge=1)
+    session_schedules: int = Field(default=10, ge=1)
+
+    @model_validator(mode="after")
+    def _ttl(self) -> LimitsConfig:
+        if not timedelta(minutes=1) <= self.proposal_ttl <= timedelta(days=30):
+            raise ValueError("proposal_ttl is between 1m and 30d")
+        return self
+
+    def limits(self) -> Limits:
+        return Limits(
+            watchers=self.watchers,
+            proposals=self.proposals,
+            proposal_ttl=self.proposal_ttl,
+            schedules=self.schedules,
+            session_schedules=self.session_schedules,
+        )
 
 
 class MetricsConfig(_Section):
@@ -284,6 +330,8 @@ class VigilConfig(_Section):
     principals: dict[Name, PrincipalConfig] = {}
     budgets: BudgetsConfig = BudgetsConfig()
     instance: InstanceConfig = InstanceConfig()
+    operator: OperatorConfig = OperatorConfig()
+    limits: LimitsConfig = LimitsConfig()
 
     @model_validator(mode="after")
     def _targets_unambiguous(self) -> VigilConfig:
@@ -292,6 +340,32 @@ class VigilConfig(_Section):
         if both:
             raise ValueError(f"names used by both [destinations] and [chats]: {both}")
         return self
+
+    @model_validator(mode="after")
+    def _no_secret_passed_on(self) -> VigilConfig:
+        # Agents and scripts never see vigil's secrets (DESIGN.md §10).
+        secrets = self.secret_env_names()
+        for section, names in (("agent", self.agent.env), ("run", self.run.env)):
+            leaked = sorted(n for n in names if n in secrets or n.startswith("VIGIL_"))
+            if leaked:
+                raise ValueError(
+                    f"[{section}] env may not pass vigil's own variables or secrets: {leaked}"
+                )
+        return self
+
+    def secret_env_names(self) -> frozenset[str]:
+        """The variables that hold vigil's secrets: webhook, chat and tool credentials."""
+        names: set[str] = {CONFIG_ENV}
+        for destination in self.destinations.values():
+            if isinstance(destination, WebhookDestination) and destination.secret_env:
+                names.add(destination.secret_env)
+        for chat in self.chats.values():
+            if isinstance(chat, TelegramChat):
+                names.add(chat.token_env)
+        for tool in self.tools.values():
+            if tool.token_env:
+                names.add(tool.token_env)
+        return frozenset(names)
 
 
 # --- loading -------------------------------------------------------------------------------

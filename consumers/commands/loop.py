@@ -9,6 +9,7 @@ when the source moves), ``lifecycle``, ``definition-log``, ``grants``, an immedi
 ``outbox`` entry (on Java's partition of its delivery key) and its ``command-results`` record —
 goes out in the transaction that commits its input offset.
 
+The limits on what a subject holds (``[limits]``, DESIGN.md §10) are the processor's to apply.
 Every step commits (commands are few and callers wait for them), so the grants this processor
 wrote are in the global table by the next step; grants written earlier in the same step are
 overlaid until then. A record that is not Avro goes to ``dead-letter``; a command that decodes
@@ -50,6 +51,7 @@ from pipeline.rules.commands import (
     apply,
     refused,
 )
+from pipeline.rules.commands.limits import DEFAULT_LIMITS, Limits
 from pipeline.rules.errors import BrokerError, ConfigError, DefinitionError, SerdeError
 from pipeline.rules.keys import subject_key, watcher_key
 from pipeline.runtime.app import StreamApp
@@ -78,11 +80,13 @@ class CommandProcessor:
         schemas: SchemaRegistry | None = None,
         metrics: CollectorRegistry = REGISTRY,
         consumer_overrides: dict[str, Any] | None = None,
+        limits: Limits = DEFAULT_LIMITS,
     ) -> None:
         by_subject = {topology.partitions_for(t) for t in (Topic.COMMANDS, Topic.REGISTRY)}
         if len(by_subject) > 1:
             raise ConfigError("partitions: commands and registry need one count (by subject)")
         self._topology = topology
+        self._limits = limits
         self._clock = clock or SystemClock()
         self._schemas = schemas or default_registry()
         self._counter = command_counter(metrics)
@@ -169,7 +173,7 @@ class CommandProcessor:
             if request_id:
                 self._answer(ctx, refused(request_id, verb, exc, now))
             return
-        outcome = apply(command, self._view(registry, command), grants, now)
+        outcome = apply(command, self._view(registry, command), grants, now, self._limits)
         self._write(ctx, registry, grants, command, outcome)
         error = outcome.result.error
         self._counter.labels(command.verb.value, "ok" if error is None else error.code).inc()

@@ -3,9 +3,11 @@
 A command reads only its subject's watchers; scanning a whole partition per command would cost
 O(watchers on the partition). :class:`SubjectIndex` maps each subject key to its watcher keys,
 built once per restored table (a rebalance or a producer rebuild gives a new table object, which
-is rebuilt from scratch) and kept up to date on writes. It only ever grows between rebuilds, so
-it is a superset that an aborted transaction's rollback cannot make wrong: readers check each
-key against the table.
+is rebuilt from scratch) and kept up to date on writes. It is a superset that an aborted
+transaction's rollback cannot make wrong: readers check each key against the table, and a key is
+dropped only once it is gone from the table and untouched by the open transaction (which alone
+a rollback could bring back) — so forgotten watchers (expired proposals, erasure) leave it and
+it stays as large as the table.
 
 Left out: decoding entries and deciding anything (``processor``, ``pipeline.rules.commands.apply``).
 """
@@ -25,9 +27,16 @@ class SubjectIndex:
         self._by_partition: dict[int, tuple[Table, dict[str, set[str]]]] = {}
 
     def keys(self, table: Table, subject_key: str) -> list[str]:
-        """The subject's keys present in ``table`` now, sorted."""
-        present = table.data
-        return sorted(k for k in self._index(table).get(subject_key, ()) if k in present)
+        """The subject's keys present in ``table`` now, sorted (dropping the gone ones)."""
+        index = self._index(table)
+        known = index.get(subject_key)
+        if not known:
+            return []
+        gone = {k for k in known if k not in table.data and k not in table.undo}
+        known -= gone
+        if not known:
+            del index[subject_key]
+        return sorted(k for k in known if k in table.data)
 
     def add(self, table: Table, watcher_key: str) -> None:
         """Note a key written to ``table`` (deletes need no note: readers check presence)."""

@@ -66,7 +66,7 @@ def build_services(
     topology = config.kafka.topology()
     bootstrap = config.kafka.bootstrap_servers
     commands = ClientPool(bootstrap, topology, size=pool_size)
-    ledger = LedgerStore(bootstrap, topology, clock)
+    ledger = LedgerStore(bootstrap, topology, clock, max_scan=config.api.max_scan)
     zone = host_zone(config.subject.timezone)
     chats = tuple(config.chats)
     not_here = _NotOverHttp()
@@ -80,6 +80,7 @@ def build_services(
         commands=commands,
         ledger=ledger,
         schedules=schedules,
+        max_body=config.api.max_body,
     )
 
     def close() -> None:

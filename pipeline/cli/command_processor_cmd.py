@@ -1,7 +1,7 @@
 """``vigil command-processor``: run one member of the command processor group until SIGTERM.
 
-Reads ``[kafka]``, ``[instance]`` and ``[metrics]`` from vigil.toml; refuses to start when its
-topics are missing or drifted (naming the command that fixes it); serves Prometheus metrics
+Reads ``[kafka]``, ``[instance]``, ``[metrics]`` and ``[limits]`` from vigil.toml; refuses to
+start when its topics are missing or drifted (naming the command that fixes it); serves metrics
 (``vigil_commands_total{verb,result}`` and the runtime's) on ``[metrics] listen``; on SIGTERM
 or SIGINT commits the open transaction and leaves the group.
 
@@ -46,7 +46,10 @@ def command_processor(
     (outbox) and results out."""
     process = start(state, _TOPICS, instance=instance, metrics=not no_metrics, verbose=verbose)
     processor = CommandProcessor(
-        process.bootstrap, process.topology, instance_id=process.instance_id
+        process.bootstrap,
+        process.topology,
+        instance_id=process.instance_id,
+        limits=process.config.limits.limits(),
     )
     click.echo(
         f"command processor {processor.app.group_id}/{process.instance_id} running", err=True

@@ -1,7 +1,8 @@
 """What every ``vigil`` subcommand shares: the ``--config`` choice and the loaded configuration.
 
-The configuration is loaded on first use, so ``vigil --help`` and commands that need no
-configuration never read a file. Subcommands take it with ``@pass_state``.
+Also carries ``--as-operator``, the explicit choice to act as the configured operator identity
+(``pipeline.cli.identity``). The configuration is loaded on first use, so ``vigil --help`` and
+commands that need no configuration never read a file. Subcommands take it with ``@pass_state``.
 
 Left out: the command group and its registry (``pipeline.cli.main``).
 """
@@ -21,6 +22,7 @@ __all__ = ["CliState", "pass_state"]
 @dataclass(slots=True)
 class CliState:
     config_path: Path | None = None
+    as_operator: bool = False  # `vigil --as-operator …`: act as [operator] name
     _config: VigilConfig | None = field(default=None, repr=False)
 
     @property

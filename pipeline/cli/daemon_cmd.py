@@ -4,11 +4,14 @@ Wires the pieces at the edge: the socket path (``--socket`` → ``$VIGIL_SOCKET`
 ``[rpc] socket_path`` → ``$XDG_RUNTIME_DIR/vigil.sock`` → ``~/.config/vigil/vigil.sock``), the
 subject's zone (``[subject] timezone``, else the host's), the command client (immediate sends
 are commands too: the command processor writes their outbox entries), the agent runner with its
-tokens, the script runner and the :class:`Dispatcher`. Every peer of the socket is our own user
-(``SO_PEERCRED``); a request bearing a live agent token — or sent from inside an agent process
-this daemon started — acts with the agent role. At start the daemon ensures, in the background
-and idempotently, the one grant its verbs need (``vigil grant list`` shows it; revoking it locks
-the verbs).
+tokens, the script runner and the :class:`Dispatcher`. Who a peer is follows
+:class:`~pipeline.control.identity.PeerIdentity`: our own uid (``SO_PEERCRED``) is the
+configured user unless it bears a live agent token or descends from an agent run; with
+``[agent] run_as`` the agent runs under that user's uid, reaches the daemon on a socket of its
+own and is the agent whatever it forks. Without ``run_as`` the daemon warns at start that agent
+isolation is by process ancestry only. Agents and scripts get an allowlisted environment. At
+start the daemon ensures, in the background and idempotently, the one grant its verbs need
+(``vigil grant list`` shows it; revoking it locks the verbs).
 
 Left out: the verbs' meaning (``pipeline.control.core``) and the framing
 (``pipeline.control.socket.server``).
@@ -33,26 +36,26 @@ from pipeline.config import VigilConfig
 from pipeline.control.agent import AgentRunner, AgentTokens
 from pipeline.control.client import CommandClient, operator_principal
 from pipeline.control.core import Dispatcher, Subjecthood, user_principal
+from pipeline.control.identity import PeerIdentity
+from pipeline.control.isolation import AgentUser, agent_socket_path, can_switch_user
 from pipeline.control.run import ScriptRunner
-from pipeline.control.socket.server import (
-    Handler,
-    Peer,
-    SocketServer,
-    default_socket_path,
-    process_ancestry,
-)
+from pipeline.control.socket.server import Handler, Peer, SocketServer, default_socket_path
 from pipeline.control.verbs import ErrorKind, VerbResponse
-from pipeline.rules.authz import Principal
 from pipeline.rules.commands.immediate import daemon_grant
 from pipeline.rules.commands.model import CommandVerb
-from pipeline.rules.errors import DefinitionError, VigilError
+from pipeline.rules.errors import ConfigError, DefinitionError, VigilError
 from pipeline.rules.zones import load_zone
 
-__all__ = ["daemon", "ensure_grant", "host_zone"]
+__all__ = ["BEST_EFFORT", "daemon", "ensure_grant", "host_zone"]
 
 log = logging.getLogger(__name__)
 
 _GRANT_RETRY_S: Final = 2.0
+BEST_EFFORT: Final = (
+    "agent isolation is by process ancestry only (best effort): a process an agent starts that "
+    "drops its token, calls setsid and double-forks acts as you; set [agent] run_as to run "
+    "agents under their own uid"
+)
 
 
 def host_zone(configured: str | None, environ: dict[str, str] | None = None) -> ZoneInfo:
@@ -84,7 +87,9 @@ def ensure_grant(client: CommandClient, config: VigilConfig, stop: threading.Eve
     """Add the daemon's grant once the command processor answers; retry until it does."""
     subject = config.subject
     request_id, spec = daemon_grant(subject.tenant_id, subject.user_id, config.chats)
-    operator = operator_principal(subject.tenant_id, subject.user_id)
+    operator = operator_principal(
+        subject.tenant_id, subject.user_id, name=f"daemon:{subject.tenant_id}/{subject.user_id}"
+    )
     warned = False
     while not stop.is_set():
         command = client.command(
@@ -106,23 +111,28 @@ def ensure_grant(client: CommandClient, config: VigilConfig, stop: threading.Eve
         return
 
 
-def _handler(dispatcher: Dispatcher, tokens: AgentTokens, user: Principal) -> Handler:
+def _handler(dispatcher: Dispatcher, identity: PeerIdentity) -> Handler:
     def handle(body: object, peer: Peer) -> VerbResponse:
-        principal = user
-        run = tokens.by_pid(process_ancestry(peer.pid))
         token = body.get("token") if isinstance(body, dict) else None
-        if token is not None:
-            by_token = tokens.by_token(str(token))
-            if by_token is None:
-                return VerbResponse.failure(
-                    ErrorKind.UNAUTHENTICATED, "unknown or expired agent token"
-                )
-            run = by_token
-        if run is not None:
-            principal = run.principal
+        principal = identity.of(peer, token)
+        if principal is None:
+            return VerbResponse.failure(ErrorKind.UNAUTHENTICATED, "unknown or expired agent token")
         return dispatcher.handle(body, principal)
 
     return handle
+
+
+def _agent_user(config: VigilConfig) -> AgentUser | None:
+    """``[agent] run_as``, checked: the user exists, is not us, and we may switch to it."""
+    if config.agent.run_as is None:
+        return None
+    user = AgentUser.resolve(config.agent.run_as)
+    if not can_switch_user():
+        raise ConfigError(
+            f"[agent] run_as = {user.name!r} needs a daemon that may switch users: run it as "
+            "root or with CAP_SETUID, CAP_SETGID and CAP_CHOWN"
+        )
+    return user
 
 
 @click.command()
@@ -162,6 +172,10 @@ def daemon(state: CliState, socket_path: Path | None, log_level: str) -> None:
     topology = config.kafka.topology()
     bootstrap = config.kafka.bootstrap_servers
     tokens = AgentTokens(subject.tenant_id, subject.user_id)
+    agent_user = _agent_user(config)
+    agent_path = (
+        path if agent_user is None else agent_socket_path(config.agent.socket_path, agent_user)
+    )
     who = Subjecthood(
         tenant_id=subject.tenant_id,
         user_id=subject.user_id,
@@ -172,14 +186,37 @@ def daemon(state: CliState, socket_path: Path | None, log_level: str) -> None:
     dispatcher = Dispatcher(
         who,
         commands=commands,
-        agent=AgentRunner(config.agent.command, config.agent.timeout, path, tokens),
-        runner=ScriptRunner(config.run.allow_dir, path),
+        agent=AgentRunner(
+            config.agent.command,
+            config.agent.timeout,
+            agent_path,
+            tokens,
+            pass_env=config.agent.env,
+            user=agent_user,
+        ),
+        runner=ScriptRunner(config.run.allow_dir, path, pass_env=config.run.env),
         clock=SystemClock(),
     )
-    server = SocketServer(
-        path, _handler(dispatcher, tokens, user_principal(subject.tenant_id, subject.user_id))
+    identity = PeerIdentity(
+        user_principal(subject.tenant_id, subject.user_id),
+        tokens,
+        None if agent_user is None else agent_user.uid,
     )
-    server.start()
+    handler = _handler(dispatcher, identity)
+    servers = [SocketServer(path, handler)]
+    if agent_user is not None:
+        servers.append(
+            SocketServer(agent_path, handler, owner=agent_user.uid, peers={agent_user.uid})
+        )
+    for server in servers:
+        server.start()
+    if agent_user is None:
+        log.warning(BEST_EFFORT)
+        click.echo(f"warning: {BEST_EFFORT}", err=True)
+    else:
+        click.echo(
+            f"agents run as {agent_user.name} (uid {agent_user.uid}) on {agent_path}", err=True
+        )
     stop = shutdown.catch()
     granter = CommandClient(bootstrap, topology)
     grant_thread = threading.Thread(
@@ -191,7 +228,8 @@ def daemon(state: CliState, socket_path: Path | None, log_level: str) -> None:
         while not stop.wait(0.5):
             pass
     finally:
-        server.close()
+        for server in servers:
+            server.close()
         grant_thread.join(5.0)
         granter.close()
         commands.close()

@@ -80,7 +80,7 @@ def delivery(
     socket = default_socket_path(socket_path, config.rpc.socket_path)
     executor = VerbExecutor(
         SocketAgent(socket, config.agent.timeout.total_seconds()),
-        ScriptRunner(config.run.allow_dir, socket),
+        ScriptRunner(config.run.allow_dir, socket, pass_env=config.run.env),
         process.topology.name(Topic.OUTBOX),
     )
     budgets = process.budgets()

@@ -1,11 +1,11 @@
 """``vigil erase --tenant T --user U``: forget a subject, for operators (DESIGN.md §10).
 
-Sends the command processor's existing ``erase`` command as the configured operator and waits
-for its result, after asking for confirmation (``--yes`` skips it; with no terminal to answer,
+Sends the command processor's ``erase`` command as the operator (``vigil --as-operator erase``) and
+waits for its result, after asking for confirmation (``--yes`` skips it; with no terminal to answer,
 the answer is no). The processor tombstones every watcher of the subject in ``registry``,
 ``watchers`` and ``lifecycle`` and writes one subject-wide ``lifecycle`` record, from which the
-evaluator, delivery and the budget store erase their own state. The CLI prints what was erased
-(or ``--json``); a refusal prints one line and exits 1.
+evaluator, delivery and the budget store erase their own state. The CLI prints what was erased (or
+``--json``); a refusal prints one line and exits 1.
 
 Left out: the rule (``pipeline.rules.commands.apply``) and what each consumer does with the erasure
 record.
@@ -59,13 +59,14 @@ def erase(
 ) -> None:
     """Erase a subject: every watcher of TENANT/USER, everywhere vigil keeps it.
 
-    For operators. Watchers, their state, undelivered notifications and budget keys of the
-    subject are removed; this cannot be undone. Asks first unless --yes.
+    For operators (vigil --as-operator erase …). Watchers, their state, undelivered
+    notifications and budget keys of the subject are removed; this cannot be undone. Asks
+    first unless --yes. A grant of the subject must still let it be managed (seed 000).
 
     \b
     Example:
-      vigil erase --tenant acme --user u-42
-      vigil erase --tenant acme --user u-42 --yes --json
+      vigil --as-operator erase --tenant acme --user u-42
+      vigil --as-operator erase --tenant acme --user u-42 --yes --json
     """
     ctx.find_root().meta["vigil.timeout"] = timeout
     if not yes:
@@ -74,5 +75,5 @@ def erase(
             abort=True,
             err=True,
         )
-    result = send_command(state, CommandVerb.ERASE, tenant, user)
+    result = send_command(state, CommandVerb.ERASE, tenant, user, operator_verb=True)
     report(result, as_json, render_erased)

@@ -1,9 +1,9 @@
 """``vigil grant add|list|revoke``: grants as records, written by the command processor.
 
-Operator verbs (DESIGN.md §9). ``add`` prints the new grant's id; ``list`` prints every grant
-(``--tenant/--user`` narrow it); ``revoke`` takes an id, or a subject and a source (a grant
-naming only that source is removed, one naming more loses that source). Results, errors and
-``--json`` behave as in ``vigil watch``.
+Operator verbs (DESIGN.md §9): ``vigil --as-operator grant …`` with an ``[operator]`` identity.
+``add`` prints the new grant's id; ``list`` prints every grant (``--tenant/--user`` narrow it);
+``revoke`` takes an id, or a subject and a source (a grant naming only that source is removed, one
+naming more loses that source). Results, errors and ``--json`` behave as in ``vigil watch``.
 
 Left out: the rules (``pipeline.rules.commands.apply``) and the round trip
 (``pipeline.cli.watch_cmd``).
@@ -71,7 +71,7 @@ def _row(view: dict[str, Any]) -> str:
 )
 @click.pass_context
 def grant(ctx: click.Context, timeout: float) -> None:
-    """Add, list and revoke grants (operators)."""
+    """Add, list and revoke grants (operators: vigil --as-operator grant …)."""
     ctx.find_root().meta["vigil.timeout"] = timeout
 
 
@@ -124,7 +124,9 @@ def add(
         raise
     except ValueError as exc:  # pydantic's ValidationError: name the first field
         raise click.BadParameter(str(exc).splitlines()[-1]) from None
-    result = send_command(state, CommandVerb.GRANT_ADD, tenant, user, grant=spec)
+    result = send_command(
+        state, CommandVerb.GRANT_ADD, tenant, user, operator_verb=True, grant=spec
+    )
     report(result, as_json, lambda view: str(view["grant_id"]))
 
 
@@ -135,7 +137,7 @@ def add(
 @pass_state
 def list_cmd(state: CliState, tenant: str | None, user: str | None, as_json: bool) -> None:
     """List grants."""
-    result = send_command(state, CommandVerb.GRANT_LIST, None, None)
+    result = send_command(state, CommandVerb.GRANT_LIST, None, None, operator_verb=True)
     if result.result is not None and (tenant is not None or user is not None):
         kept = [
             g
@@ -174,7 +176,13 @@ def revoke(
     if grant_id is None and any(v is None for v in by_subject):
         raise click.UsageError("give --id, or all of --tenant --user --source")
     result = send_command(
-        state, CommandVerb.GRANT_REVOKE, tenant, user, grant_id=grant_id, source_id=source
+        state,
+        CommandVerb.GRANT_REVOKE,
+        tenant,
+        user,
+        operator_verb=True,
+        grant_id=grant_id,
+        source_id=source,
     )
 
     def render(body: dict[str, Any]) -> str:

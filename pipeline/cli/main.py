@@ -79,11 +79,20 @@ class _LazyGroup(click.Group):
     type=click.Path(path_type=Path, dir_okay=False),
     help="vigil.toml to use (default: $VIGIL_CONFIG, then ./vigil.toml, then built-in defaults).",
 )
+@click.option(
+    "--as-operator",
+    is_flag=True,
+    help="Act as the [operator] identity of vigil.toml: grants, erasure, other subjects.",
+)
 @click.version_option(package_name="vigil")
 @click.pass_context
-def vigil(ctx: click.Context, config_path: Path | None) -> None:
-    """Governed watchers, agent watches and schedules on Apache Kafka."""
-    ctx.obj = CliState(config_path)
+def vigil(ctx: click.Context, config_path: Path | None, as_operator: bool) -> None:
+    """Governed watchers, agent watches and schedules on Apache Kafka.
+
+    The CLI acts as the configured [subject] (a user); operator verbs (vigil grant, vigil
+    erase, --tenant/--user for another subject) need --as-operator and an [operator] identity.
+    """
+    ctx.obj = CliState(config_path, as_operator)
 
 
 def main() -> None:

@@ -1,9 +1,10 @@
 """``vigil watch create|update|propose|approve|show|list|pause|resume|cancel`` over Kafka.
 
 Each verb builds one command, sends it to the command processor and waits for its result
-(:class:`pipeline.control.client.CommandClient`). The CLI's principal is the configured
-``[subject]`` acting as an operator (DESIGN.md §10: only edges with Kafka credentials produce
-to ``commands``); ``--tenant T --user U`` acts for another subject. ``show`` and ``list`` are
+(:class:`pipeline.control.client.CommandClient`). The CLI acts as the configured ``[subject]``
+(a user, ``pipeline.cli.identity``); ``--tenant T --user U`` acts for another subject, an
+operator action (``vigil --as-operator``). ``update`` names the revision it read
+(``--revision``, required: a stale or missing one is refused). ``show`` and ``list`` are
 commands too, answered by the processor from its registry: one path, authorized like the rest,
 and a ``show`` right after a ``create`` already sees it (same subject partition, in order).
 A refusal prints one line (``Error: <field>: <message> [<code>]``) and exits 1; ``--json``
@@ -23,7 +24,8 @@ import click
 import yaml
 
 from pipeline.cli.context import CliState, pass_state
-from pipeline.control.client import DEFAULT_TIMEOUT_S, CommandClient, operator_principal
+from pipeline.cli.identity import cli_principal
+from pipeline.control.client import DEFAULT_TIMEOUT_S, CommandClient
 from pipeline.rules.commands import CommandResult, CommandVerb
 from pipeline.rules.errors import DefinitionError
 from pipeline.rules.lifecycle import WatcherStatus
@@ -69,8 +71,12 @@ def subject_options(command: F) -> F:
     command = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")(
         command
     )
-    command = click.option("--user", help="Act for this user (with --tenant).")(command)
-    command = click.option("--tenant", help="Act for this tenant (with --user).")(command)
+    command = click.option("--user", help="Act for this user (with --tenant; --as-operator).")(
+        command
+    )
+    command = click.option("--tenant", help="Act for this tenant (with --user; --as-operator).")(
+        command
+    )
     return command
 
 
@@ -80,14 +86,16 @@ def send_command(
     tenant: str | None,
     user: str | None,
     /,
+    operator_verb: bool = False,
     **fields: Any,
 ) -> CommandResult:
-    """Send one command as the configured operator and wait for its result."""
+    """Send one command as the CLI's principal (``cli_principal``) and wait for its result."""
     if (tenant is None) != (user is None):
         raise click.UsageError("--tenant and --user go together")
     config = cli.config
     me = config.subject
-    principal = operator_principal(me.tenant_id, me.user_id)
+    other = tenant is not None and (tenant, user) != (me.tenant_id, me.user_id)
+    principal = cli_principal(cli, operator_verb=operator_verb, other_subject=other)
     timeout = _timeout()
     with CommandClient(
         config.kafka.bootstrap_servers, config.kafka.topology(), timeout_s=timeout
@@ -199,19 +207,20 @@ def create(
 @click.option(
     "--revision",
     type=click.IntRange(min=0),
-    help="The revision you saw (compare-and-set); without it, create or replace.",
+    required=True,
+    help="The revision you read (`vigil watch show`): refused unless it is still current.",
 )
 @subject_options
 @pass_state
 def update(
     state: CliState,
     source: TextIO,
-    revision: int | None,
+    revision: int,
     tenant: str | None,
     user: str | None,
     as_json: bool,
 ) -> None:
-    """Replace a watcher's definition with a new version."""
+    """Replace a live watcher's definition with a new version (compare-and-set)."""
     definition = _definition_from(source)
     result = send_command(
         state,

@@ -3,13 +3,16 @@
 Owns :class:`AgentRunner`, which runs ``[agent] command`` as an ephemeral session (seed 001): a
 new process per call, the prompt on stdin, the answer on stdout, a timeout that kills the whole
 process group, never inside a Kafka transaction (callers run it between two). The process gets
-``VIGIL_SOCKET``, ``VIGIL_CHAT_ID`` and a per-run ``VIGIL_AGENT_TOKEN`` from
-:class:`AgentTokens`: requests bearing that token — or coming from that process or its
-children — act with the agent role (schedule and propose only, DESIGN.md §10), bound to a
-session of their own.
+an allowlisted environment (``isolation.allowlisted_env``: never vigil's secrets) plus
+``VIGIL_SOCKET``, ``VIGIL_CHAT_ID``, ``VIGIL_SESSION_ID`` and a per-run ``VIGIL_AGENT_TOKEN``
+from :class:`AgentTokens`; with ``[agent] run_as`` it runs under that user's uid. Requests
+bearing the token — or coming from the run's process, its descendants (its process group or
+session survives a double fork) or, after the run, what it left behind — act with the agent
+role (DESIGN.md §10), bound to a session of their own.
 
 Left out: what the agent is (any command that reads stdin and answers on stdout), delivering
-the answer (``dispatch`` for immediate prompts, the delivery consumer for scheduled ones).
+the answer (``dispatch`` for immediate prompts, the delivery consumer for scheduled ones) and
+deciding a socket peer's principal (``identity``).
 """
 
 from __future__ import annotations
@@ -21,23 +24,32 @@ import secrets
 import signal
 import subprocess
 import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Final
 
+from pipeline.control.isolation import (
+    AgentUser,
+    ProcessInfo,
+    allowlisted_env,
+    process_info,
+)
 from pipeline.rules.authz import Principal, Role
 from pipeline.rules.errors import ConfigError, VigilError
 
 __all__ = [
     "ENV_AGENT_TOKEN",
     "ENV_CHAT_ID",
+    "ENV_SESSION_ID",
     "ENV_SOCKET",
     "MAX_ANSWER",
     "AgentRun",
     "AgentRunner",
     "AgentTokens",
+    "agent_principal",
 ]
 
 log = logging.getLogger(__name__)
@@ -45,53 +57,90 @@ log = logging.getLogger(__name__)
 ENV_SOCKET: Final = "VIGIL_SOCKET"
 ENV_CHAT_ID: Final = "VIGIL_CHAT_ID"
 ENV_AGENT_TOKEN: Final = "VIGIL_AGENT_TOKEN"
+ENV_SESSION_ID: Final = "VIGIL_SESSION_ID"
 MAX_ANSWER: Final = 4096  # one chat message
 _KILL_GRACE_S: Final = 2.0
+_ENDED_KEPT: Final = 1024  # ended runs remembered, so what they leave behind stays the agent
+
+
+def agent_principal(
+    tenant_id: str, user_id: str, session_id: str, *, name: str = "agent"
+) -> Principal:
+    """An agent of ``(tenant_id, user_id)`` acting in ``session_id``."""
+    return Principal(
+        name=f"{name}:{session_id}",
+        role=Role.AGENT,
+        tenant_id=tenant_id,
+        user_id=user_id,
+        session_id=session_id,
+    )
 
 
 @dataclass(frozen=True, slots=True)
 class AgentRun:
-    """One live agent process: who it acts as, for which chat."""
+    """One agent process: who it acts as, for which chat; ``pid`` and ``start`` (its start in
+    clock ticks after boot) once started — the pid is its process group and session too."""
 
     token: str
     principal: Principal
     chat: str
     pid: int | None = None
+    start: int | None = None
+
+    def holds(self, chain: Sequence[ProcessInfo]) -> bool:
+        """Whether a process of ``chain`` (a peer and its ancestors) is this run's process or
+        its descendant, even one that double-forked away from it (same group or session)."""
+        if self.pid is None:
+            return False
+        if not any(self.pid in (info.pid, info.group, info.session) for info in chain):
+            return False
+        leader = process_info(self.pid)  # a pid number is reused only once its session is gone
+        return leader is None or leader.start == self.start
 
 
 class AgentTokens:
-    """Per-run agent tokens, valid while their run lasts. Thread-safe."""
+    """Per-run agent tokens, valid while their run lasts; ended runs are remembered (the last
+    :data:`_ENDED_KEPT`) so that a process a run left behind is still that run's agent.
+    Thread-safe."""
 
     def __init__(self, tenant_id: str, user_id: str) -> None:
         self._tenant_id = tenant_id
         self._user_id = user_id
         self._runs: dict[str, AgentRun] = {}
+        self._ended: OrderedDict[str, AgentRun] = OrderedDict()
         self._lock = threading.Lock()
 
     def issue(self, chat: str) -> AgentRun:
         token = secrets.token_urlsafe(24)
         session = "agent-run-" + secrets.token_hex(4)
-        principal = Principal(
-            name=f"agent:{session}",
-            role=Role.AGENT,
-            tenant_id=self._tenant_id,
-            user_id=self._user_id,
-            session_id=session,
-        )
+        principal = agent_principal(self._tenant_id, self._user_id, session)
         run = AgentRun(token, principal, chat)
         with self._lock:
             self._runs[token] = run
         return run
 
-    def attach(self, run: AgentRun, pid: int) -> None:
-        """Remember the run's process, so its children are recognised without the token."""
+    def stray(self, uid: int) -> Principal:
+        """The agent principal of a process under the agent's uid that no run claims."""
+        return agent_principal(self._tenant_id, self._user_id, f"agent-uid-{uid}")
+
+    def attach(self, run: AgentRun, pid: int) -> AgentRun:
+        """Remember the run's process, so its descendants are recognised without the token."""
+        info = process_info(pid)
+        start = None if info is None else info.start
+        attached = AgentRun(run.token, run.principal, run.chat, pid, start)
         with self._lock:
             if run.token in self._runs:
-                self._runs[run.token] = AgentRun(run.token, run.principal, run.chat, pid)
+                self._runs[run.token] = attached
+        return attached
 
     def revoke(self, run: AgentRun) -> None:
+        """End the run: its token stops working; its processes stay its agent."""
         with self._lock:
-            self._runs.pop(run.token, None)
+            ended = self._runs.pop(run.token, None)
+            if ended is not None and ended.pid is not None:
+                self._ended[ended.token] = ended
+                while len(self._ended) > _ENDED_KEPT:
+                    self._ended.popitem(last=False)
 
     def by_token(self, token: str) -> AgentRun | None:
         with self._lock:
@@ -100,13 +149,11 @@ class AgentTokens:
                     return run
         return None
 
-    def by_pid(self, pids: Sequence[int]) -> AgentRun | None:
-        """The run whose process is one of ``pids`` (a peer and its ancestors)."""
+    def by_process(self, chain: Sequence[ProcessInfo]) -> AgentRun | None:
+        """The run (live, else recently ended) whose process ``chain`` descends from."""
         with self._lock:
-            for run in self._runs.values():
-                if run.pid is not None and run.pid in pids:
-                    return run
-        return None
+            candidates = [*self._runs.values(), *reversed(self._ended.values())]
+        return next((run for run in candidates if run.holds(chain)), None)
 
 
 class AgentRunner:
@@ -120,12 +167,15 @@ class AgentRunner:
         tokens: AgentTokens,
         *,
         environ: Mapping[str, str] | None = None,
+        pass_env: Sequence[str] = (),
+        user: AgentUser | None = None,
     ) -> None:
         self._command = list(command) if command else None
         self._timeout_s = timeout.total_seconds()
         self._socket_path = socket_path
         self._tokens = tokens
-        self._environ = dict(os.environ if environ is None else environ)
+        self._environ = allowlisted_env(os.environ if environ is None else environ, pass_env)
+        self._user = user
 
     def ask(self, text: str, chat: str) -> str:
         """The agent's answer to ``text`` (stdout, stripped, at most :data:`MAX_ANSWER`).
@@ -139,7 +189,10 @@ class AgentRunner:
             ENV_SOCKET: str(self._socket_path),
             ENV_CHAT_ID: chat,
             ENV_AGENT_TOKEN: run.token,
+            ENV_SESSION_ID: run.principal.session_id or "",
         }
+        if self._user is not None:
+            env["HOME"] = str(self._user.home)
         try:
             return self._run(run, env, text)
         finally:
@@ -147,6 +200,7 @@ class AgentRunner:
 
     def _run(self, run: AgentRun, env: dict[str, str], text: str) -> str:
         name = Path(self._command[0]).name if self._command else "agent"
+        user = self._user
         try:
             proc = subprocess.Popen(
                 self._command or [],
@@ -155,6 +209,10 @@ class AgentRunner:
                 stderr=subprocess.PIPE,
                 env=env,
                 start_new_session=True,  # its own process group: a timeout kills all of it
+                cwd=None if user is None else user.working_dir(),
+                user=None if user is None else user.uid,
+                group=None if user is None else user.gid,
+                extra_groups=None if user is None else [],
             )
         except OSError as exc:
             raise VigilError(f"cannot start the agent {name!r}: {exc.strerror}") from None

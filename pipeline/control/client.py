@@ -41,11 +41,15 @@ def new_request_id() -> str:
     return uuid.uuid4().hex
 
 
-def operator_principal(tenant_id: str, user_id: str) -> Principal:
-    """The CLI's principal: the configured subject as an operator (DESIGN.md §10: only edges
-    with Kafka credentials may produce to ``commands``; ACLs enforce it on shared clusters)."""
+def operator_principal(tenant_id: str, user_id: str, *, name: str | None = None) -> Principal:
+    """An operator identity at an authenticated edge (DESIGN.md §10: only edges with Kafka
+    credentials may produce to ``commands``; ACLs enforce it on shared clusters): the CLI's
+    explicit ``--as-operator`` (``[operator] name``), the daemon ensuring its own grant."""
     return Principal(
-        name=f"cli:{tenant_id}/{user_id}", role=Role.OPERATOR, tenant_id=tenant_id, user_id=user_id
+        name=name or f"operator:{tenant_id}/{user_id}",
+        role=Role.OPERATOR,
+        tenant_id=tenant_id,
+        user_id=user_id,
     )
 
 

@@ -1,17 +1,20 @@
 """The transport-agnostic control-plane core: ``dispatch(request, principal, chat) → response``.
 
 Owns what each verb means once a caller is authenticated and its chat resolved (DESIGN.md §5,
-§10; seed 001): ``schedule`` becomes a create (or, with ``--update``, an upsert: an update
-without an expected revision) of the schedule watcher ``schedule:<chat>:<name>`` through the
-command processor; ``list`` and ``cancel`` read and cancel those watchers; ``send`` is a
-``send`` command, whose outbox entry (keyed by the request delivery key) the command processor
-writes in its transaction; ``prompt`` runs the agent here (outside any transaction) and then
-sends its answer as a ``send`` command naming the prompt, keyed by a key derived from the
-prompt's; ``query`` returns the answer and delivers nothing; ``run`` starts an allowlisted
-script. Roles are checked here, at the edge (agents: schedule and send only,
-:func:`pipeline.rules.authz.may`), and again by the command processor, which sees the principal as
-asserted (an agent stays an agent); grants are the command processor's and delivery's,
-fail-closed.
+§10; seed 001): ``schedule`` becomes a ``schedule`` command (or, with ``--update``,
+``schedule_update``: seed 001's upsert, the one update without an expected revision) of the
+schedule watcher ``schedule:<chat>:<name>`` through the command processor; ``list`` and
+``cancel`` read and cancel those watchers; ``send`` is a ``send`` command, whose outbox entry
+(keyed by the request delivery key) the command processor writes in its transaction; ``prompt``
+runs the agent here (outside any transaction) and then sends its answer as a ``send`` command
+naming the prompt, keyed by a key derived from the prompt's; ``query`` returns the answer and
+delivers nothing; ``run`` starts an allowlisted script. Seed 000 at every edge: before the agent
+step of ``prompt``, before ``query`` and before ``run``, the command processor authorizes the
+verb against the subject's grants (a ``run``/``query``/``prompt`` command that writes nothing),
+so revoking the daemon's grant locks these verbs as it locks the others. Roles are checked here,
+at the edge (agents: send, schedule send or prompt, list and cancel their own schedules —
+:func:`pipeline.rules.authz.may`), and again by the command processor, which sees the principal
+as asserted (an agent stays an agent) and decides grants, limits and ownership, fail-closed.
 
 Also owns :func:`resolve_chat` (``--chat`` → ``$VIGIL_CHAT_ID``, both sent by the CLI → the
 sole configured chat → error) and :meth:`Dispatcher.handle`, which turns a raw JSON body into a
@@ -204,9 +207,9 @@ class Dispatcher:
             case PromptRequest():
                 return self._prompt(request, principal, chat)
             case QueryRequest():
-                return VerbResponse.success(chat=chat, answer=self._agent.ask(request.text, chat))
+                return self._query(request, principal, chat)
             case RunRequest():
-                return self._run(request.args, chat)
+                return self._run(request.args, principal, chat)
             case ScheduleRequest():
                 return self._schedule(request, principal, chat)
             case ListRequest():
@@ -225,6 +228,9 @@ class Dispatcher:
     def _prompt(self, request: PromptRequest, principal: Principal, chat: str) -> VerbResponse:
         """Run the agent here, outside any transaction, then send its answer as a command whose
         key the processor derives from this prompt's request id: one prompt, one answer."""
+        refused = self._authorized(CommandVerb.PROMPT, principal, chat)
+        if refused is not None:
+            return refused
         prompt_id = secrets.token_hex(16)
         answer = self._agent.ask(request.text, chat)
         result = self._round_trip(
@@ -232,7 +238,16 @@ class Dispatcher:
         )
         return _delivered(result, chat)
 
-    def _run(self, args: Sequence[str], chat: str) -> VerbResponse:
+    def _query(self, request: QueryRequest, principal: Principal, chat: str) -> VerbResponse:
+        refused = self._authorized(CommandVerb.QUERY, principal, chat)
+        if refused is not None:
+            return refused
+        return VerbResponse.success(chat=chat, answer=self._agent.ask(request.text, chat))
+
+    def _run(self, args: Sequence[str], principal: Principal, chat: str) -> VerbResponse:
+        refused = self._authorized(CommandVerb.RUN, principal, chat)
+        if refused is not None:
+            return refused
         key = request_delivery_key(
             tenant_id=self._who.tenant_id,
             user_id=self._who.user_id,
@@ -249,6 +264,10 @@ class Dispatcher:
     def _schedule(self, request: ScheduleRequest, principal: Principal, chat: str) -> VerbResponse:
         action = request.action
         if isinstance(action, RunAction):
+            if principal.role is Role.AGENT:
+                return VerbResponse.failure(
+                    ErrorKind.DENIED, "an agent schedules send or prompt, never run", "argv"
+                )
             self._runner.check(action.args)
         now = self._clock.now()
         source = timing_source(request, now, self._who.zone)
@@ -264,7 +283,7 @@ class Dispatcher:
             "source": source,
             "delivery": delivery,
         }
-        verb = CommandVerb.UPDATE if request.update else CommandVerb.CREATE
+        verb = CommandVerb.SCHEDULE_UPDATE if request.update else CommandVerb.SCHEDULE
         result = self._round_trip(
             verb, principal, watcher_id=schedule_id(chat, name), definition=definition
         )
@@ -312,6 +331,14 @@ class Dispatcher:
         return VerbResponse.success(chat=chat, name=request.name, cancelled=True)
 
     # -- helpers ---------------------------------------------------------------------------
+
+    def _authorized(
+        self, verb: CommandVerb, principal: Principal, chat: str
+    ) -> VerbResponse | None:
+        """None when the command processor authorizes ``verb`` for ``chat`` now (seed 000:
+        fail-closed against the subject's grants); the refusal otherwise."""
+        result = self._round_trip(verb, principal, target=chat)
+        return None if result.error is None else _failure(result)
 
     def _round_trip(self, verb: CommandVerb, principal: Principal, **fields: Any) -> CommandResult:
         who = self._who

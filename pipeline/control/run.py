@@ -2,8 +2,10 @@
 
 Owns :func:`resolve_script` (only regular, executable files inside ``[run] allow_dir``, after
 resolving every symlink — a link that points outside is refused) and :class:`ScriptRunner`,
-which starts the script with ``VIGIL_CHAT_ID``, ``VIGIL_SOCKET``, ``VIGIL_DELIVERY_KEY`` and,
-when a schedule fired it, ``VIGIL_SCHEDULE_NAME`` and ``VIGIL_SCHEDULE_TIME`` (RFC 3339 UTC),
+which starts the script in an allowlisted environment (``isolation.allowlisted_env``: PATH,
+HOME, LANG, TZ and ``[run] env``, never vigil's secrets) with ``VIGIL_CHAT_ID``,
+``VIGIL_SOCKET``, ``VIGIL_DELIVERY_KEY`` and, when a schedule fired it,
+``VIGIL_SCHEDULE_NAME`` and ``VIGIL_SCHEDULE_TIME`` (RFC 3339 UTC),
 then watches it from a thread: stdout at debug, the exit code at info, failures at warning
 (seed 001). A bare name (``backup.sh``) is looked up in the allowlist directory.
 
@@ -23,6 +25,7 @@ from pathlib import Path
 from typing import Final
 
 from pipeline.control.agent import ENV_CHAT_ID, ENV_SOCKET
+from pipeline.control.isolation import allowlisted_env
 from pipeline.rules.errors import DefinitionError
 from pipeline.rules.instants import rfc3339_seconds
 
@@ -80,10 +83,11 @@ class ScriptRunner:
         socket_path: Path,
         *,
         environ: Mapping[str, str] | None = None,
+        pass_env: Sequence[str] = (),
     ) -> None:
         self._allow_dir = allow_dir
         self._socket_path = socket_path
-        self._environ = dict(os.environ if environ is None else environ)
+        self._environ = allowlisted_env(os.environ if environ is None else environ, pass_env)
         self._watchers: list[threading.Thread] = []
         self._lock = threading.Lock()
 
@@ -107,8 +111,6 @@ class ScriptRunner:
             ENV_SOCKET: str(self._socket_path),
             ENV_DELIVERY_KEY: delivery_key,
         }
-        for name in (ENV_SCHEDULE_NAME, ENV_SCHEDULE_TIME):
-            env.pop(name, None)
         if schedule_name is not None:
             env[ENV_SCHEDULE_NAME] = schedule_name
         if schedule_time is not None:

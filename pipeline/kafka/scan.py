@@ -2,8 +2,9 @@
 
 Owns :class:`Bound` (``earliest``, ``latest``, an RFC 3339 instant, or offsets written
 ``events:0:1200,ticks:1:40``), :func:`scan` (every committed record of one topic between two
-bounds, partition by partition, ending at the end offsets taken when it starts so a busy
-topic cannot keep it reading) and :class:`Progress` (one self-overwriting line on stderr).
+bounds — or only the newest ``tail`` offsets of them — partition by partition, ending at the
+end offsets taken when it starts so a busy topic cannot keep it reading) and
+:class:`Progress` (one self-overwriting line on stderr).
 
 Leaves out decoding records (callers) and what they mean (``pipeline.rules.replay``).
 """
@@ -158,9 +159,11 @@ def scan(
     short: str = "",
     partitions: Collection[int] | None = None,
     progress: Progress | None = None,
+    tail: int | None = None,
 ) -> Iterator[Message]:
     """Every committed record of ``topic`` in ``[start, end)`` (of ``partitions`` only, when
-    given), each partition's records in offset order."""
+    given), each partition's records in offset order; with ``tail``, only the last ``tail``
+    offsets of each partition's range (a bounded read: the newest records)."""
     start = start or Bound()
     end = end or Bound(latest=True)
     short = short or topic
@@ -184,6 +187,8 @@ def scan(
             first = _start_offset(consumer, topic, partition, start, short, high)
             first = low if first < 0 else max(first, low)
             last = _end_offset(consumer, topic, partition, end, short, high)
+            if tail is not None:
+                first = max(first, last - tail)
             if first < last:
                 ranges[partition] = (first, last)
                 total += last - first

@@ -168,6 +168,7 @@ def write_config(state: Path, ports: DevPorts, token: str, partitions: int) -> P
         f"partitions = {partitions}\nreplication_factor = 1\n\n"
         f'[redis]\nurl = "redis://127.0.0.1:{ports.redis}/0"\n\n'
         f'[subject]\ntenant_id = "local"\nuser_id = "me"\ntimezone = "UTC"\n\n'
+        f'[operator]\nname = "dev"\n\n'
         f'[destinations.demo-log]\nkind = "log"\n\n'
         f'[chats.me]\nkind = "console"\n\n'
         f'[rpc]\nsocket_path = "{state / "run" / "vigil.sock"}"\n\n'
@@ -251,7 +252,8 @@ class Demo:
     def load(self) -> None:
         """The grant and the watcher; then a schedule through the daemon; then events."""
         self._retry(
-            "grant", "add", "--tenant", "local", "--user", "me", "--purpose", _PURPOSE,
+            "--as-operator", "grant", "add", "--tenant", "local", "--user", "me",
+            "--purpose", _PURPOSE,
             "--source", DEMO_SOURCE, "--target", "demo-log",
             "--actions", "evaluate,deliver,manage", "--until", "30d",
         )  # fmt: skip

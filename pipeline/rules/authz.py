@@ -2,10 +2,10 @@
 
 Owns the :class:`Grant` record, the :class:`Principal` of a request, grant matching for an
 action (:func:`authorize`, rechecked before every evaluation, delivery attempt and management
-command — DESIGN.md §3) and role rules (:func:`may`, seed 003: agents only propose and
-schedule). Nothing is granted that a grant does not name: no wildcards. Authentication
-(tokens, sockets) and where grants are stored are left to ``pipeline.control`` and the
-command processor.
+command — DESIGN.md §3) and role rules (:func:`may`, seed 003 and DESIGN.md §10: agents
+propose, send, schedule, and list and cancel their own schedules). Nothing is granted that a
+grant does not name: no wildcards. Authentication (tokens, sockets) and where grants are
+stored are left to ``pipeline.control`` and the command processor.
 """
 
 from __future__ import annotations
@@ -245,7 +245,10 @@ _OWNER_VERBS = frozenset(
 _ROLE_VERBS: dict[Role, frozenset[Verb]] = {
     Role.USER: _OWNER_VERBS,
     Role.MANAGER: _OWNER_VERBS,
-    Role.AGENT: frozenset({Verb.PROPOSE, Verb.SCHEDULE, Verb.SEND}),
+    # Agents (DESIGN.md §10): send, schedule send or prompt, list and cancel the schedules their
+    # session created (the command processor holds them to those), propose. Never run, query,
+    # create, update, pause, approve or grant.
+    Role.AGENT: frozenset({Verb.PROPOSE, Verb.SCHEDULE, Verb.SEND, Verb.LIST, Verb.CANCEL}),
     Role.SCOPED_CHAT: frozenset({Verb.SEND, Verb.PROMPT, Verb.QUERY}),
     Role.OPERATOR: frozenset(Verb),
     Role.SYSTEM: frozenset({Verb.CLOSE}),

@@ -110,6 +110,11 @@ class PollingSource(_Source):
             if self.timezone is None:
                 raise DefinitionError("a cron needs an IANA timezone", "source.timezone")
             _check_cron(self.cron, self.timezone)
+            if self.missed is None:  # seed 000: the policy is stated; no silent default
+                raise DefinitionError(
+                    'state the missed-run policy: "skip", "latest" or {"bounded": n}',
+                    "source.missed",
+                )
         if self.missed is not None:
             MissedPolicy.parse(self.missed, "source.missed")
         return self
@@ -137,7 +142,8 @@ class PollingSource(_Source):
 
     @cached_property
     def missed_policy(self) -> MissedPolicy:
-        """``latest`` unless stated; a cadence is always ``latest`` (DESIGN.md §10)."""
+        """As stated (a cron must state it); a cadence without one is ``latest`` (DESIGN.md
+        §10)."""
         return MissedPolicy.parse(self.missed if self.missed is not None else "latest")
 
 

@@ -118,6 +118,25 @@ def agent_watch(
     return body
 
 
+def event_watch(watcher_id: str, **extra: Any) -> dict[str, Any]:
+    """A plain event watcher (purpose ``ops.alert`` on ``ci.pipeline``, target ``ops-hook``)."""
+    body: dict[str, Any] = {
+        "watcher_id": watcher_id,
+        "purpose": "ops.alert",
+        "source": {
+            "kind": "event",
+            "source_id": "ci.pipeline",
+            "event_type": "build.finished",
+            "max_age": "10m",
+        },
+        "condition": {"eq": ["status", "failed"]},
+        "delivery": {"target": "ops-hook"},
+        "expires_at": "2099-01-01T00:00:00Z",
+    }
+    body.update(extra)
+    return body
+
+
 class ProcessorThread:
     def __init__(self, bootstrap: str, topology: Topology) -> None:
         self.processor = CommandProcessor(

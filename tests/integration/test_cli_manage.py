@@ -103,6 +103,7 @@ def daemon(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Daemon]:
         f'[kafka]\nbootstrap_servers = "{kafka_bootstrap}"\ntopic_prefix = "{prefix}"\n'
         f"partitions = {PARTITIONS}\n\n"
         '[subject]\ntenant_id = "local"\nuser_id = "me"\n\n'
+        '[operator]\nname = "ops"\n\n'
         '[metrics]\nlisten = "127.0.0.1:0"\n',
         encoding="utf-8",
     )
@@ -149,7 +150,8 @@ def daemon(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Daemon]:
 
 
 def add_grant(daemon: Daemon, *sources: str, tenant: str = "local", user: str = "me") -> str:
-    args = ["grant", "add", "--tenant", tenant, "--user", user, "--purpose", "ops.alert"]
+    args = ["--as-operator", "grant", "add", "--tenant", tenant, "--user", user]
+    args += ["--purpose", "ops.alert"]
     for source in sources:
         args += ["--source", source]
     args += ["--target", "ops-hook", "--actions", "evaluate,deliver,manage", "--until", "30d"]
@@ -162,19 +164,21 @@ def add_grant(daemon: Daemon, *sources: str, tenant: str = "local", user: str = 
 
 def test_grant_add_list_revoke_round_trip_through_the_processor(daemon: Daemon) -> None:
     grant_id = add_grant(daemon, "ci.pipeline")
-    listed = vigil_cli(daemon, "grant", "list", "--json")
+    listed = vigil_cli(daemon, "--as-operator", "grant", "list", "--json")
     assert listed.exit_code == 0, listed.stderr
     grants = json.loads(listed.stdout)["grants"]
     assert [(g["grant_id"], g["sources"], g["actions"]) for g in grants] == [
         (grant_id, ["ci.pipeline"], ["deliver", "evaluate", "manage"])
     ]
-    plain = vigil_cli(daemon, "grant", "list")
+    plain = vigil_cli(daemon, "--as-operator", "grant", "list")
     assert grant_id in plain.stdout and "sources=ci.pipeline" in plain.stdout
 
-    revoked = vigil_cli(daemon, "grant", "revoke", "--id", grant_id)
+    revoked = vigil_cli(daemon, "--as-operator", "grant", "revoke", "--id", grant_id)
     assert revoked.exit_code == 0 and f"revoked {grant_id}" in revoked.stdout
-    assert json.loads(vigil_cli(daemon, "grant", "list", "--json").stdout) == {"grants": []}
-    again = vigil_cli(daemon, "grant", "revoke", "--id", grant_id)
+    assert json.loads(vigil_cli(daemon, "--as-operator", "grant", "list", "--json").stdout) == {
+        "grants": []
+    }
+    again = vigil_cli(daemon, "--as-operator", "grant", "revoke", "--id", grant_id)
     assert again.exit_code == 1
     assert again.stderr.strip().splitlines()[-1].endswith("[not_found]")
 
@@ -256,28 +260,23 @@ def test_operator_acts_for_another_subject_and_sigterm_stops_the_processor_clean
     daemon: Daemon,
 ) -> None:
     add_grant(daemon, "ci.pipeline", tenant="acme", user="u-42")
+    subject = ("--tenant", "acme", "--user", "u-42")
+    as_user = vigil_cli(daemon, "watch", "create", "-f", "-", *subject, stdin=DEFINITION_YAML)
+    assert as_user.exit_code == 2 and "--as-operator" in as_user.output
     created = vigil_cli(
-        daemon,
-        "watch",
-        "create",
-        "-f",
-        "-",
-        "--tenant",
-        "acme",
-        "--user",
-        "u-42",
-        stdin=DEFINITION_YAML,
+        daemon, "--as-operator", "watch", "create", "-f", "-", *subject, stdin=DEFINITION_YAML
     )
     assert created.exit_code == 0, created.stderr
     theirs = json.loads(
-        vigil_cli(daemon, "watch", "list", "--tenant", "acme", "--user", "u-42", "--json").stdout
+        vigil_cli(daemon, "--as-operator", "watch", "list", *subject, "--json").stdout
     )
     assert [(w["tenant_id"], w["user_id"]) for w in theirs["watchers"]] == [("acme", "u-42")]
-    mine = vigil_cli(daemon, "watch", "list", "--json")
-    assert json.loads(mine.stdout) == {"watchers": []}
+    mine = vigil_cli(daemon, "watch", "list", "--json")  # local/me holds no grant: fail-closed
+    assert mine.exit_code == 1 and json.loads(mine.stdout)["error"]["code"] == "denied"
 
     grant = vigil_cli(
         daemon,
+        "--as-operator",
         "grant",
         "add",
         "--tenant",
@@ -298,13 +297,15 @@ def test_operator_acts_for_another_subject_and_sigterm_stops_the_processor_clean
         "2099-01-01T00:00:00Z",
     )
     assert grant.exit_code == 0, grant.stderr
-    subject = ("--tenant", "acme", "--user", "u-42")
-    proposed = vigil_cli(daemon, "watch", "propose", "-f", "-", *subject, stdin=AGENT_WATCH_JSON)
+    op = "--as-operator"
+    proposed = vigil_cli(
+        daemon, op, "watch", "propose", "-f", "-", *subject, stdin=AGENT_WATCH_JSON
+    )
     assert proposed.stdout.strip() == "proposed aw-1: proposed (version 1, revision 1)"
     twin = AGENT_WATCH_JSON.replace('"aw-1"', '"aw-2"')
-    collapsed = vigil_cli(daemon, "watch", "propose", "-f", "-", *subject, stdin=twin)
+    collapsed = vigil_cli(daemon, op, "watch", "propose", "-f", "-", *subject, stdin=twin)
     assert collapsed.stdout.strip().startswith("already proposed as aw-1: proposed")
-    approved = vigil_cli(daemon, "watch", "approve", "aw-1", *subject)
+    approved = vigil_cli(daemon, op, "watch", "approve", "aw-1", *subject)
     assert approved.stdout.strip() == "approved aw-1: active (version 1, revision 2)"
 
     port = int(daemon.wait_for(r"metrics on port (\d+)").group(1))
@@ -320,23 +321,24 @@ def test_operator_acts_for_another_subject_and_sigterm_stops_the_processor_clean
 
 def test_erase_asks_first_then_forgets_every_watcher_of_the_subject(daemon: Daemon) -> None:
     subject = ("--tenant", "acme", "--user", "u-42")
+    op = "--as-operator"
     add_grant(daemon, "ci.pipeline", tenant="acme", user="u-42")
-    created = vigil_cli(daemon, "watch", "create", "-f", "-", *subject, stdin=DEFINITION_YAML)
+    created = vigil_cli(daemon, op, "watch", "create", "-f", "-", *subject, stdin=DEFINITION_YAML)
     assert created.exit_code == 0, created.stderr
 
-    declined = vigil_cli(daemon, "erase", *subject, stdin="n\n")
+    declined = vigil_cli(daemon, op, "erase", *subject, stdin="n\n")
     assert declined.exit_code == 1
     assert "Erase every watcher of tenant 'acme' user 'u-42'?" in declined.stderr
-    kept = json.loads(vigil_cli(daemon, "watch", "list", *subject, "--json").stdout)
+    kept = json.loads(vigil_cli(daemon, op, "watch", "list", *subject, "--json").stdout)
     assert [w["watcher_id"] for w in kept["watchers"]] == ["release-build-failed"]
 
-    erased = vigil_cli(daemon, "erase", *subject, stdin="y\n")
+    erased = vigil_cli(daemon, op, "erase", *subject, stdin="y\n")
     assert erased.exit_code == 0, erased.stderr
     assert erased.stdout.splitlines() == ["erased acme/u-42: 1 watcher", "  release-build-failed"]
-    gone = vigil_cli(daemon, "watch", "show", "release-build-failed", *subject)
+    gone = vigil_cli(daemon, op, "watch", "show", "release-build-failed", *subject)
     assert gone.exit_code == 1 and gone.stderr.strip().endswith("[not_found]")
 
-    again = vigil_cli(daemon, "erase", *subject, "--yes", "--json")
+    again = vigil_cli(daemon, op, "erase", *subject, "--yes", "--json")
     assert again.exit_code == 0, again.stderr
     assert json.loads(again.stdout) == {
         "tenant_id": "acme",

@@ -368,26 +368,39 @@ def test_send_writes_its_outbox_entry_on_the_partition_of_its_delivery_key(plane
     assert entries[key].trigger["request_id"] == sent.result["request_id"]
 
 
-def test_an_agents_schedule_is_accepted_and_logged_as_the_agents(plane: Plane) -> None:
+def test_an_agents_schedule_is_accepted_logged_as_the_agents_and_its_alone_to_cancel(
+    plane: Plane,
+) -> None:
     _control_grant(plane, "me")
     agent = Principal(
         name="agent:run-1", role=Role.AGENT, tenant_id=TENANT, user_id=USER, session_id="run-1"
     )
+    other = agent.model_copy(update={"name": "agent:run-2", "session_id": "run-2"})
     body = {
         "watcher_id": "schedule:me:later",
         "purpose": "control.chat",
         "source": {"kind": "schedule", "at": "2099-01-01T00:00:00Z"},
         "delivery": {"target": "me", "verb": "send", "text": "later"},
     }
-    created = plane.client.send(
+    as_create = plane.client.send(
         plane.client.command(CommandVerb.CREATE, agent, TENANT, USER, definition=body)
     )
+    assert as_create.error is not None and as_create.error.code is ResultCode.DENIED
+    created = plane.client.send(
+        plane.client.command(CommandVerb.SCHEDULE, agent, TENANT, USER, definition=body)
+    )
     assert created.ok, created.error
+    assert created.result is not None and created.result["session_id"] == "run-1"
     key = watcher_key(TENANT, USER, "schedule:me:later")
     [logged] = [v for _, k, v in plane.records(Topic.DEFINITION_LOG) if v and k == key]
     assert (logged["principal"], logged["role"]) == ("agent:run-1", "agent")
-    cancel = plane.client.command(
+    theirs = plane.client.command(
+        CommandVerb.CANCEL, other, TENANT, USER, watcher_id="schedule:me:later"
+    )
+    refused = plane.client.send(theirs)
+    assert refused.error is not None and refused.error.code is ResultCode.NOT_FOUND
+    mine = plane.client.command(
         CommandVerb.CANCEL, agent, TENANT, USER, watcher_id="schedule:me:later"
     )
-    refused = plane.client.send(cancel)
-    assert refused.error is not None and refused.error.code is ResultCode.DENIED
+    cancelled = plane.client.send(mine)
+    assert cancelled.ok, cancelled.error

@@ -323,13 +323,14 @@ def test_run_starts_an_allowlisted_script_with_chat_and_socket(stack: Stack) -> 
     assert outside.returncode == 1 and "outside the run allowlist" in outside.stderr
 
 
-def test_agent_run_may_schedule_with_its_token_but_not_cancel(stack: Stack) -> None:
+def test_agent_run_schedules_and_cancels_its_own_with_its_token(stack: Stack) -> None:
     agent = stack.root / "scheduling-agent.sh"
     agent.write_text(
         "#!/bin/sh\n"
         f'{" ".join(VIGIL)} schedule --in 1h --name by-agent -- send "from the agent" >/dev/null'
         " && echo scheduled\n"
-        f"{' '.join(VIGIL)} cancel --name by-agent >/dev/null 2>&1 || echo cancel-denied\n"
+        f"{' '.join(VIGIL)} list --json | grep -c by-agent\n"
+        f"{' '.join(VIGIL)} cancel --name by-agent >/dev/null && echo cancelled-own\n"
     )
     agent.chmod(0o700)
     config = stack.config.read_text()
@@ -344,8 +345,8 @@ def test_agent_run_may_schedule_with_its_token_but_not_cancel(stack: Stack) -> N
         _wait(lambda: stack.log("daemon").count("control grant") >= 2, 60, "the restarted daemon")
         result = stack.vigil("query", "--chat", "me", "remind me")
         assert result.returncode == 0, result.stderr
-        assert result.stdout.split() == ["scheduled", "cancel-denied"]
-        assert [e["name"] for e in stack.listed("me") if e["name"] == "by-agent"] == ["by-agent"]
+        assert result.stdout.split() == ["scheduled", "1", "cancelled-own"]
+        assert [e["name"] for e in stack.listed("me") if e["name"] == "by-agent"] == []
     finally:
         stack.config.write_text(config)
         stack.vigil("cancel", "--chat", "me", "--name", "by-agent")

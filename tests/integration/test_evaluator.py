@@ -392,7 +392,8 @@ def test_watch_created_with_the_cli_decides_events_and_follows_pause_resume_and_
     config = tmp_path / "vigil.toml"
     config.write_text(
         f'[kafka]\nbootstrap_servers = "{kafka_bootstrap}"\ntopic_prefix = "{topology.prefix}"\n'
-        f'partitions = {PARTITIONS}\n\n[subject]\ntenant_id = "{tenant}"\nuser_id = "me"\n',
+        f'partitions = {PARTITIONS}\n\n[subject]\ntenant_id = "{tenant}"\nuser_id = "me"\n'
+        '[operator]\nname = "test"\n',
         encoding="utf-8",
     )
 
@@ -407,7 +408,8 @@ def test_watch_created_with_the_cli_decides_events_and_follows_pause_resume_and_
     seen = count(kafka_bootstrap, topology)
     try:
         grant_id = cli(
-            "grant", "add", "--tenant", tenant, "--user", "me", "--purpose", "ops.alert",
+            "--as-operator", "grant", "add", "--tenant", tenant, "--user", "me",
+            "--purpose", "ops.alert",
             "--source", SOURCE, "--target", "ops-hook", "--actions", "evaluate,manage",
             "--until", "30d",
         ).strip()  # fmt: skip
@@ -423,7 +425,7 @@ def test_watch_created_with_the_cli_decides_events_and_follows_pause_resume_and_
         cli("watch", "resume", "release-build-failed")
         publish("b-3")
         wait_for(lambda: seen() >= 3, what="the resumed decision")
-        cli("grant", "revoke", "--id", grant_id)
+        cli("--as-operator", "grant", "revoke", "--id", grant_id)
         publish("b-4")
         wait_for(lambda: seen() >= 4, what="the denied decision")
     finally:
@@ -450,7 +452,8 @@ def test_satisfied_once_watch_is_closed_through_the_command_processor(
     config = tmp_path / "vigil.toml"
     config.write_text(
         f'[kafka]\nbootstrap_servers = "{kafka_bootstrap}"\ntopic_prefix = "{topology.prefix}"\n'
-        f'partitions = {PARTITIONS}\n\n[subject]\ntenant_id = "{tenant}"\nuser_id = "me"\n',
+        f'partitions = {PARTITIONS}\n\n[subject]\ntenant_id = "{tenant}"\nuser_id = "me"\n'
+        '[operator]\nname = "test"\n',
         encoding="utf-8",
     )
 
@@ -461,7 +464,8 @@ def test_satisfied_once_watch_is_closed_through_the_command_processor(
 
     try:
         cli(
-            "grant", "add", "--tenant", tenant, "--user", "me", "--purpose", "ops.alert",
+            "--as-operator", "grant", "add", "--tenant", tenant, "--user", "me",
+            "--purpose", "ops.alert",
             "--source", SOURCE, "--target", "ops-hook", "--actions", "evaluate,manage",
             "--until", "30d",
         )  # fmt: skip

@@ -46,7 +46,8 @@ def stack(kafka_bootstrap: str, redis_url: str, tmp_path: Path) -> Iterator[dict
         f"partitions = 2\nreplication_factor = 1\n\n"
         f'[redis]\nurl = "{redis_url}"\n\n'
         f'[subject]\ntenant_id = "ex"\nuser_id = "{prefix}"\ntimezone = "UTC"\n\n'
-        f'[destinations.ops-hook]\nkind = "log"\n\n[instance]\nid = "{prefix}"\n',
+        f'[destinations.ops-hook]\nkind = "log"\n\n[instance]\nid = "{prefix}"\n\n'
+        '[operator]\nname = "ops"\n',
         encoding="utf-8",
     )
     env = {**os.environ, "VIGIL_CONFIG": str(config), "PYTHONUNBUFFERED": "1"}
@@ -83,7 +84,8 @@ def test_explain_lists_evaluations_in_order_with_reasons_digests_and_delivery_st
 ) -> None:
     env = stack
     _vigil(
-        env, "grant", "add", "--tenant", "ex", "--user", _user(env), "--purpose", "ops.alert",
+        env, "--as-operator", "grant", "add", "--tenant", "ex", "--user", _user(env),
+        "--purpose", "ops.alert",
         "--source", SOURCE, "--target", "ops-hook", "--actions", "evaluate,deliver,manage",
         "--until", "1d",
     )  # fmt: skip

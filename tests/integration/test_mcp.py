@@ -51,7 +51,8 @@ def test_an_mcp_client_lists_exactly_one_tool_propose_watch(plane: Plane) -> Non
     listed = session(plane, "mcp-agent", tools)
     assert [tool.name for tool in listed] == ["propose_watch"]
     schema = listed[0].input_schema
-    assert {"watcher_id", "purpose", "source", "delivery"} <= set(schema["required"])
+    assert {"purpose", "source", "delivery"} <= set(schema["required"])
+    assert "watcher_id" in schema["properties"]  # optional: a proposal without one gets one
     assert {"window", "terminal_condition", "session_id"} <= set(schema["properties"])
 
 

@@ -99,7 +99,8 @@ def recorded(
     config = tmp_path_factory.mktemp("replay") / "vigil.toml"
     config.write_text(
         f'[kafka]\nbootstrap_servers = "{kafka_bootstrap}"\ntopic_prefix = "{topology.prefix}"\n'
-        f'partitions = 2\n\n[subject]\ntenant_id = "{tenant}"\nuser_id = "me"\n',
+        f'partitions = 2\n\n[subject]\ntenant_id = "{tenant}"\nuser_id = "me"\n'
+        '[operator]\nname = "test"\n',
         encoding="utf-8",
     )
     registry = CollectorRegistry()
@@ -121,7 +122,8 @@ def recorded(
     state = Run(topology, tenant, config, registry, Writer(kafka_bootstrap, topology))
     try:
         state.cli(
-            "grant", "add", "--tenant", tenant, "--user", "me", "--purpose", "ops.alert",
+            "--as-operator", "grant", "add", "--tenant", tenant, "--user", "me",
+            "--purpose", "ops.alert",
             "--source", SOURCE, "--target", "ops-hook", "--actions", "evaluate,manage",
             "--until", "30d",
         )  # fmt: skip

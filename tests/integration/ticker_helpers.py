@@ -374,6 +374,7 @@ def http_definition(watcher_id: str, source_id: str, **overrides: Any) -> Watche
             "tool_ref": "status-page",
             "cron": "* * * * *",
             "timezone": "UTC",
+            "missed": "latest",
             "max_age": "10m",
         },
         "condition": {"eq": ["status", "down"]},

@@ -134,3 +134,47 @@ def test_file_errors_name_the_file_and_the_key(tmp_path: Path) -> None:
         load_config(path, environ={})
     assert str(path) in str(caught.value)
     assert "destinations.ops-hook.url:" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("section", "name"),
+    [
+        ("agent", "OPS_HOOK_SECRET"),
+        ("run", "TELEGRAM_BOT_TOKEN"),
+        ("agent", "TOOL_TOKEN"),
+        ("agent", "VIGIL_CONFIG"),
+        ("run", "VIGIL_AGENT_TOKEN"),
+    ],
+)
+def test_agents_and_scripts_may_never_be_passed_a_secret_or_a_vigil_variable(
+    section: str, name: str
+) -> None:
+    data = {
+        "destinations": {
+            "ops-hook": {"kind": "webhook", "url": "http://h/x", "secret_env": "OPS_HOOK_SECRET"}
+        },
+        "chats": {"phone": {"kind": "telegram", "token_env": "TELEGRAM_BOT_TOKEN", "chat_id": 1}},
+        "tools": {"t": {"kind": "http.json@v1", "url": "http://h/y", "token_env": "TOOL_TOKEN"}},
+        section: {"env": ["LC_ALL", name]},
+    }
+    with pytest.raises(ConfigError, match=rf"\[{section}\] env may not pass .*{name}"):
+        parse_config(data)
+    data[section] = {"env": ["LC_ALL"]}
+    assert getattr(parse_config(data), section).env == ("LC_ALL",)
+
+
+def test_limits_default_to_design_10_and_are_configurable() -> None:
+    limits = parse_config({}).limits.limits()
+    assert (limits.watchers, limits.proposals, limits.schedules, limits.session_schedules) == (
+        1000,
+        100,
+        100,
+        10,
+    )
+    assert limits.proposal_ttl.total_seconds() == 24 * 3600
+    tuned = parse_config({"limits": {"schedules": 5, "proposal_ttl": "2h"}}).limits.limits()
+    assert (tuned.schedules, tuned.proposal_ttl.total_seconds()) == (5, 7200)
+    with pytest.raises(ConfigError, match="limits"):
+        parse_config({"limits": {"proposal_ttl": "90d"}})
+    with pytest.raises(ConfigError, match=r"limits\.watchers"):
+        parse_config({"limits": {"watchers": 0}})

@@ -1,13 +1,14 @@
 """The HTTP API: a thin FastAPI adapter over the control plane (DESIGN.md §9, seed 003).
 
-Owns :func:`create_app`: the routes of DESIGN.md §9's table (``watches``, ``ledger``,
-``grants``), the probes (``/healthz``; ``/readyz``: the broker answers and the topics
-exist), the served OpenAPI document, and one error shape for every refusal —
-``{"error": {"code", "message", "field"}}`` — whether a route refused, a parameter failed
-validation (422 ``invalid``; the protocol header's failure is 400 ``protocol_version``) or no
-route matched (404 ``not_found``). Every ``/v1`` request names ``Vigil-Protocol-Version: 1``
-and bears a configured principal's token; the routes assert that principal on commands and the
-command processor decides, so HTTP, MCP, the socket and the CLI govern alike.
+Owns :func:`create_app`: the edge guard (``guard``: authentication before any body is read, a 1 MiB
+body bound), the routes of DESIGN.md §9's table (``watches``, ``ledger``, ``grants``), the probes
+(``/healthz``; ``/readyz``: the broker answers and the topics exist — one shared client, its answer
+cached for seconds), the served OpenAPI document, and one error shape for every refusal —
+``{"error": {"code", "message", "field"}}`` — whether a route refused, a parameter failed validation
+(422 ``invalid``; the protocol header's failure is 400 ``protocol_version``) or no route matched
+(404 ``not_found``). Every ``/v1`` request names ``Vigil-Protocol-Version: 1`` and bears a
+configured principal's token; the routes assert that principal on commands and the command processor
+decides, so HTTP, MCP, the socket and the CLI govern alike.
 
 Watch routes act on the caller's own subject; a manager names another user of its tenant with
 ``?user_id=``, an operator any subject with ``?tenant_id=&user_id=``.
@@ -34,6 +35,7 @@ from pipeline.control.http.common import (
     SchedulePort,
     Services,
 )
+from pipeline.control.http.guard import EdgeGuard
 from pipeline.control.http.models import ErrorBody, Health
 
 __all__ = ["API_VERSION", "ApiServices", "LedgerPort", "SchedulePort", "create_app"]
@@ -52,6 +54,7 @@ def create_app(services: ApiServices) -> FastAPI:
         redoc_url=None,
     )
     app.state.services = services
+    app.add_middleware(EdgeGuard, tokens=services.tokens, max_body=services.max_body)
     _install_error_handlers(app)
     for module in (http_watches, http_ledger, http_grants):
         app.include_router(module.router)
@@ -64,7 +67,7 @@ def create_app(services: ApiServices) -> FastAPI:
         "/readyz",
         response_model=Health,
         responses={503: {"model": ErrorBody}},
-        summary="Readiness: the broker answers and the topics exist",
+        summary="Readiness: the broker answers and the topics exist (cached for seconds)",
     )
     def readyz(services: Services) -> JSONResponse:
         problem = services.ledger.ready()
@@ -98,7 +101,9 @@ def _install_error_handlers(app: FastAPI) -> None:
 
     def http_error(_request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)
-        code = ApiCode.NOT_FOUND if exc.status_code == 404 else ApiCode.INVALID
+        code = {404: ApiCode.NOT_FOUND, 413: ApiCode.TOO_LARGE}.get(
+            exc.status_code, ApiCode.INVALID
+        )
         body = ApiError(code, str(exc.detail)).body()
         return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
 

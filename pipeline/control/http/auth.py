@@ -45,8 +45,9 @@ _SCHEME: Final = "bearer"
 
 
 class ApiCode(StrEnum):
-    """The closed set of API error codes (DESIGN.md §9), plus ``unavailable`` for a broker or
-    command processor that does not answer (a 503, never a guess)."""
+    """The closed set of API error codes (DESIGN.md §9), plus ``too_large`` for a body over the
+    bound (413, DESIGN.md §10) and ``unavailable`` for a broker or command processor that does
+    not answer (a 503, never a guess)."""
 
     INVALID = "invalid"
     PROTOCOL_VERSION = "protocol_version"
@@ -56,6 +57,7 @@ class ApiCode(StrEnum):
     CONFLICT = "conflict"
     STALE_REVISION = "stale_revision"
     CAP_REACHED = "cap_reached"
+    TOO_LARGE = "too_large"
     UNAVAILABLE = "unavailable"
 
 
@@ -68,6 +70,7 @@ _STATUS: Final[dict[ApiCode, int]] = {
     ApiCode.CONFLICT: 409,
     ApiCode.STALE_REVISION: 409,
     ApiCode.CAP_REACHED: 409,
+    ApiCode.TOO_LARGE: 413,
     ApiCode.UNAVAILABLE: 503,
 }
 

@@ -2,11 +2,13 @@
 
 Owns :class:`ClientPool` (several :class:`~pipeline.control.client.CommandClient` s, so
 concurrent requests reach the command processor concurrently — one client serializes its round
-trips), :class:`LedgerStore` (reads one partition of ``receipts`` or ``notifications`` to its
-committed end and folds it: a watcher's receipts newest first; a subject's ledger deduped on
-delivery key, ``wake`` records skipped, acknowledgements applied), the acknowledgement record
-(kind ``ack`` on ``notifications``, keyed by subject like its notification, so it lives and is
-erased exactly as long as the ledger does) and the readiness probe.
+trips), :class:`LedgerStore` (reads the newest ``max_scan`` records of one partition of
+``receipts`` or ``notifications`` — never a whole partition — and folds them: a watcher's
+receipts newest first; a subject's ledger deduped on delivery key, ``wake`` records skipped,
+acknowledgements applied), the acknowledgement record (kind ``ack`` on ``notifications``, keyed
+by subject like its notification, so it lives and is erased exactly as long as the ledger does)
+and the readiness probe (one shared producer's metadata, its answer cached for
+:data:`READY_CACHE_S` so probes cost nothing).
 
 Left out: who may read what (the routes check with the command processor or ``authz.may``
 first) and the record schemas (``schemas/``).
@@ -16,6 +18,8 @@ from __future__ import annotations
 
 import json
 import queue
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -35,10 +39,12 @@ from pipeline.rules.errors import BrokerError, SerdeError
 from pipeline.rules.instants import rfc3339_micros, utc
 from pipeline.rules.keys import subject_key, watcher_key
 
-__all__ = ["ClientPool", "LedgerStore"]
+__all__ = ["DEFAULT_MAX_SCAN", "READY_CACHE_S", "ClientPool", "LedgerStore"]
 
 _READ_TIMEOUT_S: Final = 15.0
 _READY_TIMEOUT_S: Final = 3.0
+READY_CACHE_S: Final = 2.0
+DEFAULT_MAX_SCAN: Final = 10_000
 
 
 class ClientPool:
@@ -86,12 +92,16 @@ class LedgerStore:
         clock: Clock,
         *,
         schemas: SchemaRegistry | None = None,
+        max_scan: int = DEFAULT_MAX_SCAN,
     ) -> None:
         self._bootstrap = bootstrap
         self._topology = topology
         self._clock = clock
         self._schemas = schemas or default_registry()
         self._producer = Producer(bootstrap)
+        self._max_scan = max_scan
+        self._ready: tuple[float, str | None] | None = None
+        self._ready_lock = threading.Lock()
 
     # -- receipts ---------------------------------------------------------------------------
 
@@ -161,7 +171,17 @@ class LedgerStore:
     # -- readiness --------------------------------------------------------------------------
 
     def ready(self) -> str | None:
-        """None when the broker answers and the command topic exists; else what is wrong."""
+        """None when the broker answers and the command topic exists; else what is wrong. One
+        metadata request per :data:`READY_CACHE_S` at most, however often it is probed."""
+        with self._ready_lock:
+            cached = self._ready
+            if cached is not None and time.monotonic() - cached[0] < READY_CACHE_S:
+                return cached[1]
+            answer = self._probe()
+            self._ready = (time.monotonic(), answer)
+            return answer
+
+    def _probe(self) -> str | None:
         topic = self._topology.name(Topic.COMMANDS)
         try:
             metadata = self._producer.metadata(_READY_TIMEOUT_S)
@@ -179,9 +199,9 @@ class LedgerStore:
         return topic, partition_for(subject, self._topology.partitions_for(Topic.NOTIFICATIONS))
 
     def _read(self, topic: str, partition: int) -> Iterator[tuple[str, dict[str, Any] | None]]:
-        """Every committed record of one partition, decoded; undecodable ones are skipped
-        (they are the dead-letter path's business, not the reader's)."""
-        for msg in scan(self._bootstrap, topic, partitions=(partition,)):
+        """The newest ``max_scan`` committed records of one partition, decoded; undecodable
+        ones are skipped (they are the dead-letter path's business, not the reader's)."""
+        for msg in scan(self._bootstrap, topic, partitions=(partition,), tail=self._max_scan):
             raw = msg.value()
             key = (msg.key() or b"").decode("utf-8", "replace")
             if raw is None:

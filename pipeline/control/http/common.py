@@ -1,8 +1,9 @@
 """What every HTTP route shares: the services behind the API, the caller, one command round trip.
 
 Owns :class:`ApiServices` (the ports the routes use: tokens, the command processor, the ledger,
-the dispatch core for schedules), the :data:`Caller` dependency (``Vigil-Protocol-Version: 1``
-and a configured bearer token, checked in that order: 400, then 401), :func:`run_command` (a
+the dispatch core for schedules, the body bound), the :data:`Caller` dependency (the principal
+the edge guard authenticated — ``Vigil-Protocol-Version: 1`` and a configured bearer token,
+checked in that order, 400 then 401, before the body is read), :func:`run_command` (a
 command asserted by the caller and decided by the command processor; its refusal becomes the
 API error of the same code), :func:`subject_of` (the caller's own subject unless a manager or
 operator names another — the processor decides whether it may), and the parameter types and
@@ -28,6 +29,7 @@ from pipeline.control.http.auth import (
     TokenDirectory,
     from_command_error,
 )
+from pipeline.control.http.guard import DEFAULT_MAX_BODY, PRINCIPAL
 from pipeline.control.http.models import REF_PATTERN, ErrorBody
 from pipeline.control.verbs import VerbResponse
 from pipeline.rules.authz import Principal
@@ -80,6 +82,7 @@ class ApiServices:
     commands: CommandPort
     ledger: LedgerPort
     schedules: Callable[[Principal], SchedulePort]
+    max_body: int = DEFAULT_MAX_BODY
 
 
 def _services(request: Request) -> ApiServices:
@@ -101,7 +104,11 @@ def _caller(
     ],
     _credentials: Annotated[object, Depends(_bearer)],
 ) -> Principal:
-    # A missing or other version fails the header's validation first (the app answers 400).
+    # The edge guard authenticated the caller before the body was read; these parameters
+    # document the headers (a missing or other version fails their validation: 400).
+    found = getattr(request.state, PRINCIPAL, None)
+    if isinstance(found, Principal):
+        return found
     return services.tokens.authenticate(request.headers.get("authorization"))
 
 
@@ -117,8 +124,9 @@ UserQ = Annotated[
 
 
 def documented(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    """The error responses of a ``/v1`` route: always 400, 401, 422, 503, plus ``statuses``."""
-    return {status: {"model": ErrorBody} for status in (400, 401, 422, 503, *statuses)}
+    """The error responses of a ``/v1`` route: always 400, 401, 413, 422, 503, plus
+    ``statuses``."""
+    return {status: {"model": ErrorBody} for status in (400, 401, 413, 422, 503, *statuses)}
 
 
 def subject_of(who: Principal, tenant_id: str | None, user_id: str | None) -> tuple[str, str]:

@@ -39,6 +39,7 @@ __all__ = [
     "ScheduleList",
     "WatchBody",
     "WatchList",
+    "WatchUpdate",
     "WatchView",
 ]
 
@@ -66,6 +67,7 @@ class ErrorDetail(_View):
         "conflict",
         "stale_revision",
         "cap_reached",
+        "too_large",
         "unavailable",
     ]
     message: str
@@ -113,11 +115,14 @@ _GRANT: dict[str, Any] = {
 class WatchBody(_Body):
     """A watcher definition (DESIGN.md §9). An agent watch is ``mode: once`` with a pinned
     evaluator tool, a ``terminal_condition``, a ``window`` and a ``session_id`` (an agent's
-    own session when left out). The command processor validates it."""
+    own session when left out); every proposal is one, whatever the body leaves out. The
+    command processor validates it."""
 
     model_config = ConfigDict(json_schema_extra={"examples": [_AGENT_WATCH]})
 
-    watcher_id: str
+    watcher_id: str | None = Field(
+        default=None, description="Required to create; a proposal without one gets one."
+    )
     purpose: str
     mode: Literal["every", "once"] | None = None
     source: dict[str, Any]
@@ -133,6 +138,15 @@ class WatchBody(_Body):
 
     def definition(self) -> dict[str, Any]:
         return self.model_dump(mode="json", exclude_none=True)
+
+
+class WatchUpdate(WatchBody):
+    """A new version of a live watcher, and the revision its writer read (or ``If-Match``)."""
+
+    expected_revision: int | None = Field(default=None, ge=0, le=2**63 - 1)
+
+    def definition(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", exclude_none=True, exclude={"expected_revision"})
 
 
 class WatchView(_View):

@@ -1,20 +1,24 @@
-"""The watch routes: propose, approve, create, list, inspect, pause, resume, cancel, receipts;
-and schedules, which are watchers too (DESIGN.md §9's table; seed 003).
+"""The watch routes: propose, approve, create, update, list, inspect, pause, resume, cancel,
+receipts; and schedules, which are watchers too (DESIGN.md §9's table; seed 003, §10).
 
 Every route asserts the caller on one command and lets the command processor decide — agents
-only propose, scoped chat tokens manage nothing, owners and managers approve, inspect, list and
-cancel; bounds, grants, the cap of three active watches per (tenant, user, session) and the
-collapse of identical live proposals are the processor's (a collapse answers 200 with the
-existing watch, a new proposal 201). Another subject's watch is "not found", word for word the
-answer for a missing one. Receipts are read after a ``show`` has authorized the caller.
-Schedules are listed and cancelled through the transport-agnostic dispatch core.
+only propose (never create, update or manage a watch here), scoped chat tokens manage nothing,
+owners and managers approve, inspect, list and cancel; bounds, grants, limits, the cap of three
+active watches per (tenant, user, session) and the collapse of identical live proposals are the
+processor's (a collapse answers 200 with the existing watch, a new proposal 201). An update
+names the revision it read — ``If-Match`` (the ``ETag`` a ``GET`` answers) or
+``expected_revision`` — and a missing or stale one is 409 ``stale_revision``. Another
+subject's watch is "not found", word for word the answer for a missing one. Receipts are read
+after a ``show`` has authorized the caller. Schedules are listed and cancelled through the
+transport-agnostic dispatch core (an agent: only those its session created).
 
 Left out: the shared caller and round trip (``common``), the app (``api``).
 """
 
+import re
 from typing import Annotated, Any, Final
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Header, Path, Query, Response
 from fastapi.responses import JSONResponse
 
 from pipeline.control.http.auth import ApiCode, ApiError
@@ -36,6 +40,7 @@ from pipeline.control.http.models import (
     ScheduleList,
     WatchBody,
     WatchList,
+    WatchUpdate,
     WatchView,
 )
 from pipeline.control.verbs import NAME_PATTERN, ErrorKind
@@ -67,6 +72,35 @@ RevisionQ = Annotated[
 ChatQ = Annotated[
     str | None, Query(pattern=REF_PATTERN, description="The chat; default: the only one.")
 ]
+IfMatch = Annotated[
+    str | None,
+    Header(
+        alias="If-Match",
+        max_length=64,
+        description='The revision read (the ETag of GET, e.g. "3"): refused unless current.',
+    ),
+]
+_ETAG = re.compile(r'^(?:W/)?"?([0-9]{1,19})"?$')
+_SESSION_BOUND: Final = (Role.AGENT, Role.SCOPED_CHAT)
+
+
+def _revision(if_match: str | None, expected: int | None) -> int | None:
+    """The revision the caller read: ``If-Match`` or ``expected_revision`` (the same if both)."""
+    if if_match is None:
+        return expected
+    found = _ETAG.fullmatch(if_match.strip())
+    if found is None or int(found.group(1)) > MAX_LONG:
+        raise ApiError(ApiCode.INVALID, 'If-Match is a revision, e.g. "3"', "If-Match")
+    revision = int(found.group(1))
+    if expected is not None and expected != revision:
+        raise ApiError(
+            ApiCode.INVALID, "If-Match and expected_revision disagree", "expected_revision"
+        )
+    return revision
+
+
+def _etag(view: WatchView) -> str:
+    return f'"{view.revision}"'
 
 
 @router.post(
@@ -113,6 +147,42 @@ def create(
     return WatchView.model_validate(view)
 
 
+@router.put(
+    "/v1/watches/{watcher_id}",
+    response_model=WatchView,
+    responses=_ERRORS,
+    summary="Replace a live watcher's definition (owners, managers, operators); If-Match",
+)
+def update(
+    watcher_id: WatcherId,
+    body: WatchUpdate,
+    who: Caller,
+    services: Services,
+    response: Response,
+    if_match: IfMatch = None,
+    tenant_id: TenantQ = None,
+    user_id: UserQ = None,
+) -> WatchView:
+    revision = _revision(if_match, body.expected_revision)
+    definition = body.definition()
+    if definition.setdefault("watcher_id", watcher_id) != watcher_id:
+        raise ApiError(ApiCode.INVALID, "does not match the path", "watcher_id")
+    tenant, user = subject_of(who, tenant_id, user_id)
+    view = run_command(
+        services,
+        CommandVerb.UPDATE,
+        who,
+        tenant,
+        user,
+        watcher_id=watcher_id,
+        definition=definition,
+        expected_revision=revision,
+    )
+    watch = WatchView.model_validate(view)
+    response.headers["ETag"] = _etag(watch)
+    return watch
+
+
 @router.get(
     "/v1/watches",
     response_model=WatchList,
@@ -127,6 +197,10 @@ def list_watches(
     tenant_id: TenantQ = None,
     user_id: UserQ = None,
 ) -> WatchList:
+    if who.role in _SESSION_BOUND:  # DESIGN.md §9: owners and managers list watches
+        raise ApiError(
+            ApiCode.DENIED, f"role {who.role.value} may not list watches (schedules: /v1/schedules)"
+        )
     tenant, user = subject_of(who, tenant_id, user_id)
     found = run_command(
         services, CommandVerb.LIST, who, tenant, user, state=state, session_id=session_id
@@ -144,12 +218,15 @@ def get_watch(
     watcher_id: WatcherId,
     who: Caller,
     services: Services,
+    response: Response,
     tenant_id: TenantQ = None,
     user_id: UserQ = None,
 ) -> WatchView:
     tenant, user = subject_of(who, tenant_id, user_id)
     view = run_command(services, CommandVerb.SHOW, who, tenant, user, watcher_id=watcher_id)
-    return WatchView.model_validate(view)
+    watch = WatchView.model_validate(view)
+    response.headers["ETag"] = _etag(watch)
+    return watch
 
 
 def _lifecycle(verb: CommandVerb, summary: str) -> None:
@@ -157,7 +234,9 @@ def _lifecycle(verb: CommandVerb, summary: str) -> None:
         watcher_id: WatcherId,
         who: Caller,
         services: Services,
+        response: Response,
         expected_revision: RevisionQ = None,
+        if_match: IfMatch = None,
         tenant_id: TenantQ = None,
         user_id: UserQ = None,
     ) -> WatchView:
@@ -169,9 +248,11 @@ def _lifecycle(verb: CommandVerb, summary: str) -> None:
             tenant,
             user,
             watcher_id=watcher_id,
-            expected_revision=expected_revision,
+            expected_revision=_revision(if_match, expected_revision),
         )
-        return WatchView.model_validate(view)
+        watch = WatchView.model_validate(view)
+        response.headers["ETag"] = _etag(watch)
+        return watch
 
     router.post(
         f"/v1/watches/{{watcher_id}}:{verb.value}",

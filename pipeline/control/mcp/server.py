@@ -37,8 +37,8 @@ _DESCRIPTION: Final = (
     "are the body of POST /v1/watches:propose: an agent watch is mode `once` with a pinned "
     "evaluator tool (agent.session.state@v1 or workflow.run.status@v1), a cadence of 1, 5, "
     "15 or 60 minutes, a window of 30m, 1h, 2h, 6h, 12h or 24h, a condition, a "
-    "terminal_condition and a delivery target. An identical live proposal returns the "
-    "existing watch with collapsed=true."
+    "terminal_condition and a delivery target; mode defaults to once and a missing watcher_id "
+    "is generated. An identical live proposal returns the existing watch with collapsed=true."
 )
 
 
@@ -75,10 +75,10 @@ def build_server(commands: CommandPort, agent: Principal) -> MCPServer:
     )
 
     async def propose_watch(
-        watcher_id: str,
         purpose: str,
         source: dict[str, Any],
         delivery: dict[str, Any],
+        watcher_id: str | None = None,
         mode: Literal["every", "once"] | None = None,
         condition: dict[str, Any] | None = None,
         terminal_condition: dict[str, Any] | None = None,

@@ -3,14 +3,16 @@
 Owns :func:`default_socket_path` (``--socket`` → ``$VIGIL_SOCKET`` → ``[rpc] socket_path`` →
 ``$XDG_RUNTIME_DIR/vigil.sock`` → ``~/.config/vigil/vigil.sock``) and :class:`SocketServer`:
 it refuses to start on a socket a live daemon answers on, replaces a stale one, creates the
-socket 0600 (under a 0077 umask, so it never exists wider), authenticates each peer by
-``SO_PEERCRED`` (its uid must be ours: the configured subject), and serves each connection on
-its own thread: one JSON object per line in, one per line out. A line that is not JSON, names
-no known verb or exceeds :data:`MAX_LINE` gets an error response; the daemon keeps serving
-(an oversized line is skipped to its end).
+socket 0600 (under a 0077 umask, so it never exists wider) in a 0700 directory — both handed to
+``owner`` when one is named (the agent's own socket under ``[agent] run_as``, whose directory
+must not be anyone else's) — authenticates each peer by ``SO_PEERCRED`` (its uid must be one of
+``peers``: by default ours, the configured subject's), and serves each connection on its own
+thread: one JSON object per line in, one per line out. A line that is not JSON, names no known
+verb or exceeds :data:`MAX_LINE` gets an error response; the daemon keeps serving (an oversized
+line is skipped to its end).
 
-Left out: what a request means (``dispatch``) and who the peer acts as beyond "our user" (the
-``handler`` decides with :class:`Peer`, e.g. by agent token or process ancestry).
+Left out: what a request means (``dispatch``) and who the peer acts as beyond its uid (the
+``handler`` decides with :class:`Peer`: ``pipeline.control.identity``).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import socket
 import stat
 import struct
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -38,7 +40,6 @@ __all__ = [
     "Peer",
     "SocketServer",
     "default_socket_path",
-    "process_ancestry",
 ]
 
 log = logging.getLogger(__name__)
@@ -78,26 +79,23 @@ def default_socket_path(
     return Path("~/.config/vigil").expanduser() / SOCKET_NAME
 
 
-def process_ancestry(pid: int, limit: int = 64) -> list[int]:
-    """``pid`` and its ancestors (Linux ``/proc``); what is unreadable ends the chain."""
-    chain: list[int] = []
-    while pid > 1 and len(chain) < limit:
-        chain.append(pid)
-        try:
-            stat_line = Path(f"/proc/{pid}/stat").read_text()
-            pid = int(stat_line.rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            break
-    return chain
-
-
 class SocketServer:
     """Serves ``handler`` on ``path`` until :meth:`close`. ``start`` binds (or raises)."""
 
-    def __init__(self, path: Path, handler: Handler, *, max_line: int = MAX_LINE) -> None:
+    def __init__(
+        self,
+        path: Path,
+        handler: Handler,
+        *,
+        max_line: int = MAX_LINE,
+        owner: int | None = None,
+        peers: Collection[int] | None = None,
+    ) -> None:
         self.path = path
         self._handler = handler
         self._max_line = max_line
+        self._owner = owner
+        self._peers = frozenset({os.getuid()} if peers is None else peers)
         self._sock: socket.socket | None = None
         self._inode: int | None = None
         self._stop = threading.Event()
@@ -118,6 +116,8 @@ class SocketServer:
         finally:
             os.umask(old)
         os.chmod(self.path, 0o600)
+        if self._owner is not None:
+            os.chown(self.path, self._owner, -1)
         self._inode = os.stat(self.path).st_ino
         sock.listen(64)
         sock.settimeout(0.2)
@@ -152,6 +152,8 @@ class SocketServer:
     def _claim_path(self) -> None:
         path = self.path
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if self._owner is not None:
+            self._hand_over(path.parent, self._owner)
         try:
             mode = os.lstat(path).st_mode
         except FileNotFoundError:
@@ -169,6 +171,19 @@ class SocketServer:
         finally:
             probe.close()
         raise ConfigError(f"a vigil daemon is already serving {path}: refusing to start")
+
+    @staticmethod
+    def _hand_over(directory: Path, owner: int) -> None:
+        """Give ``directory`` (ours or already the owner's, mode 0700) to ``owner``."""
+        found = os.lstat(directory)
+        if not stat.S_ISDIR(found.st_mode) or found.st_uid not in (owner, os.getuid()):
+            raise ConfigError(f"{directory} belongs to someone else: refusing to use it")
+        if stat.S_IMODE(found.st_mode) & 0o077:
+            raise ConfigError(f"{directory} is open to others (mode 0700 expected)")
+        try:
+            os.chown(directory, owner, -1)
+        except OSError as exc:
+            raise ConfigError(f"cannot hand {directory} to uid {owner}: {exc.strerror}") from None
 
     def _accept_loop(self) -> None:
         assert self._sock is not None
@@ -189,7 +204,7 @@ class SocketServer:
             pid, uid, _gid = struct.unpack(
                 "3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
             )
-            if uid != os.getuid():
+            if uid not in self._peers:
                 log.warning("refused a control-socket peer with uid %s (pid %s)", uid, pid)
                 self._reply(
                     conn,

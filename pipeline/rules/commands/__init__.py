@@ -2,13 +2,16 @@
 
 :func:`apply` takes a command, the subject's registry view, every grant and ``now`` and returns
 every record the command processor writes in one transaction (:class:`CommandOutcome`). The
-models are ``model``; the checks every verb shares ``context``; the grant verbs ``grants``;
-the immediate ``send`` ``send`` with its outbox entries in ``immediate``; the commands vigil's
-own processes issue (the evaluator's ``close``) ``system``. This module says what is public.
+models are ``model``; the checks every verb shares ``context``; what a change writes
+``versions``; the limits on what a subject holds ``limits``; the grant verbs ``grants``; the
+immediate ``send`` ``send`` with its outbox entries in ``immediate``; the control plane's
+schedules ``schedules``; the daemon's own verbs ``control``; the commands vigil's own processes
+issue (the evaluator's ``close``) ``system``. This module says what is public.
 """
 
 from pipeline.rules.commands.apply import apply, refused
 from pipeline.rules.commands.context import AGENT_CAP
+from pipeline.rules.commands.limits import DEFAULT_LIMITS, Limits
 from pipeline.rules.commands.model import (
     Command,
     CommandError,
@@ -30,6 +33,7 @@ from pipeline.rules.commands.send import SEND_TEXT_MAX
 
 __all__ = [
     "AGENT_CAP",
+    "DEFAULT_LIMITS",
     "SEND_TEXT_MAX",
     "Command",
     "CommandError",
@@ -39,6 +43,7 @@ __all__ = [
     "GrantRecord",
     "GrantSpec",
     "LifecycleChange",
+    "Limits",
     "RegistryEntry",
     "ResultCode",
     "WatcherWrite",

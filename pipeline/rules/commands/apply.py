@@ -1,15 +1,18 @@
 """What one control-plane command does: the pure decision (DESIGN.md §2, §3, §10).
 
-Owns :func:`apply`, which decides one command against one subject's registry view, every grant
-and ``now``: role checks and grant checks (fail-closed; another subject's object is "not
-found"), create refusing a live id (a closed id becomes the next version), CAS on revisions,
-the cap of three active agent watches per (tenant, user, session), collapse of identical live
-proposals onto the existing id, lifecycle moves, the evaluator's ``close``, erasure, and the
-immediate ``send`` whose outbox entry the processor writes (DESIGN.md §2). One writer per
-subject partition applies commands in order, so every check is atomic without locks. The
-models are ``pipeline.rules.commands.model``; the context and checks every verb
-shares are ``pipeline.rules.commands.context``; the grant verbs are
-``pipeline.rules.commands.grants``, the immediate ``send`` ``pipeline.rules.commands.send``.
+Owns :func:`apply`, which decides one command against one subject's registry view, every grant,
+``now`` and the :class:`~pipeline.rules.commands.limits.Limits`: role checks and grant checks
+(fail-closed for every management, erasure and control verb — seed 000; another subject's object
+is "not found"), create refusing a live id (a closed id becomes the next version), CAS on
+revisions (an update must name the revision it read), the limits on what a subject holds live,
+the cap of three active agent watches per (tenant, user, session), proposals held to seed 003's
+bounds and collapsed onto an identical live one, proposals forgotten once their time to be
+approved has passed, lifecycle moves, the evaluator's ``close``, erasure, the immediate ``send``
+whose outbox entry the processor writes (DESIGN.md §2), the control plane's schedules and the
+daemon's own verbs. One writer per subject partition applies commands in order, so every check
+is atomic without locks. The models are ``model``; the checks every verb shares ``context``;
+what a change writes ``versions``; the grant verbs ``grants``; the immediate ``send`` ``send``;
+schedules ``schedules``; the daemon's verbs ``control``; the limits ``limits``.
 
 Left out: Kafka (``consumers.commands`` writes a :class:`CommandOutcome` in one transaction)
 and how callers authenticate (``pipeline.control``).
@@ -22,19 +25,26 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Final
 
+from pipeline.rules.agent_watch import check_agent_watch, proposal_body
 from pipeline.rules.authz import Action, Role, Verb, may
 from pipeline.rules.commands.context import (
     CommandContext,
     Refusal,
+    bound_session,
     check_cap,
     check_grant,
     check_revision,
     check_role,
+    check_room,
+    check_subject_grant,
+    covered,
     named_watcher,
     not_agent,
     submitted_definition,
 )
+from pipeline.rules.commands.control import authorize_control
 from pipeline.rules.commands.grants import grant_add, grant_list, grant_revoke
+from pipeline.rules.commands.limits import DEFAULT_LIMITS, Limits, is_schedule, stale_proposals
 from pipeline.rules.commands.model import (
     Command,
     CommandError,
@@ -45,22 +55,20 @@ from pipeline.rules.commands.model import (
     LifecycleChange,
     RegistryEntry,
     ResultCode,
-    WatcherWrite,
     fingerprint,
     watcher_view,
 )
+from pipeline.rules.commands.schedules import schedule
 from pipeline.rules.commands.send import send
-from pipeline.rules.definition import WatcherDefinition
-from pipeline.rules.errors import DefinitionError, TransitionError
+from pipeline.rules.commands.versions import accept, forget, move
+from pipeline.rules.errors import DefinitionError
 from pipeline.rules.instants import utc
-from pipeline.rules.keys import canonical_json
 from pipeline.rules.lifecycle import (
     CloseReason,
     LifecycleEvent,
     WatcherStatus,
     close_event,
     is_live,
-    transition,
 )
 
 __all__ = ["apply", "refused"]
@@ -71,18 +79,29 @@ def apply(
     registry_view: Mapping[str, RegistryEntry],
     grants: Mapping[str, GrantRecord],
     now: datetime,
+    limits: Limits = DEFAULT_LIMITS,
 ) -> CommandOutcome:
     """Decide ``command`` for its subject: ``registry_view`` is that subject's watchers by id,
-    ``grants`` every grant by id. Never raises for a bad command: refusals are results."""
-    ctx = CommandContext(command, registry_view, grants, utc(now))
+    ``grants`` every grant by id. Never raises for a bad command: refusals are results.
+
+    Proposals older than ``limits.proposal_ttl`` are gone before the command is decided (not
+    approvable, counted or listed), and whatever the command decides, its outcome forgets them.
+    """
+    now = utc(now)
+    stale = stale_proposals(registry_view, now, limits.proposal_ttl)
+    view = registry_view
+    if stale:
+        gone = {entry.watcher_id for entry in stale}
+        view = {key: entry for key, entry in registry_view.items() if key not in gone}
+    ctx = CommandContext(command, view, grants, now, limits)
     try:
         check_role(ctx)
-        return _HANDLERS[command.verb](ctx)
+        return _forgetting(stale, _HANDLERS[command.verb](ctx))
     except Refusal as refusal:
         error = refusal.error
     except DefinitionError as exc:
         error = CommandError(code=ResultCode.INVALID, message=exc.message, field=exc.field)
-    return CommandOutcome(
+    refusal_outcome = CommandOutcome(
         result=CommandResult(
             request_id=command.request_id,
             verb=command.verb.value,
@@ -90,6 +109,20 @@ def apply(
             error=error,
             processed_at=ctx.now,
         )
+    )
+    return _forgetting(stale, refusal_outcome)
+
+
+def _forgetting(stale: tuple[RegistryEntry, ...], outcome: CommandOutcome) -> CommandOutcome:
+    """``outcome`` preceded by the tombstones of the expired proposals ``stale``."""
+    if not stale:
+        return outcome
+    registry, watchers, lifecycle = forget(stale)
+    return replace(
+        outcome,
+        registry=registry + outcome.registry,
+        watchers=watchers + outcome.watchers,
+        lifecycle=lifecycle + outcome.lifecycle,
     )
 
 
@@ -104,53 +137,7 @@ def refused(request_id: str, verb: str, error: DefinitionError, now: datetime) -
     )
 
 
-# --- views ----------------------------------------------------------------------------------
-
-
-def _accept(
-    ctx: CommandContext,
-    definition: WatcherDefinition,
-    status: WatcherStatus,
-    before: RegistryEntry | None,
-    *,
-    keep: RegistryEntry | None = None,
-) -> CommandOutcome:
-    """A new definition version: registry, watchers (moving partitions), lifecycle, log."""
-    version = 1 if before is None else before.version + 1
-    accepted = definition.with_version(version)
-    entry = RegistryEntry(
-        tenant_id=accepted.tenant_id,
-        user_id=accepted.user_id,
-        watcher_id=accepted.watcher_id,
-        version=version,
-        revision=1 if before is None else before.revision + 1,
-        status=status,
-        source_id=accepted.source_id,
-        session_id=accepted.session_id,
-        fingerprint=fingerprint(accepted),
-        created_at=ctx.now if keep is None else keep.created_at,
-        updated_at=ctx.now,
-        definition_json=canonical_json(accepted.to_json()).decode("utf-8"),
-        activated_at=(ctx.now if status is WatcherStatus.ACTIVE else None)
-        if keep is None
-        else keep.activated_at,
-    )
-    writes = [WatcherWrite(entry.watcher_id, entry.source_id, entry)]
-    if before is not None and before.source_id != entry.source_id:
-        writes.insert(0, WatcherWrite(before.watcher_id, before.source_id, None))
-    return ctx.ok(
-        watcher_view(entry),
-        registry=((entry.watcher_id, entry),),
-        watchers=tuple(writes),
-        lifecycle=(_lifecycle(entry),),
-        definitions=(entry,),
-    )
-
-
-def _lifecycle(entry: RegistryEntry) -> LifecycleChange:
-    return LifecycleChange(
-        entry.watcher_id, entry.status.value, entry.version, entry.revision, entry.closed_reason
-    )
+# --- watcher verbs --------------------------------------------------------------------------
 
 
 def _create(ctx: CommandContext) -> CommandOutcome:
@@ -164,34 +151,43 @@ def _create(ctx: CommandContext) -> CommandOutcome:
             f"watcher {definition.watcher_id!r} exists and is {before.status.value}",
             "watcher_id",
         )
-    return _accept(ctx, definition, WatcherStatus.ACTIVE, before)
+    check_room(ctx, definition.watcher_id)
+    return accept(ctx, definition, WatcherStatus.ACTIVE, before)
 
 
 def _update(ctx: CommandContext) -> CommandOutcome:
-    """CAS on the expected revision; without one (a schedule's ``--update``) an upsert."""
+    """A new version of a live watcher: compare-and-set on the revision the caller read, which
+    it must name (seed 000: a stale writer is refused; a schedule's ``--update`` is
+    ``schedule_update``, not this)."""
     definition = submitted_definition(ctx)
     not_agent(definition)
-    check_grant(ctx, definition, Action.MANAGE)
     before = ctx.view.get(definition.watcher_id)
-    live = before is not None and is_live(before.status)
-    if ctx.command.expected_revision is None and not live:
-        return _accept(ctx, definition, WatcherStatus.ACTIVE, before)
     if before is None:
         raise Refusal(ResultCode.NOT_FOUND, f"no watcher {definition.watcher_id!r}", "watcher_id")
-    check_revision(ctx, before)
-    if not live:
+    _manage(ctx, before)
+    check_grant(ctx, definition, Action.MANAGE)
+    check_revision(ctx, before, required=True)
+    if not is_live(before.status):
         raise Refusal(
             ResultCode.CONFLICT,
             f"watcher {definition.watcher_id!r} is {before.status.value}: create it again",
             "watcher_id",
         )
-    return _accept(ctx, definition, before.status, before, keep=before)
+    return accept(ctx, definition, before.status, before, keep=before)
 
 
 def _propose(ctx: CommandContext) -> CommandOutcome:
-    """An agent's (or user's) proposal; an identical live one collapses onto the existing id."""
-    definition = submitted_definition(ctx)
-    principal = ctx.command.principal
+    """A proposal: always an agent watch within seed 003's bounds, whatever the body omits; an
+    identical live one collapses onto the existing id; a new one must fit the limits."""
+    command = ctx.command
+    principal = command.principal
+    if command.definition is None:
+        raise Refusal(ResultCode.INVALID, "a definition is required", "definition")
+    body = proposal_body(
+        command.definition, request_id=command.request_id, session_id=bound_session(principal)
+    )
+    definition = submitted_definition(ctx, body)
+    check_agent_watch(definition)
     decision = may(principal, Verb.PROPOSE, ctx.subject, session_id=definition.session_id)
     if not decision.allowed:
         raise Refusal(ResultCode.DENIED, decision.detail, "session_id")
@@ -207,34 +203,17 @@ def _propose(ctx: CommandContext) -> CommandOutcome:
             f"watcher {definition.watcher_id!r} exists and is {before.status.value}",
             "watcher_id",
         )
-    return _accept(ctx, definition, WatcherStatus.PROPOSED, before)
+    check_room(ctx, definition.watcher_id, proposal=True)
+    return accept(ctx, definition, WatcherStatus.PROPOSED, before)
 
 
-def _move(
-    ctx: CommandContext,
-    entry: RegistryEntry,
-    event: LifecycleEvent,
-    *,
-    reason: CloseReason | None = None,
-) -> CommandOutcome:
+def _manage(ctx: CommandContext, entry: RegistryEntry) -> None:
+    """Seed 000: a management verb rechecks that a grant lets the subject manage the watcher."""
     try:
-        status = transition(entry.status, event)
-    except TransitionError as exc:
-        raise Refusal(ResultCode.CONFLICT, str(exc), "watcher_id") from None
-    moved = replace(
-        entry,
-        status=status,
-        revision=entry.revision + 1,
-        updated_at=ctx.now,
-        activated_at=ctx.now if event is LifecycleEvent.APPROVE else entry.activated_at,
-        closed_reason=reason if not is_live(status) else None,
-    )
-    return ctx.ok(
-        watcher_view(moved),
-        registry=((moved.watcher_id, moved),),
-        watchers=(WatcherWrite(moved.watcher_id, moved.source_id, moved),),
-        lifecycle=(_lifecycle(moved),),
-    )
+        definition = entry.definition()
+    except DefinitionError:
+        raise Refusal(ResultCode.DENIED, "the stored definition no longer validates") from None
+    check_grant(ctx, definition, Action.MANAGE)
 
 
 def _approve(ctx: CommandContext) -> CommandOutcome:
@@ -243,29 +222,38 @@ def _approve(ctx: CommandContext) -> CommandOutcome:
     check_grant(ctx, entry.definition(), Action.APPROVE)
     if entry.status is WatcherStatus.PROPOSED:
         check_cap(ctx, entry)
-    return _move(ctx, entry, LifecycleEvent.APPROVE)
+    return move(ctx, entry, LifecycleEvent.APPROVE)
 
 
 def _pause(ctx: CommandContext) -> CommandOutcome:
-    # Stopping work needs ownership only: a revoked grant must never lock a watcher on.
+    # A revoked grant refuses pause too (seed 000); it also stops every evaluation and delivery
+    # of the watcher (fail-closed), so refusing locks nothing on.
     entry = named_watcher(ctx)
+    _manage(ctx, entry)
     check_revision(ctx, entry)
-    return _move(ctx, entry, LifecycleEvent.PAUSE)
+    return move(ctx, entry, LifecycleEvent.PAUSE)
 
 
 def _resume(ctx: CommandContext) -> CommandOutcome:
     entry = named_watcher(ctx)
+    _manage(ctx, entry)
     check_revision(ctx, entry)
-    check_grant(ctx, entry.definition(), Action.MANAGE)
     if entry.status is WatcherStatus.PAUSED:
         check_cap(ctx, entry)
-    return _move(ctx, entry, LifecycleEvent.RESUME)
+    return move(ctx, entry, LifecycleEvent.RESUME)
 
 
 def _cancel(ctx: CommandContext) -> CommandOutcome:
+    """Owners and managers cancel anything of theirs; an agent only the schedules its session
+    created (DESIGN.md §10)."""
     entry = named_watcher(ctx)
+    if ctx.command.principal.role is Role.AGENT and not is_schedule(entry.watcher_id):
+        raise Refusal(
+            ResultCode.DENIED, "an agent cancels only the schedules it created", "watcher_id"
+        )
+    _manage(ctx, entry)
     check_revision(ctx, entry)
-    return _move(ctx, entry, LifecycleEvent.CANCEL, reason=CloseReason.CANCELLED)
+    return move(ctx, entry, LifecycleEvent.CANCEL, reason=CloseReason.CANCELLED)
 
 
 def _close(ctx: CommandContext) -> CommandOutcome:
@@ -281,12 +269,15 @@ def _close(ctx: CommandContext) -> CommandOutcome:
     version = ctx.command.version
     if (version is not None and version != entry.version) or not is_live(entry.status):
         return ctx.ok({**watcher_view(entry), "applied": False})
-    return _move(ctx, entry, close_event(reason), reason=reason)
+    return move(ctx, entry, close_event(reason), reason=reason)
 
 
 def _erase(ctx: CommandContext) -> CommandOutcome:
-    """Forget a subject: tombstones for every watcher, and one subject-wide lifecycle record."""
+    """Forget a subject: tombstones for every watcher, and one subject-wide lifecycle record.
+    Rechecked like any management command: a grant of the subject must name ``manage``."""
+    check_subject_grant(ctx, Action.MANAGE)
     entries = sorted(ctx.view.values(), key=lambda e: e.watcher_id)
+    registry, watchers, lifecycle = forget(entries)
     return ctx.ok(
         {
             "tenant_id": ctx.command.tenant_id,
@@ -294,25 +285,28 @@ def _erase(ctx: CommandContext) -> CommandOutcome:
             "erased": len(entries),
             "watcher_ids": [e.watcher_id for e in entries],
         },
-        registry=tuple((e.watcher_id, None) for e in entries),
-        watchers=tuple(WatcherWrite(e.watcher_id, e.source_id, None) for e in entries),
-        lifecycle=(
-            *(LifecycleChange(e.watcher_id, e.status.value, tombstone=True) for e in entries),
-            LifecycleChange(None, "erased"),
-        ),
+        registry=registry,
+        watchers=watchers,
+        lifecycle=(*lifecycle, LifecycleChange(None, "erased")),
     )
 
 
 def _show(ctx: CommandContext) -> CommandOutcome:
-    return ctx.ok(watcher_view(named_watcher(ctx)))
+    entry = named_watcher(ctx)
+    _manage(ctx, entry)
+    return ctx.ok(watcher_view(entry))
 
 
 def _list(ctx: CommandContext) -> CommandOutcome:
-    """Live watchers by default (closed ones stop showing, §10); ``state`` filters exactly."""
+    """Live watchers by default (closed ones stop showing, §10); ``state`` filters exactly.
+    Only watchers a grant lets the subject manage are listed (none at all: ``denied``); an agent
+    sees only the schedules its session created, a scoped chat only its session's watches."""
     command = ctx.command
     principal = command.principal
+    check_subject_grant(ctx, Action.MANAGE)
     session = command.session_id
-    if principal.role in (Role.AGENT, Role.SCOPED_CHAT):
+    bound = principal.role in (Role.AGENT, Role.SCOPED_CHAT)
+    if bound:
         session = principal.session_id
 
     def wanted(entry: RegistryEntry) -> bool:
@@ -321,7 +315,11 @@ def _list(ctx: CommandContext) -> CommandOutcome:
                 return False
         elif not is_live(entry.status):
             return False
-        return session is None or entry.session_id == session
+        if principal.role is Role.AGENT and not is_schedule(entry.watcher_id):
+            return False
+        if session is not None and entry.session_id != session:
+            return False
+        return covered(ctx, entry, Action.MANAGE)
 
     entries = sorted((e for e in ctx.view.values() if wanted(e)), key=lambda e: e.watcher_id)
     return ctx.ok({"watchers": [watcher_view(e) for e in entries]})
@@ -343,4 +341,9 @@ _HANDLERS: Final[dict[CommandVerb, Callable[[CommandContext], CommandOutcome]]] 
     CommandVerb.GRANT_REVOKE: grant_revoke,
     CommandVerb.GRANT_LIST: grant_list,
     CommandVerb.SEND: send,
+    CommandVerb.SCHEDULE: schedule,
+    CommandVerb.SCHEDULE_UPDATE: schedule,
+    CommandVerb.RUN: authorize_control,
+    CommandVerb.QUERY: authorize_control,
+    CommandVerb.PROMPT: authorize_control,
 }

@@ -1,11 +1,14 @@
 """What every command decision shares: its context, its refusals and its checks.
 
-Owns :class:`CommandContext` (the command, the subject's registry view, the grants, ``now``),
-:class:`Refusal` (a result code raised by a check and turned into an error result by
+Owns :class:`CommandContext` (the command, the subject's registry view, the grants, ``now``, the
+limits), :class:`Refusal` (a result code raised by a check and turned into an error result by
 ``pipeline.rules.commands.apply.apply``), and the checks every verb draws on: role
-(:func:`role_verb`: a schedule's create is ``schedule``, which agents may do; another subject's
-object is "not found", never "denied"), grants (fail-closed), the expected revision (CAS), the
-agent-watch cap, and reading the named watcher or the submitted definition. The verbs themselves are
+(:func:`role_verb`: creating or updating a watcher is ``create`` whatever its id — an agent
+schedules only through the ``schedule`` commands of the control plane; another subject's object
+is "not found", never "denied"), grants (fail-closed, seed 000: every management, erasure and
+control verb consults them, action ``manage``), the expected revision (CAS), the room a new
+live watcher needs (``limits``) and seed 003's three active agent watches per session, and
+reading the named watcher or the submitted definition. The verbs themselves are
 ``pipeline.rules.commands.apply``.
 """
 
@@ -16,8 +19,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
-from pipeline.rules.authz import Action, Role, Subject, Verb, authorize, may
+from pipeline.rules.authz import Action, Principal, Role, Subject, Verb, authorize, may
 from pipeline.rules.authz import DenyReason as _Deny
+from pipeline.rules.commands.limits import (
+    DEFAULT_LIMITS,
+    SCHEDULE_PREFIX,
+    Limits,
+    Room,
+    is_schedule,
+)
 from pipeline.rules.commands.model import (
     Command,
     CommandError,
@@ -29,7 +39,7 @@ from pipeline.rules.commands.model import (
     ResultCode,
 )
 from pipeline.rules.definition import WatcherDefinition
-from pipeline.rules.errors import VigilError
+from pipeline.rules.errors import DefinitionError, VigilError
 from pipeline.rules.lifecycle import WatcherStatus
 from pipeline.rules.sources import PollingSource
 
@@ -38,10 +48,14 @@ __all__ = [
     "SCHEDULE_PREFIX",
     "CommandContext",
     "Refusal",
+    "bound_session",
     "check_cap",
     "check_grant",
     "check_revision",
     "check_role",
+    "check_room",
+    "check_subject_grant",
+    "covered",
     "named_watcher",
     "not_agent",
     "role_verb",
@@ -67,9 +81,12 @@ _ROLE_VERB: Final[dict[CommandVerb, Verb]] = {
     CommandVerb.GRANT_REVOKE: Verb.GRANT,
     CommandVerb.GRANT_LIST: Verb.GRANT,
     CommandVerb.SEND: Verb.SEND,
+    CommandVerb.SCHEDULE: Verb.SCHEDULE,
+    CommandVerb.SCHEDULE_UPDATE: Verb.SCHEDULE,
+    CommandVerb.RUN: Verb.RUN,
+    CommandVerb.QUERY: Verb.QUERY,
+    CommandVerb.PROMPT: Verb.PROMPT,
 }
-SCHEDULE_PREFIX: Final = "schedule:"
-"""Watcher ids of the control plane's schedules: ``schedule:<chat>:<name>`` (DESIGN.md §10)."""
 # Verbs on one existing object: someone else's object is "not found", never "denied".
 _OBJECT_VERBS: Final = frozenset(
     {
@@ -82,6 +99,7 @@ _OBJECT_VERBS: Final = frozenset(
     }
 )
 _HIDDEN: Final = frozenset({_Deny.TENANT_MISMATCH, _Deny.USER_MISMATCH, _Deny.SESSION_MISMATCH})
+_SESSION_BOUND: Final = frozenset({Role.AGENT, Role.SCOPED_CHAT})
 
 
 class Refusal(VigilError):
@@ -100,6 +118,7 @@ class CommandContext:
     view: Mapping[str, RegistryEntry]
     grants: Mapping[str, GrantRecord]
     now: datetime
+    limits: Limits = DEFAULT_LIMITS
 
     @property
     def subject(self) -> Subject:
@@ -121,21 +140,19 @@ class CommandContext:
 # --- checks ---------------------------------------------------------------------------------
 
 
+def bound_session(principal: Principal) -> str | None:
+    """The session a session-bound principal (agent, scoped chat) acts in; None for the rest."""
+    return principal.session_id if principal.role in _SESSION_BOUND else None
+
+
 def role_verb(command: Command) -> Verb:
-    """The role verb a command needs (DESIGN.md §10: agents schedule and propose). Creating or
-    updating a schedule watcher is ``schedule``, not ``create``, so an agent's schedule carries
-    the agent as its principal; the definition's own rules then hold that id to a schedule
-    source. An immediate prompt's answer (a ``send`` with ``answer_to``) needs ``prompt``."""
-    verb = command.verb
-    if verb in (CommandVerb.CREATE, CommandVerb.UPDATE):
-        named = command.watcher_id
-        if named is None and command.definition is not None:
-            named = command.definition.get("watcher_id")
-        if isinstance(named, str) and named.startswith(SCHEDULE_PREFIX):
-            return Verb.SCHEDULE
-    if verb is CommandVerb.SEND and command.answer_to is not None:
+    """The role verb a command needs (DESIGN.md §10). ``create`` and ``update`` are ``create``
+    whatever the id, so an agent never makes an active or ``schedule:*`` watcher that way; the
+    control plane's ``schedule`` commands are ``schedule``. An immediate prompt's answer (a
+    ``send`` with ``answer_to``) needs ``prompt``."""
+    if command.verb is CommandVerb.SEND and command.answer_to is not None:
         return Verb.PROMPT
-    return _ROLE_VERB[verb]
+    return _ROLE_VERB[command.verb]
 
 
 def check_role(ctx: CommandContext) -> None:
@@ -149,10 +166,9 @@ def check_role(ctx: CommandContext) -> None:
     raise Refusal(ResultCode.DENIED, decision.detail)
 
 
-def check_grant(ctx: CommandContext, definition: WatcherDefinition, action: Action) -> None:
-    """Fail-closed: one grant of the subject must cover purpose, source, tool, target, action."""
+def _decide(ctx: CommandContext, definition: WatcherDefinition, action: Action) -> Any:
     source = definition.source
-    decision = authorize(
+    return authorize(
         (record.grant for record in ctx.grants.values()),
         tenant_id=definition.tenant_id,
         user_id=definition.user_id,
@@ -163,13 +179,58 @@ def check_grant(ctx: CommandContext, definition: WatcherDefinition, action: Acti
         target=definition.delivery.target,
         now=ctx.now,
     )
+
+
+def check_grant(ctx: CommandContext, definition: WatcherDefinition, action: Action) -> None:
+    """Fail-closed: one grant of the subject must cover purpose, source, tool, target, action."""
+    decision = _decide(ctx, definition, action)
     if not decision.allowed:
         raise Refusal(ResultCode.DENIED, decision.detail)
 
 
-def check_revision(ctx: CommandContext, entry: RegistryEntry) -> None:
+def covered(ctx: CommandContext, entry: RegistryEntry, action: Action) -> bool:
+    """Whether a grant covers ``action`` on a stored watcher; one whose stored definition no
+    longer parses is covered by nothing (fail-closed)."""
+    try:
+        definition = entry.definition()
+    except DefinitionError:
+        return False
+    return bool(_decide(ctx, definition, action).allowed)
+
+
+def check_subject_grant(ctx: CommandContext, action: Action) -> None:
+    """Fail-closed for verbs about a whole subject (``list``, ``erase``): some unexpired grant
+    of the subject must name ``action``."""
+    command = ctx.command
+    for record in ctx.grants.values():
+        grant = record.grant
+        if (
+            (grant.tenant_id, grant.user_id) == (command.tenant_id, command.user_id)
+            and action in grant.actions
+            and ctx.now < grant.until
+        ):
+            return
+    raise Refusal(
+        ResultCode.DENIED,
+        f"no grant lets tenant {command.tenant_id!r} user {command.user_id!r} "
+        f"{action.value} (seed 000: fail-closed)",
+    )
+
+
+def check_revision(ctx: CommandContext, entry: RegistryEntry, *, required: bool = False) -> None:
+    """Compare-and-set: the revision the caller read must be the entry's. An update must name
+    one (``required``); lifecycle moves may leave it out."""
     expected = ctx.command.expected_revision
-    if expected is not None and expected != entry.revision:
+    if expected is None:
+        if required:
+            raise Refusal(
+                ResultCode.STALE_REVISION,
+                f"an update names the revision it read (watcher {entry.watcher_id!r} is at "
+                f"{entry.revision}): If-Match, expected_revision or --revision",
+                "expected_revision",
+            )
+        return
+    if expected != entry.revision:
         raise Refusal(
             ResultCode.STALE_REVISION,
             f"watcher {entry.watcher_id!r} is at revision {entry.revision}, not {expected}",
@@ -178,8 +239,9 @@ def check_revision(ctx: CommandContext, entry: RegistryEntry) -> None:
 
 
 def check_cap(ctx: CommandContext, entry: RegistryEntry) -> None:
-    """At most :data:`AGENT_CAP` active agent watches per (tenant, user, session)."""
-    if entry.session_id is None:
+    """At most :data:`AGENT_CAP` active agent watches per (tenant, user, session); the session's
+    schedules are counted by :func:`check_room`, not here."""
+    if entry.session_id is None or is_schedule(entry.watcher_id):
         return
     active = sum(
         1
@@ -187,6 +249,7 @@ def check_cap(ctx: CommandContext, entry: RegistryEntry) -> None:
         if other.watcher_id != entry.watcher_id
         and other.session_id == entry.session_id
         and other.status is WatcherStatus.ACTIVE
+        and not is_schedule(other.watcher_id)
     )
     if active >= AGENT_CAP:
         raise Refusal(
@@ -196,7 +259,33 @@ def check_cap(ctx: CommandContext, entry: RegistryEntry) -> None:
         )
 
 
+def check_room(
+    ctx: CommandContext, watcher_id: str, *, proposal: bool = False, session_id: str | None = None
+) -> None:
+    """A new live watcher fits the subject's limits (and a schedule its session's)."""
+    limits = ctx.limits
+    room = Room.count(ctx.view.values(), leaving_out=watcher_id, session_id=session_id)
+    if is_schedule(watcher_id):
+        if room.schedules >= limits.schedules:
+            raise _cap(f"the subject already has {room.schedules} live schedules", "watcher_id")
+        if session_id is not None and room.session_schedules >= limits.session_schedules:
+            raise _cap(
+                f"session {session_id!r} already has {room.session_schedules} live schedules",
+                "session_id",
+            )
+        return
+    if proposal and room.proposals >= limits.proposals:
+        raise _cap(f"the subject already has {room.proposals} pending proposals", "watcher_id")
+    if room.watchers >= limits.watchers:
+        raise _cap(f"the subject already has {room.watchers} live watchers", "watcher_id")
+
+
+def _cap(message: str, field: str) -> Refusal:
+    return Refusal(ResultCode.CAP_REACHED, message, field)
+
+
 def named_watcher(ctx: CommandContext) -> RegistryEntry:
+    """The watcher the command names; a session-bound caller reaches only its session's."""
     watcher_id = ctx.command.watcher_id
     if watcher_id is None:
         raise Refusal(ResultCode.INVALID, "name the watcher", "watcher_id")
@@ -204,16 +293,16 @@ def named_watcher(ctx: CommandContext) -> RegistryEntry:
     if entry is None:
         raise Refusal(ResultCode.NOT_FOUND, f"no watcher {watcher_id!r}", "watcher_id")
     principal = ctx.command.principal
-    if (
-        principal.role in (Role.AGENT, Role.SCOPED_CHAT)
-        and principal.session_id != entry.session_id
-    ):
+    if principal.role in _SESSION_BOUND and principal.session_id != entry.session_id:
         raise Refusal(ResultCode.NOT_FOUND, f"no watcher {watcher_id!r}", "watcher_id")
     return entry
 
 
-def submitted_definition(ctx: CommandContext) -> WatcherDefinition:
-    body = ctx.command.definition
+def submitted_definition(
+    ctx: CommandContext, body: Mapping[str, Any] | None = None
+) -> WatcherDefinition:
+    """The command's definition (or ``body``, a filled-in copy of it), for its subject."""
+    body = ctx.command.definition if body is None else body
     if body is None:
         raise Refusal(ResultCode.INVALID, "a definition is required", "definition")
     if "version" in body:

@@ -69,6 +69,11 @@ class CommandVerb(StrEnum):
     GRANT_REVOKE = "grant_revoke"
     GRANT_LIST = "grant_list"
     SEND = "send"
+    SCHEDULE = "schedule"  # a control-plane schedule: created; a live name is a conflict
+    SCHEDULE_UPDATE = "schedule_update"  # seed 001's --update: replaced or created, no revision
+    RUN = "run"  # the daemon's verbs, authorized here before they run: nothing is written
+    QUERY = "query"
+    PROMPT = "prompt"  # the agent step of an immediate prompt
 
 
 class ResultCode(StrEnum):

@@ -13,14 +13,10 @@ from __future__ import annotations
 
 from typing import Final
 
-from pipeline.rules.authz import Action, authorize
+from pipeline.rules.authz import Action
 from pipeline.rules.commands.context import CommandContext, Refusal
-from pipeline.rules.commands.immediate import (
-    CONTROL_PURPOSE,
-    CONTROL_SOURCE,
-    answer_entry,
-    immediate_entry,
-)
+from pipeline.rules.commands.control import check_control
+from pipeline.rules.commands.immediate import answer_entry, immediate_entry
 from pipeline.rules.commands.model import CommandOutcome, ResultCode
 
 __all__ = ["SEND_TEXT_MAX", "send"]
@@ -42,18 +38,7 @@ def send(ctx: CommandContext) -> CommandOutcome:
         raise Refusal(ResultCode.INVALID, "a send needs text", "text")
     if len(text) > SEND_TEXT_MAX:
         raise Refusal(ResultCode.INVALID, f"at most {SEND_TEXT_MAX} characters", "text")
-    decision = authorize(
-        (record.grant for record in ctx.grants.values()),
-        tenant_id=command.tenant_id,
-        user_id=command.user_id,
-        purpose=CONTROL_PURPOSE,
-        action=Action.DELIVER,
-        source_id=CONTROL_SOURCE,
-        target=chat,
-        now=ctx.now,
-    )
-    if not decision.allowed:
-        raise Refusal(ResultCode.DENIED, decision.detail)
+    check_control(ctx, chat, Action.DELIVER)
     # A prompt's answer is the ``send`` of the prompt's request, keyed from the prompt's key.
     answer_to = command.answer_to
     entry = immediate_entry(

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
 from pipeline.control.agent import AgentRunner, AgentTokens
+from pipeline.control.isolation import process_chain
 from pipeline.rules.errors import ConfigError, VigilError
 
 pytestmark = pytest.mark.unit
@@ -73,10 +75,54 @@ def test_token_names_an_agent_principal_bound_to_its_own_session(tmp_path: Path)
     assert tokens.by_token("forged") is None
 
 
-def test_a_run_is_found_by_its_process_or_an_ancestor(tmp_path: Path) -> None:
+def test_a_run_is_found_by_its_process_or_an_ancestor_and_not_by_a_stranger(
+    tmp_path: Path,
+) -> None:
     tokens = AgentTokens("t", "u")
     run = tokens.issue("me")
     tokens.attach(run, os.getppid())
-    found = tokens.by_pid([os.getpid(), os.getppid()])
+    found = tokens.by_process(process_chain(os.getpid()))
     assert found is not None and found.token == run.token
-    assert tokens.by_pid([os.getpid()]) is None
+    with subprocess.Popen(["sleep", "30"], start_new_session=True) as stranger:
+        try:
+            other = AgentTokens("t", "u")
+            other.attach(other.issue("me"), stranger.pid)
+            assert other.by_process(process_chain(os.getpid())) is None
+        finally:
+            stranger.kill()
+
+
+def test_the_agent_sees_only_the_allowlisted_environment(tmp_path: Path) -> None:
+    agent = tmp_path / "env.sh"
+    agent.write_text("#!/bin/sh\nenv | sort\n")
+    agent.chmod(0o700)
+    environ = {
+        "PATH": os.environ["PATH"],
+        "HOME": "/home/me",
+        "LANG": "C.UTF-8",
+        "TZ": "UTC",
+        "OPS_HOOK_SECRET": "s3cret",
+        "TELEGRAM_BOT_TOKEN": "123:abc",
+        "VIGIL_CONFIG": "/etc/vigil.toml",
+        "MY_AGENT_KEY": "k",
+    }
+    runner = AgentRunner(
+        [str(agent)],
+        timedelta(seconds=10),
+        tmp_path / "s.sock",
+        AgentTokens("t", "u"),
+        environ=environ,
+        pass_env=("MY_AGENT_KEY",),
+    )
+    names = {line.split("=", 1)[0] for line in runner.ask("x", "me").splitlines()}
+    assert names - {"PWD", "SHLVL", "_", "OLDPWD"} == {
+        "PATH",
+        "HOME",
+        "LANG",
+        "TZ",
+        "MY_AGENT_KEY",
+        "VIGIL_SOCKET",
+        "VIGIL_CHAT_ID",
+        "VIGIL_AGENT_TOKEN",
+        "VIGIL_SESSION_ID",
+    }

@@ -381,18 +381,55 @@ def _agent(session: str = "agent-run-1") -> Principal:
     )
 
 
-def test_agent_may_schedule_but_not_cancel_list_query_or_run(make: Any) -> None:
+def test_agent_may_schedule_list_and_cancel_its_own_but_not_query_run_or_schedule_run(
+    make: Any,
+) -> None:
     d, _, _ = make()
     agent = _agent()
-    _ok(d.handle({"verb": "schedule", "chat": "me", "in": "1h", "argv": ["send", "x"]}, agent))
+    _ok(
+        d.handle(
+            {"verb": "schedule", "chat": "me", "in": "1h", "name": "mine", "argv": ["send", "x"]},
+            agent,
+        )
+    )
+    _ok(
+        d.handle(
+            {"verb": "schedule", "chat": "me", "in": "1h", "name": "users", "argv": ["send", "u"]},
+            USER,
+        )
+    )
+    listed = _ok(d.handle({"verb": "list", "chat": "me"}, agent))
+    assert [e["name"] for e in listed["schedules"]] == ["mine"]
     for body in (
-        {"verb": "cancel", "name": "x", "chat": "me"},
-        {"verb": "list", "chat": "me"},
         {"verb": "query", "text": "x", "chat": "me"},
         {"verb": "run", "args": ["hello.sh"], "chat": "me"},
+        {"verb": "prompt", "text": "x", "chat": "me"},
+        {"verb": "schedule", "chat": "me", "in": "1h", "argv": ["run", "hello.sh"]},
     ):
         response = d.handle(body, agent)
         assert response.error is not None and response.error.code is ErrorKind.DENIED, body
+    users = d.handle({"verb": "cancel", "name": "users", "chat": "me"}, agent)
+    assert users.error is not None and users.error.code is ErrorKind.NOT_FOUND
+    replaced = d.handle(
+        {
+            "verb": "schedule",
+            "chat": "me",
+            "in": "2h",
+            "name": "users",
+            "update": True,
+            "argv": ["send", "hijacked"],
+        },
+        agent,
+    )
+    assert replaced.error is not None and replaced.error.code is ErrorKind.DENIED
+    _ok(d.handle({"verb": "cancel", "name": "mine", "chat": "me"}, agent))
+    assert [
+        e["name"] for e in _ok(d.handle({"verb": "list", "chat": "me"}, USER))["schedules"]
+    ] == ["users"]
+    assert _ok(d.handle({"verb": "list", "chat": "me"}, USER))["schedules"][0]["argv"] == [
+        "send",
+        "u",
+    ]
 
 
 def test_agent_schedule_and_send_carry_the_agent_as_their_principal(
@@ -401,7 +438,10 @@ def test_agent_schedule_and_send_carry_the_agent_as_their_principal(
     d, outbox, _ = make()
     agent = _agent()
     _ok(d.handle({"verb": "schedule", "chat": "me", "in": "1h", "argv": ["send", "x"]}, agent))
-    assert (processor.seen[-1].verb, processor.seen[-1].principal) == (CommandVerb.CREATE, agent)
+    last = processor.seen[-1]
+    assert (last.verb, last.principal) == (CommandVerb.SCHEDULE, agent)
+    [entry] = processor.registry.values()
+    assert entry.session_id == agent.session_id
     _ok(
         d.handle(
             {
@@ -415,7 +455,8 @@ def test_agent_schedule_and_send_carry_the_agent_as_their_principal(
             agent,
         )
     )
-    assert (processor.seen[-1].verb, processor.seen[-1].principal) == (CommandVerb.UPDATE, agent)
+    last = processor.seen[-1]
+    assert (last.verb, last.principal) == (CommandVerb.SCHEDULE_UPDATE, agent)
     _ok(d.handle({"verb": "send", "chat": "me", "text": "now"}, agent))
     assert processor.seen[-1].principal == agent
     assert [e.text for e in outbox.entries] == ["now"]

@@ -138,15 +138,28 @@ def principal(role: Role, **overrides: Any) -> Principal:
     return Principal(**fields)
 
 
-@pytest.mark.parametrize("verb", [Verb.PROPOSE, Verb.SCHEDULE])
-def test_agent_may_propose_and_schedule(verb: Verb) -> None:
+@pytest.mark.parametrize("verb", [Verb.PROPOSE, Verb.SCHEDULE, Verb.SEND, Verb.LIST, Verb.CANCEL])
+def test_agent_may_propose_send_schedule_and_list_and_cancel_its_schedules(verb: Verb) -> None:
+    # list and cancel reach only the schedules its session created: the processor's rule.
     assert may(principal(Role.AGENT, session_id="s-1"), verb, OWNER).allowed
 
 
 @pytest.mark.parametrize(
-    "verb", [Verb.APPROVE, Verb.CANCEL, Verb.LIST, Verb.SHOW, Verb.GRANT, Verb.CREATE]
+    "verb",
+    [
+        Verb.APPROVE,
+        Verb.SHOW,
+        Verb.GRANT,
+        Verb.CREATE,
+        Verb.PAUSE,
+        Verb.RESUME,
+        Verb.RUN,
+        Verb.QUERY,
+        Verb.PROMPT,
+        Verb.ERASE,
+    ],
 )
-def test_agent_may_not_approve_inspect_or_manage(verb: Verb) -> None:
+def test_agent_may_not_approve_inspect_manage_or_run(verb: Verb) -> None:
     decision = may(principal(Role.AGENT, session_id="s-1"), verb, OWNER)
     assert not decision.allowed and decision.reason is DenyReason.ROLE
 

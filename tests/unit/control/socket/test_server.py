@@ -17,12 +17,7 @@ from typing import Any
 import pytest
 
 from pipeline.control.socket.client import call
-from pipeline.control.socket.server import (
-    Peer,
-    SocketServer,
-    default_socket_path,
-    process_ancestry,
-)
+from pipeline.control.socket.server import Peer, SocketServer, default_socket_path
 from pipeline.control.verbs import VerbResponse
 from pipeline.rules.errors import ConfigError
 
@@ -134,7 +129,25 @@ def test_socket_path_order_is_flag_env_config_xdg_then_home(tmp_path: Path) -> N
     assert home == Path("~/.config/vigil/vigil.sock").expanduser()
 
 
-def test_process_ancestry_starts_at_the_process_and_reaches_its_parent() -> None:
-    chain = process_ancestry(os.getpid())
-    assert chain[0] == os.getpid()
-    assert os.getppid() in chain
+@pytest.mark.skipif(os.geteuid() != 0, reason="handing a socket to another uid needs root")
+def test_a_socket_handed_to_another_uid_is_theirs_0600_and_refuses_every_other_peer(
+    tmp_path: Path,
+) -> None:
+    other = 65534  # nobody
+    path = tmp_path / "agent" / "vigil.sock"
+    with SocketServer(path, _echo, owner=other, peers={other}):
+        found = os.stat(path)
+        assert (found.st_uid, stat.S_IMODE(found.st_mode)) == (other, 0o600)
+        folder = os.stat(path.parent)
+        assert (folder.st_uid, stat.S_IMODE(folder.st_mode)) == (other, 0o700)
+        refused = call(path, {"verb": "list"})  # we are root, not the agent's uid
+        assert refused.error is not None and refused.error.code.value == "unauthenticated"
+
+
+def test_a_directory_someone_else_owns_is_never_used_for_a_handed_over_socket(
+    tmp_path: Path,
+) -> None:
+    folder = tmp_path / "shared"
+    folder.mkdir(mode=0o755)
+    with pytest.raises(ConfigError, match="open to others"):
+        SocketServer(folder / "vigil.sock", _echo, owner=os.getuid()).start()

@@ -34,6 +34,7 @@ from pipeline.rules.commands import (
     apply,
     grant_id_for,
 )
+from pipeline.rules.commands.limits import DEFAULT_LIMITS, Limits
 from pipeline.rules.errors import DefinitionError
 from pipeline.rules.keys import subject_key, watcher_key
 from pipeline.rules.lifecycle import CloseReason
@@ -152,13 +153,17 @@ def command(verb: CommandVerb, principal: Principal = OWNER, **fields: Any) -> C
 class Subject:
     """One subject's registry view, applying each outcome's registry writes like the consumer."""
 
-    def __init__(self, grants: dict[str, GrantRecord] | None = None) -> None:
+    def __init__(
+        self, grants: dict[str, GrantRecord] | None = None, limits: Limits = DEFAULT_LIMITS
+    ) -> None:
         self.view: dict[str, RegistryEntry] = {}
         self.grants = dict(GRANTS if grants is None else grants)
         self.now = NOW
+        self.limits = limits
 
     def run(self, verb: CommandVerb, principal: Principal = OWNER, **fields: Any) -> CommandOutcome:
-        outcome = apply(command(verb, principal, **fields), self.view, self.grants, self.now)
+        cmd = command(verb, principal, **fields)
+        outcome = apply(cmd, self.view, self.grants, self.now, self.limits)
         for watcher_id, entry in outcome.registry:
             if entry is None:
                 self.view.pop(watcher_id, None)
@@ -317,14 +322,24 @@ def test_update_checks_the_expected_revision() -> None:
     assert subject.view["w-1"].created_at == NOW
 
 
-def test_update_without_a_revision_upserts_and_with_one_needs_a_live_watcher() -> None:
+def test_update_must_name_the_revision_it_read_and_a_missing_or_stale_one_changes_nothing() -> None:
     subject = Subject()
     assert subject.refused(CommandVerb.UPDATE, definition=definition(), expected_revision=1) == (
         ResultCode.NOT_FOUND,
         "watcher_id",
     )
-    assert subject.ok(CommandVerb.UPDATE, definition=definition())["version"] == 1
-    assert subject.ok(CommandVerb.UPDATE, definition=definition())["version"] == 2
+    subject.ok(CommandVerb.CREATE, definition=definition())
+    before = dict(subject.view)
+    changed = definition(condition={"eq": ["status", "broken"]})
+    for revision in (None, 0, 2):
+        assert subject.refused(
+            CommandVerb.UPDATE, definition=changed, expected_revision=revision
+        ) == (
+            ResultCode.STALE_REVISION,
+            "expected_revision",
+        )
+    assert subject.view == before
+    assert subject.ok(CommandVerb.UPDATE, definition=changed, expected_revision=1)["version"] == 2
     subject.ok(CommandVerb.CANCEL, watcher_id="w-1")
     assert subject.refused(CommandVerb.UPDATE, definition=definition(), expected_revision=3) == (
         ResultCode.CONFLICT,
@@ -335,7 +350,9 @@ def test_update_without_a_revision_upserts_and_with_one_needs_a_live_watcher() -
 def test_update_moving_the_source_tombstones_the_old_watchers_key_first() -> None:
     subject = Subject()
     subject.ok(CommandVerb.CREATE, definition=definition())
-    outcome = subject.run(CommandVerb.UPDATE, definition=definition(source_id="ci.other"))
+    outcome = subject.run(
+        CommandVerb.UPDATE, definition=definition(source_id="ci.other"), expected_revision=1
+    )
     assert [(w.source_id, w.entry is None) for w in outcome.watchers] == [
         ("ci.pipeline", True),
         ("ci.other", False),
@@ -366,13 +383,31 @@ def test_pause_resume_cancel_move_the_lifecycle_and_illegal_moves_conflict() -> 
     assert subject.refused(CommandVerb.PAUSE) == (ResultCode.INVALID, "watcher_id")
 
 
-def test_pause_and_cancel_need_no_grant_but_resume_does() -> None:
+def test_a_revoked_grant_refuses_every_management_and_erasure_verb_and_changes_nothing() -> None:
     subject = Subject()
     subject.ok(CommandVerb.CREATE, definition=definition())
-    subject.grants.clear()
     subject.ok(CommandVerb.PAUSE, watcher_id="w-1")
-    assert subject.refused(CommandVerb.RESUME, watcher_id="w-1")[0] is ResultCode.DENIED
-    assert subject.ok(CommandVerb.CANCEL, watcher_id="w-1")["status"] == "cancelled"
+    subject.grants.clear()
+    before = dict(subject.view)
+    for verb in (CommandVerb.SHOW, CommandVerb.PAUSE, CommandVerb.RESUME, CommandVerb.CANCEL):
+        assert subject.refused(verb, watcher_id="w-1")[0] is ResultCode.DENIED, verb
+    assert subject.refused(CommandVerb.LIST)[0] is ResultCode.DENIED
+    assert subject.refused(CommandVerb.ERASE, OPERATOR)[0] is ResultCode.DENIED
+    changed = definition(condition={"eq": ["status", "broken"]})
+    assert (
+        subject.refused(CommandVerb.UPDATE, definition=changed, expected_revision=2)[0]
+        is ResultCode.DENIED
+    )
+    assert subject.view == before
+
+
+def test_a_grant_for_another_purpose_hides_a_watcher_from_list_but_does_not_deny_it() -> None:
+    subject = Subject({"g-2": GRANTS["g-2"]})  # agent.watch only
+    subject.grants["g-1"] = GRANTS["g-1"]
+    subject.ok(CommandVerb.CREATE, definition=definition())
+    subject.ok(CommandVerb.PROPOSE, agent(), definition=agent_watch())
+    del subject.grants["g-1"]
+    assert [w["watcher_id"] for w in subject.ok(CommandVerb.LIST)["watchers"]] == ["aw-1"]
 
 
 # --- agent watches: propose, approve, caps, collapse ---------------------------------------
@@ -520,7 +555,8 @@ def test_list_shows_live_watchers_unless_a_state_is_asked_for() -> None:
     assert [w["watcher_id"] for w in cancelled] == ["w-2"]
     session = subject.ok(CommandVerb.LIST, session_id="s-1")["watchers"]
     assert [w["watcher_id"] for w in session] == ["aw-1"]
-    assert subject.refused(CommandVerb.LIST, agent())[0] is ResultCode.DENIED
+    # An agent lists only the schedules its session created: not its proposals.
+    assert subject.ok(CommandVerb.LIST, agent())["watchers"] == []
     assert subject.ok(CommandVerb.SHOW, watcher_id="w-2")["closed_reason"] == "cancelled"
 
 
@@ -668,6 +704,11 @@ def test_the_subject_index_survives_a_rollback_and_rebuilds_for_a_new_table() ->
     assert index.keys(table, mine) == [watcher_key(TENANT, USER, "w-2")]
     table.rollback()
     assert index.keys(table, mine) == [watcher_key(TENANT, USER, "w-1")]
+    # A key gone in a committed transaction leaves the index; no rollback brings it back.
+    table.delete(watcher_key(TENANT, USER, "w-1"))
+    table.committed()
+    assert index.keys(table, mine) == []
+    assert mine not in index._index(table)  # nothing of it is held
     fresh = Table(TableSpec("registry", "t.registry"), 0)
     fresh.apply(watcher_key(TENANT, USER, "w-9"), b"4")
     assert index.keys(fresh, mine) == [watcher_key(TENANT, USER, "w-9")]

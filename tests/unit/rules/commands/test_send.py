@@ -204,46 +204,75 @@ def _v1_document() -> dict[str, Any]:
     return document
 
 
-# --- role verbs: schedules are the agent's, answers need prompt --------------------------
+# --- role verbs: schedules are the control plane's commands, answers need prompt -------------
 
 
-def test_role_verb_of_a_schedule_create_or_update_is_schedule() -> None:
-    assert role_verb(command(CommandVerb.CREATE, definition=schedule())) is Verb.SCHEDULE
-    assert role_verb(command(CommandVerb.UPDATE, watcher_id="schedule:me:n")) is Verb.SCHEDULE
-    assert role_verb(command(CommandVerb.CREATE, definition={"watcher_id": "w"})) is Verb.CREATE
+def test_role_verb_of_create_and_update_is_create_whatever_the_id() -> None:
+    assert role_verb(command(CommandVerb.CREATE, definition=schedule())) is Verb.CREATE
+    assert role_verb(command(CommandVerb.UPDATE, watcher_id="schedule:me:n")) is Verb.CREATE
+    assert role_verb(command(CommandVerb.SCHEDULE, definition=schedule())) is Verb.SCHEDULE
+    assert role_verb(command(CommandVerb.SCHEDULE_UPDATE)) is Verb.SCHEDULE
     assert role_verb(command(CommandVerb.SEND, answer_to="p")) is Verb.PROMPT
     assert role_verb(command(CommandVerb.SEND)) is Verb.SEND
 
 
-def test_an_agent_creates_and_upserts_a_schedule_as_itself() -> None:
+def test_an_agent_schedules_and_upserts_its_own_schedule_in_its_session() -> None:
     created = decide(
-        command(CommandVerb.CREATE, AGENT, watcher_id="schedule:me:n", definition=schedule())
+        command(CommandVerb.SCHEDULE, AGENT, watcher_id="schedule:me:n", definition=schedule())
     )
     assert created.result.ok, created.result.error
     [entry] = created.definitions
     assert (entry.watcher_id, entry.status.value, entry.session_id) == (
         "schedule:me:n",
         "active",
-        None,
+        "r-1",
     )
     view = {entry.watcher_id: entry}
-    upsert = command(CommandVerb.UPDATE, AGENT, definition=schedule(text="again"))
+    upsert = command(CommandVerb.SCHEDULE_UPDATE, AGENT, definition=schedule(text="again"))
     updated = decide(upsert, view=view)
     assert updated.result.ok, updated.result.error
     assert updated.definitions[0].version == 2
+    clash = decide(command(CommandVerb.SCHEDULE, AGENT, definition=schedule()), view=view)
+    assert refusal(clash) == (ResultCode.CONFLICT, "watcher_id")
 
 
-def test_an_agent_may_not_create_a_plain_watcher_nor_cancel_a_schedule() -> None:
-    plain = {**schedule(), "watcher_id": "plain"}
-    assert refusal(decide(command(CommandVerb.CREATE, AGENT, definition=plain)))[0] is (
-        ResultCode.DENIED
-    )
-    entry = decide(command(CommandVerb.CREATE, OWNER, definition=schedule())).definitions[0]
-    cancel = command(CommandVerb.CANCEL, AGENT, watcher_id=entry.watcher_id)
-    assert refusal(decide(cancel, view={entry.watcher_id: entry}))[0] is ResultCode.DENIED
+def test_an_agent_may_not_create_or_update_any_watcher_schedule_ids_included() -> None:
+    for verb in (CommandVerb.CREATE, CommandVerb.UPDATE):
+        for body in (schedule(), {**schedule(), "watcher_id": "plain"}):
+            outcome = decide(command(verb, AGENT, definition=body, expected_revision=1))
+            assert refusal(outcome)[0] is ResultCode.DENIED, (verb, body["watcher_id"])
 
 
-def test_a_schedule_id_cannot_smuggle_another_definition_past_the_role_check() -> None:
+def test_an_agent_may_not_schedule_run() -> None:
+    run = {**schedule(), "delivery": {"target": "me", "verb": "run", "args": ["/bin/sh"]}}
+    for verb in (CommandVerb.SCHEDULE, CommandVerb.SCHEDULE_UPDATE):
+        assert refusal(decide(command(verb, AGENT, definition=run)))[0] is ResultCode.DENIED
+    assert decide(command(CommandVerb.SCHEDULE, OWNER, definition=run)).result.ok
+
+
+def test_an_agent_never_replaces_or_cancels_a_schedule_it_did_not_create() -> None:
+    entry = decide(command(CommandVerb.SCHEDULE, OWNER, definition=schedule())).definitions[0]
+    view = {entry.watcher_id: entry}
+    upsert = command(CommandVerb.SCHEDULE_UPDATE, AGENT, definition=schedule(text="hijack"))
+    assert refusal(decide(upsert, view=view)) == (ResultCode.DENIED, "name")
+    other = Principal(name="a2", role=Role.AGENT, tenant_id=T, user_id=U, session_id="r-2")
+    theirs = decide(command(CommandVerb.SCHEDULE, other, definition=schedule("o"))).definitions[0]
+    view[theirs.watcher_id] = theirs
+    for watcher_id in (entry.watcher_id, theirs.watcher_id):
+        cancel = command(CommandVerb.CANCEL, AGENT, watcher_id=watcher_id)
+        assert refusal(decide(cancel, view=view)) == (ResultCode.NOT_FOUND, "watcher_id")
+    mine = decide(command(CommandVerb.SCHEDULE, AGENT, definition=schedule("m"))).definitions[0]
+    view[mine.watcher_id] = mine
+    cancelled = decide(command(CommandVerb.CANCEL, AGENT, watcher_id=mine.watcher_id), view=view)
+    assert cancelled.result.ok, cancelled.result.error
+    # The user owns everything of theirs, the agent's schedules included.
+    assert decide(upsert.model_copy(update={"principal": OWNER}), view=view).result.ok
+    listed = decide(command(CommandVerb.LIST, AGENT), view=view).result.result
+    assert listed is not None
+    assert [w["watcher_id"] for w in listed["watchers"]] == ["schedule:me:m"]
+
+
+def test_a_schedule_command_holds_its_definition_to_a_schedule() -> None:
     event_source = {
         **schedule(),
         "source": {"kind": "event", "source_id": "ci", "event_type": "x", "max_age": "1m"},
@@ -252,17 +281,36 @@ def test_a_schedule_id_cannot_smuggle_another_definition_past_the_role_check() -
         "expires_at": "2027-01-01T00:00:00Z",
     }
     named_other = command(
-        CommandVerb.CREATE,
+        CommandVerb.SCHEDULE,
         AGENT,
         watcher_id="schedule:me:n",
         definition={**event_source, "watcher_id": "plain"},
     )
     assert refusal(decide(named_other)) == (ResultCode.INVALID, "watcher_id")
-    outcome = decide(command(CommandVerb.CREATE, AGENT, definition=event_source))
+    outcome = decide(command(CommandVerb.SCHEDULE, AGENT, definition=event_source))
     assert refusal(outcome) == (ResultCode.INVALID, "source")
+    plain = decide(
+        command(CommandVerb.SCHEDULE, OWNER, definition={**event_source, "watcher_id": "w"})
+    )
+    assert refusal(plain) == (ResultCode.INVALID, "watcher_id")
 
 
 def test_an_agents_schedule_without_the_manage_grant_is_denied() -> None:
     grants = control_grants(actions=frozenset({Action.EVALUATE, Action.DELIVER}))
-    outcome = decide(command(CommandVerb.CREATE, AGENT, definition=schedule()), grants)
+    outcome = decide(command(CommandVerb.SCHEDULE, AGENT, definition=schedule()), grants)
     assert refusal(outcome)[0] is ResultCode.DENIED
+
+
+# --- the daemon's own verbs: run, query, a prompt's agent step ------------------------------
+
+
+@pytest.mark.parametrize("verb", [CommandVerb.RUN, CommandVerb.QUERY, CommandVerb.PROMPT])
+def test_the_daemons_verbs_need_its_grant_and_write_nothing(verb: CommandVerb) -> None:
+    allowed = decide(command(verb, target="me"))
+    assert allowed.result.ok, allowed.result.error
+    assert allowed.result.result == {"verb": verb.value, "target": "me", "grant_id": "g-control"}
+    assert not (allowed.outbox or allowed.registry or allowed.watchers or allowed.lifecycle)
+    assert refusal(decide(command(verb, target="me"), grants={}))[0] is ResultCode.DENIED
+    assert refusal(decide(command(verb, target="elsewhere")))[0] is ResultCode.DENIED
+    assert refusal(decide(command(verb))) == (ResultCode.INVALID, "target")
+    assert refusal(decide(command(verb, AGENT, target="me")))[0] is ResultCode.DENIED

@@ -1,0 +1,130 @@
+"""What a process vigil starts may see and who it runs as (DESIGN.md §10 "Agents are principals
+with less power").
+
+Owns :func:`allowlisted_env` (PATH, HOME, LANG, TZ plus the keys configuration names — never
+vigil's secrets, which ``pipeline.config`` refuses to pass), :class:`AgentUser` (``[agent]
+run_as``: the local user an agent runs as, whose uid the daemon maps to the agent role),
+:func:`can_switch_user` (root, or CAP_SETUID and CAP_SETGID), :func:`agent_socket_path` (where
+an agent under its own uid reaches the daemon) and :func:`process_chain` (a process and its
+ancestors with their process group, session and start time, from Linux ``/proc``), which
+recognises an agent's descendants after a fork.
+
+Left out: the tokens and runs themselves (``agent``), deciding a peer's principal
+(``identity``) and serving sockets (``socket.server``).
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import tempfile
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from pipeline.rules.errors import ConfigError
+
+__all__ = [
+    "BASE_ENV",
+    "AgentUser",
+    "ProcessInfo",
+    "agent_socket_path",
+    "allowlisted_env",
+    "can_switch_user",
+    "process_chain",
+    "process_info",
+]
+
+BASE_ENV: Final = ("PATH", "HOME", "LANG", "TZ")
+_CAP_SETGID: Final = 6
+_CAP_SETUID: Final = 7
+_CHAIN_LIMIT: Final = 64
+
+
+def allowlisted_env(environ: Mapping[str, str], extra: Iterable[str] = ()) -> dict[str, str]:
+    """The variables of ``environ`` a started process may see: :data:`BASE_ENV` and ``extra``."""
+    names = (*BASE_ENV, *extra)
+    return {name: environ[name] for name in names if name in environ}
+
+
+@dataclass(frozen=True, slots=True)
+class AgentUser:
+    """The local user ``[agent] run_as`` names."""
+
+    name: str
+    uid: int
+    gid: int
+    home: Path
+
+    @classmethod
+    def resolve(cls, name: str) -> AgentUser:
+        """The user called ``name``; :class:`ConfigError` when it is missing or is no
+        isolation at all (root, or the daemon's own user)."""
+        try:
+            entry = pwd.getpwnam(name)
+        except KeyError:
+            raise ConfigError(f"[agent] run_as: no local user {name!r}") from None
+        if entry.pw_uid in (0, os.getuid()):
+            raise ConfigError(
+                f"[agent] run_as: {name!r} is root or the daemon's own user: no isolation"
+            )
+        return cls(name, entry.pw_uid, entry.pw_gid, Path(entry.pw_dir))
+
+    def working_dir(self) -> Path:
+        return self.home if self.home.is_dir() else Path("/")
+
+
+def can_switch_user(status: Path = Path("/proc/self/status")) -> bool:
+    """Whether this process may start children under another uid and gid."""
+    if os.geteuid() == 0:
+        return True
+    try:
+        for line in status.read_text().splitlines():
+            if line.startswith("CapEff:"):
+                caps = int(line.split()[1], 16)
+                return bool(caps >> _CAP_SETUID & 1 and caps >> _CAP_SETGID & 1)
+    except (OSError, ValueError, IndexError):
+        return False
+    return False
+
+
+def agent_socket_path(configured: Path | None, user: AgentUser) -> Path:
+    """``[agent] socket_path``, else ``<tmp>/vigil-agent-<uid>/vigil.sock`` (its directory is
+    the agent user's, mode 0700)."""
+    if configured is not None:
+        return configured.expanduser()
+    return Path(tempfile.gettempdir()) / f"vigil-agent-{user.uid}" / "vigil.sock"
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessInfo:
+    """One process as ``/proc/<pid>/stat`` tells it (``start``: clock ticks after boot)."""
+
+    pid: int
+    ppid: int
+    group: int
+    session: int
+    start: int
+
+
+def process_info(pid: int) -> ProcessInfo | None:
+    """``pid``'s entry, or None when it is gone or unreadable."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+        fields = text.rsplit(")", 1)[1].split()
+        return ProcessInfo(pid, int(fields[1]), int(fields[2]), int(fields[3]), int(fields[19]))
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def process_chain(pid: int, limit: int = _CHAIN_LIMIT) -> list[ProcessInfo]:
+    """``pid`` and its ancestors, nearest first; what is unreadable ends the chain."""
+    chain: list[ProcessInfo] = []
+    while pid > 1 and len(chain) < limit:
+        info = process_info(pid)
+        if info is None:
+            break
+        chain.append(info)
+        pid = info.ppid
+    return chain

@@ -1,0 +1,91 @@
+"""Limits on what commands create (DESIGN.md §10 "Limits"): counted per subject and per session.
+
+Owns :class:`Limits` (the configurable caps and their documented defaults: live watchers 1,000,
+pending proposals 100 that expire after 24 h, schedules 100 per subject, schedules 10 per agent
+session), :class:`Room` (what a subject holds now, counted over its registry view) and
+:func:`stale_proposals` (the proposals whose time to be approved has passed). Everything here is
+a pure count over one subject's registry view; refusing (``cap_reached``) and forgetting an
+expired proposal are ``pipeline.rules.commands.context`` and ``apply``. Seed 003's three active
+agent watches per session is ``context.AGENT_CAP``: a bound of the seed, not a setting.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Final
+
+from pipeline.rules.commands.model import RegistryEntry
+from pipeline.rules.lifecycle import WatcherStatus, is_live
+
+__all__ = [
+    "DEFAULT_LIMITS",
+    "SCHEDULE_PREFIX",
+    "Limits",
+    "Room",
+    "is_schedule",
+    "stale_proposals",
+]
+
+SCHEDULE_PREFIX: Final = "schedule:"
+"""Watcher ids of the control plane's schedules: ``schedule:<chat>:<name>`` (DESIGN.md §10)."""
+
+
+def is_schedule(watcher_id: str) -> bool:
+    return watcher_id.startswith(SCHEDULE_PREFIX)
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Caps on what one subject (and one agent session) may hold live at once."""
+
+    watchers: int = 1_000  # live watchers that are not schedules, proposals included
+    proposals: int = 100  # pending proposals
+    proposal_ttl: timedelta = timedelta(hours=24)  # a proposal not approved by then is forgotten
+    schedules: int = 100  # live schedules of the subject
+    session_schedules: int = 10  # live schedules one agent session created
+
+
+DEFAULT_LIMITS: Final = Limits()
+
+
+@dataclass(frozen=True, slots=True)
+class Room:
+    """What a subject holds live, leaving out the watcher a command is about (its own
+    replacement never counts against itself)."""
+
+    watchers: int
+    proposals: int
+    schedules: int
+    session_schedules: int
+
+    @classmethod
+    def count(
+        cls, entries: Iterable[RegistryEntry], *, leaving_out: str, session_id: str | None
+    ) -> Room:
+        watchers = proposals = schedules = session_schedules = 0
+        for entry in entries:
+            if entry.watcher_id == leaving_out or not is_live(entry.status):
+                continue
+            if is_schedule(entry.watcher_id):
+                schedules += 1
+                if session_id is not None and entry.session_id == session_id:
+                    session_schedules += 1
+                continue
+            watchers += 1
+            if entry.status is WatcherStatus.PROPOSED:
+                proposals += 1
+        return cls(watchers, proposals, schedules, session_schedules)
+
+
+def stale_proposals(
+    view: Mapping[str, RegistryEntry], now: datetime, ttl: timedelta
+) -> tuple[RegistryEntry, ...]:
+    """The subject's proposals proposed ``ttl`` or longer before ``now``, by id: no longer
+    approvable, counted or listed; the command processor forgets them."""
+    return tuple(
+        entry
+        for _, entry in sorted(view.items())
+        if entry.status is WatcherStatus.PROPOSED and now >= entry.created_at + ttl
+    )

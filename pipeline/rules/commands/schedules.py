@@ -1,0 +1,66 @@
+"""The control plane's schedule commands: ``schedule`` and ``schedule_update`` (seed 001, DESIGN.md
+§5, §10).
+
+Owns :func:`schedule`, which :func:`pipeline.rules.commands.apply.apply` dispatches both verbs to
+after the role check (``schedule``, which agents hold): the definition must be a schedule watcher
+``schedule:<chat>:<name>``; the daemon's grant must let the subject ``manage`` it; a live name is
+a ``conflict`` unless ``schedule_update`` (seed 001's ``--update``: replace or create, the one
+update without an expected revision). An agent schedules only ``send`` and ``prompt`` (never
+``run``), its schedules carry its session, it replaces only the schedules its session created,
+and a new one must fit the subject's and the session's limits. Timing, chats and the argv
+grammar are the control plane's (``pipeline.control``).
+"""
+
+from __future__ import annotations
+
+from pipeline.rules.authz import Action, Role
+from pipeline.rules.commands.context import (
+    CommandContext,
+    Refusal,
+    bound_session,
+    check_grant,
+    check_room,
+    submitted_definition,
+)
+from pipeline.rules.commands.limits import is_schedule
+from pipeline.rules.commands.model import CommandOutcome, CommandVerb, ResultCode
+from pipeline.rules.commands.versions import accept
+from pipeline.rules.definition import DeliveryVerb
+from pipeline.rules.lifecycle import WatcherStatus, is_live
+
+__all__ = ["schedule"]
+
+
+def schedule(ctx: CommandContext) -> CommandOutcome:
+    """Create (``schedule``) or upsert (``schedule_update``) one schedule watcher."""
+    command = ctx.command
+    principal = command.principal
+    session = bound_session(principal)
+    body = command.definition
+    if body is not None and body.get("session_id") not in (None, session):
+        raise Refusal(ResultCode.INVALID, "a schedule's session is its creator's", "session_id")
+    definition = submitted_definition(
+        ctx, None if body is None or session is None else {**body, "session_id": session}
+    )
+    if not is_schedule(definition.watcher_id):
+        raise Refusal(ResultCode.INVALID, "a schedule is schedule:<chat>:<name>", "watcher_id")
+    if principal.role is Role.AGENT and definition.delivery.verb is DeliveryVerb.RUN:
+        raise Refusal(ResultCode.DENIED, "an agent schedules send or prompt, never run", "argv")
+    check_grant(ctx, definition, Action.MANAGE)
+    before = ctx.view.get(definition.watcher_id)
+    if before is not None and is_live(before.status):
+        if command.verb is not CommandVerb.SCHEDULE_UPDATE:
+            raise Refusal(
+                ResultCode.CONFLICT,
+                f"schedule {definition.watcher_id!r} exists and is {before.status.value}",
+                "watcher_id",
+            )
+        if session is not None and before.session_id != session:
+            raise Refusal(
+                ResultCode.DENIED,
+                "an agent replaces only the schedules its own session created",
+                "name",
+            )
+        return accept(ctx, definition, before.status, before, keep=before)
+    check_room(ctx, definition.watcher_id, session_id=session)
+    return accept(ctx, definition, WatcherStatus.ACTIVE, before)

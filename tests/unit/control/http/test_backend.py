@@ -1,0 +1,30 @@
+"""The API's Kafka edge without Kafka: readiness is one probe per few seconds, however often
+``/readyz`` is asked (no client is built per call)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from pipeline.clock import ManualClock
+from pipeline.control.http.backend import LedgerStore
+from pipeline.kafka.topics import Topology
+
+pytestmark = pytest.mark.unit
+
+
+def test_readiness_is_probed_once_however_often_it_is_asked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    store = LedgerStore("127.0.0.1:1", Topology("t.", 2), ManualClock(datetime.now(UTC)))
+    probes: list[int] = []
+
+    def probe() -> str | None:
+        probes.append(1)
+        return "broker unreachable"
+
+    monkeypatch.setattr(store, "_probe", probe)
+    answers = {store.ready() for _ in range(500)}
+    assert answers == {"broker unreachable"} and len(probes) == 1
+    store.close()
