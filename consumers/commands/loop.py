@@ -41,6 +41,7 @@ from pipeline.records.lifecycle import encode_lifecycle
 from pipeline.records.outbox_entry import encode_outbox_entry
 from pipeline.records.registry_entry import decode_entry, encode_entry
 from pipeline.records.watcher import encode_watcher
+from pipeline.rules.budgets import NO_CEILINGS, BudgetCeilings
 from pipeline.rules.commands import (
     Command,
     CommandOutcome,
@@ -78,12 +79,14 @@ class CommandProcessor:
         schemas: SchemaRegistry | None = None,
         metrics: CollectorRegistry = REGISTRY,
         consumer_overrides: dict[str, Any] | None = None,
+        ceilings: BudgetCeilings = NO_CEILINGS,
     ) -> None:
         by_subject = {topology.partitions_for(t) for t in (Topic.COMMANDS, Topic.REGISTRY)}
         if len(by_subject) > 1:
             raise ConfigError("partitions: commands and registry need one count (by subject)")
         self._topology = topology
         self._clock = clock or SystemClock()
+        self._ceilings = ceilings
         self._schemas = schemas or default_registry()
         self._counter = command_counter(metrics)
         self._topics = {topic: topology.name(topic) for topic in Topic}
@@ -107,6 +110,8 @@ class CommandProcessor:
             max_batch=200,
             consumer_overrides=consumer_overrides,
             registry=metrics,
+            schemas_topic=self._topics[Topic.SCHEMAS],
+            schema_registry=self._schemas,
         )
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -169,7 +174,9 @@ class CommandProcessor:
             if request_id:
                 self._answer(ctx, refused(request_id, verb, exc, now))
             return
-        outcome = apply(command, self._view(registry, command), grants, now)
+        outcome = apply(
+            command, self._view(registry, command), grants, now, ceilings=self._ceilings
+        )
         self._write(ctx, registry, grants, command, outcome)
         error = outcome.result.error
         self._counter.labels(command.verb.value, "ok" if error is None else error.code).inc()

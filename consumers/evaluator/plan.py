@@ -24,12 +24,15 @@ from pipeline.records.watcher import Watch
 from pipeline.redis.budgets import RedisBudgets
 from pipeline.rules.authz import AuthzDecision, Grant
 from pipeline.rules.budgets import (
+    NO_CEILINGS,
     BudgetCaps,
+    BudgetCeilings,
     BudgetScope,
     BudgetVerdict,
     Charge,
     Dimension,
     offset_token,
+    resolve_caps,
 )
 from pipeline.rules.definition import WatcherDefinition
 from pipeline.rules.errors import DefinitionError, TransitionError
@@ -85,9 +88,11 @@ class Plan:
         default_caps: BudgetCaps,
         now: datetime,
         evaluators: Set[str] = frozenset(),
+        ceilings: BudgetCeilings = NO_CEILINGS,
     ) -> None:
         self._budgets = budgets
         self._default_caps = default_caps
+        self._ceilings = ceilings
         self._now = now
         self._evaluators = evaluators
         self._working: dict[str, WatcherState] = {}
@@ -185,12 +190,11 @@ class Plan:
         watch = step.watch
         base = watch.budget
         if base is None or base[0] is not self._default_caps:
-            caps = watch.definition.budgets
             defaults = self._default_caps
             base = watch.budget = (
                 defaults,
                 BudgetScope(*watch.parts),
-                defaults if caps is None else caps.with_defaults(defaults),
+                resolve_caps(watch.definition.budgets, defaults, self._ceilings),
             )
         return Charge(
             scope=base[1],

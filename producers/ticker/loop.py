@@ -43,7 +43,7 @@ from pipeline.records.tick import TickRecord, encode_tick
 from pipeline.records.ticker_state import encode_memory
 from pipeline.records.watcher import Watch
 from pipeline.redis.budgets import RedisBudgets
-from pipeline.rules.budgets import BudgetCaps, BudgetVerdict
+from pipeline.rules.budgets import NO_CEILINGS, BudgetCaps, BudgetCeilings, BudgetVerdict
 from pipeline.rules.errors import DefinitionError
 from pipeline.rules.lifecycle import is_closed
 from pipeline.rules.outcomes import ErrorCode
@@ -116,6 +116,7 @@ class PollTicker:
         tools: Mapping[str, ToolConfig] | None = None,
         budgets: RedisBudgets | None = None,
         default_caps: BudgetCaps | None = None,
+        ceilings: BudgetCeilings = NO_CEILINGS,
         clock: Clock | None = None,
         registry: SchemaRegistry | None = None,
         metrics_registry: CollectorRegistry = REGISTRY,
@@ -125,7 +126,7 @@ class PollTicker:
         self.settings = settings
         self._clock = clock or SystemClock()
         self._registry = registry or default_registry()
-        self._guard = ToolGuard(budgets, default_caps)
+        self._guard = ToolGuard(budgets, default_caps, ceilings)
         self.metrics: TickerMetrics = ticker_metrics(metrics_registry)
         self._ticks = topology.name(Topic.TICKS)
         self._views = TickerViews(self._registry)
@@ -155,6 +156,10 @@ class PollTicker:
             commit_interval_ms=settings.commit_interval_ms,
             consumer_overrides=settings.consumer_overrides,
             registry=metrics_registry,
+            schemas_topic=topology.name(Topic.SCHEMAS),
+            schema_registry=self._registry,
+            # Events are the evaluator's to judge: the ticker reads them for pinned states only.
+            judged=[topology.name(Topic.WATCHERS)],
         )
 
     # -- lifecycle -----------------------------------------------------------------------

@@ -23,6 +23,7 @@ from datetime import datetime
 from typing import Final
 
 from pipeline.rules.authz import Action, Role, Verb, may
+from pipeline.rules.budgets import NO_CEILINGS, BudgetCeilings
 from pipeline.rules.commands.context import (
     CommandContext,
     Refusal,
@@ -71,10 +72,13 @@ def apply(
     registry_view: Mapping[str, RegistryEntry],
     grants: Mapping[str, GrantRecord],
     now: datetime,
+    *,
+    ceilings: BudgetCeilings = NO_CEILINGS,
 ) -> CommandOutcome:
     """Decide ``command`` for its subject: ``registry_view`` is that subject's watchers by id,
-    ``grants`` every grant by id. Never raises for a bad command: refusals are results."""
-    ctx = CommandContext(command, registry_view, grants, utc(now))
+    ``grants`` every grant by id, ``ceilings`` the operator's budget ceilings. Never raises for
+    a bad command: refusals are results."""
+    ctx = CommandContext(command, registry_view, grants, utc(now), ceilings)
     try:
         check_role(ctx)
         return _HANDLERS[command.verb](ctx)

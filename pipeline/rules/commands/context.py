@@ -18,6 +18,7 @@ from typing import Any, Final
 
 from pipeline.rules.authz import Action, Role, Subject, Verb, authorize, may
 from pipeline.rules.authz import DenyReason as _Deny
+from pipeline.rules.budgets import NO_CEILINGS, BudgetCeilings
 from pipeline.rules.commands.model import (
     Command,
     CommandError,
@@ -100,6 +101,7 @@ class CommandContext:
     view: Mapping[str, RegistryEntry]
     grants: Mapping[str, GrantRecord]
     now: datetime
+    ceilings: BudgetCeilings = NO_CEILINGS  # the operator's [budgets.ceilings]
 
     @property
     def subject(self) -> Subject:
@@ -221,6 +223,8 @@ def submitted_definition(ctx: CommandContext) -> WatcherDefinition:
     definition = WatcherDefinition.from_json(
         body, tenant_id=ctx.command.tenant_id, user_id=ctx.command.user_id
     )
+    if definition.budgets is not None:
+        ctx.ceilings.check(definition.budgets)
     named = ctx.command.watcher_id
     if named is not None and named != definition.watcher_id:
         raise Refusal(ResultCode.INVALID, "does not match the definition", "watcher_id")
