@@ -67,6 +67,7 @@ log = logging.getLogger(__name__)
 
 _STATE, _WATCHERS, _GRANTS, _LIFECYCLE = "watcher-state", "watchers", "grants", "lifecycle"
 _BACKOFF_START_S, _BACKOFF_MAX_S = 0.2, 5.0
+_HOME_MEMO = 65_536  # source ids whose partition is remembered (every in-memory map is bounded)
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +134,7 @@ class Evaluator:
         self._outbox = topology.name(Topic.OUTBOX)
         self._commands = topology.name(Topic.COMMANDS)
         self._partitions = topology.partitions_for(Topic.EVENTS)
-        self._home: dict[str, int] = {}  # source id → its partition
+        self._home: dict[str, int] = {}  # source id → its partition, at most _HOME_MEMO
         self._tasks: dict[int, _Task] = {}
         self._grants: GrantIndex | None = None
         self._lifecycle: LifecycleTracker | None = None
@@ -338,6 +339,8 @@ class Evaluator:
     def _home_of(self, source_id: str) -> int:
         home = self._home.get(source_id)
         if home is None:
+            if len(self._home) >= _HOME_MEMO:  # source ids are input: the memo stays bounded
+                self._home.clear()
             home = partition_for(source_id, self._partitions)
             self._home[source_id] = home
         return home

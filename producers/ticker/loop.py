@@ -44,7 +44,6 @@ from pipeline.records.ticker_state import encode_memory
 from pipeline.records.watcher import Watch
 from pipeline.redis.budgets import RedisBudgets
 from pipeline.rules.budgets import NO_CEILINGS, BudgetCaps, BudgetCeilings, BudgetVerdict
-from pipeline.rules.errors import DefinitionError
 from pipeline.rules.lifecycle import is_closed
 from pipeline.rules.outcomes import ErrorCode
 from pipeline.rules.ticker import DEFAULT_GRACE, WatcherPlan, plan_watcher
@@ -242,8 +241,10 @@ class PollTicker:
                     now,
                     grace=self.settings.grace,
                 )
-            except DefinitionError as exc:
-                log.error("watcher %s is not ticked: %s", key, exc)
+            except Exception as exc:  # one watcher's failure is its own, never the ticker's
+                log.error("watcher %s is not ticked: %s: %s", key, type(exc).__name__, exc)
+                self.metrics.skipped.labels("watcher_invalid").inc()
+                views.agenda.set(key, None)  # not again before its record changes
                 continue
             if is_closed(watch.status):
                 views.forget(key)
