@@ -15,7 +15,7 @@ every batch) and what to do with the answer (``pipeline.runtime.poison``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Final
 
 from fastavro.schema import to_parsing_canonical_form
@@ -36,12 +36,17 @@ def registration(version: SchemaVersion) -> tuple[str, bytes]:
 
 
 def register_schemas(
-    producer: Producer, topic: str, partitions: int, registry: SchemaRegistry
+    producer: Producer,
+    topic: str,
+    partitions: int,
+    registry: SchemaRegistry,
+    record_types: Iterable[str] | None = None,
 ) -> int:
-    """Register the schema this build writes for every record type and wait until the broker
-    has them all; returns how many were sent. Idempotent (same key, same value)."""
+    """Register the schema this build writes for each of ``record_types`` (default: every
+    type it knows) and wait until the broker has them all; returns how many were sent.
+    Idempotent (same key, same value)."""
     sent = 0
-    for record_type in sorted(registry.record_types):
+    for record_type in sorted(registry.record_types if record_types is None else record_types):
         key, value = registration(registry.newest(record_type))
         producer.produce(topic, key, value, partition_for(key, partitions))
         sent += 1

@@ -34,7 +34,8 @@ class Trickler:
         self.port = self.server.getsockname()[1]
         self.finished = threading.Event()  # a whole response was sent
         self.stop = threading.Event()
-        threading.Thread(target=self._serve, daemon=True).start()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
 
     def _serve(self) -> None:
         self.server.settimeout(0.2)
@@ -43,6 +44,8 @@ class Trickler:
                 conn, _ = self.server.accept()
             except TimeoutError:
                 continue
+            except OSError:
+                return  # closed
             threading.Thread(target=self._trickle, args=(conn,), daemon=True).start()
 
     def _trickle(self, conn: socket.socket) -> None:
@@ -59,6 +62,7 @@ class Trickler:
 
     def close(self) -> None:
         self.stop.set()
+        self.thread.join(5)
         self.server.close()
 
 
