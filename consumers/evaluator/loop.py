@@ -67,7 +67,7 @@ log = logging.getLogger(__name__)
 
 _STATE, _WATCHERS, _GRANTS, _LIFECYCLE = "watcher-state", "watchers", "grants", "lifecycle"
 _BACKOFF_START_S, _BACKOFF_MAX_S = 0.2, 5.0
-_HOME_MEMO = 65_536  # source ids whose partition is remembered (every in-memory map is bounded)
+_HOME_MEMO = 16_384  # source ids whose partition is remembered (every in-memory map is bounded)
 
 
 @dataclass(frozen=True, slots=True)
