@@ -200,6 +200,7 @@ class DeliveryWorker:
             self._outbox_topic,
             in_flight=self._sends.claimed,
             adapter_of=self._sends.kind,
+            dead_letter_topic=self._dlq_topic,
         )
         self._recorder = Recorder(
             self.app,
