@@ -39,7 +39,9 @@ from pipeline.rules.commands import (
 )
 from pipeline.rules.definition import WatcherDefinition
 from pipeline.rules.dispatch import (
+    DeliveryState,
     DispatchAction,
+    DispatchPlan,
     claim,
     fail,
     pending,
@@ -49,7 +51,7 @@ from pipeline.rules.dispatch import (
 )
 from pipeline.rules.errors import DefinitionError
 from pipeline.rules.evidence import Evidence, EvidenceKind
-from pipeline.rules.outbox import build_entry
+from pipeline.rules.outbox import OutboxEntry, build_entry
 from pipeline.rules.outcomes import ErrorCode
 from pipeline.rules.sources import EventSource, PollingSource
 from pipeline.rules.ticker import plan_watcher
@@ -452,6 +454,21 @@ def evidence_for(definition: WatcherDefinition, now: datetime) -> Evidence:
     )
 
 
+def attempt(
+    outbox: OutboxEntry, caps: BudgetCaps, state: DeliveryState, at: datetime
+) -> DispatchPlan:
+    """Delivery's pre-dispatch plan of ``state`` at ``at``, everything else allowed."""
+    return plan_attempt(
+        state,
+        now=at,
+        authorized=True,
+        quiet_hours=outbox.quiet_hours,
+        attempt_budget=BudgetVerdict.OK,
+        closed=False,
+        window_end=window_end(at, caps.window),
+    )
+
+
 def survives_planning(entry: RegistryEntry) -> None:
     """The ticker's plan (fresh and from its own memory) and a whole delivery, at each now."""
     definition = entry.definition()
@@ -461,27 +478,9 @@ def survives_planning(entry: RegistryEntry) -> None:
         plan_watcher(definition, entry.status, entry.activated_at, first.memory, now + timedelta(1))
         outbox = build_entry(definition, evidence_for(definition, now), "0" * 64, now)
         caps = resolve_caps(outbox.budgets, DEFAULTS, CEILINGS)
-        state = pending(outbox.delivery_key, outbox.due_at, now)
-        plan = plan_attempt(
-            state,
-            now=now,
-            authorized=True,
-            quiet_hours=outbox.quiet_hours,
-            attempt_budget=BudgetVerdict.OK,
-            closed=False,
-            window_end=window_end(now, caps.window),
-        )
-        if plan.action is DispatchAction.DEFER:
-            later = plan.state.due_at
-            plan = plan_attempt(
-                plan.state,
-                now=later,
-                authorized=True,
-                quiet_hours=outbox.quiet_hours,
-                attempt_budget=BudgetVerdict.OK,
-                closed=False,
-                window_end=window_end(later, caps.window),
-            )
+        plan = attempt(outbox, caps, pending(outbox.delivery_key, outbox.due_at, now), now)
+        if plan.action is DispatchAction.DEFER:  # quiet hours: the next allowed minute
+            plan = attempt(outbox, caps, plan.state, plan.state.due_at)
         assert plan.action is DispatchAction.DISPATCH
         retried = fail(plan.state, ErrorCode.TIMEOUT, now, policy=outbox.retry)
         if retried.status.value == "pending":
