@@ -51,7 +51,13 @@ from pipeline.rules.commands import (
     apply,
     refused,
 )
-from pipeline.rules.errors import BrokerError, ConfigError, DefinitionError, SerdeError
+from pipeline.rules.errors import (
+    BrokerError,
+    BudgetStoreError,
+    ConfigError,
+    DefinitionError,
+    SerdeError,
+)
 from pipeline.rules.keys import subject_key, watcher_key
 from pipeline.runtime.app import StreamApp
 from pipeline.runtime.processing import InputRecord, Message, ProcessContext
@@ -174,9 +180,18 @@ class CommandProcessor:
             if request_id:
                 self._answer(ctx, refused(request_id, verb, exc, now))
             return
-        outcome = apply(
-            command, self._view(registry, command), grants, now, ceilings=self._ceilings
-        )
+        try:
+            outcome = apply(
+                command, self._view(registry, command), grants, now, ceilings=self._ceilings
+            )
+        except (BrokerError, BudgetStoreError):
+            raise
+        except Exception as exc:  # a rule failing on this command refuses it, never stops us
+            log.exception("command %s could not be decided", command.request_id)
+            reason = DefinitionError(f"cannot be decided: {type(exc).__name__}: {exc}")
+            self._counter.labels(command.verb.value, "invalid").inc()
+            self._answer(ctx, refused(command.request_id, command.verb.value, reason, now))
+            return
         self._write(ctx, registry, grants, command, outcome)
         error = outcome.result.error
         self._counter.labels(command.verb.value, "ok" if error is None else error.code).inc()

@@ -35,7 +35,7 @@ from pipeline.rules.budgets import (
     resolve_caps,
 )
 from pipeline.rules.definition import WatcherDefinition
-from pipeline.rules.errors import DefinitionError, TransitionError
+from pipeline.rules.errors import BrokerError, BudgetStoreError
 from pipeline.rules.evaluation import BudgetGate, Evaluation, authorization_for, evaluate
 from pipeline.rules.evidence import Evidence
 from pipeline.rules.lifecycle import is_closed
@@ -163,9 +163,11 @@ class Plan:
                 evaluators=self._evaluators,
                 authorization=self._authorization(step.watch, definition, step.grants),
             )
-        except (DefinitionError, TransitionError, ValueError) as exc:  # ValueError: pydantic
+        except (BudgetStoreError, BrokerError):
+            raise  # the store's failure, not the watcher's: the batch is retried
+        except Exception as exc:  # this watcher's failure only: the others still decide
             step.invalid = True
-            log.error("watcher %s not evaluated: %s", step.watch.key, exc)
+            log.error("watcher %s not evaluated: %s: %s", step.watch.key, type(exc).__name__, exc)
             return
         self._working[step.watch.key] = step.result.next_state
 

@@ -103,6 +103,8 @@ class _Work:
     plan: WatcherPlan
     budget: BudgetVerdict = BudgetVerdict.OK  # read before any tool call
     results: dict[int, ToolResult] = field(default_factory=dict)  # tick index → tool answer
+    records: list[tuple[str, bytes]] = field(default_factory=list)  # encoded ticks, by source
+    memory: bytes | None = None  # the encoded ticker-state record
 
 
 class PollTicker:
@@ -200,10 +202,10 @@ class PollTicker:
         self._guard.begin_step()
         work, planned, deferred = self._plan(views, now)
         calls = self._call_tools(work, now)
-        writes = [w for w in work if w.plan.persist or w.plan.ticks]
+        observed = self._clock.now()
+        writes = self._encoded([w for w in work if w.plan.persist or w.plan.ticks], now, observed)
         if not writes and not views.deletes:
             return StepReport(planned, 0, calls, deferred)
-        observed = self._clock.now()
         # Ticks are due because time passed, not because a record arrived: the runtime's
         # timer-driven transaction carries the input offsets, the group metadata and the
         # changelog of ``ticker-state`` exactly as a processed batch would.
@@ -288,6 +290,30 @@ class PollTicker:
             item.results[index] = result
         return len(requests)
 
+    def _encoded(self, writes: list[_Work], now: datetime, observed: datetime) -> list[_Work]:
+        """Encode each watcher's ticks and memory before the transaction: a watcher whose
+        records cannot be written is skipped (logged, counted) and the others go on."""
+        registry = self._registry
+        kept: list[_Work] = []
+        for item in writes:
+            try:
+                item.records = [
+                    (record.source_id, encode_tick(registry, record))
+                    for record in self._tick_records(item, now, observed)
+                ]
+                item.memory = encode_memory(
+                    registry, item.watch.parts, item.watch.source_id, item.plan.memory, now
+                )
+            except Exception as exc:  # one watcher's failure is its own, never the ticker's
+                log.error(
+                    "watcher %s: ticks not written: %s: %s", item.key, type(exc).__name__, exc
+                )
+                self.metrics.skipped.labels("watcher_invalid").inc()
+                self._views.agenda.set(item.key, None)
+                continue
+            kept.append(item)
+        return kept
+
     def _write(
         self,
         context_of: Callable[[int], ProcessContext],
@@ -296,7 +322,6 @@ class PollTicker:
         now: datetime,
         observed: datetime,
     ) -> None:
-        registry = self._registry
         for key, partition in views.deletes.items():
             state = views.state.get(partition)
             if state is not None:
@@ -304,12 +329,10 @@ class PollTicker:
         for item in writes:
             partition = views.partition[item.key]
             ctx = context_of(partition)
-            for record in self._tick_records(item, now, observed):
-                ctx.produce(self._ticks, record.source_id, encode_tick(registry, record), partition)
-            memory = encode_memory(
-                registry, item.watch.parts, item.watch.source_id, item.plan.memory, now
-            )
-            views.state[partition].set(item.key, memory)
+            for source_id, value in item.records:
+                ctx.produce(self._ticks, source_id, value, partition)
+            assert item.memory is not None
+            views.state[partition].set(item.key, item.memory)
 
     @staticmethod
     def _tick_records(item: _Work, now: datetime, observed: datetime) -> Iterator[TickRecord]:
