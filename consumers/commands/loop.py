@@ -46,6 +46,7 @@ from pipeline.rules.commands import (
     Command,
     CommandOutcome,
     CommandResult,
+    CommandVerb,
     GrantRecord,
     RegistryEntry,
     apply,
@@ -67,6 +68,8 @@ __all__ = ["CommandProcessor"]
 
 log = logging.getLogger(__name__)
 
+_MAX_REQUEST_ID: Final = 128
+_VERBS: Final = frozenset(verb.value for verb in CommandVerb)
 REGISTRY_TABLE: Final = "registry"
 GRANTS_TABLE: Final = "grants"
 COMMAND: Final = "command"
@@ -175,9 +178,13 @@ class CommandProcessor:
                 raise DefinitionError("the record key is not the command's subject", "key")
         except DefinitionError as exc:
             request_id, verb = str(value.get("request_id", "")), str(value.get("verb", ""))
-            log.warning("invalid command %s at offset %s: %s", request_id, record.offset, exc)
-            self._counter.labels(verb or "unknown", "invalid").inc()
-            if request_id:
+            # Only an answerable id gets an answer: a hostile megabyte one would make a result
+            # record the broker refuses. The verb is a metric label: only a known one counts.
+            answerable = 0 < len(request_id) <= _MAX_REQUEST_ID
+            verb = verb if verb in _VERBS else "unknown"
+            log.warning("invalid command %s at offset %s: %s", request_id[:128], record.offset, exc)
+            self._counter.labels(verb, "invalid").inc()
+            if answerable:
                 self._answer(ctx, refused(request_id, verb, exc, now))
             return
         try:

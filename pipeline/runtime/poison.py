@@ -3,7 +3,8 @@ ones whose processing failed.
 
 Undecodable bytes (``SerdeError``), a schema fingerprint registered nowhere (garbage: a forged
 or foreign record) and a record whose processing raised go to the dead-letter topic with their
-original key and value and the headers ``vigil.dlq.reason/topic/partition/offset``, inside a
+original key and value (a prefix of one near the record limit, with its length) and the
+headers ``vigil.dlq.reason/topic/partition/offset``, inside a
 transaction, counted by cause and logged, and the partition moves on: one record never stalls
 a partition or stops the process (DESIGN.md §2, §10 "Hostile input"). A fingerprint registered
 in the ``schemas`` topic but unknown to this build is a newer writer, not poison: its partition
@@ -23,11 +24,14 @@ from pipeline.rules.errors import UnknownSchemaError
 from pipeline.runtime.metrics import RuntimeMetrics
 from pipeline.runtime.processing import Message, Placement, dead_letter_headers
 
-__all__ = ["Cause", "Quarantine"]
+__all__ = ["DLQ_ORIGINAL_BYTES", "Cause", "Quarantine"]
 
 log = logging.getLogger(__name__)
 
 _MAX_REASON = 1000  # characters of a reason header: enough to act on, never a payload copy
+_MAX_COPIED = 900_000  # bytes of key and value a dead letter copies whole (the limit is 1 MB)
+_KEPT_PREFIX = 64 * 1024  # what it keeps of a larger one
+DLQ_ORIGINAL_BYTES = "vigil.dlq.original-bytes"
 
 
 class Cause(enum.Enum):
@@ -52,13 +56,15 @@ class Quarantine:
     ) -> None:
         """Write ``msg`` to the dead-letter topic with ``reason`` (in the open transaction)."""
         reason = reason[:_MAX_REASON]
-        key = msg.key()
+        key, value = msg.key(), msg.value()
+        headers = dead_letter_headers(msg, reason)
+        if len(key or b"") + len(value or b"") > _MAX_COPIED:
+            # Near the broker's record limit a copy plus headers would be refused (and a refusal
+            # here would stop the process): keep a prefix and say how long the original was.
+            headers.append((DLQ_ORIGINAL_BYTES, str(len(value or b"")).encode()))
+            key, value = (key or b"")[:_KEPT_PREFIX], (value or b"")[:_KEPT_PREFIX]
         producer.produce(
-            self.topic,
-            msg.value(),
-            key,
-            placement.partition_of(self.topic, key),
-            headers=dead_letter_headers(msg, reason),
+            self.topic, value, key, placement.partition_of(self.topic, key), headers=headers
         )
         self.metrics.dead_letters.labels(self.group_id, msg.topic() or "", cause.value).inc()
         log.warning(

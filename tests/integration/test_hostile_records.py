@@ -120,6 +120,7 @@ def hostile_records(now: datetime) -> list[Hostile]:
     many(100, encoded_event(payload='{"n": NaN, "m": 1}'), "NaN is not JSON", ev)
     many(100, encoded_event(payload="[1, 2, 3]"), "not a JSON object", ev)
     many(3, encoded_event(payload='{"s": "' + "x" * 600_000 + '"}'), "larger than", ev)
+    many(2, encoded_event(payload='{"s": "' + "x" * 980_000 + '"}'), "larger than", ev)
     many(100, encoded_event(event_id="e" * 1_000), "longer than 256 bytes", ev)
     many(50, encoded_event(observed_at=datetime(1, 1, 1, tzinfo=UTC)), "outside the years", ev)
     many(50, encoded_tick(), "which carries events", ev)
