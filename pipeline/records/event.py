@@ -115,6 +115,9 @@ def checked_instant(value: object, field: str) -> datetime:
 
 def _field(value: Mapping[str, Any], name: str, limit: int, *, optional: bool = False) -> Any:
     """A decoded text field within the bounds a publisher is held to (else :class:`SerdeError`)."""
+    text = value.get(name)
+    if type(text) is str and text and len(text) * 4 <= limit:
+        return text  # no UTF-8 encoding of it can be longer: the common case, checked cheaply
     try:
         return _text(value.get(name), name, limit, optional=optional)
     except DefinitionError as exc:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
@@ -55,6 +56,8 @@ SAFE_JSON_INT: Final = 2**53 - 1
 """What RFC 8785 can write exactly: the bound of every payload that is canonicalized."""
 MAX_JSON_NODES: Final = 200_000
 _MAX_INT_DIGITS: Final = 20  # len(str(2**63)) is 19; a sign makes 20
+# 2^53 has 16 digits; a float overflows only with an exponent or 300-odd digits.
+_RISKY: Final = re.compile(r"\d{16}|\d[eE]")
 
 
 def bounded_text(value: object, field: str | None, limit: int, what: str = "text") -> str:
@@ -137,12 +140,34 @@ def parse_json(
 ) -> Any:
     """JSON text as a value within the bounds, else a refusal naming ``field``.
 
-    Size is checked before parsing; ``NaN``, infinities and over-long integers are refused
-    while parsing (in C, with a hook only for numbers); depth is walked only when the text
-    holds enough brackets to exceed it.
+    Size is checked before parsing; ``NaN`` and infinities are refused while parsing, and so are
+    over-long integers and overflowing floats in text that could hold them (a long digit run or
+    an exponent: other text is parsed by the C decoder alone); depth is walked only when the
+    text holds enough brackets to exceed it.
     """
     if len(text) > max_bytes:
         raise DefinitionError(f"JSON text is larger than {max_bytes} bytes", field)
+    try:
+        if isinstance(text, bytes):
+            text = text.decode("utf-8")
+        if _RISKY.search(text) is None:
+            value = _PLAIN.decode(text)
+        else:
+            value = _bounded_decoder(max_int).decode(text)
+    except RecursionError:
+        raise DefinitionError(f"JSON nested deeper than {max_depth} levels", field) from None
+    except (ValueError, TypeError) as exc:  # JSONDecodeError and UnicodeDecodeError included
+        raise DefinitionError(f"not JSON: {str(exc)[:200]}", field) from None
+    if text.count("{") + text.count("[") > max_depth:
+        check_json(value, field, max_depth=max_depth, max_int=max_int)
+    return value
+
+
+_PLAIN: Final = json.JSONDecoder(parse_constant=_refuse_constant)
+
+
+def _bounded_decoder(max_int: int) -> json.JSONDecoder:
+    """A decoder that also refuses integers beyond ``max_int`` and floats that overflow."""
 
     def bounded_int(digits: str) -> int:
         if len(digits) > _MAX_INT_DIGITS:
@@ -152,23 +177,6 @@ def parse_json(
             raise ValueError(f"integer larger than {max_int} in magnitude")
         return number
 
-    try:
-        value = json.loads(
-            text,
-            parse_constant=_refuse_constant,
-            parse_int=bounded_int,
-            parse_float=_bounded_float,
-        )
-    except RecursionError:
-        raise DefinitionError(f"JSON nested deeper than {max_depth} levels", field) from None
-    except (ValueError, TypeError) as exc:  # JSONDecodeError and UnicodeDecodeError included
-        raise DefinitionError(f"not JSON: {str(exc)[:200]}", field) from None
-    if _brackets(text) > max_depth:
-        check_json(value, field, max_depth=max_depth, max_int=max_int)
-    return value
-
-
-def _brackets(text: str | bytes) -> int:
-    if isinstance(text, bytes):
-        return text.count(b"{") + text.count(b"[")
-    return text.count("{") + text.count("[")
+    return json.JSONDecoder(
+        parse_constant=_refuse_constant, parse_int=bounded_int, parse_float=_bounded_float
+    )
