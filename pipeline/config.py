@@ -36,7 +36,7 @@ from pydantic import (
 
 from pipeline.kafka.topics import DEFAULT_PARTITIONS, DEFAULT_PREFIX, Topology
 from pipeline.rules.authz import Role
-from pipeline.rules.budgets import BudgetCaps
+from pipeline.rules.budgets import MAX_AMOUNT, BudgetCaps, BudgetCeilings
 from pipeline.rules.commands.limits import Limits
 from pipeline.rules.durations import parse_duration
 from pipeline.rules.errors import ConfigError, DefinitionError
@@ -46,6 +46,7 @@ __all__ = [
     "DEFAULT_FILE",
     "AgentConfig",
     "ApiConfig",
+    "BudgetCeilingsConfig",
     "BudgetDefaults",
     "BudgetsConfig",
     "ChatConfig",
@@ -292,19 +293,42 @@ class BudgetDefaults(_Section):
     """Caps a watcher gets when its definition leaves them out."""
 
     window: Duration = timedelta(hours=1)
-    evaluations: int = Field(default=100_000, ge=0)
-    deliveries: int = Field(default=100, ge=0)
-    attempts: int = Field(default=1_000, ge=0)
-    tokens: int = Field(default=100_000, ge=0)
-    micro_usd: int = Field(default=100_000, ge=0)
+    evaluations: int = Field(default=100_000, ge=0, le=MAX_AMOUNT)
+    deliveries: int = Field(default=100, ge=0, le=MAX_AMOUNT)
+    attempts: int = Field(default=1_000, ge=0, le=MAX_AMOUNT)
+    tokens: int = Field(default=100_000, ge=0, le=MAX_AMOUNT)
+    micro_usd: int = Field(default=100_000, ge=0, le=MAX_AMOUNT)
 
     def caps(self) -> BudgetCaps:
         """These defaults as caps, for watchers that leave some out."""
         return BudgetCaps.model_validate(self.model_dump())
 
 
+class BudgetCeilingsConfig(_Section):
+    """The most any one window may allow, whatever a definition says (``[budgets.ceilings]``,
+    DESIGN.md §10); an absent key sets no ceiling for that dimension."""
+
+    evaluations: int | None = Field(default=None, ge=0, le=MAX_AMOUNT)
+    deliveries: int | None = Field(default=None, ge=0, le=MAX_AMOUNT)
+    attempts: int | None = Field(default=None, ge=0, le=MAX_AMOUNT)
+    tokens: int | None = Field(default=None, ge=0, le=MAX_AMOUNT)
+    micro_usd: int | None = Field(default=None, ge=0, le=MAX_AMOUNT)
+
+    def ceilings(self) -> BudgetCeilings:
+        return BudgetCeilings.model_validate(self.model_dump())
+
+
 class BudgetsConfig(_Section):
     defaults: BudgetDefaults = BudgetDefaults()
+    ceilings: BudgetCeilingsConfig = BudgetCeilingsConfig()
+
+    @model_validator(mode="after")
+    def _defaults_within_ceilings(self) -> BudgetsConfig:
+        try:
+            self.ceilings.ceilings().check(self.defaults.caps(), "defaults")
+        except DefinitionError as exc:
+            raise ValueError(f"{exc.field}: {exc.message}") from None
+        return self
 
 
 class InstanceConfig(_Section):

@@ -15,6 +15,12 @@ a timeout of any phase → ``timeout``; a failed TLS handshake → ``tls``; a re
 dropped connection → ``connect``; an unusable URL → ``rejected``. A response body is read
 (at most 64 KiB, so keep-alive can reuse the connection) and dropped, never kept.
 
+One total deadline per call (:func:`deadline`; :func:`post` and the governed tools use it):
+httpx's own timeouts apply to each connect, read and write, so a server trickling one byte
+every few seconds could hold a caller forever. The client's network layer (an httpcore
+backend) clamps every socket operation to what is left of the caller's deadline and fails with
+a timeout once it has passed, so a call lasts at most its timeout, however the peer behaves.
+
 httpx logs every request's URL at INFO; a chat URL holds the bot token and a webhook path may
 be a capability, so this module installs a filter on the ``httpx`` logger that shows only
 scheme, host and port.
@@ -25,13 +31,18 @@ Left out: what a code means for retries (``pipeline.rules.dispatch``), an adapte
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import ssl
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
-from typing import Final
+from typing import Any, Final
 
+import httpcore
 import httpx
 
 from pipeline.rules.outcomes import ErrorCode
@@ -44,6 +55,7 @@ __all__ = [
     "Reply",
     "classify_error",
     "classify_status",
+    "deadline",
     "make_client",
     "parse_retry_after",
     "post",
@@ -80,6 +92,111 @@ def _install_redaction() -> None:
 _install_redaction()
 
 
+# --- one total deadline per call ------------------------------------------------------------
+
+_DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar(
+    "vigil_http_deadline", default=None
+)
+
+
+@contextmanager
+def deadline(timeout: timedelta) -> Iterator[None]:
+    """Every request this thread makes through a :func:`make_client` client inside the block
+    ends within ``timeout`` from now (a timeout error past it), however slowly the peer sends."""
+    token = _DEADLINE.set(time.monotonic() + timeout.total_seconds())
+    try:
+        yield
+    finally:
+        _DEADLINE.reset(token)
+
+
+def _left(timeout: float | None, expired: type[Exception]) -> float | None:
+    """``timeout`` clamped to what is left of the caller's deadline; ``expired`` once past."""
+    end = _DEADLINE.get()
+    if end is None:
+        return timeout
+    left = end - time.monotonic()
+    if left <= 0:
+        raise expired("the call's deadline has passed")
+    return left if timeout is None else min(timeout, left)
+
+
+class _DeadlineStream(httpcore.NetworkStream):
+    """A socket stream whose every read and write is clamped to the caller's deadline."""
+
+    def __init__(self, stream: httpcore.NetworkStream) -> None:
+        self._stream = stream
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return self._stream.read(max_bytes, _left(timeout, httpcore.ReadTimeout))
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self._stream.write(buffer, _left(timeout, httpcore.WriteTimeout))
+
+    def close(self) -> None:
+        self._stream.close()
+
+    def start_tls(
+        self,
+        ssl_context: ssl.SSLContext,
+        server_hostname: str | None = None,
+        timeout: float | None = None,
+    ) -> httpcore.NetworkStream:
+        left = _left(timeout, httpcore.ConnectTimeout)
+        return _DeadlineStream(self._stream.start_tls(ssl_context, server_hostname, left))
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._stream.get_extra_info(info)
+
+
+class _DeadlineBackend(httpcore.NetworkBackend):
+    """httpcore's synchronous socket backend, with every stream held to the deadline."""
+
+    def __init__(self) -> None:
+        self._sync = httpcore.SyncBackend()
+
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.NetworkStream:
+        left = _left(timeout, httpcore.ConnectTimeout)
+        return _DeadlineStream(
+            self._sync.connect_tcp(host, port, left, local_address, socket_options)
+        )
+
+    def connect_unix_socket(
+        self, path: str, timeout: float | None = None, socket_options: Iterable[Any] | None = None
+    ) -> httpcore.NetworkStream:
+        left = _left(timeout, httpcore.ConnectTimeout)
+        return _DeadlineStream(self._sync.connect_unix_socket(path, left, socket_options))
+
+    def sleep(self, seconds: float) -> None:
+        self._sync.sleep(seconds)
+
+
+class _DeadlineTransport(httpx.HTTPTransport):
+    """httpx's own transport over a connection pool of :class:`_DeadlineBackend` sockets.
+
+    httpx builds its pool in ``__init__`` with no way to name a network backend, so the pool
+    is rebuilt here with the same settings; everything else (request mapping, error
+    translation) stays httpx's."""
+
+    def __init__(self, *, verify: ssl.SSLContext | bool, limits: httpx.Limits) -> None:
+        super().__init__(verify=verify, limits=limits, trust_env=False)
+        ssl_context = self._pool._ssl_context  # what httpx made of ``verify``
+        self._pool = httpcore.ConnectionPool(
+            ssl_context=ssl_context,
+            max_connections=limits.max_connections,
+            max_keepalive_connections=limits.max_keepalive_connections,
+            keepalive_expiry=limits.keepalive_expiry,
+            network_backend=_DeadlineBackend(),
+        )
+
+
 def make_client(
     *,
     timeout: timedelta = DEFAULT_TIMEOUT,
@@ -87,17 +204,18 @@ def make_client(
     verify: ssl.SSLContext | bool = True,
 ) -> httpx.Client:
     """A keep-alive client for many destinations; size the caller's thread pool to
-    ``max_connections`` or less, or a request waits for a connection (``timeout`` bounds it)."""
+    ``max_connections`` or less, or a request waits for a connection (``timeout`` bounds it).
+    Requests made inside :func:`deadline` end by it."""
+    limits = httpx.Limits(
+        max_connections=max_connections,
+        max_keepalive_connections=max_connections,
+        keepalive_expiry=30.0,
+    )
     return httpx.Client(
         timeout=httpx.Timeout(timeout.total_seconds()),
-        limits=httpx.Limits(
-            max_connections=max_connections,
-            max_keepalive_connections=max_connections,
-            keepalive_expiry=30.0,
-        ),
+        transport=_DeadlineTransport(verify=verify, limits=limits),
         follow_redirects=False,
         trust_env=False,
-        verify=verify,
         headers={"User-Agent": USER_AGENT},
     )
 
@@ -177,11 +295,15 @@ def post(
     headers: dict[str, str],
     timeout: timedelta,
 ) -> Reply | ErrorCode:
-    """One POST; a :class:`Reply` when the destination answered, else the transport's code."""
+    """One POST within one total ``timeout``; a :class:`Reply` when the destination answered,
+    else the transport's code."""
     try:
-        with client.stream(
-            "POST", url, content=content, headers=headers, timeout=timeout.total_seconds()
-        ) as response:
+        with (
+            deadline(timeout),
+            client.stream(
+                "POST", url, content=content, headers=headers, timeout=timeout.total_seconds()
+            ) as response,
+        ):
             head = bytearray()
             for chunk in response.iter_raw():
                 head += chunk

@@ -42,17 +42,25 @@ from pipeline.records.lifecycle import encode_lifecycle
 from pipeline.records.outbox_entry import encode_outbox_entry
 from pipeline.records.registry_entry import decode_entry, encode_entry
 from pipeline.records.watcher import encode_watcher
+from pipeline.rules.budgets import NO_CEILINGS, BudgetCeilings
 from pipeline.rules.commands import (
     Command,
     CommandOutcome,
     CommandResult,
+    CommandVerb,
     GrantRecord,
     RegistryEntry,
     apply,
     refused,
 )
 from pipeline.rules.commands.limits import DEFAULT_LIMITS, Limits
-from pipeline.rules.errors import BrokerError, ConfigError, DefinitionError, SerdeError
+from pipeline.rules.errors import (
+    BrokerError,
+    BudgetStoreError,
+    ConfigError,
+    DefinitionError,
+    SerdeError,
+)
 from pipeline.rules.keys import subject_key, watcher_key
 from pipeline.runtime.app import StreamApp
 from pipeline.runtime.processing import InputRecord, Message, ProcessContext
@@ -62,6 +70,8 @@ __all__ = ["CommandProcessor"]
 
 log = logging.getLogger(__name__)
 
+_MAX_REQUEST_ID: Final = 128
+_VERBS: Final = frozenset(verb.value for verb in CommandVerb)
 REGISTRY_TABLE: Final = "registry"
 GRANTS_TABLE: Final = "grants"
 COMMAND: Final = "command"
@@ -81,6 +91,7 @@ class CommandProcessor:
         metrics: CollectorRegistry = REGISTRY,
         consumer_overrides: dict[str, Any] | None = None,
         limits: Limits = DEFAULT_LIMITS,
+        ceilings: BudgetCeilings = NO_CEILINGS,
     ) -> None:
         by_subject = {topology.partitions_for(t) for t in (Topic.COMMANDS, Topic.REGISTRY)}
         if len(by_subject) > 1:
@@ -88,6 +99,7 @@ class CommandProcessor:
         self._topology = topology
         self._limits = limits
         self._clock = clock or SystemClock()
+        self._ceilings = ceilings
         self._schemas = schemas or default_registry()
         self._counter = command_counter(metrics)
         self._topics = {topic: topology.name(topic) for topic in Topic}
@@ -111,6 +123,8 @@ class CommandProcessor:
             max_batch=200,
             consumer_overrides=consumer_overrides,
             registry=metrics,
+            schemas_topic=self._topics[Topic.SCHEMAS],
+            schema_registry=self._schemas,
         )
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -168,12 +182,32 @@ class CommandProcessor:
                 raise DefinitionError("the record key is not the command's subject", "key")
         except DefinitionError as exc:
             request_id, verb = str(value.get("request_id", "")), str(value.get("verb", ""))
-            log.warning("invalid command %s at offset %s: %s", request_id, record.offset, exc)
-            self._counter.labels(verb or "unknown", "invalid").inc()
-            if request_id:
+            # Only an answerable id gets an answer: a hostile megabyte one would make a result
+            # record the broker refuses. The verb is a metric label: only a known one counts.
+            answerable = 0 < len(request_id) <= _MAX_REQUEST_ID
+            verb = verb if verb in _VERBS else "unknown"
+            log.warning("invalid command %s at offset %s: %s", request_id[:128], record.offset, exc)
+            self._counter.labels(verb, "invalid").inc()
+            if answerable:
                 self._answer(ctx, refused(request_id, verb, exc, now))
             return
-        outcome = apply(command, self._view(registry, command), grants, now, self._limits)
+        try:
+            outcome = apply(
+                command,
+                self._view(registry, command),
+                grants,
+                now,
+                self._limits,
+                ceilings=self._ceilings,
+            )
+        except (BrokerError, BudgetStoreError):
+            raise
+        except Exception as exc:  # a rule failing on this command refuses it, never stops us
+            log.exception("command %s could not be decided", command.request_id)
+            reason = DefinitionError(f"cannot be decided: {type(exc).__name__}: {exc}")
+            self._counter.labels(command.verb.value, "invalid").inc()
+            self._answer(ctx, refused(command.request_id, command.verb.value, reason, now))
+            return
         self._write(ctx, registry, grants, command, outcome)
         error = outcome.result.error
         self._counter.labels(command.verb.value, "ok" if error is None else error.code).inc()

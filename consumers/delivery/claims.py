@@ -15,6 +15,7 @@ Leaves out sending (``sends``), recording answers (``results``) and the rules th
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable
 from datetime import datetime
 
@@ -24,15 +25,21 @@ from consumers.delivery.metrics import DeliveryMetrics
 from consumers.delivery.planner import Decision, Pending, Planner
 from consumers.delivery.sends import Claim
 from consumers.delivery.states import DeliveryStates
+from pipeline.kafka.topics import dead_letter_headers
 from pipeline.records.delivery_state import DeliveryRecord
-from pipeline.rules.dispatch import DispatchAction, cancel, restore
+from pipeline.rules.dispatch import DispatchAction, cancel, give_up, restore
+from pipeline.rules.errors import BrokerError, BudgetStoreError
 from pipeline.rules.outbox import OutboxEntry
-from pipeline.rules.outcomes import DeliveryStatus
+from pipeline.rules.outcomes import DeliveryStatus, ErrorCode
 from pipeline.runtime.tables import Table
 
 __all__ = ["Claimer"]
 
+log = logging.getLogger(__name__)
+
 _S = DeliveryStatus
+# Failures that are not the entry's: the worker backs off and decides it again later.
+_NOT_THE_ENTRYS = (BrokerError, BudgetStoreError)
 
 
 class Claimer:
@@ -48,6 +55,7 @@ class Claimer:
         *,
         in_flight: Callable[[str, Table], bool],
         adapter_of: Callable[[OutboxEntry], str],
+        dead_letter_topic: str | None = None,
     ) -> None:
         self._app = app
         self._states = states
@@ -56,19 +64,29 @@ class Claimer:
         self._outbox_topic = outbox_topic
         self._in_flight = in_flight
         self._adapter_of = adapter_of
+        self._dead_letter_topic = dead_letter_topic
 
     def fire(self, dues: Iterable[Due], now: datetime) -> list[Claim]:
-        """Purge, decide and persist ``dues`` in the open transaction; returns the claims."""
+        """Purge, decide and persist ``dues`` in the open transaction; returns the claims.
+
+        An entry whose own data makes deciding it fail is dead-lettered (:meth:`_give_up`);
+        the others go on."""
         waiting: list[tuple[Pending, int, Table]] = []
         for due in dues:
             found = self._states.current(due.key, due.partition)
             if found is None:
                 continue
             store, record = found
-            if due.kind is DueKind.PURGE:
-                self._purge(record, due.partition, store)
+            try:
+                if due.kind is DueKind.PURGE:
+                    self._purge(record, due.partition, store)
+                    continue
+                pending = self._prepare(record, due.partition, store, now)
+            except _NOT_THE_ENTRYS:
+                raise
+            except Exception as exc:
+                self._give_up(record, due.partition, store, exc, now)
                 continue
-            pending = self._prepare(record, due.partition, store, now)
             if pending is not None:
                 waiting.append((pending, due.partition, store))
         if not waiting:
@@ -76,11 +94,42 @@ class Claimer:
         checks = self._planner.charge([pending for pending, _, _ in waiting])
         claims: list[Claim] = []
         for (pending, partition, store), check in zip(waiting, checks, strict=True):
-            decision = self._planner.complete(pending, check)
-            claim = self._apply(pending.record, pending.entry, decision, partition, store)
+            try:
+                decision = self._planner.complete(pending, check)
+                claim = self._apply(pending.record, pending.entry, decision, partition, store)
+            except _NOT_THE_ENTRYS:
+                raise
+            except Exception as exc:
+                self._give_up(pending.record, partition, store, exc, now)
+                continue
             if claim is not None:
                 claims.append(claim)
         return claims
+
+    def _give_up(
+        self, record: DeliveryRecord, partition: int, store: Table, exc: Exception, now: datetime
+    ) -> None:
+        """Dead-letter an entry that cannot be decided: ``dead_letter`` (``internal``) in
+        ``delivery-state``, its outbox value on ``dead-letter`` with the reason, a metric and a
+        log line — never the worker's exit, never a retry loop."""
+        state = restore(record.state) if record.state.status is _S.DISPATCHING else record.state
+        reason = f"internal: {type(exc).__name__}: {str(exc)[:500]}"
+        log.error("delivery %s cannot be decided, dead-lettered: %s", record.key, reason)
+        if state.status is not _S.PENDING:
+            return  # settled already: nothing is retried, nothing to record
+        record = record.moved(give_up(state, ErrorCode.INTERNAL, now), reason)
+        self._states.write(store, record)
+        self._states.schedule(record, partition, store)
+        entry = self._states.entry(record.key, partition)
+        if entry is not None and self._dead_letter_topic is not None:
+            headers = dead_letter_headers(
+                reason, self._outbox_topic, partition, record.outbox_offset
+            )
+            value = self._states.outbox_value(record.key, partition, entry)
+            self._app.context(partition).produce(
+                self._dead_letter_topic, record.key, value, headers=[*headers]
+            )
+        self._metrics.dead_letters.labels(ErrorCode.INTERNAL.value).inc()
 
     def _prepare(
         self, record: DeliveryRecord, partition: int, store: Table, now: datetime

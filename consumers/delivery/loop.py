@@ -65,7 +65,7 @@ from pipeline.records.delivery_state import (
 )
 from pipeline.records.outbox_entry import decode_outbox_entry
 from pipeline.redis.budgets import RedisBudgets
-from pipeline.rules.budgets import BudgetCaps
+from pipeline.rules.budgets import NO_CEILINGS, BudgetCaps, BudgetCeilings
 from pipeline.rules.dispatch import (
     BUDGET_UNAVAILABLE_RETRY,
 )
@@ -92,7 +92,8 @@ _DECIDE_REFRESH_S = 0.05
 
 @dataclass(frozen=True, slots=True)
 class DeliverySettings:
-    """How one delivery process runs. ``budget_defaults`` fill caps a definition leaves out."""
+    """How one delivery process runs. ``budget_defaults`` fill caps a definition leaves out;
+    ``budget_ceilings`` bound every cap."""
 
     topology: Topology
     instance_id: str
@@ -100,6 +101,7 @@ class DeliverySettings:
     budget_defaults: BudgetCaps = field(
         default_factory=lambda: BudgetCaps(window=timedelta(hours=1))
     )
+    budget_ceilings: BudgetCeilings = NO_CEILINGS  # the most any window may allow
     max_claims: int = 500  # due entries decided per transaction
     max_in_flight: int = 256  # claimed sends not answered yet
     senders: int = 16  # threads calling destinations
@@ -154,6 +156,8 @@ class DeliveryWorker:
             commit_interval_ms=settings.commit_interval_ms,
             consumer_overrides=dict(settings.consumer_overrides),
             registry=registry,
+            schemas_topic=topology.name(Topic.SCHEMAS),
+            schema_registry=self._schemas,
         )
         self._states = DeliveryStates(self.app, self._schemas)
         self._sends = SendPool(
@@ -185,6 +189,7 @@ class DeliveryWorker:
             lifecycle=self._lifecycle,
             budgets=self._budgets,
             budget_defaults=self.settings.budget_defaults,
+            budget_ceilings=self.settings.budget_ceilings,
             unavailable_retry=self.settings.unavailable_retry,
         )
         self._claimer = Claimer(
@@ -195,6 +200,7 @@ class DeliveryWorker:
             self._outbox_topic,
             in_flight=self._sends.claimed,
             adapter_of=self._sends.kind,
+            dead_letter_topic=self._dlq_topic,
         )
         self._recorder = Recorder(
             self.app,

@@ -24,11 +24,14 @@ from pipeline.records.delivery_state import DeliveryRecord
 from pipeline.redis.budgets import RedisBudgets
 from pipeline.rules.authz import Action, authorize
 from pipeline.rules.budgets import (
+    NO_CEILINGS,
     BudgetCaps,
+    BudgetCeilings,
     BudgetCheck,
     BudgetScope,
     Charge,
     Dimension,
+    resolve_caps,
     window_end,
 )
 from pipeline.rules.dispatch import (
@@ -82,19 +85,20 @@ class Planner:
         lifecycle: LifecycleIndex,
         budgets: RedisBudgets,
         budget_defaults: BudgetCaps,
+        budget_ceilings: BudgetCeilings = NO_CEILINGS,
         unavailable_retry: timedelta = BUDGET_UNAVAILABLE_RETRY,
     ) -> None:
         self._grants = grants
         self._lifecycle = lifecycle
         self._budgets = budgets
         self._defaults = budget_defaults
+        self._ceilings = budget_ceilings
         self._unavailable_retry = unavailable_retry
 
     def caps(self, entry: OutboxEntry) -> BudgetCaps:
-        """The entry's caps with the operator's defaults for what it leaves out."""
-        if entry.budgets is None:
-            return self._defaults
-        return entry.budgets.with_defaults(self._defaults)
+        """The entry's caps with the operator's defaults for what it leaves out, each at most
+        its ceiling."""
+        return resolve_caps(entry.budgets, self._defaults, self._ceilings)
 
     def prepare(
         self, record: DeliveryRecord, entry: OutboxEntry, now: datetime

@@ -45,11 +45,10 @@ from pipeline.records.tick import evidence_from_tick
 from pipeline.records.watcher import Watch
 from pipeline.records.watcher_state import decode_state, encode_state
 from pipeline.redis.budgets import RedisBudgets
-from pipeline.rules.budgets import BudgetCaps
+from pipeline.rules.budgets import NO_CEILINGS, BudgetCaps, BudgetCeilings
 from pipeline.rules.commands.system import close_command
 from pipeline.rules.errors import (
     BudgetStoreError,
-    DefinitionError,
     SerdeError,
 )
 from pipeline.rules.evaluation import Evaluation
@@ -68,6 +67,7 @@ log = logging.getLogger(__name__)
 
 _STATE, _WATCHERS, _GRANTS, _LIFECYCLE = "watcher-state", "watchers", "grants", "lifecycle"
 _BACKOFF_START_S, _BACKOFF_MAX_S = 0.2, 5.0
+_HOME_MEMO = 16_384  # source ids whose partition is remembered (every in-memory map is bounded)
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,10 +118,12 @@ class Evaluator:
         registry: SchemaRegistry | None = None,
         evaluators: Set[str] = frozenset(),
         metrics: EvaluatorMetrics | None = None,
+        ceilings: BudgetCeilings = NO_CEILINGS,
     ) -> None:
         self._topology = topology
         self._budgets = budgets
         self._default_caps = default_caps
+        self._ceilings = ceilings
         self._clock = clock or SystemClock()
         self._registry = registry or default_registry()
         self._evaluators = evaluators
@@ -132,11 +134,16 @@ class Evaluator:
         self._outbox = topology.name(Topic.OUTBOX)
         self._commands = topology.name(Topic.COMMANDS)
         self._partitions = topology.partitions_for(Topic.EVENTS)
-        self._home: dict[str, int] = {}  # source id → its partition
+        self._home: dict[str, int] = {}  # source id → its partition, at most _HOME_MEMO
         self._tasks: dict[int, _Task] = {}
         self._grants: GrantIndex | None = None
         self._lifecycle: LifecycleTracker | None = None
         self._app: StreamApp | None = None
+
+    @property
+    def schemas(self) -> SchemaRegistry:
+        """The schemas this evaluator reads and writes."""
+        return self._registry
 
     # -- decoding (called by the runtime for every input record) ---------------------------
 
@@ -155,8 +162,10 @@ class Evaluator:
             if expected == "event":
                 return Input(evidence_from_event(value, position), raw)
             return Input(evidence_from_tick(value, position), raw, int(value["watcher_version"]))
-        except (DefinitionError, ValueError, KeyError) as exc:
-            raise SerdeError(f"not valid evidence: {exc}") from exc
+        except SerdeError:
+            raise
+        except Exception as exc:  # any value a decoder cannot read is the record's failure
+            raise SerdeError(f"not valid evidence: {type(exc).__name__}: {exc}") from exc
 
     # -- processing ------------------------------------------------------------------------
 
@@ -167,7 +176,7 @@ class Evaluator:
         lifecycle = self._lifecycle_tracker(ctx)
         lifecycle.refresh()
         lifecycle.apply(ctx.partition, task.state)
-        plan = Plan(self._budgets, self._default_caps, now, self._evaluators)
+        plan = Plan(self._budgets, self._default_caps, now, self._evaluators, self._ceilings)
         events = self._events
         for record in batch:
             item: Input = record.value
@@ -330,6 +339,8 @@ class Evaluator:
     def _home_of(self, source_id: str) -> int:
         home = self._home.get(source_id)
         if home is None:
+            if len(self._home) >= _HOME_MEMO:  # source ids are input: the memo stays bounded
+                self._home.clear()
             home = partition_for(source_id, self._partitions)
             self._home[source_id] = home
         return home
@@ -378,6 +389,8 @@ def evaluator_app(
         static_membership=settings.static_membership,
         consumer_overrides=overrides,
         registry=registry,
+        schemas_topic=topology.name(Topic.SCHEMAS),
+        schema_registry=evaluator.schemas,
     )
     evaluator.attach(app)
     return app

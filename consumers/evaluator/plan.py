@@ -24,15 +24,18 @@ from pipeline.records.watcher import Watch
 from pipeline.redis.budgets import RedisBudgets
 from pipeline.rules.authz import AuthzDecision, Grant
 from pipeline.rules.budgets import (
+    NO_CEILINGS,
     BudgetCaps,
+    BudgetCeilings,
     BudgetScope,
     BudgetVerdict,
     Charge,
     Dimension,
     offset_token,
+    resolve_caps,
 )
 from pipeline.rules.definition import WatcherDefinition
-from pipeline.rules.errors import DefinitionError, TransitionError
+from pipeline.rules.errors import BrokerError, BudgetStoreError
 from pipeline.rules.evaluation import BudgetGate, Evaluation, authorization_for, evaluate
 from pipeline.rules.evidence import Evidence
 from pipeline.rules.lifecycle import is_closed
@@ -85,9 +88,11 @@ class Plan:
         default_caps: BudgetCaps,
         now: datetime,
         evaluators: Set[str] = frozenset(),
+        ceilings: BudgetCeilings = NO_CEILINGS,
     ) -> None:
         self._budgets = budgets
         self._default_caps = default_caps
+        self._ceilings = ceilings
         self._now = now
         self._evaluators = evaluators
         self._working: dict[str, WatcherState] = {}
@@ -158,9 +163,11 @@ class Plan:
                 evaluators=self._evaluators,
                 authorization=self._authorization(step.watch, definition, step.grants),
             )
-        except (DefinitionError, TransitionError, ValueError) as exc:  # ValueError: pydantic
+        except (BudgetStoreError, BrokerError):
+            raise  # the store's failure, not the watcher's: the batch is retried
+        except Exception as exc:  # this watcher's failure only: the others still decide
             step.invalid = True
-            log.error("watcher %s not evaluated: %s", step.watch.key, exc)
+            log.error("watcher %s not evaluated: %s: %s", step.watch.key, type(exc).__name__, exc)
             return
         self._working[step.watch.key] = step.result.next_state
 
@@ -185,12 +192,11 @@ class Plan:
         watch = step.watch
         base = watch.budget
         if base is None or base[0] is not self._default_caps:
-            caps = watch.definition.budgets
             defaults = self._default_caps
             base = watch.budget = (
                 defaults,
                 BudgetScope(*watch.parts),
-                defaults if caps is None else caps.with_defaults(defaults),
+                resolve_caps(watch.definition.budgets, defaults, self._ceilings),
             )
         return Charge(
             scope=base[1],

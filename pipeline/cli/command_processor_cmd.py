@@ -31,6 +31,7 @@ _TOPICS: Final = (
     Topic.DEFINITION_LOG,
     Topic.OUTBOX,
     Topic.DEAD_LETTER,
+    Topic.SCHEMAS,
 )
 
 
@@ -50,6 +51,7 @@ def command_processor(
         process.topology,
         instance_id=process.instance_id,
         limits=process.config.limits.limits(),
+        ceilings=process.ceilings,
     )
     click.echo(
         f"command processor {processor.app.group_id}/{process.instance_id} running", err=True

@@ -37,6 +37,7 @@ _TOPICS = (
     Topic.GRANTS,
     Topic.NOTIFICATIONS,
     Topic.DEAD_LETTER,
+    Topic.SCHEMAS,
 )
 
 
@@ -74,6 +75,7 @@ def delivery(
         instance_id=process.instance_id,
         group_id=group,
         budget_defaults=process.default_caps,
+        budget_ceilings=process.ceilings,
         senders=senders,
         max_in_flight=max_in_flight,
     )

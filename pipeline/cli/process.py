@@ -21,7 +21,7 @@ from pipeline.config import VigilConfig
 from pipeline.kafka.admin import check_topology, connect_admin
 from pipeline.kafka.topics import Topic, Topology
 from pipeline.redis.budgets import RedisBudgets
-from pipeline.rules.budgets import BudgetCaps
+from pipeline.rules.budgets import NO_CEILINGS, BudgetCaps, BudgetCeilings
 
 __all__ = ["Process", "serve_metrics", "start"]
 
@@ -35,6 +35,7 @@ class Process:
     instance_id: str
     stop: threading.Event
     default_caps: BudgetCaps  # the operator's caps for watchers that leave some out
+    ceilings: BudgetCeilings = NO_CEILINGS  # the most any window may allow ([budgets.ceilings])
 
     @property
     def bootstrap(self) -> str:
@@ -68,7 +69,14 @@ def start(
         click.echo(f"metrics on port {serve_metrics(config.metrics.listen)}", err=True)
     stop = shutdown.catch()
     instance_id = instance or config.instance.resolved_id()
-    return Process(config, topology, instance_id, stop, config.budgets.defaults.caps())
+    return Process(
+        config,
+        topology,
+        instance_id,
+        stop,
+        config.budgets.defaults.caps(),
+        config.budgets.ceilings.ceilings(),
+    )
 
 
 def serve_metrics(listen: str) -> int:

@@ -29,6 +29,7 @@ _TOPICS = (
     Topic.TICKER_STATE,
     Topic.GRANTS,
     Topic.DEAD_LETTER,
+    Topic.SCHEMAS,
 )
 
 
@@ -73,6 +74,7 @@ def ticker(
         tools=process.config.tools,
         budgets=process.budgets(quick_retry=True),
         default_caps=process.default_caps,
+        ceilings=process.ceilings,
     )
     click.echo(f"ticker {settings.group}/{settings.instance_id} running", err=True)
     poll_ticker.run(process.stop)

@@ -8,7 +8,9 @@ and no registry server is needed. Schemas are parsed once per process (:func:`de
 
 Two failures, two errors: bytes that do not decode raise :class:`SerdeError` (the caller
 dead-letters them); a well-formed header with a fingerprint this build does not know raises
-:class:`UnknownSchemaError` (a newer writer: the caller pauses the partition and alerts).
+:class:`UnknownSchemaError` carrying it, and the caller asks the ``schemas`` topic
+(``pipeline.kafka.schema_catalog``): a registered one is a newer writer (pause the partition
+and alert), an unregistered one garbage (dead-letter it).
 
 Left out: which schema a topic carries (callers name the record type), dead-letter headers
 (``pipeline.kafka.topics``), and the Confluent Schema Registry wire format.
@@ -138,7 +140,7 @@ class SchemaRegistry:
         key = bytes(data[2:HEADER_SIZE])
         writer = self._by_fingerprint.get(key)
         if writer is None:
-            raise UnknownSchemaError(f"unknown schema fingerprint {key.hex()} (a newer writer?)")
+            raise UnknownSchemaError(f"unknown schema fingerprint {key.hex()}", key)
         return writer
 
     def decode(self, data: bytes) -> tuple[str, dict[str, Any]]:

@@ -82,6 +82,7 @@ class Topic(StrEnum):
     LIFECYCLE = "lifecycle"
     NOTIFICATIONS = "notifications"
     DEAD_LETTER = "dead-letter"
+    SCHEMAS = "schemas"
 
 
 class KeyKind(StrEnum):
@@ -94,6 +95,7 @@ class KeyKind(StrEnum):
     SOURCE_ID = "source_id"
     DELIVERY_KEY = "delivery_key"
     ORIGINAL_KEY = "original_key"
+    FINGERPRINT = "fingerprint"  # a schema's CRC-64-AVRO fingerprint, lowercase hex
 
 
 class Partitioning(StrEnum):
@@ -205,6 +207,7 @@ SPECS: Final[Mapping[Topic, TopicSpec]] = MappingProxyType(
             _compact(Topic.LIFECYCLE, KeyKind.WATCHER_KEY),
             _delete(Topic.NOTIFICATIONS, KeyKind.SUBJECT, 30 * _DAY),
             _delete(Topic.DEAD_LETTER, KeyKind.ORIGINAL_KEY, 30 * _DAY),
+            _compact(Topic.SCHEMAS, KeyKind.FINGERPRINT),
         )
     }
 )

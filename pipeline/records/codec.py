@@ -9,17 +9,20 @@ layer's :class:`~pipeline.kafka.serde.SchemaRegistry` (Avro single-object encodi
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any, Final, Protocol
 
-from pipeline.rules.errors import SerdeError
+from pipeline.rules.bounds import MAX_JSON_INT
+from pipeline.rules.bounds import parse_json as bounded_json
+from pipeline.rules.errors import DefinitionError, SerdeError
 from pipeline.rules.keys import canonical_json
 
-__all__ = ["MICRO", "Codec", "decoded", "json_text", "micros", "parse_json"]
+__all__ = ["MAX_JSON_BYTES", "MICRO", "Codec", "decoded", "json_text", "micros", "parse_json"]
 
 MICRO: Final = timedelta(microseconds=1)
+MAX_JSON_BYTES: Final = 1024 * 1024
+"""The largest JSON body a record carries (Kafka's default record size)."""
 
 
 class Codec(Protocol):
@@ -43,12 +46,21 @@ def json_text(value: Any, field: str = "value") -> str:
     return canonical_json(value, field).decode("utf-8")
 
 
-def parse_json(text: str, field: str) -> Any:
-    """A JSON body read back; text that is not JSON is an undecodable record."""
+def parse_json(
+    text: str,
+    field: str,
+    *,
+    max_bytes: int = MAX_JSON_BYTES,
+    max_int: int = MAX_JSON_INT,
+) -> Any:
+    """A JSON body read back within the bounds of DESIGN.md §10 (size, nesting, integers, no
+    NaN); anything else is an undecodable record (:class:`SerdeError` naming ``field``)."""
+    if not isinstance(text, str | bytes):
+        raise SerdeError(f"{field} is not JSON text")
     try:
-        return json.loads(text)
-    except (TypeError, ValueError, RecursionError) as exc:
-        raise SerdeError(f"{field} is not JSON: {str(exc)[:200]}") from None
+        return bounded_json(text, field, max_bytes=max_bytes, max_int=max_int)
+    except DefinitionError as exc:
+        raise SerdeError(f"{field}: {exc.message}") from None
 
 
 def micros(value: timedelta) -> int:

@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any, Final
 
 from pipeline.records.codec import parse_json
+from pipeline.rules.bounds import SAFE_JSON_INT, check_instant
 from pipeline.rules.errors import DefinitionError, SerdeError
 from pipeline.rules.evidence import Evidence, EvidenceKind
 from pipeline.rules.instants import utc
@@ -26,6 +27,7 @@ __all__ = [
     "MAX_ID_BYTES",
     "MAX_PAYLOAD_BYTES",
     "SharedEvidence",
+    "checked_instant",
     "event_record",
     "evidence_from_event",
     "payload_object",
@@ -90,25 +92,50 @@ class SharedEvidence(Evidence):
 
 
 def payload_object(text: str | None) -> dict[str, Any]:
-    """A payload carried as JSON text; one that is not a JSON object is undecodable."""
+    """A payload carried as JSON text, within what :func:`event_record` lets a publisher write
+    (at most :data:`MAX_PAYLOAD_BYTES`, nesting and numbers RFC 8785 can canonicalize); one that
+    is not such a JSON object is undecodable (:class:`SerdeError` with the reason)."""
     if text is None:
         return {}
-    payload = parse_json(text, "payload")
+    payload = parse_json(text, "payload", max_bytes=MAX_PAYLOAD_BYTES, max_int=SAFE_JSON_INT)
     if not isinstance(payload, dict):
         raise SerdeError("payload is not a JSON object")
     return payload
 
 
+def checked_instant(value: object, field: str) -> datetime:
+    """A decoded instant of a record, in years 1970..9999 (else :class:`SerdeError`)."""
+    if not isinstance(value, datetime) or value.utcoffset() is None:
+        raise SerdeError(f"{field} is not an aware instant")
+    try:
+        return check_instant(value, field)
+    except DefinitionError as exc:
+        raise SerdeError(str(exc)) from None
+
+
+def _field(value: Mapping[str, Any], name: str, limit: int, *, optional: bool = False) -> Any:
+    """A decoded text field within the bounds a publisher is held to (else :class:`SerdeError`)."""
+    text = value.get(name)
+    if type(text) is str and text and len(text) * 4 <= limit:
+        return text  # no UTF-8 encoding of it can be longer: the common case, checked cheaply
+    try:
+        return _text(value.get(name), name, limit, optional=optional)
+    except DefinitionError as exc:
+        raise SerdeError(str(exc)) from None
+
+
 def evidence_from_event(value: Mapping[str, Any], position: str) -> Evidence:
-    """A decoded ``event`` value as evidence, read at input ``position``."""
+    """A decoded ``event`` value as evidence, read at input ``position``. A value a publisher
+    could not have written through :func:`event_record` (over-long ids, an instant outside
+    1970..9999, a payload out of bounds) is undecodable: :class:`SerdeError` with the reason."""
     return SharedEvidence(
         source_kind=EvidenceKind.EVENT,
-        source_id=value["source_id"],
-        observed_at=value["observed_at"],
-        event_type=value["event_type"],
-        event_id=value["event_id"],
-        envelope_id=value.get("envelope_id"),
-        cursor=value.get("cursor"),
+        source_id=_field(value, "source_id", MAX_ID_BYTES),
+        observed_at=checked_instant(value.get("observed_at"), "observed_at"),
+        event_type=_field(value, "event_type", MAX_ID_BYTES),
+        event_id=_field(value, "event_id", MAX_ID_BYTES),
+        envelope_id=_field(value, "envelope_id", MAX_ID_BYTES, optional=True),
+        cursor=_field(value, "cursor", MAX_CURSOR_BYTES, optional=True),
         payload=payload_object(value.get("payload")),
         position=position,
     )

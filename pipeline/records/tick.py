@@ -13,7 +13,8 @@ from datetime import datetime, timedelta
 from typing import Any, Final
 
 from pipeline.records.codec import Codec, json_text
-from pipeline.records.event import SharedEvidence, payload_object
+from pipeline.records.event import SharedEvidence, checked_instant, payload_object
+from pipeline.rules.bounds import MAX_INSTANT
 from pipeline.rules.budgets import MAX_AMOUNT
 from pipeline.rules.errors import SerdeError
 from pipeline.rules.evidence import Evidence, EvidenceKind
@@ -72,8 +73,9 @@ def encode_tick(codec: Codec, tick: TickRecord) -> bytes:
 def evidence_from_tick(value: Mapping[str, Any], position: str) -> Evidence:
     """A decoded ``tick`` value as evidence naming its watcher, read at input ``position``."""
     kind = value["kind"]
-    scheduled: datetime = value["scheduled_at"]
-    if kind == "expiry":
+    scheduled = checked_instant(value["scheduled_at"], "scheduled_at")
+    observed = checked_instant(value["observed_at"], "observed_at")
+    if kind == "expiry" and scheduled < MAX_INSTANT:
         scheduled = scheduled + EXPIRY_STEP
     error = value.get("tool_error")
     tokens, micro_usd = int(value.get("usage_tokens", 0)), int(value.get("usage_micro_usd", 0))
@@ -82,7 +84,7 @@ def evidence_from_tick(value: Mapping[str, Any], position: str) -> Evidence:
     return SharedEvidence(
         source_kind=EvidenceKind.POLL if kind == "poll" else EvidenceKind.SCHEDULE,
         source_id=value["source_id"],
-        observed_at=value["observed_at"],
+        observed_at=observed,
         scheduled_at=scheduled,
         payload=payload_object(value.get("payload")),
         watcher_key=(value["tenant_id"], value["user_id"], value["watcher_id"]),

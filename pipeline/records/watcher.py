@@ -17,7 +17,7 @@ from pipeline.records.codec import Codec, decoded
 from pipeline.rules.authz import AuthzDecision, Grant
 from pipeline.rules.budgets import BudgetCaps, BudgetScope
 from pipeline.rules.commands.model import RegistryEntry
-from pipeline.rules.definition import WatcherDefinition
+from pipeline.rules.definition import WatcherDefinition, parse_stored
 from pipeline.rules.lifecycle import WatcherStatus, is_closed
 from pipeline.rules.sources import EventSource
 
@@ -76,7 +76,7 @@ class Watch:
         """The compiled definition of this version, decoded once (raises ``DefinitionError``)."""
         if self._definition is None:
             assert self.definition_json is not None
-            parsed = WatcherDefinition.model_validate_json(self.definition_json)
+            parsed = parse_stored(self.definition_json)
             if parsed.version != self.version:
                 parsed = parsed.with_version(self.version)
             self._definition = parsed

@@ -8,8 +8,11 @@
 -- Returns {verdict, exhausted dimension or "", used after, ...} with one used value per triple,
 -- in the order given. Amounts travel as decimal strings: Lua numbers are doubles and cjson and
 -- tostring print only 14 significant digits, so only comparisons use numbers (exact < 2^53).
--- The first reply for a token is stored with it and returned again on a retry, with no second
--- increment: an aborted and retried Kafka batch never double-counts.
+-- The first accepted reply for a token is stored with it and returned again on a retry, with no
+-- second increment: an aborted and retried Kafka batch never double-counts. A refused charge
+-- writes nothing at all: counters only grow within a window, so a retried refusal is refused
+-- again, and a flood of refused charges leaves the hash as it was (DESIGN.md §10 "Limits").
+-- Stored tokens live exactly as long as their window's hash.
 
 local key = KEYS[1]
 local token_field = "t:" .. ARGV[1]
@@ -44,6 +47,8 @@ for _, d in ipairs(dims) do
   reply[#reply + 1] = d.used
 end
 
-redis.call("HSET", key, token_field, cjson.encode(reply))
-redis.call("PEXPIRE", key, ARGV[2])
+if exhausted == "" then
+  redis.call("HSET", key, token_field, cjson.encode(reply))
+  redis.call("PEXPIRE", key, ARGV[2])
+end
 return reply

@@ -18,17 +18,19 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 from types import MappingProxyType
-from typing import Annotated, Any
+from typing import Annotated, Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from pipeline.rules.durations import parse_duration
+from pipeline.rules.durations import check_duration, parse_duration
 from pipeline.rules.errors import DefinitionError
 from pipeline.rules.instants import from_epoch_micros, to_epoch_micros
 
 __all__ = [
     "MAX_AMOUNT",
+    "NO_CEILINGS",
     "BudgetCaps",
+    "BudgetCeilings",
     "BudgetCheck",
     "BudgetScope",
     "BudgetVerdict",
@@ -38,6 +40,7 @@ __all__ = [
     "check",
     "offset_token",
     "remaining_after",
+    "resolve_caps",
     "window_end",
     "window_start",
 ]
@@ -91,7 +94,7 @@ class BudgetCaps(BaseModel):
         # Whole seconds keep window starts on the epoch-seconds grid of DESIGN.md §8.
         if value < timedelta(seconds=1) or value.microseconds:
             raise ValueError("a budget window is a positive whole number of seconds")
-        return value
+        return check_duration(value, "window")
 
     def cap(self, dimension: Dimension) -> int | None:
         value: int | None = getattr(self, dimension.value)
@@ -101,6 +104,60 @@ class BudgetCaps(BaseModel):
         """These caps with every ``None`` dimension taken from the operator's ``defaults``."""
         filled = {d.value: defaults.cap(d) for d in Dimension if self.cap(d) is None}
         return self.model_copy(update=filled)
+
+
+class BudgetCeilings(BaseModel):
+    """The operator's ceilings (``[budgets.ceilings]``, DESIGN.md §10 "Limits"): per dimension
+    the most one window may allow. ``None``: no ceiling.
+
+    A definition naming a cap above its ceiling is refused where it is accepted
+    (:meth:`check`); wherever caps are resolved they are clamped again (:func:`resolve_caps`),
+    so a definition accepted before a ceiling was lowered cannot exceed it either.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    evaluations: Amount | None = None
+    deliveries: Amount | None = None
+    attempts: Amount | None = None
+    tokens: Amount | None = None
+    micro_usd: Amount | None = None
+
+    def ceiling(self, dimension: Dimension) -> int | None:
+        value: int | None = getattr(self, dimension.value)
+        return value
+
+    def check(self, caps: BudgetCaps, field: str = "budgets") -> BudgetCaps:
+        """``caps`` if none of its named caps exceeds a ceiling, else a refusal naming it."""
+        for dimension in Dimension:
+            cap, ceiling = caps.cap(dimension), self.ceiling(dimension)
+            if cap is not None and ceiling is not None and cap > ceiling:
+                raise DefinitionError(
+                    f"{cap} exceeds the operator's ceiling of {ceiling}",
+                    f"{field}.{dimension.value}",
+                )
+        return caps
+
+    def clamp(self, caps: BudgetCaps) -> BudgetCaps:
+        """``caps`` with each dimension at most its ceiling (an uncapped one gets the ceiling)."""
+        lowered: dict[str, int] = {}
+        for dimension in Dimension:
+            cap, ceiling = caps.cap(dimension), self.ceiling(dimension)
+            if ceiling is not None and (cap is None or cap > ceiling):
+                lowered[dimension.value] = ceiling
+        return caps.model_copy(update=lowered) if lowered else caps
+
+
+NO_CEILINGS: Final = BudgetCeilings()
+
+
+def resolve_caps(
+    caps: BudgetCaps | None, defaults: BudgetCaps, ceilings: BudgetCeilings = NO_CEILINGS
+) -> BudgetCaps:
+    """The caps a window is charged against: a definition's own caps, every cap it leaves out
+    taken from the operator's ``defaults``, each at most its ceiling."""
+    filled = defaults if caps is None else caps.with_defaults(defaults)
+    return ceilings.clamp(filled) if ceilings is not NO_CEILINGS else filled
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,6 +5,11 @@ the secrets live in configuration. This module only recognises values that look 
 (URLs, userinfo, authorization schemes, ``key=value`` secrets, well-known token prefixes, long
 high-entropy runs) so creation can refuse them with a clear error. It does not validate the
 charset of references (``definition`` does) and it cannot prove a value is *not* a secret.
+
+Bounded (DESIGN.md §10): a value longer than :data:`MAX_SCANNED` characters is refused before
+any expression runs, and every expression is linear in the length of what it scans (matches
+can start only at a boundary of their run, and quantifiers that could backtrack are
+possessive), so a hostile megabyte costs microseconds, not minutes.
 """
 
 from __future__ import annotations
@@ -15,24 +20,30 @@ from collections import Counter
 
 from pipeline.rules.errors import DefinitionError
 
-__all__ = ["credential_reason", "reject_credential"]
+__all__ = ["MAX_SCANNED", "credential_reason", "reject_credential"]
 
+MAX_SCANNED = 4096
+"""The longest value scanned; longer ones are refused unscanned (no reference is that long)."""
+
+# A host ``name.tld[:port]/`` at the very start: the atomic group takes the whole host run and
+# gives back only up to its last dot, once.
 _URL = re.compile(
-    r"^[A-Za-z][A-Za-z0-9+.\-]*://|://|^www\.|^[A-Za-z0-9.\-]+\.[A-Za-z]{2,}(?::\d+)?/"
+    r"^[A-Za-z][A-Za-z0-9+.\-]*+://|://|^www\.|^(?>[A-Za-z0-9.\-]*\.)[A-Za-z]{2,}+(?::\d++)?/"
 )
-_USERINFO = re.compile(r"[^\s@/:]+:[^\s@/]*@")
-_AUTH_SCHEME = re.compile(r"^\s*(?:bearer|basic|token|digest)\s+\S", re.IGNORECASE)
+# user:password@ — a match starts only where a whitespace-, @- or /-delimited run starts.
+_USERINFO = re.compile(r"(?<![^\s@/])[^\s@/:]++:[^\s@/]*+@")
+_AUTH_SCHEME = re.compile(r"^\s*+(?:bearer|basic|token|digest)\s++\S", re.IGNORECASE)
 _SECRET_PAIR = re.compile(
     r"(?:pass(?:word|wd)?|pwd|secret|token|api[_-]?key|apikey|access[_-]?key|auth|sig(?:nature)?|"
-    r"session[_-]?key|private[_-]?key|client[_-]?secret)\s*[=:]",
+    r"session[_-]?key|private[_-]?key|client[_-]?secret)\s*+[=:]",
     re.IGNORECASE,
 )
 _TOKEN_PREFIX = re.compile(
-    r"(?:^|[^A-Za-z0-9])(?:gh[pousr]_[A-Za-z0-9]{16,}|github_pat_[A-Za-z0-9_]{16,}|"
-    r"xox[abpors]-[A-Za-z0-9-]{8,}|sk-[A-Za-z0-9_-]{16,}|AKIA[0-9A-Z]{16}|"
-    r"eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}|\d{6,}:[A-Za-z0-9_-]{30,})"
+    r"(?:^|[^A-Za-z0-9])(?:gh[pousr]_[A-Za-z0-9]{16,}+|github_pat_[A-Za-z0-9_]{16,}+|"
+    r"xox[abpors]-[A-Za-z0-9-]{8,}+|sk-[A-Za-z0-9_-]{16,}+|AKIA[0-9A-Z]{16}|"
+    r"eyJ[A-Za-z0-9_-]{8,}+\.[A-Za-z0-9_-]{8,}+|(?<!\d)\d{6,}+:[A-Za-z0-9_-]{30,}+)"
 )
-_RUN = re.compile(r"[A-Za-z0-9+/=]{24,}")
+_RUN = re.compile(r"(?<![A-Za-z0-9+/=])[A-Za-z0-9+/=]{24,}+")
 _MIN_ENTROPY_BITS = 3.5
 
 
@@ -55,6 +66,8 @@ def _high_entropy_run(value: str) -> bool:
 
 def credential_reason(value: str) -> str | None:
     """Why ``value`` looks like a credential, or ``None`` if it does not."""
+    if len(value) > MAX_SCANNED:
+        return f"is longer than {MAX_SCANNED} characters"
     if _URL.search(value):
         return "looks like a URL; name a configured destination or tool instead"
     if _USERINFO.search(value):

@@ -24,6 +24,7 @@ from pipeline.rules.cron_slots import (
     cron_fields,
     fires_in,
     first_fire_after,
+    newest_fires,
 )
 from pipeline.rules.errors import DefinitionError
 from pipeline.rules.instants import to_epoch_micros, utc
@@ -44,6 +45,10 @@ __all__ = [
 
 CADENCE_MINUTES = frozenset({1, 5, 15, 60})
 MAX_BOUNDED = 100
+MAX_MISSED_SCAN = 1_440
+"""Missed instants looked at per plan, newest first: a policy fires at most 100 of them, and
+older ones are dropped uncounted (so ``missed`` counts at most this many), which keeps a plan
+after a long outage as cheap as one after a short one."""
 _DEFAULT_GRACE = timedelta(seconds=5)
 
 # Per field: what Debian cron and croniter both read the same way. No "?", "W", "H" (hashing),
@@ -205,15 +210,17 @@ def _plan(
         floor = max(floor, -(-to_epoch_micros(horizon) // 1_000_000) - 1)
     now_s = _seconds(now)
     on_time_from_micros = to_epoch_micros(now) - grace // timedelta(microseconds=1)
-    due = fires_in(sched.expr, sched.zone, floor, now_s)
-    on_time = next((i for i, s in enumerate(due) if s * 1_000_000 >= on_time_from_micros), len(due))
-    missed = due[:on_time]
+    # A fire at second s is on time iff s · 10^6 >= on_time_from: the missed ones end at cut.
+    cut = min(-(-on_time_from_micros // 1_000_000) - 1, now_s)
+    missed = newest_fires(sched.expr, sched.zone, floor, cut, MAX_MISSED_SCAN)
+    on_time = fires_in(sched.expr, sched.zone, max(floor, cut), now_s)
     kept = policy.keep(missed)
+    last = on_time[-1] if on_time else missed[-1] if missed else None
     return DuePlan(
-        fire=tuple(_instant(s) for s in (*kept, *due[on_time:])),
+        fire=tuple(_instant(s) for s in (*kept, *on_time)),
         missed=len(missed),
         dropped=len(missed) - len(kept),
-        enumerated_through=_instant(due[-1]) if due else utc(last_enumerated),
+        enumerated_through=utc(last_enumerated) if last is None else _instant(last),
         next_fire=_instant(first_fire_after(sched.expr, sched.zone, now_s)),
     )
 

@@ -27,7 +27,15 @@ from zoneinfo import ZoneInfo
 
 from croniter import croniter
 
-__all__ = ["CronFields", "cron_fields", "day_fires", "fires_in", "first_fire_after", "local_day"]
+__all__ = [
+    "CronFields",
+    "cron_fields",
+    "day_fires",
+    "fires_in",
+    "first_fire_after",
+    "local_day",
+    "newest_fires",
+]
 
 _EPOCH = datetime(1970, 1, 1)
 _ONE_SECOND = timedelta(seconds=1)
@@ -79,6 +87,25 @@ def _matching_day_from(day_expr: str, day_or: bool, ordinal: int) -> int:
         day_or=day_or,
         max_years_between_matches=MAX_YEARS_BETWEEN_DAYS,
     ).get_next(datetime)
+    return int(found.toordinal())
+
+
+_EVERY_DAY = "0 0 * * *"
+
+
+@lru_cache(maxsize=16384)
+def _matching_day_before(day_expr: str, day_or: bool, ordinal: int) -> int | None:
+    """The last day (proleptic ordinal) on or before ``ordinal`` whose calendar fields match,
+    or None when none does within :data:`MAX_YEARS_BETWEEN_DAYS` years."""
+    if day_expr == _EVERY_DAY:
+        return ordinal
+    start = datetime.combine(date.fromordinal(ordinal), time()) + timedelta(days=1)
+    try:
+        found = croniter(
+            day_expr, start, day_or=day_or, max_years_between_matches=MAX_YEARS_BETWEEN_DAYS
+        ).get_prev(datetime)
+    except Exception:  # croniter gives up (no match for years) with errors of no common base
+        return None
     return int(found.toordinal())
 
 
@@ -146,6 +173,33 @@ def fires_in(expr: str, zone: ZoneInfo, after: int, until: int) -> list[int]:
             chunks += 1
         day += 1
     return sorted(set(found)) if chunks > 1 else found
+
+
+def newest_fires(expr: str, zone: ZoneInfo, after: int, until: int, limit: int) -> list[int]:
+    """The newest ``limit`` fires in ``(after, until]`` (epoch seconds), ascending and unique.
+
+    Walks matching local days backwards from ``until``, so its cost is bounded by ``limit``
+    (and the days it must skip), not by the length of the range: a ticker back after ten
+    years of a per-minute cron looks at a day, not at five million instants.
+    """
+    if until <= after or limit <= 0:
+        return []
+    fields = cron_fields(expr)
+    lo_day = min(local_day(after, zone), local_day(until, zone)) - _DAY_MARGIN
+    day: int | None = max(local_day(after, zone), local_day(until, zone)) + _DAY_MARGIN
+    found: set[int] = set()
+    stop_day: int | None = None
+    while day is not None and day >= lo_day:
+        day = _matching_day_before(fields.day_expr, fields.day_or, day)
+        if day is None or day < lo_day or (stop_day is not None and day < stop_day):
+            break
+        fires = day_fires(expr, zone, day)
+        found.update(fires[bisect_right(fires, after) : bisect_right(fires, until)])
+        if stop_day is None and len(found) >= limit:
+            # A neighbouring day can only interleave through a transition at midnight.
+            stop_day = day - _DAY_MARGIN
+        day -= 1
+    return sorted(found)[-limit:]
 
 
 def first_fire_after(expr: str, zone: ZoneInfo, after: int) -> int:

@@ -28,6 +28,7 @@ from pydantic import (
 )
 
 from pipeline.rules.backoff import RetryPolicy
+from pipeline.rules.bounds import check_json
 from pipeline.rules.budgets import BudgetCaps
 from pipeline.rules.condition import Condition, compile_condition, parse_condition
 from pipeline.rules.durations import Duration, format_duration
@@ -52,11 +53,14 @@ __all__ = [
     "Mode",
     "PrivacyPolicy",
     "WatcherDefinition",
+    "parse_stored",
 ]
 
 AGENT_WINDOWS: Final = frozenset(timedelta(hours=h) for h in (0.5, 1, 2, 6, 12, 24))
 MAX_TEXT: Final = 4096
 MAX_ARGS: Final = 64
+MAX_NODES: Final = 10_000
+"""JSON values in one definition body, all nested values counted."""
 
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._\-]{0,127}")
 _SCHEDULE_ID = re.compile(
@@ -183,7 +187,7 @@ class WatcherDefinition(_Model):
         for name in ("tenant_id", "user_id"):
             checked_ref(getattr(self, name), name, _ID)
         self._check_ids()
-        if _PURPOSE.fullmatch(self.purpose) is None or len(self.purpose) > 128:
+        if len(self.purpose) > 128 or _PURPOSE.fullmatch(self.purpose) is None:
             raise DefinitionError("a purpose is dotted lowercase words, e.g. ops.alert", "purpose")
         if self.session_id is not None:
             checked_ref(self.session_id, "session_id")
@@ -257,6 +261,7 @@ class WatcherDefinition(_Model):
         """
         if not isinstance(obj, Mapping):
             raise DefinitionError("a definition is a JSON object", None)
+        check_json(obj, None, max_nodes=MAX_NODES)
         body = dict(obj)
         _fill_schedule_source_id(body)
         for name, value in (("tenant_id", tenant_id), ("user_id", user_id)):
@@ -277,10 +282,12 @@ class WatcherDefinition(_Model):
         return out
 
     def with_version(self, version: int) -> WatcherDefinition:
-        """This definition as accepted version ``version`` (assigned by the command processor)."""
-        return WatcherDefinition.model_validate_json(
-            json.dumps({**self.to_json(), "version": version})
-        )
+        """This definition as accepted version ``version`` (assigned by the command processor).
+
+        Read back from its own JSON, so what is stored is exactly what reads back; a definition
+        that does not (a rule changed under a stored one) is a :class:`DefinitionError`.
+        """
+        return parse_stored(json.dumps({**self.to_json(), "version": version}))
 
     # --- derived, cached per instance (compile once per version) --------------------------
 
@@ -345,6 +352,16 @@ class WatcherDefinition(_Model):
         if self.window is not None and activated_at is not None:
             return activated_at + self.window
         return None
+
+
+def parse_stored(text: str | bytes) -> WatcherDefinition:
+    """A definition as stored (registry, ``watchers``, ``definition-log``): any failure to read
+    it back is a :class:`DefinitionError`, never another exception."""
+    try:
+        return WatcherDefinition.model_validate_json(text)
+    except ValidationError as exc:
+        error = _definition_error(exc)
+        raise DefinitionError(f"stored definition: {error.message}", error.field) from None
 
 
 def _fill_schedule_source_id(body: dict[str, Any]) -> None:

@@ -41,6 +41,7 @@ __all__ = [
     "claim",
     "defer",
     "fail",
+    "give_up",
     "is_settled",
     "pending",
     "plan_attempt",
@@ -85,6 +86,7 @@ _TABLE: dict[tuple[DeliveryStatus, DispatchEvent], DeliveryStatus] = {
     (_S.PENDING, _E.DEFER): _S.PENDING,
     (_S.PENDING, _E.SUPPRESS): _S.SUPPRESSED,
     (_S.PENDING, _E.CANCEL): _S.CANCELLED,
+    (_S.PENDING, _E.DEAD_LETTER): _S.DEAD_LETTER,  # give_up: it cannot even be planned
     (_S.DISPATCHING, _E.SUCCEED): _S.DELIVERED,
     (_S.DISPATCHING, _E.RETRY): _S.PENDING,
     (_S.DISPATCHING, _E.DEAD_LETTER): _S.DEAD_LETTER,
@@ -166,11 +168,11 @@ def fail(
     §8 backoff (or ``Retry-After``, if longer) and try again."""
     now = utc(now)
     error = ErrorCode(error)
-    if error in TERMINAL_ERRORS or state.attempt >= policy.max_attempts:
-        return _move(state, _E.DEAD_LETTER, last_error=error, updated_at=now, settled_at=now)
-    # Only a dispatching entry has a failed attempt to wait after; let the table say so.
+    # Only a dispatching entry has a failed attempt; let the table say so.
     if state.status is not _S.DISPATCHING:
         return _move(state, _E.RETRY)
+    if error in TERMINAL_ERRORS or state.attempt >= policy.max_attempts:
+        return _move(state, _E.DEAD_LETTER, last_error=error, updated_at=now, settled_at=now)
     wait = backoff_wait(state.delivery_key, state.attempt, policy.base, policy.cap, retry_after)
     return _move(
         state,
@@ -180,6 +182,19 @@ def fail(
         last_error=error,
         updated_at=now,
     )
+
+
+def give_up(state: DeliveryState, error: ErrorCode, now: datetime) -> DeliveryState:
+    """Dead-letter a ``pending`` entry that cannot be planned at all (its own data breaks a
+    rule): settled with ``error``, no attempt made, never retried (DESIGN.md §10)."""
+    if state.status is not _S.PENDING:  # a dispatching entry fails through ``fail``
+        raise TransitionError(
+            f"delivery {state.delivery_key}: cannot give up "
+            f"from {state.status.value} to {_S.DEAD_LETTER.value}"
+        )
+    now = utc(now)
+    error = ErrorCode(error)
+    return _move(state, _E.DEAD_LETTER, last_error=error, updated_at=now, settled_at=now)
 
 
 def defer(

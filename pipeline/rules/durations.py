@@ -1,7 +1,10 @@
 """Durations as users write them: ``45s``, ``90m``, ``1h30m``, ``2d``, ``7d``.
 
 Hand-written because the grammar is tiny and strict (no ISO 8601, no fractions, no signs) and
-every error should name the field. Units: d, h, m, s, each at most once, in that order.
+every error should name the field. Units: d, h, m, s, each at most once, in that order. Total and
+bounded (DESIGN.md §10): the text is length-checked before the grammar sees it and a duration
+is at most :data:`~pipeline.rules.bounds.MAX_DURATION` (ten years), so no input can overflow a
+``timedelta`` or an instant computed from one.
 """
 
 from __future__ import annotations
@@ -12,22 +15,39 @@ from typing import Annotated, Any
 
 from pydantic import BeforeValidator, PlainSerializer
 
+from pipeline.rules.bounds import MAX_DURATION
 from pipeline.rules.errors import DefinitionError
 
-__all__ = ["Duration", "format_duration", "parse_duration"]
+__all__ = ["MAX_TEXT", "Duration", "check_duration", "format_duration", "parse_duration"]
 
-_GRAMMAR = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+MAX_TEXT = 32
+"""The longest duration text read (``3653d23h59m59s`` is 14 characters)."""
+# Each amount is at most 9 digits: every unit of ten years fits, and int() stays cheap.
+_GRAMMAR = re.compile(r"(?:(\d{1,9})d)?(?:(\d{1,9})h)?(?:(\d{1,9})m)?(?:(\d{1,9})s)?")
 
 
 def parse_duration(text: str, field: str = "duration") -> timedelta:
-    """A positive duration; anything else raises :class:`DefinitionError` naming ``field``."""
-    match = _GRAMMAR.match(text.strip()) if isinstance(text, str) else None
+    """A positive duration of at most ten years; anything else raises
+    :class:`DefinitionError` naming ``field``."""
+    match = None
+    if isinstance(text, str) and len(text) <= MAX_TEXT:
+        match = _GRAMMAR.fullmatch(text.strip())
     if not match or not any(match.groups()):
-        raise DefinitionError(f"not a duration: {text!r} (use e.g. 45s, 90m, 1h30m, 2d)", field)
+        shown = text[:MAX_TEXT] if isinstance(text, str) else text
+        raise DefinitionError(f"not a duration: {shown!r} (use e.g. 45s, 90m, 1h30m, 2d)", field)
     days, hours, minutes, seconds = (int(g) if g else 0 for g in match.groups())
     value = timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
     if value <= timedelta(0):
         raise DefinitionError(f"duration must be positive: {text!r}", field)
+    return check_duration(value, field)
+
+
+def check_duration(value: timedelta, field: str = "duration") -> timedelta:
+    """``value`` if it is at most ten years (:data:`MAX_DURATION`), else a refusal."""
+    if value > MAX_DURATION:
+        raise DefinitionError(
+            f"a duration is at most {MAX_DURATION.days}d (ten years), got {value.days}d", field
+        )
     return value
 
 
@@ -45,11 +65,13 @@ def format_duration(value: timedelta) -> str:
 
 
 def _duration(value: Any) -> Any:
-    if isinstance(value, str):
-        try:
+    try:
+        if isinstance(value, str):
             return parse_duration(value)
-        except DefinitionError as exc:
-            raise ValueError(exc.message) from None
+        if isinstance(value, timedelta):
+            return check_duration(value)
+    except DefinitionError as exc:
+        raise ValueError(exc.message) from None
     return value
 
 

@@ -5,7 +5,7 @@ VigilError
 ├── TransitionError        an illegal lifecycle or dispatch state move
 ├── ConfigError            vigil.toml is missing or invalid (names the key)
 ├── SerdeError             bytes that do not decode as a record
-│   └── UnknownSchemaError a schema fingerprint this build does not know (a newer writer)
+│   └── UnknownSchemaError a schema fingerprint this build does not know (newer, or garbage)
 ├── TopologyError          topics missing or drifted (says the command that fixes it)
 ├── BrokerError            Kafka failed (translated at the boundary)
 └── BudgetStoreError       Redis unreachable or failed (translated at the boundary)
@@ -52,7 +52,12 @@ class SerdeError(VigilError):
 
 
 class UnknownSchemaError(SerdeError):
-    """A schema fingerprint this build does not know: a newer writer. Pause, never dead-letter."""
+    """A schema fingerprint this build does not know. Registered in the ``schemas`` topic: a
+    newer writer (pause, never dead-letter); registered nowhere: garbage (dead-letter it)."""
+
+    def __init__(self, message: str, fingerprint: bytes = b"") -> None:
+        super().__init__(message)
+        self.fingerprint = fingerprint
 
 
 class TopologyError(VigilError):

@@ -3,6 +3,8 @@
 Instants are aware UTC datetimes everywhere inside vigil. Text forms are RFC 3339 with ``Z``:
 seconds precision for trigger identities (delivery keys), microseconds for the evidence digest
 and stored records. Local time appears only at the edges (cron, ``--at``, quiet hours).
+Parsed instants lie in years 1970..9999 (DESIGN.md §10) and are always written back with four
+year digits, so every instant vigil writes reads back as the same instant.
 """
 
 from __future__ import annotations
@@ -12,9 +14,11 @@ from typing import Annotated, Any
 
 from pydantic import BeforeValidator, PlainSerializer
 
+from pipeline.rules.bounds import check_instant
 from pipeline.rules.errors import DefinitionError
 
 __all__ = [
+    "MAX_TEXT",
     "Instant",
     "from_epoch_micros",
     "parse_instant",
@@ -25,6 +29,8 @@ __all__ = [
 ]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+MAX_TEXT = 64
+"""The longest instant text read (RFC 3339 with microseconds and an offset is 32)."""
 
 
 def utc(instant: datetime) -> datetime:
@@ -36,23 +42,36 @@ def utc(instant: datetime) -> datetime:
 
 def rfc3339_seconds(instant: datetime) -> str:
     """``YYYY-MM-DDTHH:MM:SSZ``: the trigger-identity form (delivery key v1)."""
-    return utc(instant).strftime("%Y-%m-%dT%H:%M:%SZ")
+    instant = utc(instant)
+    if instant.year < 1000:  # strftime writes years below 1000 without leading zeros
+        return f"{instant.year:04d}{instant.strftime('-%m-%dT%H:%M:%SZ')}"
+    return instant.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def rfc3339_micros(instant: datetime) -> str:
     """``YYYY-MM-DDTHH:MM:SS.ffffffZ``: the evidence-digest and record form."""
-    return utc(instant).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    instant = utc(instant)
+    if instant.year < 1000:
+        return f"{instant.year:04d}{instant.strftime('-%m-%dT%H:%M:%S.%fZ')}"
+    return instant.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def parse_instant(text: str, field: str = "instant") -> datetime:
-    """Parse RFC 3339 with an explicit offset (``Z`` or ``±HH:MM``) into aware UTC."""
+    """Parse RFC 3339 with an explicit offset (``Z`` or ``±HH:MM``) into aware UTC, in years
+    1970..9999; anything else is a :class:`DefinitionError` naming ``field``."""
+    if not isinstance(text, str) or len(text) > MAX_TEXT:
+        shown = text[:MAX_TEXT] if isinstance(text, str) else type(text).__name__
+        raise DefinitionError(f"not an RFC 3339 instant: {shown!r}", field)
     try:
         parsed = datetime.fromisoformat(text.strip().replace("z", "Z"))
     except ValueError as exc:
         raise DefinitionError(f"not an RFC 3339 instant: {text!r}", field) from exc
     if parsed.tzinfo is None:
         raise DefinitionError(f"instant needs an offset such as Z: {text!r}", field)
-    return parsed.astimezone(UTC)
+    try:
+        return check_instant(parsed.astimezone(UTC), field)
+    except OverflowError:  # year 1 or 9999 moved past the calendar by its offset
+        raise DefinitionError(f"instant {text!r} is outside the years 1970..9999", field) from None
 
 
 def to_epoch_micros(instant: datetime) -> int:
@@ -73,9 +92,13 @@ def _instant(value: Any) -> Any:
             raise ValueError(exc.message) from None
     if isinstance(value, datetime):
         try:
-            return utc(value)
+            return check_instant(utc(value))
         except ValueError:
             raise ValueError("an instant needs an offset such as Z") from None
+        except OverflowError:
+            raise ValueError("an instant is outside the years 1970..9999") from None
+        except DefinitionError as exc:
+            raise ValueError(exc.message) from None
     return value
 
 

@@ -42,11 +42,16 @@ _EVENT_TYPE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/\-]*")
 
 
 def checked_ref(value: object, field: str, pattern: re.Pattern[str] = _REF) -> str:
-    """An opaque registry reference: no credential, a safe charset, bounded length."""
+    """An opaque registry reference: bounded length (checked first, before any expression),
+    no credential, a safe charset."""
     if not isinstance(value, str):
         raise DefinitionError(f"a reference is a string, not {type(value).__name__}", field)
+    if len(value) > MAX_REF_LENGTH:
+        raise DefinitionError(
+            f"a reference is at most {MAX_REF_LENGTH} characters, got {len(value)}", field
+        )
     reject_credential(value, field)
-    if len(value) > MAX_REF_LENGTH or pattern.fullmatch(value) is None:
+    if pattern.fullmatch(value) is None:
         raise DefinitionError(
             f"invalid reference {value[:80]!r}: letters, digits and . _ : - "
             f"(at most {MAX_REF_LENGTH})",

@@ -9,6 +9,14 @@ member's lifecycle and its loop (poll, decode, dead-letter or pause, group by ta
 catch the tables up, run the processor); its two other seams are ``transactions`` (commit,
 abort, recovery, timer-driven work) and ``assignment`` (what a rebalance restores and drops).
 
+No record can stop the process (DESIGN.md §10 "Hostile input"): whatever a decoder raises
+dead-letters that record; a schema fingerprint this build does not know is looked up in the
+``schemas`` topic (held as a global table, its own build's schemas registered at start) — a
+newer writer's pauses the partition, garbage is dead-lettered; and a processor that raises on a
+batch has it replayed one record per transaction (``isolation``) until the record to blame is
+found and dead-lettered. Only the broker's and the budget store's own failures propagate: the
+record is not to blame for those, and the caller backs off and retries.
+
 Why not Quix Streams: it carries exactly-once, changelogged state and commit cadence well, but
 its state stores are scoped to one input topic's partitions and restored from their own
 changelogs only. vigil needs state shared by several co-partitioned inputs (``events`` +
@@ -28,7 +36,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from types import TracebackType
 from typing import Any
 
@@ -43,15 +51,19 @@ from pipeline.kafka.clients import (
     table_consumer_config,
     translate,
 )
-from pipeline.rules.errors import BrokerError, SerdeError, UnknownSchemaError
+from pipeline.kafka.clients import Producer as PlainProducer
+from pipeline.kafka.schema_catalog import SchemaCatalog, register_schemas
+from pipeline.kafka.serde import SchemaRegistry
+from pipeline.rules.errors import BrokerError, BudgetStoreError, UnknownSchemaError
 from pipeline.runtime.assignment import Assignment
 from pipeline.runtime.checkpoint import (
     Checkpoint,
     InputPositions,
     TransactionEnd,
 )
+from pipeline.runtime.isolation import Isolation, failure_reason
 from pipeline.runtime.metrics import runtime_metrics
-from pipeline.runtime.poison import Quarantine
+from pipeline.runtime.poison import Cause, Quarantine
 from pipeline.runtime.processing import (
     DLQ_HEADERS,
     Decoder,
@@ -61,7 +73,7 @@ from pipeline.runtime.processing import (
     Processor,
 )
 from pipeline.runtime.state import TaskState
-from pipeline.runtime.tables import Table, TableReader, TableSpec
+from pipeline.runtime.tables import Table, TableKind, TableReader, TableSpec
 from pipeline.runtime.transactions import TIMEOUT_S, Transactions
 
 __all__ = [
@@ -75,6 +87,12 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+SCHEMAS_TABLE = "vigil.schemas"
+"""The global table of the ``schemas`` topic (a name no stage's own table takes)."""
+# Failures that are not the record's: the broker's and the budget store's. They abort, rewind
+# and propagate, and the caller backs off and retries the same records.
+_NOT_THE_RECORDS = (BrokerError, BudgetStoreError)
 
 
 class StreamApp(Transactions, Assignment):
@@ -101,7 +119,15 @@ class StreamApp(Transactions, Assignment):
         producer_overrides: dict[str, Any] | None = None,
         consumer_overrides: dict[str, Any] | None = None,
         registry: CollectorRegistry = REGISTRY,
+        schemas_topic: str | None = None,
+        schema_registry: SchemaRegistry | None = None,
+        judged: Collection[str] | None = None,
     ) -> None:
+        """``schemas_topic``: the ``schemas`` topic, read whole to tell a newer writer's schema
+        from garbage (without it an unknown fingerprint always pauses); ``schema_registry``:
+        the schemas this app writes, registered there at :meth:`start`; ``judged``: the inputs
+        whose undecodable records this app dead-letters (default all) — another app's inputs
+        it merely skips, so a record shared by two groups is dead-lettered once."""
         self.group_id = group_id
         self.instance_id = instance_id
         self.inputs = list(inputs)
@@ -123,7 +149,15 @@ class StreamApp(Transactions, Assignment):
         )
         reader = TableReader(table_consumer_config(bootstrap, client_id))
         self._placement = Placement(self._topic_partitions)
-        self._state = TaskState(tables or [], reader, self._placement.count)
+        specs = list(tables or [])
+        if schemas_topic is not None:
+            specs.append(TableSpec(SCHEMAS_TABLE, schemas_topic, TableKind.GLOBAL))
+        self._bootstrap = bootstrap
+        self._schemas_topic = schemas_topic
+        self._schema_registry = schema_registry
+        self._judged = None if judged is None else frozenset(judged)
+        self._isolation = Isolation()
+        self._state = TaskState(specs, reader, self._placement.count)
         self._metrics = runtime_metrics(registry)
         self._quarantine = Quarantine(group_id, dead_letter_topic, self._metrics)
         self._producer: Producer | None = None
@@ -150,6 +184,7 @@ class StreamApp(Transactions, Assignment):
         if self._consumer is not None:
             return
         self._new_producer()
+        self._register_schemas()
         self._state.load_globals()
         consumer = Consumer(self._consumer_config)
         consumer.subscribe(
@@ -195,14 +230,27 @@ class StreamApp(Transactions, Assignment):
     # -- the loop ------------------------------------------------------------------------
 
     def step(self, timeout: float = 0.05) -> int:
-        """Poll one batch, process it, commit if due. Returns the number of input records."""
+        """Poll one batch, process it, commit if due. Returns the number of input records.
+
+        While a failed batch is replayed (``isolation``), one record per step, each committed
+        on its own: the transaction of the record to blame holds nothing else."""
         consumer = self._require_consumer()
+        isolating = self._isolation.active
+        if isolating and self._checkpoint.open:
+            self.commit()
         try:
-            messages = consumer.consume(self._max_batch, timeout)
+            messages = consumer.consume(1 if isolating else self._max_batch, timeout)
         except KafkaException as exc:
             raise translate(exc, "consume") from exc
-        done = self._process(messages) if messages else 0
-        if self._checkpoint.due():
+        done, settled = self._process(messages, isolating) if messages else (0, False)
+        if isolating:
+            if self.commit() and settled:
+                for msg in messages:
+                    if msg.error() is None:
+                        self._isolation.passed(
+                            msg.topic() or "", msg.partition() or 0, msg.offset() or 0
+                        )
+        elif self._checkpoint.due():
             self.commit()
         try:
             self._require_producer().poll(0)
@@ -210,19 +258,21 @@ class StreamApp(Transactions, Assignment):
             self._recover(exc, "producer poll")
         return done
 
-    def _process(self, messages: list[Message]) -> int:
-        """Decode, group by task partition, catch tables up, run the processor."""
+    def _process(self, messages: list[Message], isolating: bool = False) -> tuple[int, bool]:
+        """Decode, group by task partition, catch tables up, run the processor. Returns the
+        number of input records and whether they were settled (not rolled back)."""
         groups: dict[int, list[InputRecord]] = {}
         per_topic = len(self.inputs) > 1
         consumed: dict[str, int] = {}
         decode, paused = self._decode, self._quarantine.paused
+        caught_up = False
         try:
             self._checkpoint.begin(self._require_producer())
         except BrokerFailure as exc:
             if exc.kind is not ErrorKind.FATAL:
                 raise
             self._rebuild()  # rewinds: this batch is read again
-            return 0
+            return 0, False
         total = 0
         for msg in messages:
             if msg.error() is not None:
@@ -237,13 +287,17 @@ class StreamApp(Transactions, Assignment):
                 try:
                     value = decode(msg)
                 except UnknownSchemaError as exc:
-                    self._quarantine.pause(self._require_consumer(), msg, exc)
-                    continue
-                except SerdeError as exc:
-                    self._quarantine.dead_letter(
-                        self._require_producer(), self._placement, msg, exc
-                    )
-                    value = _DEAD
+                    if not caught_up:  # once per batch: after every record of it was read
+                        self._state.catch_up()
+                        caught_up = True
+                    if self._newer_writer(exc):
+                        self._quarantine.pause(self._require_consumer(), msg, exc)
+                        continue
+                    reason = f"{exc}: registered by no writer (garbage)"
+                    value = self._reject(msg, reason, Cause.UNREGISTERED_SCHEMA)
+                except Exception as exc:  # whatever a decoder raises, the record is to blame
+                    reason = str(exc) or type(exc).__name__
+                    value = self._reject(msg, reason, Cause.UNDECODABLE)
             total += 1
             if per_topic:
                 topic = msg.topic() or ""
@@ -255,16 +309,17 @@ class StreamApp(Transactions, Assignment):
                 groups[partition] = [InputRecord(msg, value)]
             else:
                 group.append(InputRecord(msg, value))
-        if groups:
-            self._run_processor(groups)
+        if groups and not self._run_processor(groups, isolating):
+            return total, False  # rolled back: rewound, or the record to blame dead-lettered
         if not per_topic:
             consumed[self.inputs[0]] = total
         for topic, count in consumed.items():
             self._metrics.consumed.labels(self.group_id, topic).inc(count)
         self._checkpoint.records += total
-        return total
+        return total, True
 
-    def _run_processor(self, groups: dict[int, list[InputRecord]]) -> None:
+    def _run_processor(self, groups: dict[int, list[InputRecord]], isolating: bool) -> bool:
+        """Run the processor on each task partition's records; False if it rolled back."""
         self._state.catch_up()
         producer = self._require_producer()
         table, partition_of = self._state.table, self._placement.partition_of
@@ -276,13 +331,81 @@ class StreamApp(Transactions, Assignment):
                 self._processor(records, ctx)
         except KafkaException as exc:  # from produce: the producer failed, not the processor
             self._recover(exc, "produce")
-        except Exception:
+            return False
+        except _NOT_THE_RECORDS:
             log.exception("processor failed: aborting the transaction")
             self._abort()
             self._rewind()
             raise
+        except Exception as exc:
+            self._processing_failed(groups, exc, isolating)
+            return False
+        return True
 
     # -- poison and unknown records ------------------------------------------------------
+
+    def _processing_failed(
+        self, groups: dict[int, list[InputRecord]], exc: Exception, isolating: bool
+    ) -> None:
+        """Dead-letter the record to blame when it ran alone; else replay the batch one record
+        per transaction to find it."""
+        records = [record for batch in groups.values() for record in batch]
+        if isolating and len(records) == 1:
+            (record,) = records
+            self._abort()  # the transaction held this record alone: nothing else is undone
+            self.begin()
+            self._quarantine.dead_letter(
+                self._require_producer(),
+                self._placement,
+                record.message,
+                failure_reason(exc),
+                Cause.PROCESSING_FAILED,
+            )
+            log.error("processing %r failed", record, exc_info=exc)
+            if self.commit():
+                self._isolation.passed(record.topic, record.partition, record.offset)
+            return
+        log.error(
+            "processor failed on a batch of %d records: replaying them one at a time",
+            len(records),
+            exc_info=exc,
+        )
+        last: dict[tuple[str, int], int] = {}
+        for record in records:
+            where = (record.topic, record.partition)
+            last[where] = max(record.offset, last.get(where, -1))
+        self._abort()
+        self._rewind()
+        self._isolation.enter(last)
+
+    def _newer_writer(self, exc: UnknownSchemaError) -> bool:
+        """Whether an unknown fingerprint is registered (a newer writer) rather than garbage;
+        without a ``schemas`` topic it is always taken for a newer writer (pause, never lose)."""
+        if self._schemas_topic is None:
+            return True
+        catalog = SchemaCatalog(self._state.table(SCHEMAS_TABLE, -1).data)
+        return catalog.registered(exc.fingerprint)
+
+    def _reject(self, msg: Message, reason: str, cause: Cause) -> Any:
+        """Dead-letter an input record this app judges; skip another app's. Returns _DEAD."""
+        if self._judged is None or (msg.topic() or "") in self._judged:
+            self._quarantine.dead_letter(
+                self._require_producer(), self._placement, msg, reason, cause
+            )
+        else:
+            log.debug("skipped %s[%s]@%s: %s", msg.topic(), msg.partition(), msg.offset(), reason)
+        return _DEAD
+
+    def _register_schemas(self) -> None:
+        """Register the schemas this app writes before its first record (DESIGN.md §10)."""
+        if self._schemas_topic is None or self._schema_registry is None:
+            return
+        producer = PlainProducer(self._bootstrap)
+        try:
+            count = self._placement.count(self._schemas_topic)
+            register_schemas(producer, self._schemas_topic, count, self._schema_registry)
+        finally:
+            producer.close()
 
     def _consume_error(self, msg: Message) -> None:
         error = msg.error()

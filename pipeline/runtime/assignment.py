@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from confluent_kafka import Consumer, TopicPartition
 
 from pipeline.runtime.checkpoint import InputPositions, committed_offsets, start_offsets
+from pipeline.runtime.isolation import Isolation
 from pipeline.runtime.metrics import RuntimeMetrics
 from pipeline.runtime.poison import Quarantine
 from pipeline.runtime.state import TaskState
@@ -33,6 +34,7 @@ class Assignment:
     _state: TaskState
     _positions: InputPositions
     _quarantine: Quarantine
+    _isolation: Isolation
     _metrics: RuntimeMetrics
     _group_metadata: Any
     _assigned: list[TopicPartition]
@@ -61,6 +63,7 @@ class Assignment:
         self.commit(rewind=False)
         self._state.drop({tp.partition for tp in partitions})
         self._quarantine.forget(partitions)
+        self._isolation.forget(partitions)
         self._positions.forget()
         self._assigned = []
         self._group_metadata = None
@@ -70,6 +73,7 @@ class Assignment:
         self._abort(restore=False)
         self._state.drop({tp.partition for tp in partitions})
         self._quarantine.forget(partitions)
+        self._isolation.forget(partitions)
         self._positions.forget()
         self._assigned = []
         self._group_metadata = None

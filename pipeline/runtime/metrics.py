@@ -24,7 +24,7 @@ class RuntimeMetrics:
     transactions: Counter  # labels: group, result (committed | aborted)
     commit_seconds: Histogram  # labels: group
     rebalances: Counter  # labels: group, event (assigned | revoked | lost)
-    dead_letters: Counter  # labels: group, topic
+    dead_letters: Counter  # labels: group, topic, cause
     unknown_schema: Counter  # labels: group, topic
     paused_partitions: Gauge  # labels: group
 
@@ -63,8 +63,9 @@ def _create(registry: CollectorRegistry) -> RuntimeMetrics:
         ),
         dead_letters=Counter(
             "vigil_runtime_dead_letters",
-            "Undecodable input records sent to the dead-letter topic.",
-            ["group", "topic"],
+            "Input records sent to the dead-letter topic, by cause: undecodable, "
+            "unregistered_schema (garbage), processing_failed.",
+            ["group", "topic", "cause"],
             registry=registry,
         ),
         unknown_schema=Counter(

@@ -1,30 +1,49 @@
-"""Records the processor must not see: undecodable ones and ones from a newer writer.
+"""Records the processor must not see: undecodable ones, garbage, ones from a newer writer, and
+ones whose processing failed.
 
-Undecodable bytes (``SerdeError``) go to the dead-letter topic with their original key and value
-and the headers ``vigil.dlq.reason/topic/partition/offset``, inside the open transaction, and
-the partition moves on: a poison record never stalls it (DESIGN.md §2). An unknown schema
-fingerprint (``UnknownSchemaError``) is a newer writer, not poison: its partition is paused at
-that record, counted and logged for an alert, and never dead-lettered (DESIGN.md §10).
-Leaves out decoding itself (``pipeline.kafka.serde``) and transactions (``checkpoint``).
+Undecodable bytes (``SerdeError``), a schema fingerprint registered nowhere (garbage: a forged
+or foreign record) and a record whose processing raised go to the dead-letter topic with their
+original key and value (a prefix of one near the record limit, with its length) and the
+headers ``vigil.dlq.reason/topic/partition/offset``, inside a
+transaction, counted by cause and logged, and the partition moves on: one record never stalls
+a partition or stops the process (DESIGN.md §2, §10 "Hostile input"). A fingerprint registered
+in the ``schemas`` topic but unknown to this build is a newer writer, not poison: its partition
+is paused at that record, counted and logged for an alert, and never dead-lettered (§10
+"Schema upgrades"). Leaves out decoding itself (``pipeline.kafka.serde``), the catalog of
+registered schemas (``pipeline.kafka.schema_catalog``) and transactions (``checkpoint``).
 """
 
 from __future__ import annotations
 
+import enum
 import logging
 
-from confluent_kafka import Consumer, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 
-from pipeline.rules.errors import SerdeError, UnknownSchemaError
+from pipeline.rules.errors import UnknownSchemaError
 from pipeline.runtime.metrics import RuntimeMetrics
-from pipeline.runtime.processing import Placement, dead_letter_headers
+from pipeline.runtime.processing import Message, Placement, dead_letter_headers
 
-__all__ = ["Quarantine"]
+__all__ = ["DLQ_ORIGINAL_BYTES", "Cause", "Quarantine"]
 
 log = logging.getLogger(__name__)
 
+_MAX_REASON = 1000  # characters of a reason header: enough to act on, never a payload copy
+_MAX_COPIED = 900_000  # bytes of key and value a dead letter copies whole (the limit is 1 MB)
+_KEPT_PREFIX = 64 * 1024  # what it keeps of a larger one
+DLQ_ORIGINAL_BYTES = "vigil.dlq.original-bytes"
+
+
+class Cause(enum.Enum):
+    """Why a record was dead-lettered (the metric's ``cause`` label)."""
+
+    UNDECODABLE = "undecodable"
+    UNREGISTERED_SCHEMA = "unregistered_schema"
+    PROCESSING_FAILED = "processing_failed"
+
 
 class Quarantine:
-    """Dead-letters poison records and keeps the partitions paused on unknown schemas."""
+    """Dead-letters poison records and keeps the partitions paused on newer schemas."""
 
     def __init__(self, group_id: str, dead_letter_topic: str, metrics: RuntimeMetrics) -> None:
         self.group_id = group_id
@@ -33,18 +52,29 @@ class Quarantine:
         self.paused: dict[tuple[str, int], int] = {}  # → offset of the unreadable record
 
     def dead_letter(
-        self, producer: Producer, placement: Placement, msg: Message, exc: SerdeError
+        self, producer: Producer, placement: Placement, msg: Message, reason: str, cause: Cause
     ) -> None:
-        key = msg.key()
+        """Write ``msg`` to the dead-letter topic with ``reason`` (in the open transaction)."""
+        reason = reason[:_MAX_REASON]
+        key, value = msg.key(), msg.value()
+        headers = dead_letter_headers(msg, reason)
+        if len(key or b"") + len(value or b"") > _MAX_COPIED:
+            # Near the broker's record limit a copy plus headers would be refused (and a refusal
+            # here would stop the process): keep a prefix and say how long the original was.
+            headers.append((DLQ_ORIGINAL_BYTES, str(len(value or b"")).encode()))
+            key, value = (key or b"")[:_KEPT_PREFIX], (value or b"")[:_KEPT_PREFIX]
         producer.produce(
-            self.topic,
-            msg.value(),
-            key,
-            placement.partition_of(self.topic, key),
-            headers=dead_letter_headers(msg, exc),
+            self.topic, value, key, placement.partition_of(self.topic, key), headers=headers
         )
-        self.metrics.dead_letters.labels(self.group_id, msg.topic() or "").inc()
-        log.warning("dead-lettered %s[%s]@%s: %s", msg.topic(), msg.partition(), msg.offset(), exc)
+        self.metrics.dead_letters.labels(self.group_id, msg.topic() or "", cause.value).inc()
+        log.warning(
+            "dead-lettered %s[%s]@%s (%s): %s",
+            msg.topic(),
+            msg.partition(),
+            msg.offset(),
+            cause.value,
+            reason,
+        )
 
     def pause(self, consumer: Consumer, msg: Message, exc: UnknownSchemaError) -> None:
         """Stop the partition at the record, so a newer build reads it again: never skip it."""
@@ -55,7 +85,13 @@ class Quarantine:
         self.paused[(topic, partition)] = offset
         self.metrics.unknown_schema.labels(self.group_id, topic).inc()
         self._gauge()
-        log.error("paused %s[%s] at offset %s: %s", topic, partition, offset, exc)
+        log.error(
+            "paused %s[%s] at offset %s: %s, registered by a newer writer: upgrade this process",
+            topic,
+            partition,
+            offset,
+            exc,
+        )
 
     def positions(self, positions: list[TopicPartition]) -> list[TopicPartition]:
         """Offsets to commit: a paused partition's stay at its unreadable record."""

@@ -13,7 +13,6 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from pipeline.kafka.partitioner import partition_for
-from pipeline.rules.errors import SerdeError
 from pipeline.runtime.tables import Table
 
 __all__ = [
@@ -81,6 +80,11 @@ class InputRecord:
         return self._msg.value()
 
     @property
+    def message(self) -> Message:
+        """The consumed message itself (what a dead letter copies)."""
+        return self._msg
+
+    @property
     def headers(self) -> Headers:
         found = self._msg.headers()
         if isinstance(found, dict):
@@ -96,8 +100,9 @@ class InputRecord:
 
 
 class Decoder(Protocol):
-    """Turns a consumed message into a value; raises ``SerdeError`` (dead-letter it) or
-    ``UnknownSchemaError`` (pause its partition)."""
+    """Turns a consumed message into a value; raises ``UnknownSchemaError`` (pause its
+    partition if the schema is registered, else dead-letter it) or anything else (dead-letter
+    it: ``SerdeError`` says why)."""
 
     def __call__(self, msg: Message) -> Any: ...
 
@@ -170,10 +175,10 @@ class Placement:
         return partition_for(key, self.count(topic))
 
 
-def dead_letter_headers(msg: Message, exc: SerdeError) -> Headers:
-    """Why and where from: reason, topic, partition, offset of the undecodable record."""
+def dead_letter_headers(msg: Message, reason: str) -> Headers:
+    """Why and where from: reason, topic, partition, offset of the dead-lettered record."""
     return [
-        (DLQ_HEADERS[0], str(exc).encode()),
+        (DLQ_HEADERS[0], reason.encode("utf-8", "replace")),
         (DLQ_HEADERS[1], (msg.topic() or "").encode()),
         (DLQ_HEADERS[2], str(msg.partition()).encode()),
         (DLQ_HEADERS[3], str(msg.offset()).encode()),

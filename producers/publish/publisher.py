@@ -5,7 +5,7 @@ DESIGN.md §2 and §9. :class:`EventPublisher` checks an event
 keyed by source id and placed explicitly on Java's partition of that key, so every evaluator finds
 it where the co-partitioned tables are. The producer is created on first use (no network in
 ``__init__``), and the first use also checks that ``events`` exists with the expected partition
-count.
+count and registers the event schema in ``schemas`` (DESIGN.md §10 "Schema upgrades").
 
 Left out: transactions (a publisher is not part of vigil's exactly-once loop; duplicates are
 harmless because the trigger identity ``(event_type, event_id)`` dedupes) and reading events.
@@ -21,10 +21,11 @@ from typing import Any, Final
 from pipeline.config import KafkaConfig, VigilConfig
 from pipeline.kafka.clients import Producer
 from pipeline.kafka.partitioner import partition_for
+from pipeline.kafka.schema_catalog import register_schemas
 from pipeline.kafka.serde import SchemaRegistry, default_registry
 from pipeline.kafka.topics import Topic, Topology
 from pipeline.records.event import EVENT, event_record
-from pipeline.rules.errors import TopologyError
+from pipeline.rules.errors import BrokerError, TopologyError
 
 __all__ = ["EventPublisher"]
 
@@ -59,11 +60,12 @@ class EventPublisher:
         self._topic = self._topology.name(Topic.EVENTS)
         self._partitions = self._topology.partitions_for(Topic.EVENTS)
         self._checked = False
+        self._registered = 0  # schema registrations the producer also delivered
 
     @property
     def delivered(self) -> int:
         """Events the broker has acknowledged so far."""
-        return self._producer.delivered
+        return self._producer.delivered - self._registered
 
     @property
     def topic(self) -> str:
@@ -102,12 +104,26 @@ class EventPublisher:
         key = source_id.encode("utf-8")
         if not self._checked:
             self._check_topic()
+            self._register()
             self._checked = True
         self._producer.produce(self._topic, key, value, partition_for(key, self._partitions))
 
     def flush(self, timeout: float = 30.0) -> None:
         """Wait until every queued event is acknowledged, or raise :class:`BrokerError`."""
         self._producer.flush(timeout, "events")
+
+    def _register(self) -> None:
+        """Register the event schema this build writes before its first event (DESIGN.md §10),
+        so readers of an older build pause for it instead of taking it for garbage."""
+        topic = self._topology.name(Topic.SCHEMAS)
+        try:
+            partitions = self._topology.partitions_for(Topic.SCHEMAS)
+            self._registered = register_schemas(
+                self._producer, topic, partitions, self._registry, [EVENT]
+            )
+        except BrokerError as exc:
+            fix = self._topology.create_command()
+            raise TopologyError(f"{topic}: cannot register schemas ({exc}); run: {fix}") from exc
 
     def _check_topic(self) -> None:
         """Refuse to publish into a missing topic or one whose partition count drifted."""

@@ -20,7 +20,16 @@ from enum import StrEnum
 from pipeline.records.watcher import Watch
 from pipeline.redis.budgets import RedisBudgets
 from pipeline.rules.authz import Action, Grant, authorize
-from pipeline.rules.budgets import BudgetCaps, BudgetScope, BudgetVerdict, Dimension, check
+from pipeline.rules.budgets import (
+    NO_CEILINGS,
+    BudgetCaps,
+    BudgetCeilings,
+    BudgetScope,
+    BudgetVerdict,
+    Dimension,
+    check,
+    resolve_caps,
+)
 from pipeline.rules.errors import BudgetStoreError
 from pipeline.rules.sources import PollingSource
 from pipeline.rules.ticker import DueTick
@@ -40,9 +49,15 @@ class Withheld(StrEnum):
 class ToolGuard:
     """Grant and budget checks for one watcher's due tool calls."""
 
-    def __init__(self, budgets: RedisBudgets | None, default_caps: BudgetCaps | None) -> None:
+    def __init__(
+        self,
+        budgets: RedisBudgets | None,
+        default_caps: BudgetCaps | None,
+        ceilings: BudgetCeilings = NO_CEILINGS,
+    ) -> None:
         self._budgets = budgets
         self._default_caps = default_caps
+        self._ceilings = ceilings
         self._down = False
 
     def begin_step(self) -> None:
@@ -56,8 +71,10 @@ class ToolGuard:
             return BudgetVerdict.UNAVAILABLE
         definition = watch.definition
         caps = self._default_caps
-        if definition.budgets is not None:
-            caps = definition.budgets if caps is None else definition.budgets.with_defaults(caps)
+        if caps is not None:
+            caps = resolve_caps(definition.budgets, caps, self._ceilings)
+        elif definition.budgets is not None:
+            caps = self._ceilings.clamp(definition.budgets)
         if caps is None or self._budgets is None:
             return BudgetVerdict.OK
         try:

@@ -43,8 +43,7 @@ from pipeline.records.tick import TickRecord, encode_tick
 from pipeline.records.ticker_state import encode_memory
 from pipeline.records.watcher import Watch
 from pipeline.redis.budgets import RedisBudgets
-from pipeline.rules.budgets import BudgetCaps, BudgetVerdict
-from pipeline.rules.errors import DefinitionError
+from pipeline.rules.budgets import NO_CEILINGS, BudgetCaps, BudgetCeilings, BudgetVerdict
 from pipeline.rules.lifecycle import is_closed
 from pipeline.rules.outcomes import ErrorCode
 from pipeline.rules.ticker import DEFAULT_GRACE, WatcherPlan, plan_watcher
@@ -104,6 +103,8 @@ class _Work:
     plan: WatcherPlan
     budget: BudgetVerdict = BudgetVerdict.OK  # read before any tool call
     results: dict[int, ToolResult] = field(default_factory=dict)  # tick index → tool answer
+    records: list[tuple[str, bytes]] = field(default_factory=list)  # encoded ticks, by source
+    memory: bytes | None = None  # the encoded ticker-state record
 
 
 class PollTicker:
@@ -116,6 +117,7 @@ class PollTicker:
         tools: Mapping[str, ToolConfig] | None = None,
         budgets: RedisBudgets | None = None,
         default_caps: BudgetCaps | None = None,
+        ceilings: BudgetCeilings = NO_CEILINGS,
         clock: Clock | None = None,
         registry: SchemaRegistry | None = None,
         metrics_registry: CollectorRegistry = REGISTRY,
@@ -125,7 +127,7 @@ class PollTicker:
         self.settings = settings
         self._clock = clock or SystemClock()
         self._registry = registry or default_registry()
-        self._guard = ToolGuard(budgets, default_caps)
+        self._guard = ToolGuard(budgets, default_caps, ceilings)
         self.metrics: TickerMetrics = ticker_metrics(metrics_registry)
         self._ticks = topology.name(Topic.TICKS)
         self._views = TickerViews(self._registry)
@@ -155,6 +157,10 @@ class PollTicker:
             commit_interval_ms=settings.commit_interval_ms,
             consumer_overrides=settings.consumer_overrides,
             registry=metrics_registry,
+            schemas_topic=topology.name(Topic.SCHEMAS),
+            schema_registry=self._registry,
+            # Events are the evaluator's to judge: the ticker reads them for pinned states only.
+            judged=[topology.name(Topic.WATCHERS)],
         )
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -196,10 +202,10 @@ class PollTicker:
         self._guard.begin_step()
         work, planned, deferred = self._plan(views, now)
         calls = self._call_tools(work, now)
-        writes = [w for w in work if w.plan.persist or w.plan.ticks]
+        observed = self._clock.now()
+        writes = self._encoded([w for w in work if w.plan.persist or w.plan.ticks], now, observed)
         if not writes and not views.deletes:
             return StepReport(planned, 0, calls, deferred)
-        observed = self._clock.now()
         # Ticks are due because time passed, not because a record arrived: the runtime's
         # timer-driven transaction carries the input offsets, the group metadata and the
         # changelog of ``ticker-state`` exactly as a processed batch would.
@@ -237,8 +243,10 @@ class PollTicker:
                     now,
                     grace=self.settings.grace,
                 )
-            except DefinitionError as exc:
-                log.error("watcher %s is not ticked: %s", key, exc)
+            except Exception as exc:  # one watcher's failure is its own, never the ticker's
+                log.error("watcher %s is not ticked: %s: %s", key, type(exc).__name__, exc)
+                self.metrics.skipped.labels("watcher_invalid").inc()
+                views.agenda.set(key, None)  # not again before its record changes
                 continue
             if is_closed(watch.status):
                 views.forget(key)
@@ -282,6 +290,30 @@ class PollTicker:
             item.results[index] = result
         return len(requests)
 
+    def _encoded(self, writes: list[_Work], now: datetime, observed: datetime) -> list[_Work]:
+        """Encode each watcher's ticks and memory before the transaction: a watcher whose
+        records cannot be written is skipped (logged, counted) and the others go on."""
+        registry = self._registry
+        kept: list[_Work] = []
+        for item in writes:
+            try:
+                item.records = [
+                    (record.source_id, encode_tick(registry, record))
+                    for record in self._tick_records(item, now, observed)
+                ]
+                item.memory = encode_memory(
+                    registry, item.watch.parts, item.watch.source_id, item.plan.memory, now
+                )
+            except Exception as exc:  # one watcher's failure is its own, never the ticker's
+                log.error(
+                    "watcher %s: ticks not written: %s: %s", item.key, type(exc).__name__, exc
+                )
+                self.metrics.skipped.labels("watcher_invalid").inc()
+                self._views.agenda.set(item.key, None)
+                continue
+            kept.append(item)
+        return kept
+
     def _write(
         self,
         context_of: Callable[[int], ProcessContext],
@@ -290,7 +322,6 @@ class PollTicker:
         now: datetime,
         observed: datetime,
     ) -> None:
-        registry = self._registry
         for key, partition in views.deletes.items():
             state = views.state.get(partition)
             if state is not None:
@@ -298,12 +329,10 @@ class PollTicker:
         for item in writes:
             partition = views.partition[item.key]
             ctx = context_of(partition)
-            for record in self._tick_records(item, now, observed):
-                ctx.produce(self._ticks, record.source_id, encode_tick(registry, record), partition)
-            memory = encode_memory(
-                registry, item.watch.parts, item.watch.source_id, item.plan.memory, now
-            )
-            views.state[partition].set(item.key, memory)
+            for source_id, value in item.records:
+                ctx.produce(self._ticks, source_id, value, partition)
+            assert item.memory is not None
+            views.state[partition].set(item.key, item.memory)
 
     @staticmethod
     def _tick_records(item: _Work, now: datetime, observed: datetime) -> Iterator[TickRecord]:

@@ -1,5 +1,5 @@
 """The poll ticker's Prometheus metrics: due instants, missed instants by policy, ticks written,
-deferrals, and the governed tools' latency and errors by code.
+deferrals, watchers skipped, and the governed tools' latency and errors by code.
 
 Owns the names and labels, created once per registry (a process may run several tickers in
 tests). Leaves out serving them (``pipeline/cli``) and the runtime's own metrics.
@@ -24,6 +24,7 @@ class TickerMetrics:
     guarded: (
         Counter  # labels: reason (authorization_denied | budget_exhausted | budget_unavailable)
     )
+    skipped: Counter  # labels: cause (watcher_invalid)
     tools: ToolMetrics
 
 
@@ -51,6 +52,13 @@ def _create(registry: CollectorRegistry) -> TickerMetrics:
             "Tool calls not made: grant revoked, evaluation budget exhausted, or the budget "
             "store unavailable (the tick is deferred).",
             ["reason"],
+            registry=registry,
+        ),
+        skipped=Counter(
+            "vigil_ticker_watchers_skipped",
+            "Watchers not ticked because planning them failed (an unreadable definition): "
+            "the watcher is skipped and logged, the ticker goes on.",
+            ["cause"],
             registry=registry,
         ),
         tools=ToolMetrics.create(registry),

@@ -14,7 +14,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from pipeline.redis.budgets import EXPIRY_GRACE, RedisBudgets
-from pipeline.rules.budgets import BudgetCaps, BudgetScope, BudgetVerdict, Dimension
+from pipeline.rules.budgets import BudgetCaps, BudgetScope, BudgetVerdict, Charge, Dimension
 from pipeline.rules.errors import BudgetStoreError
 
 pytestmark = pytest.mark.integration
@@ -93,8 +93,22 @@ def test_charge_retried_with_same_token_returns_first_verdict_without_second_inc
     assert budgets.usage(scope, caps, T0)[D] == 1
     refused = budgets.charge(scope, caps, {D: 1}, "other", T0)
     assert refused.verdict is BudgetVerdict.EXHAUSTED
-    # A refused token stays refused in its window even if something else frees up.
+    # A refused charge retried in its window is refused again (counters only grow there).
     assert budgets.charge(scope, caps, {D: 1}, "other", T0).verdict is BudgetVerdict.EXHAUSTED
+
+
+def test_refused_charges_leave_nothing_behind(
+    budgets: RedisBudgets, client: redis.Redis, scope: BudgetScope
+) -> None:
+    caps = BudgetCaps(window=MINUTE, deliveries=1)
+    assert budgets.charge(scope, caps, {D: 1}, "first", T0).verdict is BudgetVerdict.OK
+    key = budgets.window_key(scope, caps, T0)
+    before = client.hgetall(key)
+    checks = budgets.charge_many(
+        [Charge(scope, caps, {D: 1}, f"flood:{n}") for n in range(2_000)], T0
+    )
+    assert {c.verdict for c in checks} == {BudgetVerdict.EXHAUSTED}
+    assert client.hgetall(key) == before  # no token field per refusal: a flood stays flat
 
 
 def test_concurrent_charges_never_exceed_the_cap(budgets: RedisBudgets, scope: BudgetScope) -> None:

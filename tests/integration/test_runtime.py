@@ -6,12 +6,16 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
+from prometheus_client import CollectorRegistry
 
 from pipeline.kafka.clients import consumer_config, producer_config
+from pipeline.kafka.partitioner import partition_for
+from pipeline.kafka.serde import MAGIC, default_registry
 from pipeline.rules.errors import SerdeError, UnknownSchemaError
 from pipeline.runtime.app import (
     DLQ_HEADERS,
@@ -197,8 +201,6 @@ def test_unknown_schema_pauses_its_partition_and_never_dead_letters(
         return value
 
     stalled, moving = "k1", "k2"
-    from pipeline.kafka.partitioner import partition_for
-
     while partition_for(moving, PARTITIONS) == partition_for(stalled, PARTITIONS):
         moving += "x"
     produce_inputs(
@@ -227,6 +229,124 @@ def test_unknown_schema_pauses_its_partition_and_never_dead_letters(
     assert outputs == [b"id-1:1", b"id-3:1"]
     assert read_all(kafka_bootstrap, t["dlq"]) == []
     assert _committed(kafka_bootstrap, t["group"], t["a"], partition_for(stalled, PARTITIONS)) == 1
+
+
+def test_processor_failing_on_one_record_dead_letters_it_alone_and_never_stops(
+    kafka_bootstrap: str, topology: dict[str, str], apps: list[StreamApp]
+) -> None:
+    t = topology
+    good = inputs(300)
+    poison = [("k3", b"poison-1"), ("k3", b"poison-2"), ("k7", b"poison-3")]
+    sent = good[:100] + poison[:1] + good[100:200] + poison[1:] + good[200:]
+    produce_inputs(kafka_bootstrap, t["a"], PARTITIONS, sent)
+    counter = count_processor(t["out"])
+    metrics = CollectorRegistry()
+
+    def fragile(batch: list[InputRecord], ctx: ProcessContext) -> None:
+        for record in batch:
+            if record.value.startswith(b"poison"):
+                raise RuntimeError(f"cannot count {record.value.decode()}")
+        counter(batch, ctx)
+
+    app = StreamApp(
+        kafka_bootstrap,
+        t["group"],
+        "one",
+        [t["a"]],
+        fragile,
+        tables=[TableSpec("counts", t["changelog"], TableKind.OWNED)],
+        dead_letter_topic=t["dlq"],
+        registry=metrics,
+    )
+    apps.append(app)
+    labels = {"group": t["group"], "topic": t["a"], "cause": "processing_failed"}
+
+    def done() -> bool:
+        letters = metrics.get_sample_value("vigil_runtime_dead_letters_total", labels) or 0
+        return letters >= 3 and not app._isolation.active
+
+    run_until(app, done, seconds=240)
+    app.run_for(1.0)
+    app.commit()
+
+    assert_counts_exact(read_all(kafka_bootstrap, t["out"]), good)  # each exactly once
+    letters = read_all(kafka_bootstrap, t["dlq"])
+    assert sorted(m.value() or b"" for m in letters) == [v for _, v in poison]
+    for letter in letters:
+        reason = _header(letter, DLQ_HEADERS[0])
+        assert reason.startswith(b"processing failed: RuntimeError: cannot count poison-")
+    for p in range(PARTITIONS):  # nothing stalls: every partition committed to its end
+        end = Counter(partition_for(k, PARTITIONS) for k, _ in sent)[p]
+        assert _committed(kafka_bootstrap, t["group"], t["a"], p) == end
+
+
+def test_unknown_fingerprint_pauses_if_registered_and_is_dead_lettered_if_not(
+    kafka_bootstrap: str,
+    topology: dict[str, str],
+    apps: list[StreamApp],
+    unique_name: Callable[[str], str],
+) -> None:
+    t = topology
+    schemas = unique_name("rt-schemas")
+    create_topics(kafka_bootstrap, 1, schemas, compact=True)
+    newer, forged = bytes.fromhex("00112233445566aa"), bytes.fromhex("99887766554433bb")
+    produce_inputs(kafka_bootstrap, schemas, 1, [(newer.hex(), b'{"type":"record"}')])
+    registry = default_registry()
+
+    def decode(msg: Message) -> bytes:
+        registry.writer_of(msg.value() or b"")
+        return msg.value() or b""
+
+    def record(event_id: str) -> bytes:
+        value = {
+            "source_id": "s",
+            "event_type": "t",
+            "event_id": event_id,
+            "envelope_id": None,
+            "cursor": None,
+            "observed_at": datetime.now(UTC),
+            "payload": "{}",
+        }
+        return registry.encode("event", value)
+
+    stalled, moving = "k1", "k2"
+    while partition_for(moving, PARTITIONS) == partition_for(stalled, PARTITIONS):
+        moving += "x"
+    produce_inputs(
+        kafka_bootstrap,
+        t["a"],
+        PARTITIONS,
+        [
+            (stalled, record("e-1")),
+            (stalled, MAGIC + newer + b"body"),  # a newer writer's: wait for an upgrade
+            (stalled, record("e-2")),
+            (moving, MAGIC + forged + b"body"),  # registered by no writer: garbage
+            (moving, record("e-3")),
+        ],
+    )
+    app = make_app(
+        kafka_bootstrap,
+        [t["a"]],
+        t["out"],
+        t["changelog"],
+        t["group"],
+        "one",
+        decode=decode,
+        dead_letter_topic=t["dlq"],
+        schemas_topic=schemas,
+    )
+    apps.append(app)
+    run_until(app, counting(app, 2))
+    app.run_for(1.0)
+    assert app.paused == {(t["a"], partition_for(stalled, PARTITIONS))}
+    app.close()
+
+    (letter,) = read_all(kafka_bootstrap, t["dlq"])
+    assert letter.value() == MAGIC + forged + b"body"
+    reason = _header(letter, DLQ_HEADERS[0])
+    assert forged.hex().encode() in reason and b"registered by no writer" in reason
+    assert _committed(kafka_bootstrap, t["group"], t["a"], partition_for(stalled, PARTITIONS)) == 1
+    assert _committed(kafka_bootstrap, t["group"], t["a"], partition_for(moving, PARTITIONS)) == 2
 
 
 def test_second_member_takes_range_aligned_partitions_and_output_stays_exact(
@@ -311,7 +431,14 @@ def test_processor_failure_aborts_rolls_back_and_reprocesses_exactly_once(
     sent = inputs(50, keys=3)
     produce_inputs(kafka_bootstrap, t["a"], PARTITIONS, sent)
     app = make_app(
-        kafka_bootstrap, [t["a"]], t["out"], t["changelog"], t["group"], "one", commit_every=20
+        kafka_bootstrap,
+        [t["a"]],
+        t["out"],
+        t["changelog"],
+        t["group"],
+        "one",
+        commit_every=20,
+        dead_letter_topic=t["dlq"],
     )
     apps.append(app)
     counted = app._processor
@@ -324,13 +451,13 @@ def test_processor_failure_aborts_rolls_back_and_reprocesses_exactly_once(
             raise RuntimeError("boom")
 
     app._processor = flaky
-    with pytest.raises(RuntimeError, match="boom"):
-        app.run_for(30)
-    done = counting(app, 50)
-    app.run_for(30, until=lambda: done() or _table_total(app) == 50)
+    # The failure is the batch's, never the process's: it is rolled back and replayed one
+    # record at a time, and the record that failed once succeeds alone (nothing dead-lettered).
+    app.run_for(60, until=lambda: failed[0] and _table_total(app) == 50)
     app.run_for(0.5)
     app.close()
     assert failed[0]
+    assert read_all(kafka_bootstrap, t["dlq"]) == []
     assert_counts_exact(read_all(kafka_bootstrap, t["out"]), sent)
     truth = Counter(k for k, _ in sent)
     assert read_table(kafka_bootstrap, t["changelog"]) == {
@@ -340,6 +467,11 @@ def test_processor_failure_aborts_rolls_back_and_reprocesses_exactly_once(
 
 def _table_total(app: StreamApp) -> int:
     return sum(int(v) for table in app.tables() for _, v in table.items())
+
+
+def _header(msg: Message, name: str) -> bytes:
+    value = dict(msg.headers() or []).get(name)
+    return value.encode() if isinstance(value, str) else value or b""
 
 
 def _committed(bootstrap: str, group: str, topic: str, partition: int) -> int:

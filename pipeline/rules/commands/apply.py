@@ -27,6 +27,7 @@ from typing import Final
 
 from pipeline.rules.agent_watch import check_agent_watch, proposal_body
 from pipeline.rules.authz import Action, Role, Verb, may
+from pipeline.rules.budgets import NO_CEILINGS, BudgetCeilings
 from pipeline.rules.commands.context import (
     CommandContext,
     Refusal,
@@ -80,9 +81,12 @@ def apply(
     grants: Mapping[str, GrantRecord],
     now: datetime,
     limits: Limits = DEFAULT_LIMITS,
+    *,
+    ceilings: BudgetCeilings = NO_CEILINGS,
 ) -> CommandOutcome:
     """Decide ``command`` for its subject: ``registry_view`` is that subject's watchers by id,
-    ``grants`` every grant by id. Never raises for a bad command: refusals are results.
+    ``grants`` every grant by id, ``ceilings`` the operator's budget ceilings. Never raises for a
+    bad command: refusals are results.
 
     Proposals older than ``limits.proposal_ttl`` are gone before the command is decided (not
     approvable, counted or listed), and whatever the command decides, its outcome forgets them.
@@ -93,7 +97,7 @@ def apply(
     if stale:
         gone = {entry.watcher_id for entry in stale}
         view = {key: entry for key, entry in registry_view.items() if key not in gone}
-    ctx = CommandContext(command, view, grants, now, limits)
+    ctx = CommandContext(command, view, grants, now, limits, ceilings)
     try:
         check_role(ctx)
         return _forgetting(stale, _HANDLERS[command.verb](ctx))

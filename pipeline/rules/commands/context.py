@@ -21,6 +21,7 @@ from typing import Any, Final
 
 from pipeline.rules.authz import Action, Principal, Role, Subject, Verb, authorize, may
 from pipeline.rules.authz import DenyReason as _Deny
+from pipeline.rules.budgets import NO_CEILINGS, BudgetCeilings
 from pipeline.rules.commands.limits import (
     DEFAULT_LIMITS,
     SCHEDULE_PREFIX,
@@ -119,6 +120,7 @@ class CommandContext:
     grants: Mapping[str, GrantRecord]
     now: datetime
     limits: Limits = DEFAULT_LIMITS
+    ceilings: BudgetCeilings = NO_CEILINGS  # the operator's [budgets.ceilings]
 
     @property
     def subject(self) -> Subject:
@@ -310,6 +312,8 @@ def submitted_definition(
     definition = WatcherDefinition.from_json(
         body, tenant_id=ctx.command.tenant_id, user_id=ctx.command.user_id
     )
+    if definition.budgets is not None:
+        ctx.ceilings.check(definition.budgets)
     named = ctx.command.watcher_id
     if named is not None and named != definition.watcher_id:
         raise Refusal(ResultCode.INVALID, "does not match the definition", "watcher_id")

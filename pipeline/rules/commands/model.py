@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pipeline.rules.authz import Action, Grant, Principal
 from pipeline.rules.definition import WatcherDefinition
 from pipeline.rules.errors import DefinitionError
-from pipeline.rules.instants import rfc3339_micros, utc
+from pipeline.rules.instants import Instant, rfc3339_micros
 from pipeline.rules.keys import canonical_json, subject_key
 from pipeline.rules.lifecycle import CloseReason, WatcherStatus
 from pipeline.rules.outbox import OutboxEntry
@@ -101,7 +101,7 @@ class GrantSpec(_Model):
     tools: tuple[str, ...] = ()
     targets: tuple[str, ...] = ()
     actions: tuple[Action, ...] = Field(min_length=1)
-    until: datetime
+    until: Instant  # aware, in years 1970..9999 (DESIGN.md §10)
 
     @field_validator("tenant_id", "user_id", "purpose")
     @classmethod
@@ -114,13 +114,6 @@ class GrantSpec(_Model):
         for item in value:
             checked_ref(item, str(info.field_name), _GRANT_REF)
         return tuple(sorted(set(value)))
-
-    @field_validator("until")
-    @classmethod
-    def _aware(cls, value: datetime) -> datetime:
-        if value.utcoffset() is None:
-            raise ValueError("an instant needs an offset such as Z")
-        return utc(value)
 
 
 class Command(_Model):

@@ -6,8 +6,9 @@ Owns :class:`ToolRequest` (everything a tool may know: the pinned ``key@vN``, th
 in tokens and micro-USD that budgets charge), the :class:`Tool` protocol, and
 :class:`ToolRegistry`: exact ``key@vN`` lookup (an unregistered version is ``unavailable``,
 never another version), a per-tool timeout, a concurrency limit, and metrics (latency, errors by
-code). A tool that raises or answers out of contract becomes ``internal``; nothing a tool says
-beyond its code is kept.
+code), and one deadline per call that no tool can stretch: a stuck call is abandoned and its
+worker replaced, so it never blocks the next tick. A tool that raises or answers out of
+contract becomes ``internal``; nothing a tool says beyond its code is kept.
 
 Left out: who may call (the ticker rechecks grants and budgets first) and the tools themselves
 (``http_json``, ``pinned``).
@@ -16,10 +17,10 @@ Left out: who may call (the ticker rechecks grants and budgets first) and the to
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from types import MappingProxyType
@@ -131,12 +132,64 @@ def _checked(result: object) -> ToolResult:
     return result
 
 
+class _Call:
+    """One tool call on its way through a worker; answered once, by the worker or the clock."""
+
+    __slots__ = ("done", "index", "lock", "request", "result", "started", "tool", "worker")
+
+    def __init__(self, tool: Tool, request: ToolRequest, index: int) -> None:
+        self.tool = tool
+        self.request = request
+        self.index = index
+        self.lock = threading.Lock()
+        self.started: float | None = None
+        self.worker: _Worker | None = None
+        self.result: ToolResult | None = None
+        self.done = False  # answered: by the tool, or by the clock (then abandoned)
+
+
+class _Worker(threading.Thread):
+    """A daemon thread running calls from the registry's queue until it is retired: a worker
+    whose call was abandoned finishes that call on its own and then ends (a replacement has
+    taken its place), so a stuck call never holds a worker the registry counts on."""
+
+    def __init__(self, registry: ToolRegistry) -> None:
+        super().__init__(name="vigil-tool", daemon=True)
+        self._registry = registry
+        self.retired = False
+
+    def run(self) -> None:
+        jobs = self._registry._jobs
+        while True:
+            item = jobs.get()
+            if item is None:
+                return
+            call, answers = item
+            with call.lock:
+                if call.done:  # answered by the clock before it started
+                    continue
+                call.worker = self
+                call.started = time.monotonic()
+            result = ToolRegistry._run(call.tool, call.request, call.started)
+            with call.lock:
+                late = call.done
+                call.done, call.result = True, result
+            if not late:
+                answers.put(call)
+            if self.retired:
+                self._registry._ended()
+                return
+
+
 class ToolRegistry:
     """Pinned ``key@vN`` → implementation; runs calls with a timeout and a concurrency limit.
 
-    Calls run on a private thread pool of ``concurrency`` workers (tools do blocking I/O). A call
-    that outlives its tool's timeout is answered ``timeout`` and abandoned: its thread finishes
-    on its own and its answer is dropped.
+    Calls run on ``concurrency`` daemon worker threads (tools do blocking I/O). Every call has
+    one deadline, its tool's timeout, counted from when a worker starts it: past it the call is
+    answered ``timeout`` and abandoned, its worker is retired once the call returns and a new
+    worker takes its place at once, so a stuck call never blocks the next call or the next
+    tick. At most :attr:`max_abandoned` abandoned calls may still be running; beyond that the
+    tool is plainly broken and further calls are answered ``unavailable`` without starting.
     """
 
     def __init__(
@@ -145,12 +198,18 @@ class ToolRegistry:
         *,
         concurrency: int = DEFAULT_CONCURRENCY,
         metrics: ToolMetrics | None = None,
+        max_abandoned: int | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
         self._tools: dict[str, Tool] = {}
         self._concurrency = concurrency
-        self._pool: ThreadPoolExecutor | None = None
+        self.max_abandoned = 4 * concurrency if max_abandoned is None else max_abandoned
+        self._jobs: queue.SimpleQueue[tuple[_Call, queue.SimpleQueue[_Call]] | None] = (
+            queue.SimpleQueue()
+        )
+        self._workers = 0
+        self._abandoned = 0
         self._lock = threading.Lock()
         self.metrics = metrics
         for tool in tools:
@@ -166,54 +225,91 @@ class ToolRegistry:
         """The registered ``key@vN`` pairs: what the evaluator passes as ``evaluators``."""
         return frozenset(self._tools)
 
+    @property
+    def abandoned(self) -> int:
+        """Abandoned calls whose threads are still running."""
+        with self._lock:
+            return self._abandoned
+
     def call(self, request: ToolRequest) -> ToolResult:
         return self.call_all([request])[0]
 
     def call_all(self, requests: Sequence[ToolRequest]) -> list[ToolResult]:
-        """Answer every request, in order; at most ``concurrency`` run at once."""
+        """Answer every request, in order; at most ``concurrency`` run at once. Returns within
+        the tools' timeouts whatever the tools do."""
         results: list[ToolResult | None] = [None] * len(requests)
-        started: dict[int, float] = {}
-        futures: dict[Future[ToolResult], int] = {}
+        answers: queue.SimpleQueue[_Call] = queue.SimpleQueue()
+        pending: dict[int, _Call] = {}
         for index, request in enumerate(requests):
             tool = self._tools.get(request.tool)
-            if tool is None:
+            if tool is None or self.abandoned >= self.max_abandoned:
                 results[index] = ToolResult.failed(ErrorCode.UNAVAILABLE)
                 continue
-            futures[self._executor().submit(self._run, tool, request, index, started)] = index
-        pending = set(futures)
+            call = pending[index] = _Call(tool, request, index)
+            self._jobs.put((call, answers))
+        if pending:
+            self._staff()
         while pending:
-            done, pending = wait(pending, timeout=_WAIT_SLICE_S, return_when=FIRST_COMPLETED)
-            for future in done:
-                results[futures[future]] = self._outcome(future)
+            try:
+                call = answers.get(timeout=_WAIT_SLICE_S)
+                if pending.pop(call.index, None) is not None and call.result is not None:
+                    results[call.index] = call.result
+            except queue.Empty:
+                pass
             now = time.monotonic()
-            for future in list(pending):
-                index = futures[future]
-                began = started.get(index)
-                limit = self._tools[requests[index].tool].timeout.total_seconds()
-                if began is not None and now - began > limit:
-                    pending.discard(future)
-                    future.cancel()
-                    results[index] = ToolResult(None, ErrorCode.TIMEOUT, latency_s=now - began)
-                    log.warning("tool %s timed out after %.1fs", requests[index].tool, limit)
+            for index, call in list(pending.items()):
+                if self._expired(call, now):
+                    del pending[index]
+                    assert call.started is not None
+                    results[index] = ToolResult(
+                        None, ErrorCode.TIMEOUT, latency_s=now - call.started
+                    )
+                    log.warning(
+                        "tool %s timed out after %.1fs", call.request.tool, now - call.started
+                    )
         final = [r if r is not None else ToolResult.failed(ErrorCode.INTERNAL) for r in results]
         self._observe(requests, final)
         return final
 
     def close(self) -> None:
+        """Stop the idle workers (running calls finish on their own daemon threads)."""
         with self._lock:
-            if self._pool is not None:
-                self._pool.shutdown(wait=False, cancel_futures=True)
-                self._pool = None
+            count, self._workers = self._workers, 0
+        for _ in range(count):
+            self._jobs.put(None)
 
-    def _executor(self) -> ThreadPoolExecutor:
+    def _expired(self, call: _Call, now: float) -> bool:
+        """Answer ``call`` by the clock if it ran past its deadline (and replace its worker)."""
+        with call.lock:
+            if call.done or call.started is None:
+                return False
+            if now - call.started <= call.tool.timeout.total_seconds():
+                return False
+            call.done = True
+            worker = call.worker
+        if worker is not None:
+            worker.retired = True
+            with self._lock:
+                self._abandoned += 1
+                self._workers -= 1
+            self._staff()
+        return True
+
+    def _staff(self) -> None:
+        """Start workers until ``concurrency`` of them serve the queue."""
         with self._lock:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(self._concurrency, thread_name_prefix="vigil-tool")
-            return self._pool
+            missing = self._concurrency - self._workers
+            self._workers += max(0, missing)
+        for _ in range(missing):
+            _Worker(self).start()
+
+    def _ended(self) -> None:
+        """A retired worker finished its abandoned call."""
+        with self._lock:
+            self._abandoned -= 1
 
     @staticmethod
-    def _run(tool: Tool, request: ToolRequest, index: int, started: dict[int, float]) -> ToolResult:
-        began = started[index] = time.monotonic()
+    def _run(tool: Tool, request: ToolRequest, began: float) -> ToolResult:
         try:
             result = _checked(tool.call(request))
         except Exception:
@@ -222,13 +318,6 @@ class ToolRegistry:
         return ToolResult(
             result.payload, result.error, result.tokens, result.micro_usd, time.monotonic() - began
         )
-
-    @staticmethod
-    def _outcome(future: Future[ToolResult]) -> ToolResult:
-        try:
-            return future.result()
-        except Exception:  # cancelled or broken pool
-            return ToolResult.failed(ErrorCode.INTERNAL)
 
     def _observe(self, requests: Sequence[ToolRequest], results: Sequence[ToolResult]) -> None:
         if self.metrics is None:

@@ -6,7 +6,9 @@ environment variable and the timeout come from ``[tools.NAME]`` in operator conf
 version. Errors are categorical (:class:`ErrorCode`), from the shared HTTP status and transport
 tables of ``pipeline.http``: a missing or mis-kinded instance or an unset token is
 ``unavailable``; a body that is not a JSON object (or is larger than 1 MiB, or not canonical
-JSON: NaN, huge integers) is ``rejected``. Redirects are not followed; bodies are never logged.
+JSON: NaN, huge integers) is ``rejected``. The instance's timeout is one deadline for the whole
+call (connect, headers and body), so an endpoint that trickles its answer is a ``timeout``.
+Redirects are not followed; bodies are never logged.
 
 Left out: authorization, budgets and scheduling (the ticker's), and usage: a plain HTTP GET
 costs no tokens or micro-USD.
@@ -23,7 +25,7 @@ from typing import Final
 import httpx
 
 from pipeline.config import ToolConfig
-from pipeline.http import classify_error, classify_status, make_client
+from pipeline.http import classify_error, classify_status, deadline, make_client
 from pipeline.rules.errors import DefinitionError
 from pipeline.rules.keys import canonical_json
 from pipeline.rules.outcomes import ErrorCode
@@ -76,9 +78,12 @@ class HttpJsonTool:
 
     def _get(self, url: str, headers: dict[str, str], timeout: timedelta) -> ToolResult:
         try:
-            with self._http().stream(
-                "GET", url, headers=headers, timeout=timeout.total_seconds()
-            ) as response:
+            with (
+                deadline(timeout),
+                self._http().stream(
+                    "GET", url, headers=headers, timeout=timeout.total_seconds()
+                ) as response,
+            ):
                 code = classify_status(response.status_code)
                 if code is not None:
                     return ToolResult.failed(code)

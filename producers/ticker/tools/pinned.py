@@ -12,8 +12,11 @@ An agent watch on run ``r-81`` uses ``source_id`` ``run:r-81``, so the watch, it
 its ticks and its state all live in one partition: no remote lookup, and a restart restores it.
 
 An evaluator answers the stored payload as the evidence; it looks only inside the watch's own
-tenant (another tenant's run of the same id is invisible), a session watch reads only its owning
-session, and a watch whose ``source_id`` breaks the convention is ``rejected``. No state yet is
+tenant (another tenant's run of the same id is invisible) and checks the payload's own subject
+against the watch's — its ``tenant_id``, and its ``user_id`` when it names one (else
+``rejected``) — a session watch reads only its owning session, and a watch whose ``source_id``
+breaks the convention is ``rejected``. Events carry no authenticated publisher, so who may write
+``events`` at all is the broker's ACLs' and the publishing edge's to decide. No state yet is
 ``unavailable`` (no truth claim; the next cadence retries).
 
 Left out: the table itself (``producers.ticker.loop`` holds it; this module reads it through
@@ -136,4 +139,15 @@ class PinnedEvaluator:
         state = self._lookup.latest(spec.event_type, request.tenant_id, target)
         if state is None or state.tenant_id != request.tenant_id:
             return ToolResult.failed(ErrorCode.UNAVAILABLE)
+        if not _same_subject(state.payload, request):
+            return ToolResult.failed(ErrorCode.REJECTED)
         return ToolResult.ok(state.payload)
+
+
+def _same_subject(payload: Mapping[str, Any], request: ToolRequest) -> bool:
+    """The payload's own subject is the watch's: its ``tenant_id`` (always present in a stored
+    state) and, when it names one, its ``user_id``. Checked on the payload the watch would see,
+    not only on the key it was stored under."""
+    if payload.get("tenant_id") != request.tenant_id:
+        return False
+    return "user_id" not in payload or payload["user_id"] == request.user_id

@@ -21,6 +21,7 @@ from pipeline.rules.dispatch import (
     claim,
     defer,
     fail,
+    give_up,
     is_settled,
     pending,
     plan_attempt,
@@ -197,12 +198,14 @@ MOVES: dict[str, Callable[[DeliveryState], DeliveryState]] = {
     "defer": lambda s: defer(s, T0 + HOUR, DeferReason.ATTEMPT_CEILING, T0),
     "suppress": lambda s: suppress(s, SuppressReason.AUTHORIZATION_DENIED, T0),
     "cancel": lambda s: cancel(s, T0),
+    "give_up": lambda s: give_up(s, ErrorCode.INTERNAL, T0),
 }
 LEGAL = {
     (DeliveryStatus.PENDING, "claim"),
     (DeliveryStatus.PENDING, "defer"),
     (DeliveryStatus.PENDING, "suppress"),
     (DeliveryStatus.PENDING, "cancel"),
+    (DeliveryStatus.PENDING, "give_up"),
     (DeliveryStatus.DISPATCHING, "succeed"),
     (DeliveryStatus.DISPATCHING, "fail_retry"),
     (DeliveryStatus.DISPATCHING, "fail_terminal"),

@@ -128,6 +128,37 @@ def test_registry_call_past_timeout_answers_timeout_without_waiting_for_it() -> 
         registry.close()
 
 
+def test_registry_stuck_calls_never_block_the_next_call_all() -> None:
+    release = threading.Event()
+
+    def stuck(_: ToolRequest) -> ToolResult:
+        release.wait(30)
+        return ToolResult.ok({"late": True})
+
+    slow = FakeTool(stuck, key="stuck@v1", timeout=timedelta(milliseconds=100))
+    fast = FakeTool(lambda r: ToolResult.ok({"w": r.watcher_id}), key="fast@v1")
+    registry = ToolRegistry([slow, fast], concurrency=2, max_abandoned=4)
+    try:
+        first = registry.call_all([request("stuck@v1"), request("stuck@v1")])
+        assert [r.error for r in first] == [ErrorCode.TIMEOUT] * 2
+        assert registry.abandoned == 2  # both workers hold a stuck call: both were replaced
+        began = time.monotonic()
+        second = registry.call_all([request("fast@v1", watcher_id=f"w-{i}") for i in range(4)])
+        assert [r.payload for r in second] == [{"w": f"w-{i}"} for i in range(4)]
+        assert time.monotonic() - began < 5  # generous: not held behind the stuck calls
+        registry.call_all([request("stuck@v1"), request("stuck@v1")])
+        # Four abandoned calls still running: the broken tool gets no more threads.
+        assert registry.call(request("stuck@v1")) == ToolResult.failed(ErrorCode.UNAVAILABLE)
+        assert slow.calls == 4
+    finally:
+        release.set()
+        registry.close()
+    deadline = time.monotonic() + 10
+    while registry.abandoned and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert registry.abandoned == 0  # released calls end their retired workers
+
+
 def test_registry_runs_at_most_concurrency_calls_at_once_and_keeps_order() -> None:
     def echo(req: ToolRequest) -> ToolResult:
         time.sleep(0.02)
