@@ -293,7 +293,7 @@ def definition_text(data: st.DataObject, body: dict[str, Any]) -> str:
 
 
 VERBS = [
-    *["create"] * 12,
+    *["create"] * 16,
     *["update"] * 3,
     *["propose"] * 6,
     *["schedule"] * 4,
@@ -554,6 +554,7 @@ def test_hostile_commands_never_raise_are_decided_with_a_reason_and_plan_for_two
         max_examples=EXAMPLES,
         deadline=None,
         database=None,
+        derandomize=True,  # the same 10,400 commands on every run: the counts below are stable
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     )
     @given(st.lists(command_values(known), min_size=PER_EXAMPLE, max_size=PER_EXAMPLE))
@@ -568,7 +569,7 @@ def test_hostile_commands_never_raise_are_decided_with_a_reason_and_plan_for_two
     run()
     assert totals["commands"] >= 10_000
     # The generator reaches both sides of the rules: many accepted, many refused.
-    assert totals["accepted"] >= 1_000 and totals["refused"] >= 1_000
+    assert totals["accepted"] >= 1_000 and totals["refused"] >= 1_000, totals
 
 
 def test_reproduced_failures_are_refusals_with_their_field() -> None:
