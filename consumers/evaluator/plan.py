@@ -32,7 +32,7 @@ from pipeline.rules.budgets import (
     offset_token,
 )
 from pipeline.rules.definition import WatcherDefinition
-from pipeline.rules.errors import DefinitionError, TransitionError
+from pipeline.rules.errors import DefinitionError, ErasedError, TransitionError
 from pipeline.rules.evaluation import BudgetGate, Evaluation, authorization_for, evaluate
 from pipeline.rules.evidence import Evidence
 from pipeline.rules.lifecycle import is_closed
@@ -74,6 +74,7 @@ class Step:
     result: Evaluation | None = None
     charge: Charge | None = None
     invalid: bool = False
+    erased: bool = False  # its definition's key is gone: never evaluated
 
 
 class Plan:
@@ -158,6 +159,10 @@ class Plan:
                 evaluators=self._evaluators,
                 authorization=self._authorization(step.watch, definition, step.grants),
             )
+        except ErasedError as exc:
+            step.invalid = step.erased = True
+            log.warning("watcher %s not evaluated: %s", step.watch.key, exc)
+            return
         except (DefinitionError, TransitionError, ValueError) as exc:  # ValueError: pydantic
             step.invalid = True
             log.error("watcher %s not evaluated: %s", step.watch.key, exc)

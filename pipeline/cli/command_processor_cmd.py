@@ -31,6 +31,7 @@ _TOPICS: Final = (
     Topic.DEFINITION_LOG,
     Topic.OUTBOX,
     Topic.DEAD_LETTER,
+    Topic.KEYS,
 )
 
 
@@ -46,7 +47,11 @@ def command_processor(
     (outbox) and results out."""
     process = start(state, _TOPICS, instance=instance, metrics=not no_metrics, verbose=verbose)
     processor = CommandProcessor(
-        process.bootstrap, process.topology, instance_id=process.instance_id
+        process.bootstrap,
+        process.topology,
+        instance_id=process.instance_id,
+        keks=process.keks,
+        key_cache=process.config.privacy.key_cache,
     )
     click.echo(
         f"command processor {processor.app.group_id}/{process.instance_id} running", err=True

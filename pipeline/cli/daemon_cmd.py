@@ -168,7 +168,8 @@ def daemon(state: CliState, socket_path: Path | None, log_level: str) -> None:
         chats=tuple(config.chats),
         zone=host_zone(subject.timezone),
     )
-    commands = CommandClient(bootstrap, topology)
+    keks = config.privacy.keks()
+    commands = CommandClient(bootstrap, topology, keks=keks)
     dispatcher = Dispatcher(
         who,
         commands=commands,
@@ -181,7 +182,7 @@ def daemon(state: CliState, socket_path: Path | None, log_level: str) -> None:
     )
     server.start()
     stop = shutdown.catch()
-    granter = CommandClient(bootstrap, topology)
+    granter = CommandClient(bootstrap, topology, keks=keks)
     grant_thread = threading.Thread(
         target=ensure_grant, args=(granter, config, stop), name="control-grant", daemon=True
     )

@@ -32,6 +32,7 @@ _TOPICS = (
     Topic.OUTBOX,
     Topic.COMMANDS,
     Topic.DEAD_LETTER,
+    Topic.KEYS,
 )
 
 
@@ -55,7 +56,12 @@ def evaluator(
     """Run an evaluator: events and ticks in, decisions out, in one transaction."""
     process = start(state, _TOPICS, instance=instance, metrics=not no_metrics, verbose=verbose)
     processor = Evaluator(
-        process.topology, process.budgets(), process.default_caps, evaluators=REGISTERED
+        process.topology,
+        process.budgets(),
+        process.default_caps,
+        evaluators=REGISTERED,
+        keks=process.keks,
+        key_cache=process.config.privacy.key_cache,
     )
     settings = EvaluatorSettings(
         bootstrap=process.bootstrap,

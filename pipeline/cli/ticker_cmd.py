@@ -29,6 +29,7 @@ _TOPICS = (
     Topic.TICKER_STATE,
     Topic.GRANTS,
     Topic.DEAD_LETTER,
+    Topic.KEYS,
 )
 
 
@@ -73,6 +74,8 @@ def ticker(
         tools=process.config.tools,
         budgets=process.budgets(quick_retry=True),
         default_caps=process.default_caps,
+        keks=process.keks,
+        key_cache=process.config.privacy.key_cache,
     )
     click.echo(f"ticker {settings.group}/{settings.instance_id} running", err=True)
     poll_ticker.run(process.stop)

@@ -6,6 +6,7 @@ VigilError
 ├── ConfigError            vigil.toml is missing or invalid (names the key)
 ├── SerdeError             bytes that do not decode as a record
 │   └── UnknownSchemaError a schema fingerprint this build does not know (a newer writer)
+├── ErasedError            a sealed field whose data key is gone: the record reads as erased
 ├── TopologyError          topics missing or drifted (says the command that fixes it)
 ├── BrokerError            Kafka failed (translated at the boundary)
 └── BudgetStoreError       Redis unreachable or failed (translated at the boundary)
@@ -18,6 +19,7 @@ __all__ = [
     "BudgetStoreError",
     "ConfigError",
     "DefinitionError",
+    "ErasedError",
     "SerdeError",
     "TopologyError",
     "TransitionError",
@@ -53,6 +55,10 @@ class SerdeError(VigilError):
 
 class UnknownSchemaError(SerdeError):
     """A schema fingerprint this build does not know: a newer writer. Pause, never dead-letter."""
+
+
+class ErasedError(VigilError):
+    """A sealed subject field whose data key is gone (cancel, erasure): it reads as erased."""
 
 
 class TopologyError(VigilError):

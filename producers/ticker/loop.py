@@ -37,6 +37,7 @@ from prometheus_client import REGISTRY, CollectorRegistry
 
 from pipeline.clock import Clock, SystemClock
 from pipeline.config import ToolConfig
+from pipeline.crypto import KeyEncryptionKeys, KeyRing
 from pipeline.kafka.serde import SchemaRegistry, default_registry
 from pipeline.kafka.topics import Topic, Topology
 from pipeline.records.tick import TickRecord, encode_tick
@@ -44,13 +45,14 @@ from pipeline.records.ticker_state import encode_memory
 from pipeline.records.watcher import Watch
 from pipeline.redis.budgets import RedisBudgets
 from pipeline.rules.budgets import BudgetCaps, BudgetVerdict
-from pipeline.rules.errors import DefinitionError
+from pipeline.rules.errors import DefinitionError, ErasedError
 from pipeline.rules.lifecycle import is_closed
 from pipeline.rules.outcomes import ErrorCode
+from pipeline.rules.retention import retain_until
 from pipeline.rules.ticker import DEFAULT_GRACE, WatcherPlan, plan_watcher
 from pipeline.runtime.app import ProcessContext, StreamApp, TransactionEnd
 from pipeline.runtime.tables import TableKind, TableSpec
-from pipeline.runtime.views import GrantIndex
+from pipeline.runtime.views import GrantIndex, KeyView
 from producers.ticker.guard import ToolGuard, Withheld, tool_request
 from producers.ticker.metrics import TickerMetrics, ticker_metrics
 from producers.ticker.pinned_states import PinnedStates
@@ -62,6 +64,7 @@ __all__ = ["PollTicker", "StepReport", "TickerSettings"]
 log = logging.getLogger(__name__)
 
 _GRANTS: Final = "grants"
+_KEYS: Final = "keys"
 _DEFER: Final = timedelta(seconds=1)  # a watcher whose budget store did not answer
 
 
@@ -120,15 +123,20 @@ class PollTicker:
         registry: SchemaRegistry | None = None,
         metrics_registry: CollectorRegistry = REGISTRY,
         tool_registry: ToolRegistry | None = None,
+        keks: KeyEncryptionKeys | None = None,
+        key_cache: int = 65_536,
     ) -> None:
+        """``keks`` default to ``$VIGIL_MASTER_KEYS`` (none there: a ``ConfigError``)."""
         topology = settings.topology
         self.settings = settings
         self._clock = clock or SystemClock()
         self._registry = registry or default_registry()
+        self._ring = KeyRing(keks or KeyEncryptionKeys.load(), self._registry, cache_size=key_cache)
+        self._keys: KeyView | None = None
         self._guard = ToolGuard(budgets, default_caps)
         self.metrics: TickerMetrics = ticker_metrics(metrics_registry)
         self._ticks = topology.name(Topic.TICKS)
-        self._views = TickerViews(self._registry)
+        self._views = TickerViews(self._registry, self._ring)
         self.states = PinnedStates(
             self._registry,
             topology.name(Topic.EVENTS),
@@ -149,6 +157,7 @@ class PollTicker:
                 TableSpec(WATCHERS, topology.name(Topic.WATCHERS), TableKind.EXTERNAL),
                 TableSpec(STATE, topology.name(Topic.TICKER_STATE), TableKind.OWNED),
                 TableSpec(_GRANTS, topology.name(Topic.GRANTS), TableKind.GLOBAL),
+                TableSpec(_KEYS, topology.name(Topic.KEYS), TableKind.GLOBAL),
             ],
             decode=self.states.decode,
             dead_letter_topic=topology.name(Topic.DEAD_LETTER),
@@ -189,7 +198,8 @@ class PollTicker:
         self.app.step(self.settings.poll_timeout_s)
         if not self.app.assignment():
             return StepReport()
-        self.app.catch_up()  # watchers and grants, so a pause or revocation applies (§10)
+        self.app.catch_up()  # watchers, grants and keys: a pause or revocation applies (§10)
+        self._key_view()
         views = self._views
         views.sync(self.app.tables())
         now = self._clock.now()
@@ -237,7 +247,7 @@ class PollTicker:
                     now,
                     grace=self.settings.grace,
                 )
-            except DefinitionError as exc:
+            except (DefinitionError, ErasedError) as exc:
                 log.error("watcher %s is not ticked: %s", key, exc)
                 continue
             if is_closed(watch.status):
@@ -299,7 +309,8 @@ class PollTicker:
             partition = views.partition[item.key]
             ctx = context_of(partition)
             for record in self._tick_records(item, now, observed):
-                ctx.produce(self._ticks, record.source_id, encode_tick(registry, record), partition)
+                value = encode_tick(registry, self._ring, record)
+                ctx.produce(self._ticks, record.source_id, value, partition)
             memory = encode_memory(
                 registry, item.watch.parts, item.watch.source_id, item.plan.memory, now
             )
@@ -308,8 +319,10 @@ class PollTicker:
     @staticmethod
     def _tick_records(item: _Work, now: datetime, observed: datetime) -> Iterator[TickRecord]:
         tenant_id, user_id, watcher_id = item.watch.parts
+        retention = item.watch.definition.privacy.evidence_retention
         for index, tick in enumerate(item.plan.ticks):
             result = item.results.get(index)
+            seen = observed if result is not None else now
             yield TickRecord(
                 kind=tick.kind,
                 tenant_id=tenant_id,
@@ -318,12 +331,13 @@ class PollTicker:
                 watcher_version=item.watch.version,
                 source_id=item.watch.source_id,
                 scheduled_at=tick.scheduled_at,
-                observed_at=observed if result is not None else now,
+                observed_at=seen,
                 payload=None if result is None else result.payload,
                 tool_error=None if result is None else result.error,
                 usage_tokens=0 if result is None else result.tokens,
                 usage_micro_usd=0 if result is None else result.micro_usd,
                 late=tick.late,
+                retain_until=retain_until(seen, retention),
             )
 
     def _count(self, plan: WatcherPlan) -> None:
@@ -336,6 +350,16 @@ class PollTicker:
                 metrics.missed.labels(plan.policy, "fired").inc(fired)
             if plan.dropped:
                 metrics.missed.labels(plan.policy, "dropped").inc(plan.dropped)
+
+    def _key_view(self) -> None:
+        """The ``keys`` table into the ring: a shredded key stops opening definitions now."""
+        if self._keys is None:
+            for table in self.app.tables():
+                if table.spec.name == _KEYS and table.spec.kind is TableKind.GLOBAL:
+                    self._keys = KeyView(table, self._ring)
+                    break
+        else:
+            self._keys.refresh()
 
     def _grant_index(self) -> GrantIndex | None:
         if self._grants is None:

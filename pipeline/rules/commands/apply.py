@@ -45,6 +45,7 @@ from pipeline.rules.commands.model import (
     LifecycleChange,
     RegistryEntry,
     ResultCode,
+    Shred,
     WatcherWrite,
     fingerprint,
     watcher_view,
@@ -263,9 +264,12 @@ def _resume(ctx: CommandContext) -> CommandOutcome:
 
 
 def _cancel(ctx: CommandContext) -> CommandOutcome:
+    """Cancel is terminal and purges evidence: the watcher's evidence keys are shredded, so its
+    receipts and tick payloads read as erased; the subject's other watchers keep theirs."""
     entry = named_watcher(ctx)
     check_revision(ctx, entry)
-    return _move(ctx, entry, LifecycleEvent.CANCEL, reason=CloseReason.CANCELLED)
+    moved = _move(ctx, entry, LifecycleEvent.CANCEL, reason=CloseReason.CANCELLED)
+    return replace(moved, shred=(Shred(entry.watcher_id),))
 
 
 def _close(ctx: CommandContext) -> CommandOutcome:
@@ -285,15 +289,26 @@ def _close(ctx: CommandContext) -> CommandOutcome:
 
 
 def _erase(ctx: CommandContext) -> CommandOutcome:
-    """Forget a subject: tombstones for every watcher, and one subject-wide lifecycle record."""
+    """Forget a subject: every data key shredded (what they sealed, in every topic, reads as
+    erased from now on), tombstones for every watcher and grant, and one subject-wide lifecycle
+    record from which the evaluator, delivery and the budget store erase their own state."""
     entries = sorted(ctx.view.values(), key=lambda e: e.watcher_id)
+    tenant, user = ctx.command.tenant_id, ctx.command.user_id
+    grants = sorted(
+        grant_id
+        for grant_id, record in ctx.grants.items()
+        if record.grant.tenant_id == tenant and record.grant.user_id == user
+    )
     return ctx.ok(
         {
-            "tenant_id": ctx.command.tenant_id,
-            "user_id": ctx.command.user_id,
+            "tenant_id": tenant,
+            "user_id": user,
             "erased": len(entries),
             "watcher_ids": [e.watcher_id for e in entries],
+            "grants_revoked": len(grants),
         },
+        grants=tuple((grant_id, None) for grant_id in grants),
+        shred=(Shred(None),),
         registry=tuple((e.watcher_id, None) for e in entries),
         watchers=tuple(WatcherWrite(e.watcher_id, e.source_id, None) for e in entries),
         lifecycle=(
@@ -301,6 +316,12 @@ def _erase(ctx: CommandContext) -> CommandOutcome:
             LifecycleChange(None, "erased"),
         ),
     )
+
+
+def _key(ctx: CommandContext) -> CommandOutcome:
+    """Nothing to decide: the processor makes the subject's data key if it has none, so the
+    caller can seal the command it sends next (DESIGN.md §10)."""
+    return ctx.ok({"tenant_id": ctx.command.tenant_id, "user_id": ctx.command.user_id})
 
 
 def _show(ctx: CommandContext) -> CommandOutcome:
@@ -343,4 +364,5 @@ _HANDLERS: Final[dict[CommandVerb, Callable[[CommandContext], CommandOutcome]]] 
     CommandVerb.GRANT_REVOKE: grant_revoke,
     CommandVerb.GRANT_LIST: grant_list,
     CommandVerb.SEND: send,
+    CommandVerb.KEY: _key,
 }

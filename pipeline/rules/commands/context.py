@@ -67,6 +67,7 @@ _ROLE_VERB: Final[dict[CommandVerb, Verb]] = {
     CommandVerb.GRANT_REVOKE: Verb.GRANT,
     CommandVerb.GRANT_LIST: Verb.GRANT,
     CommandVerb.SEND: Verb.SEND,
+    CommandVerb.KEY: Verb.SEND,  # every role that sends the subject content (agents too)
 }
 SCHEDULE_PREFIX: Final = "schedule:"
 """Watcher ids of the control plane's schedules: ``schedule:<chat>:<name>`` (DESIGN.md §10)."""

@@ -39,6 +39,7 @@ DESIGN_TABLE = [
     ("lifecycle", KeyKind.WATCHER_KEY, "hash(key)", "compact"),
     ("notifications", KeyKind.SUBJECT, "hash(key)", "delete"),
     ("dead-letter", KeyKind.ORIGINAL_KEY, "hash(key)", "delete"),
+    ("keys", KeyKind.KEY_OWNER, "hash(subject)", "compact"),
 ]
 
 SOURCES = {"watchers", "events", "ticks", "ticker-state", "watcher-state", "receipts"}
