@@ -143,7 +143,7 @@ class DeliveryWorker:
         self._budgets = budgets
         self._clock: Clock = clock or SystemClock()
         self._schemas = schemas or default_registry()
-        self.ring = ring or KeyRing(KeyEncryptionKeys.load(), self._schemas)
+        self.ring = KeyRing(KeyEncryptionKeys.load(), self._schemas) if ring is None else ring
         self._keys: KeyView | None = None
         self._metrics = delivery_metrics(registry)
         self.app = DeliveryApp(
