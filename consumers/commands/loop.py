@@ -342,8 +342,8 @@ class CommandProcessor:
         self, keys: KeyView, command: Command, outcome: CommandOutcome, now: datetime
     ) -> None:
         """The keys this command's writes seal under: the subject's (when it writes anything
-        of the subject's, or asks with ``key``) and each new version's evidence key; older
-        wraps are renewed under the newest KEK on the way."""
+        of the subject's, or asks with ``key``) and each new version's evidence key; and every
+        key of the subject still wrapped under an older KEK, wrapped again under the newest."""
         if not outcome.result.ok or command.verb is CommandVerb.ERASE:
             return
         entries = [entry for _, entry in outcome.registry if entry is not None]
@@ -356,12 +356,11 @@ class CommandProcessor:
         for owner in wanted:
             if keys.ring.record(owner) is None:
                 topic_key, raw = keys.ring.create(owner, now)
-            else:
-                renewed = keys.ring.rewrapped(owner)
-                if renewed is None:
-                    continue
-                topic_key, raw = renewed
-            keys.table.set(topic_key, raw)
+                keys.table.set(topic_key, raw)
+        for owner in keys.ring.owners(command.tenant_id, command.user_id):
+            renewed = keys.ring.rewrapped(owner)  # None unless an older KEK wraps it
+            if renewed is not None:
+                keys.table.set(*renewed)
 
     def _write_grants(
         self,
