@@ -70,6 +70,7 @@ from pipeline.rules.errors import (
     SerdeError,
 )
 from pipeline.rules.keys import subject_key, watcher_key
+from pipeline.rules.lifecycle import is_live
 from pipeline.runtime.app import StreamApp
 from pipeline.runtime.processing import InputRecord, Message, ProcessContext
 from pipeline.runtime.tables import Table, TableKind, TableSpec
@@ -350,8 +351,12 @@ class CommandProcessor:
         wanted: list[KeyOwner] = []
         if command.verb is CommandVerb.KEY or entries or outcome.outbox or outcome.definitions:
             wanted.append(subject_owner(command.tenant_id, command.user_id))
+        # Evidence keys for versions that can still gather evidence: a cancel's shredded key is
+        # never made again, and a closed watcher gathers none.
         wanted.extend(
-            evidence_owner(e.tenant_id, e.user_id, e.watcher_id, e.version) for e in entries
+            evidence_owner(e.tenant_id, e.user_id, e.watcher_id, e.version)
+            for e in entries
+            if is_live(e.status)
         )
         for owner in wanted:
             if keys.ring.record(owner) is None:

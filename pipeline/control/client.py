@@ -8,9 +8,10 @@ the record keyed by that request id arrives or the timeout passes (a clear
 socket and HTTP adapters of the control-plane issue serve the same core.
 
 Commands carry their subject content sealed (DESIGN §10 "Erasure's reach"): before sending a
-definition or a text, the client finds the subject's data key in ``keys`` (and when the subject
-has none yet, asks the processor for one with verb ``key``); results are opened with the same
-ring, re-read once when they name a key the client has not seen.
+definition or a text, the client reads the subject's data keys afresh from ``keys`` (a key
+shredded by an erasure is never used again; when the subject has none, it asks the processor for
+one with verb ``key``); results are opened with the same ring, re-read once when they name a key
+the client has not seen.
 
 Left out: deciding commands (``pipeline.rules.commands.apply``, run by ``consumers.commands``) and
 authenticating callers (the principal is asserted by whoever builds the command).
@@ -134,8 +135,6 @@ class CommandClient:
         """Make sure the subject's data key is in the ring; a refused ``key`` command's result
         when the processor will not make one for this principal."""
         owner = subject_owner(command.tenant_id, command.user_id)
-        if self._ring.record(owner) is not None:
-            return None
         self._load_keys(command)
         if self._ring.record(owner) is not None:
             return None
@@ -152,9 +151,10 @@ class CommandClient:
         return None
 
     def _load_keys(self, command: Command) -> None:
-        read_keys(
-            self._bootstrap, self._topology, self._ring, [(command.tenant_id, command.user_id)]
-        )
+        """The subject's keys as ``keys`` holds them now (what was cached is dropped first)."""
+        subject = (command.tenant_id, command.user_id)
+        self._ring.forget(*subject)
+        read_keys(self._bootstrap, self._topology, self._ring, [subject])
 
     def _round_trip(self, command: Command) -> CommandResult:
         results = self._topology.name(Topic.COMMAND_RESULTS)

@@ -118,6 +118,12 @@ class KeyRing:
         owner = record.owner
         self._by_subject.setdefault((owner.tenant_id, owner.user_id), set()).add(topic_key)
 
+    def forget(self, tenant_id: str, user_id: str) -> None:
+        """Drop every key of one subject (before reading its keys afresh)."""
+        with self._lock:
+            for topic_key in list(self._by_subject.get((tenant_id, user_id), ())):
+                self._apply(topic_key, None)
+
     def load(self, records: Iterable[tuple[str, bytes | None]]) -> None:
         for topic_key, raw in records:
             self.apply(topic_key, raw)
@@ -178,8 +184,14 @@ class KeyRing:
 
     def can_open(self, sealed: bytes) -> bool:
         """Whether the key ``sealed`` names is known here (no decryption)."""
+        return self.owner_of(sealed) is not None
+
+    def owner_of(self, sealed: bytes) -> KeyOwner | None:
+        """Whose key ``sealed`` names, when this ring knows it (an audit's question)."""
         key_id = key_id_of(sealed)
-        return key_id is not None and key_id in self._by_id
+        with self._lock:
+            topic_key = None if key_id is None else self._by_id.get(key_id)
+            return None if topic_key is None else self._records[topic_key].owner
 
     def _aead(self, key_id: bytes) -> AESGCM | None:
         found = self._aeads.get(key_id)
