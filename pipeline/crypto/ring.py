@@ -5,8 +5,9 @@ runtime's table view or a reader's scan) and answers the records layer's
 :class:`~pipeline.records.sealing.Sealer`: :meth:`~KeyRing.seal` under an owner's current key,
 :meth:`~KeyRing.open` by the key id a sealed value carries. A tombstone forgets the key at once,
 so from the next batch on nothing sealed under it opens in this process. Unwrapped keys live in
-a bounded cache (oldest out first); wrapped records are as many as the topic holds, like any
-global table. The command processor, the only writer of ``keys``, also makes keys here
+a bounded cache (oldest out first) of raw 32-byte keys, and the ciphers made from them in a
+smaller one (an AES-GCM context costs ~2.5 KiB; making one again costs a microsecond); wrapped
+records are as many as the topic holds, like any global table. The command processor, the only writer of ``keys``, also makes keys here
 (:meth:`~KeyRing.create`) and re-wraps old ones under the newest key-encryption key
 (:meth:`~KeyRing.rewrapped`).
 
@@ -33,7 +34,7 @@ from pipeline.crypto.kek import KEY_BYTES, KeyEncryptionKeys
 from pipeline.records.codec import Codec
 from pipeline.records.data_key import DataKeyRecord, decode_data_key, encode_data_key
 from pipeline.rules.data_keys import KeyOwner
-from pipeline.rules.errors import SerdeError
+from pipeline.rules.errors import ConfigError, SerdeError
 from pipeline.rules.keys import encode_fields
 
 __all__ = ["DEFAULT_CACHE", "KeyRing", "wrap_context"]
@@ -41,6 +42,7 @@ __all__ = ["DEFAULT_CACHE", "KeyRing", "wrap_context"]
 log = logging.getLogger(__name__)
 
 DEFAULT_CACHE: Final = 65_536
+CIPHER_CACHE: Final = 2_048
 _WRAP: Final = "vigil.keys.v1"
 _WARNED_LIMIT: Final = 1024
 _K = TypeVar("_K")
@@ -58,6 +60,7 @@ class KeyRing:
     __slots__ = (
         "_aeads",
         "_by_id",
+        "_raw",
         "_by_subject",
         "_cache_size",
         "_codec",
@@ -80,7 +83,8 @@ class KeyRing:
         self._records: dict[str, DataKeyRecord] = {}  # topic key → record
         self._by_id: dict[bytes, str] = {}  # key id → topic key
         self._by_subject: dict[tuple[str, str], set[str]] = {}
-        self._aeads: dict[bytes, AESGCM] = {}  # bounded: unwrapped keys
+        self._raw: dict[bytes, bytes] = {}  # bounded: unwrapped keys by key id
+        self._aeads: dict[bytes, AESGCM] = {}  # bounded, smaller: their ciphers
         self._sealing: dict[KeyOwner, bytes] = {}  # bounded: owner → key id
         self._warned: set[bytes] = set()
         self._lock = threading.RLock()
@@ -131,6 +135,7 @@ class KeyRing:
     def _forget(self, record: DataKeyRecord) -> None:
         self._by_id.pop(record.key_id, None)
         self._aeads.pop(record.key_id, None)
+        self._raw.pop(record.key_id, None)
         self._sealing.pop(record.owner, None)
         owner = record.owner
         keys = self._by_subject.get((owner.tenant_id, owner.user_id))
@@ -159,6 +164,9 @@ class KeyRing:
     # -- the sealer -----------------------------------------------------------------------
 
     def seal(self, owner: KeyOwner, aad: bytes, plaintext: bytes) -> bytes | None:
+        """Sealed under ``owner``'s key; None when it has none. A key that exists but does not
+        unwrap here (its KEK is not configured) is a :class:`ConfigError`: writing the record
+        without its content would lose data that is not erased."""
         with self._lock:
             key_id = self._sealing.get(owner)
             if key_id is None:
@@ -168,8 +176,12 @@ class KeyRing:
                 key_id = record.key_id
                 _bounded_put(self._sealing, owner, key_id, self._cache_size)
             aead = self._aead(key_id)
-        if aead is None:
-            return None
+            if aead is None:
+                kek_id = self._records[owner.topic_key].kek_id
+                raise ConfigError(
+                    f"the data key of {owner.topic_key} is wrapped under key-encryption key "
+                    f"{kek_id!r}, which this process does not have: add it to the KEKs"
+                )
         return seal(aead, key_id, plaintext, aad)
 
     def open(self, aad: bytes, sealed: bytes) -> bytes | None:
@@ -197,6 +209,14 @@ class KeyRing:
         found = self._aeads.get(key_id)
         if found is not None:
             return found
+        key = self._raw.get(key_id) or self._unwrap(key_id)
+        if key is None:
+            return None
+        aead = AESGCM(key)
+        _bounded_put(self._aeads, key_id, aead, min(self._cache_size, CIPHER_CACHE))
+        return aead
+
+    def _unwrap(self, key_id: bytes) -> bytes | None:
         topic_key = self._by_id.get(key_id)
         if topic_key is None:
             return None
@@ -213,9 +233,8 @@ class KeyRing:
                     record.kek_id,
                 )
             return None
-        aead = AESGCM(key)
-        _bounded_put(self._aeads, key_id, aead, self._cache_size)
-        return aead
+        _bounded_put(self._raw, key_id, key, self._cache_size)
+        return key
 
     # -- the writer's side (the command processor) ----------------------------------------
 
@@ -249,7 +268,7 @@ class KeyRing:
         return owner.topic_key, raw
 
     def __repr__(self) -> str:
-        return f"KeyRing({len(self._records)} keys, {len(self._aeads)} unwrapped)"
+        return f"KeyRing({len(self._records)} keys, {len(self._raw)} unwrapped)"
 
 
 def _bounded_put(cache: dict[_K, _V], key: _K, value: _V, size: int) -> None:

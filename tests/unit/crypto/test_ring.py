@@ -16,7 +16,7 @@ from pipeline.crypto.envelope import OVERHEAD
 from pipeline.kafka.serde import default_registry
 from pipeline.records.data_key import decode_data_key
 from pipeline.rules.data_keys import KeyOwner, evidence_owner, parse_owner, subject_owner
-from pipeline.rules.errors import DefinitionError
+from pipeline.rules.errors import ConfigError, DefinitionError
 
 pytestmark = pytest.mark.unit
 
@@ -88,7 +88,7 @@ def test_the_unwrapped_cache_is_bounded_and_evicted_keys_unwrap_again() -> None:
     for owner in owners:
         keys.create(owner, NOW)
     sealed = [keys.seal(o, b"a", o.user_id.encode()) for o in owners]
-    assert len(keys._aeads) <= 2 and len(keys._sealing) <= 2
+    assert len(keys._raw) <= 2 and len(keys._aeads) <= 2 and len(keys._sealing) <= 2
     for owner, value in zip(owners, sealed, strict=True):
         assert value is not None and keys.open(b"a", value) == owner.user_id.encode()
 
@@ -159,3 +159,13 @@ def test_owner_keys_are_canonical_arrays_partitioned_by_subject() -> None:
     assert parse_owner(owner.topic_key) == owner
     with pytest.raises(DefinitionError):
         KeyOwner("acme", "ann", "w-1")
+
+
+def test_sealing_under_a_key_whose_kek_is_missing_refuses_rather_than_dropping_content() -> None:
+    writer = ring(K1)
+    topic_key, raw = writer.create(ANN, NOW)
+    stranger = ring(K2)
+    stranger.apply(topic_key, raw)
+    with pytest.raises(ConfigError, match="'k1'"):
+        stranger.seal(ANN, b"a", b"content")
+    assert stranger.seal(BOB, b"a", b"content") is None, "no key at all: nothing to seal under"
