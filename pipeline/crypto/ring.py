@@ -60,12 +60,12 @@ class KeyRing:
     __slots__ = (
         "_aeads",
         "_by_id",
-        "_raw",
         "_by_subject",
         "_cache_size",
         "_codec",
         "_keks",
         "_lock",
+        "_raw",
         "_records",
         "_sealing",
         "_warned",
