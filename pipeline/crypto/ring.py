@@ -7,9 +7,9 @@ runtime's table view or a reader's scan) and answers the records layer's
 so from the next batch on nothing sealed under it opens in this process. Unwrapped keys live in
 a bounded cache (oldest out first) of raw 32-byte keys, and the ciphers made from them in a
 smaller one (an AES-GCM context costs ~2.5 KiB; making one again costs a microsecond); wrapped
-records are as many as the topic holds, like any global table. The command processor, the only writer of ``keys``, also makes keys here
-(:meth:`~KeyRing.create`) and re-wraps old ones under the newest key-encryption key
-(:meth:`~KeyRing.rewrapped`).
+records are as many as the topic holds, like any global table. The command processor, the
+only writer of ``keys``, also makes keys here (:meth:`~KeyRing.create`) and re-wraps old ones
+under the newest key-encryption key (:meth:`~KeyRing.rewrapped`).
 
 Thread-safe (one lock): delivery's ``in_app`` adapter seals on sender threads while the poll
 thread applies the table. Nothing here logs or prints key material: log lines name owners, key
