@@ -12,9 +12,12 @@ from datetime import UTC, datetime
 
 from pipeline.crypto import KeyEncryptionKeys, KeyRing
 from pipeline.kafka.serde import default_registry
+from pipeline.records.sealing import seal_definition
 from pipeline.rules.data_keys import KeyOwner
+from pipeline.rules.definition import WatcherDefinition
+from pipeline.rules.keys import canonical_json
 
-__all__ = ["OpenRing", "ring_with"]
+__all__ = ["OpenRing", "ring_with", "sealed_definition"]
 
 _MADE = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -36,3 +39,11 @@ class OpenRing(KeyRing):
         if self.record(owner) is None:
             self.create(owner, _MADE)
         return super().seal(owner, aad, plaintext)
+
+
+def sealed_definition(ring: KeyRing, definition: WatcherDefinition) -> bytes:
+    """A ``watchers`` record's sealed definition, as the command processor writes it."""
+    assert definition.version is not None
+    tenant, user, watcher_id = definition.watcher_key
+    text = canonical_json(definition.to_json()).decode()
+    return seal_definition(ring, "watcher", tenant, user, watcher_id, definition.version, text)

@@ -4,21 +4,20 @@ on one :class:`ManualClock`, behind one operator's :class:`CommandClient`.
 
 Destinations: ``inbox`` (the in-app ledger), ``hook`` (a webhook that answers 410, so whatever
 goes there is dead-lettered at once) and the console chat ``me`` (the immediate ``send``s, into
-:attr:`Stack.console`). The governed tool ``status-page`` is a local HTTP server answering what
-:attr:`Stack.tool_answer` holds. Everything reads as the real processes do: nothing is faked.
+:attr:`Stack.console`). The governed tool ``status-page`` is a local HTTP server
+(``ticker_helpers.StatusServer``) answering what :attr:`Stack.tool_answer` holds. Everything
+reads as the real processes do: nothing is faked.
 """
 
 from __future__ import annotations
 
 import io
-import json
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from contextlib import ExitStack
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import redis
@@ -50,6 +49,7 @@ from pipeline.runtime.app import StreamApp
 from pipeline.runtime.keys import read_keys
 from producers.ticker.loop import PollTicker, TickerSettings
 from producers.ticker.tools import REGISTERED
+from tests.integration.ticker_helpers import StatusServer
 from tests.receiver import Receiver
 
 __all__ = ["Stack", "same_partition_user"]
@@ -66,34 +66,6 @@ def same_partition_user(tenant: str, user: str, prefix: str) -> str:
         if partition_for(subject_key(tenant, other), PARTITIONS) == home:
             return other
     raise AssertionError("no user on the same partition")
-
-
-class _Tool:
-    """A local HTTP JSON endpoint: the governed tool ``status-page`` polls it."""
-
-    def __init__(self, answer: Callable[[], dict[str, Any]]) -> None:
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                body = json.dumps(answer()).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self.http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.http.serve_forever, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.http.server_address[1]}/status.json"
-
-    def close(self) -> None:
-        self.http.shutdown()
-        self.http.server_close()
 
 
 class _Threads:
@@ -136,7 +108,7 @@ class Stack:
         self.receiver = receiver
         self._exit = ExitStack()
         self._threads = _Threads()
-        self.tool = _Tool(lambda: self.tool_answer)
+        self.tool = StatusServer(lambda: self.tool_answer)
         self._exit.callback(self.tool.close)
         self.keks = KeyEncryptionKeys.load()
         prefix = self.topology.prefix
@@ -286,12 +258,3 @@ class Stack:
                 return found
             time.sleep(0.3)
         raise AssertionError(f"timed out waiting for {what}")
-
-
-def stack(bootstrap: str, redis_url: str, receiver: Receiver) -> Iterator[Stack]:
-    """A started stack, closed after (a fixture body)."""
-    running = Stack(bootstrap, redis_url, receiver)
-    try:
-        yield running
-    finally:
-        running.close()

@@ -27,7 +27,6 @@ from pipeline.kafka.topics import Topic, Topology
 from pipeline.records.grant import grant_value
 from pipeline.records.outbox_entry import decode_outbox_entry
 from pipeline.records.receipt import decode_receipt
-from pipeline.records.sealing import seal_definition
 from pipeline.records.tick import TickRecord, encode_tick
 from pipeline.rules.authz import Action, Grant
 from pipeline.rules.commands import GrantRecord
@@ -39,6 +38,7 @@ from pipeline.rules.receipts import Receipt
 from pipeline.rules.ticker import TickKind
 from pipeline.runtime.keys import read_keys
 from tests.integration.runtime_helpers import read_all
+from tests.keyring import sealed_definition
 
 __all__ = [
     "Writer",
@@ -172,15 +172,7 @@ class Writer:
             "activated_at": activated_at,
             "updated_at": datetime.now(UTC),
             "definition": None,
-            "sealed": seal_definition(
-                self.ring,
-                "watcher",
-                tenant,
-                user,
-                watcher_id,
-                definition.version,
-                canonical_json(definition.to_json()).decode(),
-            ),
+            "sealed": sealed_definition(self.ring, definition),
         }
         key = watcher_key(*definition.watcher_key)
         value = self.registry.encode("watcher", record)

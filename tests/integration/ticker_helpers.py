@@ -30,7 +30,7 @@ from pipeline.kafka.topics import Topic, Topology
 from pipeline.records.event import event_record
 from pipeline.records.grant import encode_grant
 from pipeline.records.outbox_entry import outbox_identity
-from pipeline.records.sealing import open_fields, seal_definition
+from pipeline.records.sealing import open_fields
 from pipeline.records.tick import tick_payload
 from pipeline.rules.authz import Action, Grant
 from pipeline.rules.commands.model import GrantRecord
@@ -40,6 +40,7 @@ from pipeline.rules.keys import canonical_json, watcher_key
 from pipeline.rules.lifecycle import WatcherStatus
 from producers.ticker.loop import PollTicker, TickerSettings
 from tests.integration.runtime_helpers import read_all, read_table
+from tests.keyring import sealed_definition
 
 __all__ = [
     "PARTITIONS",
@@ -118,15 +119,7 @@ class Deployment:
                 "activated_at": activated_at,
                 "updated_at": activated_at,
                 "definition": None,
-                "sealed": seal_definition(
-                    self.ring,
-                    "watcher",
-                    tenant,
-                    user,
-                    watcher_id,
-                    definition.version,
-                    canonical_json(definition.to_json()).decode(),
-                ),
+                "sealed": sealed_definition(self.ring, definition),
             },
         )
         key = watcher_key(*definition.watcher_key)
@@ -363,17 +356,19 @@ class TickerOnly:
 
 
 class StatusServer:
-    """A real local HTTP server answering GET with a JSON object; counts the calls."""
+    """A real local HTTP server answering GET with a JSON object (``answer()``, by default
+    ``{"status":"down"}``); counts the calls."""
 
-    def __init__(self) -> None:
+    def __init__(self, answer: Callable[[], dict[str, Any]] | None = None) -> None:
         from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
         server = self
+        current = answer or (lambda: {"status": "down"})
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
                 server.calls += 1
-                body = b'{"status":"down"}'
+                body = canonical_json(current())
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
