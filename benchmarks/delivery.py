@@ -38,6 +38,7 @@ from prometheus_client import CollectorRegistry
 from consumers.delivery.adapters import Delivery, build_adapters, webhook_body
 from consumers.delivery.loop import DeliverySettings, DeliveryWorker
 from pipeline.config import parse_config
+from pipeline.crypto import KeyEncryptionKeys, KeyRing, generate_kek_text
 from pipeline.kafka.admin import connect_admin, ensure_topics
 from pipeline.kafka.clients import producer_config
 from pipeline.kafka.partitioner import partition_for
@@ -47,6 +48,7 @@ from pipeline.records.outbox_entry import encode_outbox_entry
 from pipeline.redis.budgets import RedisBudgets
 from pipeline.rules.backoff import RetryPolicy
 from pipeline.rules.budgets import BudgetCaps
+from pipeline.rules.data_keys import subject_owner
 from pipeline.rules.outbox import OutboxEntry
 from pipeline.rules.outcomes import Outcome
 
@@ -196,6 +198,13 @@ def _delivery(
         senders=senders,
         max_in_flight=max_in_flight,
     )
+    keks = KeyEncryptionKeys.load()
+    writer = KeyRing(keks, default_registry())  # the evaluator's side: seals the entries
+    for owner in {subject_owner(e.tenant_id, e.user_id) for e in entries}:
+        topic_key, raw = writer.create(owner, datetime.now(UTC))
+        place = partition_for(owner.subject_key, topology.partitions)
+        producer.produce(topology.name(Topic.KEYS), raw, topic_key, place)
+    producer.flush(30)
     with build_adapters(config) as adapters:
         worker = DeliveryWorker(
             bootstrap,
@@ -203,6 +212,7 @@ def _delivery(
             adapters,
             RedisBudgets(client, key_prefix=f"bench:{run}:"),
             registry=CollectorRegistry(),
+            ring=KeyRing(keks, default_registry()),
         )
         stop = threading.Event()
         worker.start()
@@ -215,7 +225,7 @@ def _delivery(
         started = time.monotonic()
         for entry in entries:
             key = entry.delivery_key
-            value = encode_outbox_entry(schemas, entry)
+            value = encode_outbox_entry(schemas, writer, entry)
             while True:
                 try:
                     producer.produce(outbox, value, key, partition_for(key, topology.partitions))
@@ -232,6 +242,7 @@ def _delivery(
 
 
 def main() -> None:
+    os.environ.setdefault("VIGIL_MASTER_KEYS", generate_kek_text("bench"))
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--entries", type=int, default=3000)
     parser.add_argument("--senders", type=int, default=16)

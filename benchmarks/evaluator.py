@@ -16,6 +16,11 @@
 3. ``peak_rss_mib``: the process's peak resident memory after the 100,000-watcher run (an
    upper bound: it includes every earlier phase; goal < 1024).
 
+Watchers, their data keys and grants are written as the command processor writes them: the
+definitions sealed under each subject's data key, every watcher version with its evidence key
+(DESIGN.md §10), so the evaluator seals every receipt and outbox entry as in production.
+``VIGIL_MASTER_KEYS`` is used when set, else a fresh key-encryption key for the run.
+
 Timing starts at the first batch of events consumed (group join and the watchers' restore and
 indexing excluded: :meth:`Evaluator.prepare` builds the index before events are produced) and
 ends when the transaction holding the last event has committed. Prints one JSON object.
@@ -44,16 +49,19 @@ from prometheus_client import CollectorRegistry
 from benchmarks.runtime import bare
 from consumers.evaluator.loop import Evaluator, EvaluatorSettings, evaluator_app
 from consumers.evaluator.metrics import evaluator_metrics
+from pipeline.crypto import KeyEncryptionKeys, KeyRing, generate_kek_text
 from pipeline.kafka.admin import connect_admin, ensure_topics
 from pipeline.kafka.clients import producer_config
 from pipeline.kafka.partitioner import partition_for
 from pipeline.kafka.serde import default_registry
 from pipeline.kafka.topics import Topic, Topology
 from pipeline.records.grant import encode_grant
+from pipeline.records.sealing import seal_definition
 from pipeline.redis.budgets import RedisBudgets
 from pipeline.rules.authz import Action, Grant
 from pipeline.rules.budgets import BudgetCaps
 from pipeline.rules.commands import GrantRecord
+from pipeline.rules.data_keys import KeyOwner, evidence_owner, subject_owner
 from pipeline.rules.definition import WatcherDefinition
 from pipeline.rules.keys import canonical_json, watcher_key
 
@@ -75,6 +83,7 @@ class _Loader:
         self.tenant = tenant
         overrides: dict[str, Any] = {"linger.ms": 50}
         self.producer = Producer(producer_config(bootstrap, **overrides))
+        self.ring = KeyRing(KeyEncryptionKeys.load(), _REGISTRY)
         template = WatcherDefinition.from_json(
             {
                 "watcher_id": "w",
@@ -98,7 +107,14 @@ class _Loader:
             except BufferError:
                 self.producer.poll(0.1)
 
+    def key(self, owner: KeyOwner) -> None:
+        if self.ring.record(owner) is None:
+            topic_key, raw = self.ring.create(owner, NOW)
+            self._send(Topic.KEYS, topic_key, raw, partition_for(owner.subject_key, PARTITIONS))
+
     def watcher(self, user: str, watcher_id: str, source_id: str, event_type: str) -> None:
+        self.key(subject_owner(self.tenant, user))
+        self.key(evidence_owner(self.tenant, user, watcher_id, 1))
         body = copy.deepcopy(self.template)
         body.update(user_id=user, watcher_id=watcher_id)
         body["source"].update(source_id=source_id, event_type=event_type)
@@ -115,7 +131,16 @@ class _Loader:
             "session_id": None,
             "activated_at": None,
             "updated_at": NOW,
-            "definition": canonical_json(body).decode(),
+            "definition": None,
+            "sealed": seal_definition(
+                self.ring,
+                "watcher",
+                self.tenant,
+                user,
+                watcher_id,
+                1,
+                canonical_json(body).decode(),
+            ),
         }
         key = watcher_key(self.tenant, user, watcher_id)
         value = _REGISTRY.encode("watcher", record)
@@ -249,6 +274,7 @@ def _passthrough(bootstrap: str, topology: Topology, n: int) -> dict[str, Any]:
 
 
 def main() -> None:
+    os.environ.setdefault("VIGIL_MASTER_KEYS", generate_kek_text("bench"))
     bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092")
     redis_url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
     n = int(os.environ.get("BENCH_EVENTS", "20000"))

@@ -34,6 +34,9 @@ from pydantic import (
     model_validator,
 )
 
+from pipeline.crypto.kek import DEFAULT_ENV as DEFAULT_KEK_ENV
+from pipeline.crypto.kek import KeyEncryptionKeys
+from pipeline.crypto.ring import DEFAULT_CACHE
 from pipeline.kafka.topics import DEFAULT_PARTITIONS, DEFAULT_PREFIX, Topology
 from pipeline.rules.authz import Role
 from pipeline.rules.budgets import MAX_AMOUNT, BudgetCaps, BudgetCeilings
@@ -60,6 +63,7 @@ __all__ = [
     "MetricsConfig",
     "OperatorConfig",
     "PrincipalConfig",
+    "PrivacyConfig",
     "RedisConfig",
     "RpcConfig",
     "RunConfig",
@@ -331,6 +335,22 @@ class BudgetsConfig(_Section):
         return self
 
 
+class PrivacyConfig(_Section):
+    """Where the key-encryption keys come from (DESIGN §10 "Erasure's reach"): the variable
+    ``master_key_env`` names, else ``master_key_file`` (``vigil dev`` writes one in its state
+    directory). Neither set is refused when a process starts, with the fix."""
+
+    master_key_env: EnvName = DEFAULT_KEK_ENV
+    master_key_file: Annotated[Path, AfterValidator(lambda p: p.expanduser())] | None = None
+    key_cache: int = Field(default=DEFAULT_CACHE, ge=1, le=10_000_000)
+
+    def keks(self, environ: Mapping[str, str] | None = None) -> KeyEncryptionKeys:
+        """The key-encryption keys, read now (a one-line :class:`ConfigError` without)."""
+        return KeyEncryptionKeys.load(
+            self.master_key_env, file=self.master_key_file, environ=environ
+        )
+
+
 class InstanceConfig(_Section):
     id: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")] | None = None
 
@@ -356,6 +376,7 @@ class VigilConfig(_Section):
     instance: InstanceConfig = InstanceConfig()
     operator: OperatorConfig = OperatorConfig()
     limits: LimitsConfig = LimitsConfig()
+    privacy: PrivacyConfig = PrivacyConfig()
 
     @model_validator(mode="after")
     def _targets_unambiguous(self) -> VigilConfig:

@@ -9,10 +9,15 @@ Fixture contract used by every test module (keep these names):
 - ``unique_name`` (function): a factory ``unique_name("prefix") -> str`` unique per call.
 
 Servers start lazily: a run of unit tests alone starts nothing.
+
+Every vigil process needs a key-encryption key (DESIGN.md §10): unless the environment names one,
+``$VIGIL_MASTER_KEYS`` is set here to a fixed test key, which the processes tests start inherit.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import importlib.util
 import itertools
 import os
@@ -27,6 +32,8 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+TEST_KEK = "test:" + base64.urlsafe_b64encode(hashlib.sha256(b"vigil tests").digest()).decode()
+os.environ.setdefault("VIGIL_MASTER_KEYS", TEST_KEK)
 KAFKA_SH = ROOT / "deploy" / "kafka" / "kafka.sh"
 REDIS_SH = ROOT / "deploy" / "redis" / "redis.sh"
 

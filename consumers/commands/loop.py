@@ -1,15 +1,23 @@
 """The command processor's loop: decode a command, ask :func:`pipeline.rules.commands.apply.apply`,
 write.
 
-Consumes ``commands`` (key: subject) on the exactly-once :class:`StreamApp` with ``registry`` as
-its owned, co-partitioned changelog table (one writer per subject partition: caps, CAS and
-collapse are atomic) and ``grants`` as a global table. Everything one command decides —
+Consumes ``commands`` (key: subject) on the exactly-once :class:`StreamApp` with ``registry`` and
+``keys`` as its owned, co-partitioned changelog tables (one writer per subject partition: caps,
+CAS, collapse and data keys are atomic) and ``grants`` as a global table. Everything one command
+decides —
 registry, ``watchers`` (on the partition of its source id; the old partition's key tombstoned
 when the source moves), ``lifecycle``, ``definition-log``, ``grants``, an immediate ``send``'s
 ``outbox`` entry (on Java's partition of its delivery key) and its ``command-results`` record —
 goes out in the transaction that commits its input offset.
 
 The limits on what a subject holds (``[limits]``, DESIGN.md §10) are the processor's to apply.
+Data keys (DESIGN §10 "Erasure's reach") are made here and nowhere else: the subject's key when
+a command first writes something of the subject's (or asks, verb ``key``), a watcher version's
+evidence key with each new version, both re-wrapped under the newest key-encryption key when a
+command touches an older one; ``cancel`` tombstones the watcher's evidence keys, erasure every
+key of the subject. Every subject field written here is sealed with the partition's
+:class:`~pipeline.crypto.ring.KeyRing`, and commands' sealed content is opened with it.
+
 Every step commits (commands are few and callers wait for them), so the grants this processor
 wrote are in the global table by the next step; grants written earlier in the same step are
 overlaid until then. A record that is not Avro goes to ``dead-letter``; a command that decodes
@@ -31,6 +39,7 @@ from prometheus_client import REGISTRY, CollectorRegistry
 from consumers.commands.metrics import command_counter
 from consumers.commands.registry import SubjectIndex
 from pipeline.clock import Clock, SystemClock
+from pipeline.crypto import KeyEncryptionKeys, KeyRing
 from pipeline.kafka.partitioner import partition_for
 from pipeline.kafka.serde import SchemaRegistry, default_registry
 from pipeline.kafka.topics import Topic, Topology
@@ -50,21 +59,26 @@ from pipeline.rules.commands import (
     CommandVerb,
     GrantRecord,
     RegistryEntry,
+    Shred,
     apply,
     refused,
 )
 from pipeline.rules.commands.limits import DEFAULT_LIMITS, Limits
+from pipeline.rules.data_keys import KeyOwner, evidence_owner, subject_owner
 from pipeline.rules.errors import (
     BrokerError,
     BudgetStoreError,
     ConfigError,
     DefinitionError,
+    ErasedError,
     SerdeError,
 )
 from pipeline.rules.keys import subject_key, watcher_key
+from pipeline.rules.lifecycle import is_live
 from pipeline.runtime.app import StreamApp
 from pipeline.runtime.processing import InputRecord, Message, ProcessContext
 from pipeline.runtime.tables import Table, TableKind, TableSpec
+from pipeline.runtime.views import KeyView
 
 __all__ = ["CommandProcessor"]
 
@@ -73,6 +87,7 @@ log = logging.getLogger(__name__)
 _MAX_REQUEST_ID: Final = 128
 _VERBS: Final = frozenset(verb.value for verb in CommandVerb)
 REGISTRY_TABLE: Final = "registry"
+KEYS_TABLE: Final = "keys"
 GRANTS_TABLE: Final = "grants"
 COMMAND: Final = "command"
 
@@ -88,19 +103,27 @@ class CommandProcessor:
         instance_id: str,
         clock: Clock | None = None,
         schemas: SchemaRegistry | None = None,
+        keks: KeyEncryptionKeys | None = None,
+        key_cache: int = 65_536,
         metrics: CollectorRegistry = REGISTRY,
         consumer_overrides: dict[str, Any] | None = None,
         limits: Limits = DEFAULT_LIMITS,
         ceilings: BudgetCeilings = NO_CEILINGS,
     ) -> None:
-        by_subject = {topology.partitions_for(t) for t in (Topic.COMMANDS, Topic.REGISTRY)}
+        """``keks`` default to ``$VIGIL_MASTER_KEYS`` (none there: a ``ConfigError``)."""
+        by_subject = {
+            topology.partitions_for(t) for t in (Topic.COMMANDS, Topic.REGISTRY, Topic.KEYS)
+        }
         if len(by_subject) > 1:
-            raise ConfigError("partitions: commands and registry need one count (by subject)")
+            raise ConfigError("partitions: commands, registry and keys need one count (by subject)")
         self._topology = topology
         self._limits = limits
         self._clock = clock or SystemClock()
         self._ceilings = ceilings
         self._schemas = schemas or default_registry()
+        self._keks = keks or KeyEncryptionKeys.load()
+        self._key_cache = key_cache
+        self._keys: dict[int, KeyView] = {}  # per task partition: its own ring
         self._counter = command_counter(metrics)
         self._topics = {topic: topology.name(topic) for topic in Topic}
         self._pending_grants: dict[str, bytes | None] = {}
@@ -115,6 +138,7 @@ class CommandProcessor:
             self._process,
             tables=[
                 TableSpec(REGISTRY_TABLE, self._topics[Topic.REGISTRY], TableKind.OWNED),
+                TableSpec(KEYS_TABLE, self._topics[Topic.KEYS], TableKind.OWNED),
                 TableSpec(GRANTS_TABLE, self._topics[Topic.GRANTS], TableKind.GLOBAL),
             ],
             decode=self._decode,
@@ -161,22 +185,36 @@ class CommandProcessor:
 
     def _process(self, batch: list[InputRecord], ctx: ProcessContext) -> None:
         registry = ctx.table(REGISTRY_TABLE)
+        keys = self._key_view(ctx)
         grants = self._grants(_global_table(ctx, GRANTS_TABLE))
         now = self._clock.now()
         for record in batch:
-            self._one(record, ctx, registry, grants, now)
+            self._one(record, ctx, registry, keys, grants, now)
+
+    def _key_view(self, ctx: ProcessContext) -> KeyView:
+        """The partition's keys through its own ring (rebuilt with a new table object, which a
+        restore or a rebuilt producer gives); caught up with rollbacks."""
+        table = ctx.table(KEYS_TABLE)
+        view = self._keys.get(ctx.partition)
+        if view is None or view.table is not table:
+            ring = KeyRing(self._keks, self._schemas, cache_size=self._key_cache)
+            view = self._keys[ctx.partition] = KeyView(table, ring)
+        else:
+            view.refresh()
+        return view
 
     def _one(
         self,
         record: InputRecord,
         ctx: ProcessContext,
         registry: Table,
+        keys: KeyView,
         grants: dict[str, GrantRecord],
         now: datetime,
     ) -> None:
         value: dict[str, Any] = record.value
         try:
-            command = command_from_value(value)
+            command = command_from_value(value, keys.ring)
             key = (record.key or b"").decode("utf-8", "replace")
             if key != command.subject_key:
                 raise DefinitionError("the record key is not the command's subject", "key")
@@ -189,12 +227,18 @@ class CommandProcessor:
             log.warning("invalid command %s at offset %s: %s", request_id[:128], record.offset, exc)
             self._counter.labels(verb, "invalid").inc()
             if answerable:
-                self._answer(ctx, refused(request_id, verb, exc, now))
+                tenant, user = value.get("tenant_id"), value.get("user_id")
+                owner = (
+                    subject_owner(tenant, user)
+                    if isinstance(tenant, str) and isinstance(user, str)
+                    else None
+                )
+                self._answer(ctx, refused(request_id, verb, exc, now), keys.ring, owner)
             return
         try:
             outcome = apply(
                 command,
-                self._view(registry, command),
+                self._view(registry, keys.ring, command),
                 grants,
                 now,
                 self._limits,
@@ -206,24 +250,33 @@ class CommandProcessor:
             log.exception("command %s could not be decided", command.request_id)
             reason = DefinitionError(f"cannot be decided: {type(exc).__name__}: {exc}")
             self._counter.labels(command.verb.value, "invalid").inc()
-            self._answer(ctx, refused(command.request_id, command.verb.value, reason, now))
+            owner = subject_owner(command.tenant_id, command.user_id)
+            self._answer(
+                ctx, refused(command.request_id, command.verb.value, reason, now), keys.ring, owner
+            )
             return
-        self._write(ctx, registry, grants, command, outcome)
+        self._write(ctx, registry, keys, grants, command, outcome)
         error = outcome.result.error
         self._counter.labels(command.verb.value, "ok" if error is None else error.code).inc()
 
-    def _view(self, registry: Table, command: Command) -> dict[str, RegistryEntry]:
-        """The subject's watchers by id, through the subject index (not a partition scan)."""
+    def _view(self, registry: Table, ring: KeyRing, command: Command) -> dict[str, RegistryEntry]:
+        """The subject's watchers by id, through the subject index (not a partition scan). An
+        entry whose sealed definition no longer opens is erased: left out."""
         view: dict[str, RegistryEntry] = {}
         for key in self._index.keys(registry, command.subject_key):
             raw = registry.get(key)
-            if raw is not None:
-                entry = self._decode_entry(raw)
-                view[entry.watcher_id] = entry
+            if raw is None:
+                continue
+            try:
+                entry = self._decode_entry(raw, ring)
+            except ErasedError:
+                log.warning("registry entry %s is erased: left out", key)
+                continue
+            view[entry.watcher_id] = entry
         return view
 
-    def _entry(self, raw: bytes) -> RegistryEntry:
-        return decode_entry(self._schemas, raw)
+    def _entry(self, raw: bytes, ring: KeyRing) -> RegistryEntry:
+        return decode_entry(self._schemas, ring, raw)
 
     def _grants(self, table: Table | None) -> dict[str, GrantRecord]:
         """Every grant: the global table, decoded once per value, with this step's overlay."""
@@ -250,25 +303,28 @@ class CommandProcessor:
         self,
         ctx: ProcessContext,
         registry: Table,
+        keys: KeyView,
         grants: dict[str, GrantRecord],
         command: Command,
         outcome: CommandOutcome,
     ) -> None:
         tenant, user = command.tenant_id, command.user_id
-        schemas = self._schemas
+        schemas, ring = self._schemas, keys.ring
         now = outcome.result.processed_at
+        shredded = self._shred(keys, tenant, user, outcome.shred)
+        self._ensure_keys(keys, command, outcome, now)
         for watcher_id, entry in outcome.registry:
             key = watcher_key(tenant, user, watcher_id)
             if entry is None:
                 registry.delete(key)
             else:
-                registry.set(key, encode_entry(schemas, entry))
+                registry.set(key, encode_entry(schemas, ring, entry))
                 self._index.add(registry, key)
         watchers = self._topics[Topic.WATCHERS]
         count = self._topology.partitions_for(Topic.WATCHERS)
         for write in outcome.watchers:
             key = watcher_key(tenant, user, write.watcher_id)
-            value = None if write.entry is None else encode_watcher(schemas, write.entry)
+            value = None if write.entry is None else encode_watcher(schemas, ring, write.entry)
             ctx.produce(watchers, key, value, partition_for(write.source_id, count))
         for change in outcome.lifecycle:
             key = (
@@ -286,16 +342,65 @@ class CommandProcessor:
         )
         for entry in outcome.definitions:
             key = watcher_key(tenant, user, entry.watcher_id)
-            value = encode_definition_log(schemas, entry, command, now)
+            value = encode_definition_log(schemas, ring, entry, command, now)
             ctx.produce(log_topic, key, value, log_partition)
         self._write_grants(ctx, grants, outcome.grants)
         outbox = self._topics[Topic.OUTBOX]
         outbox_partitions = self._topology.partitions_for(Topic.OUTBOX)
         for delivery in outcome.outbox:
             key = delivery.delivery_key
-            value = encode_outbox_entry(schemas, delivery)
+            value = encode_outbox_entry(schemas, ring, delivery)
             ctx.produce(outbox, key, value, partition_for(key, outbox_partitions))
-        self._answer(ctx, outcome.result)
+        result = outcome.result
+        if shredded and result.result is not None:
+            result = result.model_copy(
+                update={"result": {**result.result, "keys_shredded": shredded}}
+            )
+        self._answer(ctx, result, ring, subject_owner(tenant, user))
+
+    # -- data keys -----------------------------------------------------------------------
+
+    def _shred(self, keys: KeyView, tenant: str, user: str, shred: tuple[Shred, ...]) -> int:
+        """Tombstone the keys ``shred`` names (the partition's table writes its changelog);
+        returns how many."""
+        done = 0
+        for scope in shred:
+            owners = keys.ring.owners(tenant, user, scope.watcher_id)
+            if scope.watcher_id is not None:  # cancel: the watcher's evidence keys only
+                owners = [o for o in owners if o.watcher_id is not None]
+            for owner in owners:
+                keys.table.delete(owner.topic_key)
+                keys.ring.apply(owner.topic_key, None)
+                done += 1
+        return done
+
+    def _ensure_keys(
+        self, keys: KeyView, command: Command, outcome: CommandOutcome, now: datetime
+    ) -> None:
+        """The keys this command's writes seal under: the subject's (when it writes anything
+        of the subject's, or asks with ``key``) and each new version's evidence key; and every
+        key of the subject still wrapped under an older KEK, wrapped again under the newest."""
+        if not outcome.result.ok or command.verb is CommandVerb.ERASE:
+            return
+        entries = [entry for _, entry in outcome.registry if entry is not None]
+        wanted: list[KeyOwner] = []
+        if command.verb is CommandVerb.KEY or entries or outcome.outbox or outcome.definitions:
+            wanted.append(subject_owner(command.tenant_id, command.user_id))
+        # Evidence keys for versions that can still gather evidence: a cancel's shredded key is
+        # never made again, and a closed watcher gathers none.
+        wanted.extend(
+            evidence_owner(e.tenant_id, e.user_id, e.watcher_id, e.version)
+            for e in entries
+            if is_live(e.status)
+        )
+        for owner in wanted:
+            if keys.ring.record(owner) is None:
+                topic_key, raw = keys.ring.create(owner, now)
+                keys.table.set(topic_key, raw)
+        for owner in keys.ring.owners(command.tenant_id, command.user_id):
+            renewed = keys.ring.rewrapped(owner)  # None unless an older KEK wraps it
+            if renewed is not None:
+                keys.table.set(*renewed)
 
     def _write_grants(
         self,
@@ -312,9 +417,33 @@ class CommandProcessor:
             else:
                 grants[grant_id] = record
 
-    def _answer(self, ctx: ProcessContext, result: CommandResult) -> None:
-        value = encode_result(self._schemas, result)
+    def _answer(
+        self,
+        ctx: ProcessContext,
+        result: CommandResult,
+        ring: KeyRing | None = None,
+        owner: KeyOwner | None = None,
+    ) -> None:
+        """The result, its body sealed under ``owner``'s key (plain without one: then it
+        carries no subject content, e.g. an erasure's own answer or a refusal)."""
+        if ring is None or owner is None or ring.record(owner) is None:
+            value = encode_result(self._schemas, _NO_KEYS, result, None)
+        else:
+            value = encode_result(self._schemas, ring, result, owner)
         ctx.produce(self._topics[Topic.COMMAND_RESULTS], result.request_id, value)
+
+
+class _NoKeys:
+    """The sealer of a result body with no key to seal under: it never seals or opens."""
+
+    def seal(self, owner: KeyOwner, aad: bytes, plaintext: bytes) -> bytes | None:
+        return None
+
+    def open(self, aad: bytes, sealed: bytes) -> bytes | None:
+        return None
+
+
+_NO_KEYS: Final = _NoKeys()
 
 
 def _global_table(ctx: ProcessContext, name: str) -> Table | None:

@@ -148,7 +148,7 @@ class Claimer:
             self._states.queue.schedule(key, partition, DueKind.ATTEMPT, state.due_at)
             return None
         entry = self._states.entry(key, partition)
-        if entry is None:  # the outbox no longer holds it: nothing left to deliver
+        if entry is None or entry.erased:  # purged, or its subject erased: nothing to send
             self._states.write(store, record.moved(cancel(state, now)))
             self._metrics.cancellations.inc()
             self._states.queue.schedule(key, partition, DueKind.PURGE, now)

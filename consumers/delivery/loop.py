@@ -18,6 +18,9 @@ DESIGN.md §4 and seed 000's dispatch sequence, on the exactly-once runtime
   recorded in a later transaction: ``delivered`` (with any ledger records an adapter returns),
   ``pending`` after the §8 backoff, or ``dead_letter`` (also copied to ``dead-letter`` with its
   categorical reason).
+- ``keys`` is read whole too: entries are opened with its :class:`~pipeline.crypto.ring.KeyRing`,
+  ledger texts sealed with it; an entry that no longer opens (its subject erased) is never sent,
+  only ``cancelled`` and purged.
 - ``lifecycle`` and ``grants`` are read whole. Entries of a cancelled watcher or an erased
   subject are ``cancelled`` and purged at once (tombstones on ``outbox`` and
   ``delivery-state``; an erasure also deletes the subject's Redis budgets); other settled
@@ -56,6 +59,7 @@ from consumers.delivery.sends import Claim, Executor, SendPool
 from consumers.delivery.states import OUTBOX, STATE, DeliveryStates
 from consumers.delivery.sweep import sweep
 from pipeline.clock import Clock, SystemClock
+from pipeline.crypto import KeyEncryptionKeys, KeyRing
 from pipeline.kafka.serde import SchemaRegistry, default_registry
 from pipeline.kafka.topics import Topic, Topology
 from pipeline.records.delivery_state import (
@@ -75,7 +79,7 @@ from pipeline.rules.outcomes import DeliveryStatus
 from pipeline.runtime.app import InputRecord, ProcessContext
 from pipeline.runtime.processing import Message
 from pipeline.runtime.tables import TableKind, TableSpec
-from pipeline.runtime.views import GrantIndex, LifecycleIndex
+from pipeline.runtime.views import GrantIndex, KeyView, LifecycleIndex
 
 __all__ = ["DEFAULT_GROUP", "DeliverySettings", "DeliveryWorker"]
 
@@ -84,6 +88,7 @@ log = logging.getLogger(__name__)
 DEFAULT_GROUP = "vigil.delivery"
 LIFECYCLE = "lifecycle"
 GRANTS = "grants"
+KEYS = "keys"
 _S = DeliveryStatus
 # Before deciding due entries, grants and lifecycle are at most this old: a revocation or a
 # cancel applies to every attempt decided from 50 ms after it reached the broker.
@@ -128,9 +133,11 @@ class DeliveryWorker:
         registry: CollectorRegistry = REGISTRY,
         schemas: SchemaRegistry | None = None,
         executor: Executor | None = None,
+        ring: KeyRing | None = None,
     ) -> None:
         """``executor`` runs fired ``prompt`` and ``run`` entries (a process that has none
-        rejects them)."""
+        rejects them). ``ring`` is the key ring the adapters seal ledger records with (its
+        keys follow the ``keys`` table here); by default one under ``$VIGIL_MASTER_KEYS``."""
         self.settings = settings
         topology = settings.topology
         self._outbox_topic = topology.name(Topic.OUTBOX)
@@ -138,6 +145,8 @@ class DeliveryWorker:
         self._budgets = budgets
         self._clock: Clock = clock or SystemClock()
         self._schemas = schemas or default_registry()
+        self.ring = KeyRing(KeyEncryptionKeys.load(), self._schemas) if ring is None else ring
+        self._keys: KeyView | None = None
         self._metrics = delivery_metrics(registry)
         self.app = DeliveryApp(
             bootstrap,
@@ -150,6 +159,7 @@ class DeliveryWorker:
                 TableSpec(OUTBOX, self._outbox_topic, TableKind.EXTERNAL),
                 TableSpec(LIFECYCLE, topology.name(Topic.LIFECYCLE), TableKind.GLOBAL),
                 TableSpec(GRANTS, topology.name(Topic.GRANTS), TableKind.GLOBAL),
+                TableSpec(KEYS, topology.name(Topic.KEYS), TableKind.GLOBAL),
             ],
             decode=self._decode,
             dead_letter_topic=self._dlq_topic,
@@ -159,7 +169,7 @@ class DeliveryWorker:
             schemas_topic=topology.name(Topic.SCHEMAS),
             schema_registry=self._schemas,
         )
-        self._states = DeliveryStates(self.app, self._schemas)
+        self._states = DeliveryStates(self.app, self._schemas, self.ring)
         self._sends = SendPool(
             adapters,
             settings.senders,
@@ -182,6 +192,7 @@ class DeliveryWorker:
         if self._started:
             return
         self.app.start()
+        self._keys = KeyView(self.app.global_table(KEYS), self.ring)
         self._grants = GrantIndex(self.app.global_table(GRANTS), self._schemas)
         self._lifecycle = LifecycleIndex(self.app.global_table(LIFECYCLE), self._schemas)
         planner = Planner(
@@ -308,14 +319,18 @@ class DeliveryWorker:
         if value is None:
             return None  # a tombstone (a purge): nothing to deliver
         try:
-            return decode_outbox_entry(self._schemas, value)
+            return decode_outbox_entry(self._schemas, self.ring, value)
         except (ValidationError, KeyError, TypeError, ValueError) as exc:
             raise SerdeError(f"not an outbox entry: {exc}") from exc
 
     def _on_outbox(self, batch: list[InputRecord], ctx: ProcessContext) -> None:
-        """New entries become ``pending``; a key already known never starts over."""
+        """New entries become ``pending``; a key already known never starts over. (An entry
+        that did not open at decode time is opened again when it falls due, with the keys
+        caught up; if it still does not, it is cancelled.)"""
         states = ctx.table(STATE)
         now = self._clock.now()
+        if self._keys is not None:
+            self._keys.refresh()
         for record in batch:
             entry = record.value
             if entry is None:
@@ -343,6 +358,8 @@ class DeliveryWorker:
         self.app.catch_up()
         self._views_read = time.monotonic()
         assert self._grants is not None and self._lifecycle is not None
+        assert self._keys is not None
+        self._keys.refresh()
         self._grants.refresh()
         dropping = self._lifecycle.refresh()
         if dropping:

@@ -26,6 +26,7 @@ from consumers.delivery.due import DueKind, DueQueue
 from pipeline.kafka.serde import SchemaRegistry
 from pipeline.records.delivery_state import DeliveryRecord, decode_record, encode_record
 from pipeline.records.outbox_entry import decode_outbox_entry, encode_outbox_entry
+from pipeline.records.sealing import Sealer
 from pipeline.rules.dispatch import purge_due
 from pipeline.rules.errors import SerdeError
 from pipeline.rules.outbox import OutboxEntry
@@ -45,9 +46,10 @@ _UNSETTLED = (_S.PENDING, _S.DISPATCHING)
 class DeliveryStates:
     """The stores, the queue and the entries of one worker."""
 
-    def __init__(self, app: DeliveryApp, schemas: SchemaRegistry) -> None:
+    def __init__(self, app: DeliveryApp, schemas: SchemaRegistry, sealer: Sealer) -> None:
         self._app = app
         self._schemas = schemas
+        self._sealer = sealer
         self.queue = DueQueue()
         self._known: dict[int, Table] = {}  # the stores the queue reflects
         self._seen_aborts = 0
@@ -153,15 +155,16 @@ class DeliveryStates:
         self._entries[key] = (partition, entry)
 
     def entry(self, key: str, partition: int) -> OutboxEntry | None:
-        """The outbox entry of ``key`` (None when the outbox no longer holds it)."""
+        """The outbox entry of ``key`` (None when the outbox no longer holds it; ``erased``
+        when its key is gone — one read as erased is opened again, its key may have come)."""
         cached = self._entries.get(key)
-        if cached is not None:
+        if cached is not None and not cached[1].erased:
             return cached[1]
         raw = self._outbox_raw(key, partition)
         if raw is None:
             return None
         try:
-            entry = decode_outbox_entry(self._schemas, raw)
+            entry = decode_outbox_entry(self._schemas, self._sealer, raw)
         except (SerdeError, ValidationError, KeyError, TypeError, ValueError) as exc:
             log.error("outbox entry %s is unreadable: %s", key, exc)
             return None
@@ -171,7 +174,7 @@ class DeliveryStates:
     def outbox_value(self, key: str, partition: int, entry: OutboxEntry) -> bytes:
         """The entry's bytes as the outbox holds them (for a dead letter)."""
         raw = self._outbox_raw(key, partition)
-        return raw if raw is not None else encode_outbox_entry(self._schemas, entry)
+        return raw if raw is not None else encode_outbox_entry(self._schemas, self._sealer, entry)
 
     def _outbox_raw(self, key: str, partition: int) -> bytes | None:
         store = self._app.stores(OUTBOX).get(partition)

@@ -3,14 +3,20 @@
 
 A :class:`~pipeline.runtime.app.StreamApp` over ``events`` and ``ticks`` with ``watchers`` as
 an external co-partitioned table (caught up to its end before each batch, so a create, pause
-or revocation applies to everything after it), ``grants`` and ``lifecycle`` as global tables
-and ``watcher-state`` as its own changelog. For each input, :class:`Evaluator` finds the
+or revocation applies to everything after it), ``grants``, ``lifecycle`` and ``keys`` as global
+tables and ``watcher-state`` as its own changelog. For each input, :class:`Evaluator` finds the
 watchers of its source through :class:`~pipeline.runtime.views.WatcherIndex` (a tick applies
 to the watcher it names only), charges the evaluation budget in Redis with an idempotency token
 (input position + watcher key), calls the pure :func:`~pipeline.rules.evaluation.evaluate`, and
 writes watcher-state, the receipt, the outbox entry and a ``close`` command, all in the
 transaction that commits the input offsets. An event found off its source's Java-default
 partition (a foreign producer) is re-produced to that partition instead.
+
+Subject fields are sealed (DESIGN §10 "Erasure's reach"): definitions and tick payloads are
+opened with the ``keys`` table's :class:`~pipeline.crypto.ring.KeyRing`; receipts are sealed
+under the watcher version's evidence key (with ``retain_until`` from its evidence retention),
+outbox entries under the subject's key. A tick or a definition that no longer opens (cancelled,
+erased) is skipped and counted, never evaluated on an empty payload.
 
 Redis unreachable: the batch aborts and rewinds and :func:`run` backs off and retries; nothing
 is ever evaluated unbudgeted. Leaves out the command line (``pipeline.cli.evaluator_cmd``), the
@@ -33,6 +39,7 @@ from consumers.evaluator.lifecycle import LifecycleTracker
 from consumers.evaluator.metrics import EvaluatorMetrics, evaluator_metrics, lag_reporter
 from consumers.evaluator.plan import Plan, effective_state
 from pipeline.clock import Clock, SystemClock
+from pipeline.crypto import KeyEncryptionKeys, KeyRing
 from pipeline.kafka.partitioner import partition_for
 from pipeline.kafka.serde import SchemaRegistry, default_registry
 from pipeline.kafka.topics import Topic, Topology
@@ -49,34 +56,41 @@ from pipeline.rules.budgets import NO_CEILINGS, BudgetCaps, BudgetCeilings
 from pipeline.rules.commands.system import close_command
 from pipeline.rules.errors import (
     BudgetStoreError,
+    DefinitionError,
+    ErasedError,
     SerdeError,
 )
 from pipeline.rules.evaluation import Evaluation
 from pipeline.rules.evidence import Evidence, position_of
 from pipeline.rules.keys import watcher_key
 from pipeline.rules.outcomes import Outcome, Reason
+from pipeline.rules.retention import retain_until
 from pipeline.rules.watcher_state import WatcherState
 from pipeline.runtime.app import InputRecord, ProcessContext, StreamApp
 from pipeline.runtime.processing import Message
 from pipeline.runtime.tables import Table, TableKind, TableSpec
-from pipeline.runtime.views import GrantIndex, WatcherIndex
+from pipeline.runtime.views import GrantIndex, KeyView, WatcherIndex
 
 __all__ = ["Evaluator", "EvaluatorSettings", "Input", "evaluator_app", "run"]
 
 log = logging.getLogger(__name__)
 
 _STATE, _WATCHERS, _GRANTS, _LIFECYCLE = "watcher-state", "watchers", "grants", "lifecycle"
+_KEYS = "keys"
 _BACKOFF_START_S, _BACKOFF_MAX_S = 0.2, 5.0
 _HOME_MEMO = 16_384  # source ids whose partition is remembered (every in-memory map is bounded)
 
 
 @dataclass(frozen=True, slots=True)
 class Input:
-    """A decoded input record: its evidence, and its raw bytes for a re-route."""
+    """A decoded input record: its evidence, and its raw bytes for a re-route. A tick whose
+    payload did not open at decode time (its key may arrive with this batch's tables) keeps
+    its value and position to be opened once the keys are caught up (``evidence`` None)."""
 
-    evidence: Evidence
+    evidence: Evidence | None
     raw: bytes
     watcher_version: int | None = None  # ticks name the version they were made for
+    sealed_tick: tuple[dict[str, Any], str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,13 +133,18 @@ class Evaluator:
         evaluators: Set[str] = frozenset(),
         metrics: EvaluatorMetrics | None = None,
         ceilings: BudgetCeilings = NO_CEILINGS,
+        keks: KeyEncryptionKeys | None = None,
+        key_cache: int = 65_536,
     ) -> None:
+        """``keks`` default to ``$VIGIL_MASTER_KEYS`` (none there: a ``ConfigError``)."""
         self._topology = topology
         self._budgets = budgets
         self._default_caps = default_caps
         self._ceilings = ceilings
         self._clock = clock or SystemClock()
         self._registry = registry or default_registry()
+        self._ring = KeyRing(keks or KeyEncryptionKeys.load(), self._registry, cache_size=key_cache)
+        self._keys: KeyView | None = None
         self._evaluators = evaluators
         self.metrics = metrics or evaluator_metrics(REGISTRY)
         self._events = topology.name(Topic.EVENTS)
@@ -161,7 +180,11 @@ class Evaluator:
         try:
             if expected == "event":
                 return Input(evidence_from_event(value, position), raw)
-            return Input(evidence_from_tick(value, position), raw, int(value["watcher_version"]))
+            version = int(value["watcher_version"])
+            try:
+                return Input(evidence_from_tick(value, position, self._ring), raw, version)
+            except ErasedError:
+                return Input(None, raw, version, (value, position))
         except SerdeError:
             raise
         except Exception as exc:  # any value a decoder cannot read is the record's failure
@@ -171,6 +194,7 @@ class Evaluator:
 
     def __call__(self, batch: list[InputRecord], ctx: ProcessContext) -> None:
         now = self._clock.now()
+        self._key_view(ctx)
         task = self._task(ctx)
         grants = self._grant_index(ctx)
         lifecycle = self._lifecycle_tracker(ctx)
@@ -180,7 +204,9 @@ class Evaluator:
         events = self._events
         for record in batch:
             item: Input = record.value
-            evidence = item.evidence
+            evidence = item.evidence if item.evidence is not None else self._opened(item)
+            if evidence is None:
+                continue
             topic = record.topic
             if topic == events:
                 home = self._home_of(evidence.source_id)
@@ -189,7 +215,7 @@ class Evaluator:
                     continue
                 watches = task.index.for_event(evidence.source_id, evidence.event_type or "")
             else:
-                watches = self._ticked(task, item)
+                watches = self._ticked(task, item, evidence)
             if not watches:
                 continue
             position = (topic, ctx.partition, record.offset)
@@ -203,7 +229,9 @@ class Evaluator:
         tally: dict[tuple[Outcome, Reason], int] = {}
         entries = 0
         for step in plan.settle():
-            if step.invalid:
+            if step.erased:
+                self.metrics.skipped.labels("watcher_erased").inc()
+            elif step.invalid:
                 self.metrics.skipped.labels("watcher_invalid").inc()
             elif step.result is not None:
                 entries += self._write(ctx, task, step.watch, step.state, step.result, now)
@@ -211,10 +239,23 @@ class Evaluator:
                 tally[decided] = tally.get(decided, 0) + 1
         self._count(tally, entries)
 
-    def _ticked(self, task: _Task, item: Input) -> tuple[Watch, ...]:
+    def _opened(self, item: Input) -> Evidence | None:
+        """A tick's evidence once the keys are caught up; None (counted) when it is erased."""
+        assert item.sealed_tick is not None
+        try:
+            return evidence_from_tick(*item.sealed_tick, self._ring)
+        except ErasedError:
+            self.metrics.skipped.labels("tick_erased").inc()
+            return None
+        except (DefinitionError, SerdeError, ValueError, KeyError) as exc:
+            log.error("tick at %s is not valid evidence: %s", item.sealed_tick[1], exc)
+            self.metrics.skipped.labels("tick_invalid").inc()
+            return None
+
+    def _ticked(self, task: _Task, item: Input, evidence: Evidence) -> tuple[Watch, ...]:
         """A tick names its watcher: only that one, and only the version it was made for."""
-        assert item.evidence.watcher_key is not None
-        watch = task.index.get(watcher_key(*item.evidence.watcher_key))
+        assert evidence.watcher_key is not None
+        watch = task.index.get(watcher_key(*evidence.watcher_key))
         if watch is None:
             self.metrics.skipped.labels("tick_unknown_watcher").inc()
             return ()
@@ -234,7 +275,7 @@ class Evaluator:
     ) -> int:
         """The evaluation's records, straight from its fields (no model is built here);
         returns how many outbox entries it wrote."""
-        registry = self._registry
+        registry, ring = self._registry, self._ring
         receipt = result.receipt_fields
         trigger_key: str = receipt["trigger_key"]
         text = json_text(receipt["trigger"], "trigger")
@@ -248,15 +289,16 @@ class Evaluator:
             task.state.set(watch.key, data)
             task.cache[watch.key] = (data, next_state)
         home = self._home_of(watch.source_id)
-        value = encode_receipt(registry, receipt, watch.source_id, text)
+        until = retain_until(receipt["evaluated_at"], watch.definition.privacy.evidence_retention)
+        value = encode_receipt(registry, ring, receipt, watch.source_id, text, until)
         ctx.produce(self._receipts, watch.key, value, partition=home)
         entry = result.outbox_fields
         if entry is not None:
-            value = encode_outbox_entry(registry, entry, text)
+            value = encode_outbox_entry(registry, ring, entry, text)
             ctx.produce(self._outbox, entry["delivery_key"], value)
         if result.close is not None:
             command = close_command(watch.parts, watch.version, result.close, trigger_key, now)
-            value = encode_command(registry, command)
+            value = encode_command(registry, ring, command)
             ctx.produce(self._commands, command.subject_key, value)
             self.metrics.close_commands.labels(result.close.value).inc()
         return 0 if entry is None else 1
@@ -285,7 +327,7 @@ class Evaluator:
         state = ctx.table(_STATE)
         task = self._tasks.get(ctx.partition)
         if task is None or task.index.table is not watchers or task.state is not state:
-            task = _Task(WatcherIndex(watchers, self._registry), state)
+            task = _Task(WatcherIndex(watchers, self._registry, self._ring), state)
             self._tasks[ctx.partition] = task
             _settle_heap()
         else:
@@ -298,20 +340,33 @@ class Evaluator:
         evaluator has); returns how many watchers they index."""
         assert self._app is not None, "attach the app first"
         tables = {(t.spec.name, t.partition): t for t in self._app.tables()}
+        keys = tables.get((_KEYS, -1))
+        if keys is not None and self._keys is None:
+            self._keys = KeyView(keys, self._ring)
         for (name, partition), watchers in tables.items():
             state = tables.get((_STATE, partition))
             if name == _WATCHERS and state is not None:
-                task = _Task(WatcherIndex(watchers, self._registry), state)
+                task = _Task(WatcherIndex(watchers, self._registry, self._ring), state)
                 self._tasks[partition] = task
                 if compile_definitions:
                     for watch in task.index:
-                        watch.definition.compile()
+                        try:
+                            watch.definition.compile()
+                        except (ErasedError, DefinitionError) as exc:
+                            log.warning("watcher %s not compiled: %s", watch.key, exc)
         _settle_heap()
         return sum(len(task.index) for task in self._tasks.values())
 
     def attach(self, app: StreamApp) -> None:
         """Know the app whose tables :meth:`prepare` indexes."""
         self._app = app
+
+    def _key_view(self, ctx: ProcessContext) -> KeyView:
+        if self._keys is None:
+            self._keys = KeyView(ctx.table(_KEYS), self._ring)
+        else:
+            self._keys.refresh()
+        return self._keys
 
     def _grant_index(self, ctx: ProcessContext) -> GrantIndex:
         if self._grants is None:
@@ -382,6 +437,7 @@ def evaluator_app(
             TableSpec(_STATE, topology.name(Topic.WATCHER_STATE), TableKind.OWNED),
             TableSpec(_GRANTS, topology.name(Topic.GRANTS), TableKind.GLOBAL),
             TableSpec(_LIFECYCLE, topology.name(Topic.LIFECYCLE), TableKind.GLOBAL),
+            TableSpec(_KEYS, topology.name(Topic.KEYS), TableKind.GLOBAL),
         ],
         decode=evaluator.decode,
         dead_letter_topic=topology.name(Topic.DEAD_LETTER),

@@ -35,7 +35,7 @@ from pipeline.rules.budgets import (
     resolve_caps,
 )
 from pipeline.rules.definition import WatcherDefinition
-from pipeline.rules.errors import BrokerError, BudgetStoreError
+from pipeline.rules.errors import BrokerError, BudgetStoreError, ErasedError
 from pipeline.rules.evaluation import BudgetGate, Evaluation, authorization_for, evaluate
 from pipeline.rules.evidence import Evidence
 from pipeline.rules.lifecycle import is_closed
@@ -77,6 +77,7 @@ class Step:
     result: Evaluation | None = None
     charge: Charge | None = None
     invalid: bool = False
+    erased: bool = False  # its definition's key is gone: never evaluated
 
 
 class Plan:
@@ -165,6 +166,10 @@ class Plan:
             )
         except (BudgetStoreError, BrokerError):
             raise  # the store's failure, not the watcher's: the batch is retried
+        except ErasedError as exc:
+            step.invalid = step.erased = True
+            log.warning("watcher %s not evaluated: %s", step.watch.key, exc)
+            return
         except Exception as exc:  # this watcher's failure only: the others still decide
             step.invalid = True
             log.error("watcher %s not evaluated: %s: %s", step.watch.key, type(exc).__name__, exc)

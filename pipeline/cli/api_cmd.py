@@ -29,6 +29,7 @@ from pipeline.control.http.api import ApiServices, SchedulePort, create_app
 from pipeline.control.http.auth import TokenDirectory
 from pipeline.control.http.backend import ClientPool, LedgerStore
 from pipeline.control.run import RunStarted
+from pipeline.crypto import KeyEncryptionKeys, generate_kek_text
 from pipeline.rules.authz import Principal
 from pipeline.rules.errors import ConfigError
 
@@ -59,14 +60,20 @@ class _NotOverHttp:
 
 
 def build_services(
-    config: VigilConfig, *, clock: Clock | None = None, pool_size: int = _POOL
+    config: VigilConfig,
+    *,
+    clock: Clock | None = None,
+    pool_size: int = _POOL,
+    keks: KeyEncryptionKeys | None = None,
 ) -> tuple[ApiServices, Callable[[], None]]:
-    """The API's services from ``config``, and what closes them."""
+    """The API's services from ``config``, and what closes them (``keks``: default from
+    ``[privacy]``; none configured is a ``ConfigError``)."""
     clock = clock or SystemClock()
     topology = config.kafka.topology()
     bootstrap = config.kafka.bootstrap_servers
-    commands = ClientPool(bootstrap, topology, size=pool_size)
-    ledger = LedgerStore(bootstrap, topology, clock, max_scan=config.api.max_scan)
+    keks = keks or config.privacy.keks()
+    commands = ClientPool(bootstrap, topology, size=pool_size, keks=keks)
+    ledger = LedgerStore(bootstrap, topology, clock, max_scan=config.api.max_scan, keks=keks)
     zone = host_zone(config.subject.timezone)
     chats = tuple(config.chats)
     not_here = _NotOverHttp()
@@ -92,7 +99,9 @@ def build_services(
 
 def openapi_document() -> dict[str, Any]:
     """The served contract; it depends on no configuration."""
-    services, close = build_services(VigilConfig(), pool_size=1)
+    # No record is read or written: a throwaway key-encryption key will do.
+    keks = KeyEncryptionKeys.parse(generate_kek_text("openapi"))
+    services, close = build_services(VigilConfig(), pool_size=1, keks=keks)
     try:
         return create_app(services).openapi()
     finally:
@@ -174,7 +183,12 @@ def mcp(state: CliState, principal_name: str) -> None:
     agent = TokenDirectory.from_config(config.principals).principal(principal_name)
     if agent is None:
         raise ConfigError(f"no [principals.{principal_name}] is configured")
-    commands = ClientPool(config.kafka.bootstrap_servers, config.kafka.topology(), size=1)
+    commands = ClientPool(
+        config.kafka.bootstrap_servers,
+        config.kafka.topology(),
+        size=1,
+        keks=config.privacy.keks(),
+    )
     try:
         serve_stdio(build_server(commands, agent))
     finally:

@@ -32,6 +32,7 @@ _TOPICS: Final = (
     Topic.OUTBOX,
     Topic.DEAD_LETTER,
     Topic.SCHEMAS,
+    Topic.KEYS,
 )
 
 
@@ -52,6 +53,8 @@ def command_processor(
         instance_id=process.instance_id,
         limits=process.config.limits.limits(),
         ceilings=process.ceilings,
+        keks=process.keks,
+        key_cache=process.config.privacy.key_cache,
     )
     click.echo(
         f"command processor {processor.app.group_id}/{process.instance_id} running", err=True

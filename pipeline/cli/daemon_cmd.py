@@ -182,7 +182,8 @@ def daemon(state: CliState, socket_path: Path | None, log_level: str) -> None:
         chats=tuple(config.chats),
         zone=host_zone(subject.timezone),
     )
-    commands = CommandClient(bootstrap, topology)
+    keks = config.privacy.keks()
+    commands = CommandClient(bootstrap, topology, keks=keks)
     dispatcher = Dispatcher(
         who,
         commands=commands,
@@ -218,7 +219,7 @@ def daemon(state: CliState, socket_path: Path | None, log_level: str) -> None:
             f"agents run as {agent_user.name} (uid {agent_user.uid}) on {agent_path}", err=True
         )
     stop = shutdown.catch()
-    granter = CommandClient(bootstrap, topology)
+    granter = CommandClient(bootstrap, topology, keks=keks)
     grant_thread = threading.Thread(
         target=ensure_grant, args=(granter, config, stop), name="control-grant", daemon=True
     )

@@ -26,6 +26,8 @@ from pipeline.cli.context import CliState, pass_state
 from pipeline.cli.process import start
 from pipeline.control.run import ScriptRunner
 from pipeline.control.socket.server import default_socket_path
+from pipeline.crypto import KeyRing
+from pipeline.kafka.serde import default_registry
 from pipeline.kafka.topics import Topic
 
 __all__ = ["delivery"]
@@ -38,6 +40,7 @@ _TOPICS = (
     Topic.NOTIFICATIONS,
     Topic.DEAD_LETTER,
     Topic.SCHEMAS,
+    Topic.KEYS,
 )
 
 
@@ -80,14 +83,18 @@ def delivery(
         max_in_flight=max_in_flight,
     )
     socket = default_socket_path(socket_path, config.rpc.socket_path)
+    ring = KeyRing(process.keks, default_registry(), cache_size=config.privacy.key_cache)
     executor = VerbExecutor(
         SocketAgent(socket, config.agent.timeout.total_seconds()),
         ScriptRunner(config.run.allow_dir, socket, pass_env=config.run.env),
         process.topology.name(Topic.OUTBOX),
+        sealer=ring,
     )
     budgets = process.budgets()
-    with build_adapters(config) as adapters:
-        worker = DeliveryWorker(process.bootstrap, settings, adapters, budgets, executor=executor)
+    with build_adapters(config, sealer=ring) as adapters:
+        worker = DeliveryWorker(
+            process.bootstrap, settings, adapters, budgets, executor=executor, ring=ring
+        )
         click.echo(f"delivery {settings.group_id}/{settings.instance_id} running", err=True)
         worker.run(process.stop)
     budgets.close()

@@ -1,11 +1,15 @@
 """``vigil erase --tenant T --user U``: forget a subject, for operators (DESIGN.md §10).
 
-Sends the command processor's ``erase`` command as the operator (``vigil --as-operator erase``) and
-waits for its result, after asking for confirmation (``--yes`` skips it; with no terminal to answer,
-the answer is no). The processor tombstones every watcher of the subject in ``registry``,
-``watchers`` and ``lifecycle`` and writes one subject-wide ``lifecycle`` record, from which the
-evaluator, delivery and the budget store erase their own state. The CLI prints what was erased (or
-``--json``); a refusal prints one line and exits 1.
+Sends the command processor's ``erase`` command as the operator (``vigil --as-operator erase``)
+and waits for its
+result, after asking for confirmation (``--yes`` skips it; with no terminal to answer, the
+answer is no). The processor shreds every data key of the subject (so every sealed field it
+ever wrote, in every topic, stops opening at once), tombstones every watcher in ``registry``,
+``watchers`` and ``lifecycle``, revokes its grants and writes one subject-wide ``lifecycle``
+record, from which the evaluator, delivery and the budget store erase their own state. The CLI
+prints what was shredded, what erasure cannot reach (copies outside Kafka) and the longest time
+ciphertext and identifiers remain in the topics (their retention), or ``--json``; a refusal
+prints one line and exits 1.
 
 Left out: the rule (``pipeline.rules.commands.apply``) and what each consumer does with the erasure
 record.
@@ -13,25 +17,72 @@ record.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 import click
 
 from pipeline.cli.context import CliState, pass_state
 from pipeline.cli.watch_cmd import report, send_command
 from pipeline.control.client import DEFAULT_TIMEOUT_S
+from pipeline.kafka.topics import SPECS, Topic
 from pipeline.rules.commands import CommandVerb
+from pipeline.rules.durations import format_duration
 
-__all__ = ["erase", "render_erased"]
+__all__ = ["erase", "erasure_reach", "render_erased"]
+
+NOT_REACHED: Final = (
+    "deliveries already made: webhook receivers, chat messages, log destinations, scripts",
+    "the events topic: the publishers' own records, under their retention",
+    "process logs, and backups or mirrors of the topics",
+)
+
+
+def erasure_reach() -> dict[str, Any]:
+    """What erasure leaves, and for how long (from the topic specs vigil applies)."""
+    sealed = {s.topic.value: s.record_lifetime() for s in SPECS.values() if s.sealed}
+    longest = max(sealed, key=lambda name: sealed[name])
+    return {
+        "not_reached": list(NOT_REACHED),
+        "ciphertext_remains": format_duration(sealed[longest]),
+        "ciphertext_remains_in": longest,
+        "wrapped_keys_remain": format_duration(SPECS[Topic.KEYS].record_lifetime()),
+    }
 
 
 def render_erased(result: dict[str, Any]) -> str:
-    """``erased T/U: N watchers`` and then one erased watcher id a line."""
+    """What was shredded, then the erased watcher ids, then what erasure cannot reach and how
+    long ciphertext stays in the topics."""
     ids = [str(i) for i in result.get("watcher_ids", [])]
     count = int(result.get("erased", len(ids)))
     noun = "watcher" if count == 1 else "watchers"
-    head = f"erased {result.get('tenant_id')}/{result.get('user_id')}: {count} {noun}"
-    return "\n".join([head, *(f"  {watcher_id}" for watcher_id in ids)])
+    keys = int(result.get("keys_shredded", 0))
+    grants = int(result.get("grants_revoked", 0))
+    head = (
+        f"erased {result.get('tenant_id')}/{result.get('user_id')}: {count} {noun}, "
+        f"{keys} data {'key' if keys == 1 else 'keys'} shredded, "
+        f"{grants} {'grant' if grants == 1 else 'grants'} revoked"
+    )
+    reach = {**erasure_reach(), **{k: v for k, v in result.items() if k in _REACH}}
+    return "\n".join(
+        [
+            head,
+            *(f"  {watcher_id}" for watcher_id in ids),
+            "shredded: every sealed field of the subject (definitions, commands and results,"
+            " receipts, tick payloads, outbox, ledger and dead-letter texts) reads as erased"
+            " in every topic and process from now on",
+            "not reached (copies outside Kafka):",
+            *(f"  {item}" for item in reach["not_reached"]),
+            f"ciphertext remains at most {reach['ciphertext_remains']}"
+            f" ({reach['ciphertext_remains_in']} retention); the shredded keys' wrapped records"
+            f" leave the keys topic within {reach['wrapped_keys_remain']}; identifiers and"
+            " decision codes (ids, times, outcomes) stay in plaintext until the same bounds",
+        ]
+    )
+
+
+_REACH: Final = frozenset(
+    {"not_reached", "ciphertext_remains", "ciphertext_remains_in", "wrapped_keys_remain"}
+)
 
 
 @click.command()
@@ -59,9 +110,11 @@ def erase(
 ) -> None:
     """Erase a subject: every watcher of TENANT/USER, everywhere vigil keeps it.
 
-    For operators (vigil --as-operator erase …). Watchers, their state, undelivered
-    notifications and budget keys of the subject are removed; this cannot be undone. Asks
-    first unless --yes. A grant of the subject must still let it be managed (seed 000).
+    For operators (vigil --as-operator erase …). The subject's data keys are shredded
+    (everything sealed under them reads as erased at once, in every topic), its watchers,
+    grants, state, undelivered notifications and budget keys are removed; this cannot be
+    undone. Prints what it could not reach and how long ciphertext remains. Asks first unless
+    --yes. A grant of the subject must still let it be managed (seed 000).
 
     \b
     Example:
@@ -76,4 +129,6 @@ def erase(
             err=True,
         )
     result = send_command(state, CommandVerb.ERASE, tenant, user, operator_verb=True)
+    if result.ok and result.result is not None:
+        result = result.model_copy(update={"result": {**result.result, **erasure_reach()}})
     report(result, as_json, render_erased)

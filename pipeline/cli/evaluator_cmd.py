@@ -33,6 +33,7 @@ _TOPICS = (
     Topic.COMMANDS,
     Topic.DEAD_LETTER,
     Topic.SCHEMAS,
+    Topic.KEYS,
 )
 
 
@@ -61,6 +62,8 @@ def evaluator(
         process.default_caps,
         evaluators=REGISTERED,
         ceilings=process.ceilings,
+        keks=process.keks,
+        key_cache=process.config.privacy.key_cache,
     )
     settings = EvaluatorSettings(
         bootstrap=process.bootstrap,

@@ -2,7 +2,8 @@
 
 Prints the watcher's evaluations in time order (outcome, reason code, trigger, evidence digest,
 delivery state), for the configured subject or ``--tenant/--user``; ``--json`` prints them as
-a JSON array. Left out: reading and joining (``pipeline.ops.explain``).
+a JSON array. An evaluation whose data key is shredded prints as ``erased``. Left out: reading
+and joining (``pipeline.ops.explain``).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ def explain(
         user or config.subject.user_id,
         watcher_id,
         progress,
+        keks=config.privacy.keks(),
     )
     progress.done(f"{len(rows)} evaluations of {watcher_id}")
     if as_json:
@@ -50,6 +52,9 @@ def explain(
 
 def render(row: ExplainRow) -> str:
     """One evaluation on one line; the delivery state only when it created an entry."""
+    if row.erased:
+        when = f"{row.evaluated_at:%Y-%m-%dT%H:%M:%S}Z"
+        return f"{when} v{row.version} erased (its data key is shredded)"
     trigger = ",".join(f"{k}={v}" for k, v in sorted(row.trigger.items()) if k != "kind")
     line = (
         f"{row.evaluated_at:%Y-%m-%dT%H:%M:%S}Z v{row.version} {row.outcome:20} "

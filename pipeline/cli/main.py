@@ -46,6 +46,7 @@ COMMANDS: Final[dict[str, str]] = {
     "replay": "pipeline.cli.replay_cmd:replay_command",
     "explain": "pipeline.cli.explain_cmd:explain",
     "dev": "pipeline.cli.dev_cmd:dev",
+    "keys": "pipeline.cli.keys_cmd:keys",
 }
 
 

@@ -1,6 +1,7 @@
 """What every long-running ``vigil`` process does before its loop, in one place: logging, the
-configuration, refusing to start on missing or drifted topics (with the command that fixes
-them), its stable instance id, the ``/metrics`` server and the stop event SIGTERM sets.
+configuration, its key-encryption keys (none configured: it refuses to start, saying how to fix
+it), refusing to start on missing or drifted topics (with the command that fixes them), its
+stable instance id, the ``/metrics`` server and the stop event SIGTERM sets.
 
 Leaves out each process's own loop and which topics it needs (its command module says).
 """
@@ -18,6 +19,7 @@ from prometheus_client import start_http_server
 from pipeline.cli import shutdown
 from pipeline.cli.context import CliState
 from pipeline.config import VigilConfig
+from pipeline.crypto import KeyEncryptionKeys
 from pipeline.kafka.admin import check_topology, connect_admin
 from pipeline.kafka.topics import Topic, Topology
 from pipeline.redis.budgets import RedisBudgets
@@ -35,6 +37,7 @@ class Process:
     instance_id: str
     stop: threading.Event
     default_caps: BudgetCaps  # the operator's caps for watchers that leave some out
+    keks: KeyEncryptionKeys  # [privacy]: unwrap the data keys of sealed subject fields
     ceilings: BudgetCeilings = NO_CEILINGS  # the most any window may allow ([budgets.ceilings])
 
     @property
@@ -63,6 +66,7 @@ def start(
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
     )
     config = state.config
+    keks = config.privacy.keks()  # first: a missing KEK is one line and no broker round trip
     topology = config.kafka.topology()
     check_topology(connect_admin(config.kafka.bootstrap_servers), topology, tuple(topics))
     if metrics:
@@ -75,6 +79,7 @@ def start(
         instance_id,
         stop,
         config.budgets.defaults.caps(),
+        keks,
         config.budgets.ceilings.ceilings(),
     )
 

@@ -84,6 +84,7 @@ def replay_command(
         scope,
         read_at=datetime.now(UTC),
         progress=progress,
+        keks=config.privacy.keks(),
     )
     progress.done(f"read {len(history.inputs)} inputs and {len(history.receipts)} receipts")
     report = replay(history, clock=ReplayClock(clock), override=override)

@@ -30,6 +30,7 @@ _TOPICS = (
     Topic.GRANTS,
     Topic.DEAD_LETTER,
     Topic.SCHEMAS,
+    Topic.KEYS,
 )
 
 
@@ -75,6 +76,8 @@ def ticker(
         budgets=process.budgets(quick_retry=True),
         default_caps=process.default_caps,
         ceilings=process.ceilings,
+        keks=process.keks,
+        key_cache=process.config.privacy.key_cache,
     )
     click.echo(f"ticker {settings.group}/{settings.instance_id} running", err=True)
     poll_ticker.run(process.stop)

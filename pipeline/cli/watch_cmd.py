@@ -98,7 +98,10 @@ def send_command(
     principal = cli_principal(cli, operator_verb=operator_verb, other_subject=other)
     timeout = _timeout()
     with CommandClient(
-        config.kafka.bootstrap_servers, config.kafka.topology(), timeout_s=timeout
+        config.kafka.bootstrap_servers,
+        config.kafka.topology(),
+        timeout_s=timeout,
+        keks=config.privacy.keks(),
     ) as client:
         command = client.command(
             verb, principal, tenant or me.tenant_id, user or me.user_id, **fields

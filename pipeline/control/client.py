@@ -7,6 +7,12 @@ the record keyed by that request id arrives or the timeout passes (a clear
 :class:`BrokerError` naming the request and the likely cause). The CLI uses it today; the
 socket and HTTP adapters of the control-plane issue serve the same core.
 
+Commands carry their subject content sealed (DESIGN §10 "Erasure's reach"): before sending a
+definition or a text, the client reads the subject's data keys afresh from ``keys`` (a key
+shredded by an erasure is never used again; when the subject has none, it asks the processor for
+one with verb ``key``); results are opened with the same ring, re-read once when they name a key
+the client has not seen.
+
 Left out: deciding commands (``pipeline.rules.commands.apply``, run by ``consumers.commands``) and
 authenticating callers (the principal is asserted by whoever builds the command).
 """
@@ -20,6 +26,7 @@ from types import TracebackType
 from typing import Any, Final
 
 from pipeline.clock import Clock, SystemClock
+from pipeline.crypto import KeyEncryptionKeys, KeyRing
 from pipeline.kafka.clients import Producer, Tail
 from pipeline.kafka.partitioner import partition_for
 from pipeline.kafka.serde import SchemaRegistry, default_registry
@@ -28,7 +35,9 @@ from pipeline.records.command import encode_command
 from pipeline.records.command_result import decode_result
 from pipeline.rules.authz import Principal, Role
 from pipeline.rules.commands import Command, CommandResult, CommandVerb
-from pipeline.rules.errors import BrokerError, SerdeError
+from pipeline.rules.data_keys import subject_owner
+from pipeline.rules.errors import BrokerError, ErasedError, SerdeError
+from pipeline.runtime.keys import read_keys
 from pipeline.runtime.processing import Message
 
 __all__ = ["DEFAULT_TIMEOUT_S", "CommandClient", "new_request_id", "operator_principal"]
@@ -68,12 +77,15 @@ class CommandClient:
         timeout_s: float = DEFAULT_TIMEOUT_S,
         clock: Clock | None = None,
         schemas: SchemaRegistry | None = None,
+        keks: KeyEncryptionKeys | None = None,
     ) -> None:
+        """``keks`` default to ``$VIGIL_MASTER_KEYS`` (none there: a ``ConfigError``)."""
         self._bootstrap = bootstrap
         self._topology = topology
         self._timeout_s = timeout_s
         self._clock = clock or SystemClock()
         self._schemas = schemas or default_registry()
+        self._ring = KeyRing(keks or KeyEncryptionKeys.load(), self._schemas, cache_size=4096)
         self._producer = Producer(bootstrap)
         self._results = Tail(bootstrap, "vigil-cli", min(timeout_s, _METADATA_TIMEOUT_S))
         self._lock = threading.Lock()
@@ -117,7 +129,36 @@ class CommandClient:
         """Produce ``command`` and wait for its result (an error result is returned, not
         raised); :class:`BrokerError` when Kafka fails or no answer comes in time."""
         with self._lock:
+            if command.definition is not None or command.text is not None:
+                refused = self._ensure_key(command)
+                if refused is not None:
+                    return refused
             return self._round_trip(command)
+
+    def _ensure_key(self, command: Command) -> CommandResult | None:
+        """Make sure the subject's data key is in the ring; a refused ``key`` command's result
+        when the processor will not make one for this principal."""
+        owner = subject_owner(command.tenant_id, command.user_id)
+        self._load_keys(command)
+        if self._ring.record(owner) is not None:
+            return None
+        asked = self._round_trip(
+            self.command(CommandVerb.KEY, command.principal, command.tenant_id, command.user_id)
+        )
+        if not asked.ok:
+            return asked.model_copy(update={"request_id": command.request_id})
+        self._load_keys(command)
+        if self._ring.record(owner) is None:
+            raise BrokerError(
+                f"no data key for {command.tenant_id}/{command.user_id} after asking for one"
+            )
+        return None
+
+    def _load_keys(self, command: Command) -> None:
+        """The subject's keys as ``keys`` holds them now (what was cached is dropped first)."""
+        subject = (command.tenant_id, command.user_id)
+        self._ring.forget(*subject)
+        read_keys(self._bootstrap, self._topology, self._ring, [subject])
 
     def _round_trip(self, command: Command) -> CommandResult:
         results = self._topology.name(Topic.COMMAND_RESULTS)
@@ -131,7 +172,7 @@ class CommandClient:
         while time.monotonic() < deadline:
             for msg in self._results.poll(0.1):
                 if msg.key() == wanted:
-                    return self._result(msg)
+                    return self._result(msg, command)
         raise BrokerError(
             f"no answer to request {command.request_id} within {self._timeout_s:g}s: "
             f"is `vigil command-processor` running for topics {self._topology.prefix}*?"
@@ -143,11 +184,22 @@ class CommandClient:
         topic = self._topology.name(Topic.COMMANDS)
         key = command.subject_key
         partition = partition_for(key, self._topology.partitions_for(Topic.COMMANDS))
-        self._producer.produce(topic, key, encode_command(self._schemas, command), partition)
+        try:
+            value = encode_command(self._schemas, self._ring, command)
+        except ErasedError as exc:
+            raise BrokerError(f"cannot send request {command.request_id}: {exc}") from exc
+        self._producer.produce(topic, key, value, partition)
         self._producer.flush(self._timeout_s, "commands")
 
-    def _result(self, msg: Message) -> CommandResult:
-        try:
-            return decode_result(self._schemas, msg.value() or b"")
-        except (SerdeError, ValueError) as exc:
-            raise BrokerError(f"unreadable command result: {exc}") from exc
+    def _result(self, msg: Message, command: Command) -> CommandResult:
+        """The decoded result; a sealed one under a key not seen yet re-reads the keys once."""
+        for attempt in (1, 2):
+            try:
+                return decode_result(self._schemas, self._ring, msg.value() or b"")
+            except ErasedError as exc:
+                if attempt == 2:
+                    raise BrokerError(f"unreadable command result: {exc}") from exc
+                self._load_keys(command)
+            except (SerdeError, ValueError) as exc:
+                raise BrokerError(f"unreadable command result: {exc}") from exc
+        raise AssertionError("unreachable")

@@ -114,6 +114,22 @@ def partitions_of(consumer: Consumer, topic: str) -> list[int]:
     return sorted(metadata.partitions)
 
 
+def _watermarks(consumer: Consumer, topic: str, partition: int) -> tuple[int, int]:
+    """A partition's low and high offsets; "not leader" (a topic just made, a broker moving
+    leadership) is retried until the metadata timeout, like the reply channel's."""
+    deadline = time.monotonic() + _META_TIMEOUT_S
+    while True:
+        try:
+            low, high = consumer.get_watermark_offsets(
+                TopicPartition(topic, partition), timeout=_META_TIMEOUT_S
+            )
+            return int(low), int(high)
+        except KafkaException as exc:
+            if time.monotonic() > deadline:
+                raise translate(exc, f"find the ends of {topic}[{partition}]") from exc
+            time.sleep(0.2)
+
+
 def _start_offset(
     consumer: Consumer, topic: str, partition: int, bound: Bound, short: str, high: int
 ) -> int:
@@ -181,9 +197,7 @@ def scan(
                 continue
             if partitions is not None and partition not in partitions:
                 continue
-            low, high = consumer.get_watermark_offsets(
-                TopicPartition(topic, partition), timeout=_META_TIMEOUT_S
-            )
+            low, high = _watermarks(consumer, topic, partition)
             first = _start_offset(consumer, topic, partition, start, short, high)
             first = low if first < 0 else max(first, low)
             last = _end_offset(consumer, topic, partition, end, short, high)

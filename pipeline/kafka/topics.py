@@ -21,6 +21,7 @@ from types import MappingProxyType
 from typing import Final
 
 from pipeline.rules.errors import ConfigError
+from pipeline.rules.retention import EVIDENCE_TOPIC_RETENTION, LEDGER_TOPIC_RETENTION
 
 __all__ = [
     "COMPACTED_CONFIGS",
@@ -30,6 +31,7 @@ __all__ = [
     "DLQ_PARTITION",
     "DLQ_REASON",
     "DLQ_TOPIC",
+    "KEYS_CONFIGS",
     "SPECS",
     "Cleanup",
     "CoPartition",
@@ -83,6 +85,7 @@ class Topic(StrEnum):
     NOTIFICATIONS = "notifications"
     DEAD_LETTER = "dead-letter"
     SCHEMAS = "schemas"
+    KEYS = "keys"
 
 
 class KeyKind(StrEnum):
@@ -96,6 +99,7 @@ class KeyKind(StrEnum):
     DELIVERY_KEY = "delivery_key"
     ORIGINAL_KEY = "original_key"
     FINGERPRINT = "fingerprint"  # a schema's CRC-64-AVRO fingerprint, lowercase hex
+    KEY_OWNER = "key_owner"  # a subject, or a watcher version (pipeline.rules.data_keys)
 
 
 class Partitioning(StrEnum):
@@ -136,9 +140,22 @@ COMPACTED_CONFIGS: Final[Mapping[str, str]] = MappingProxyType(
 )
 
 
+# ``keys``: a shredded key's wrapped record must leave the log soon (DESIGN §10): small
+# segments and a short lag bound, so the cleaner removes it within two hours.
+KEYS_CONFIGS: Final[Mapping[str, str]] = MappingProxyType(
+    {
+        **COMPACTED_CONFIGS,
+        "min.compaction.lag.ms": "0",
+        "max.compaction.lag.ms": _ms(timedelta(hours=1)),
+        "segment.ms": _ms(timedelta(hours=1)),
+    }
+)
+
+
 @dataclass(frozen=True, slots=True)
 class TopicSpec:
-    """One topic of DESIGN.md §2: what it holds and how the broker keeps it."""
+    """One topic of DESIGN.md §2: what it holds and how the broker keeps it. ``sealed``: its
+    records carry subject fields as ciphertext under data keys (DESIGN §10)."""
 
     topic: Topic
     key: KeyKind
@@ -146,6 +163,7 @@ class TopicSpec:
     cleanup: Cleanup
     retention: timedelta | None = None  # delete topics only
     group: CoPartition | None = None
+    sealed: bool = False
 
     def __post_init__(self) -> None:
         if (self.cleanup is Cleanup.DELETE) != (self.retention is not None):
@@ -153,6 +171,8 @@ class TopicSpec:
 
     def configs(self) -> dict[str, str]:
         """The broker configs vigil sets on this topic (and checks for drift)."""
+        if self.topic is Topic.KEYS:
+            return dict(KEYS_CONFIGS)
         if self.cleanup is Cleanup.COMPACT:
             return dict(COMPACTED_CONFIGS)
         assert self.retention is not None
@@ -163,6 +183,16 @@ class TopicSpec:
             "segment.ms": _ms(segment),
         }
 
+    def record_lifetime(self) -> timedelta:
+        """The longest a record written now can stay in the log: a delete topic keeps a segment
+        until its newest record is past retention; a compacted one removes a superseded or
+        tombstoned value within the lag bound once its segment has rolled."""
+        configs = self.configs()
+        segment = timedelta(milliseconds=int(configs["segment.ms"]))
+        if self.retention is not None:
+            return self.retention + segment
+        return timedelta(milliseconds=int(configs["max.compaction.lag.ms"])) + segment
+
 
 def _delete(
     topic: Topic,
@@ -170,8 +200,10 @@ def _delete(
     retention: timedelta,
     partitioning: Partitioning = Partitioning.KEY,
     group: CoPartition | None = None,
+    *,
+    sealed: bool = False,
 ) -> TopicSpec:
-    return TopicSpec(topic, key, partitioning, Cleanup.DELETE, retention, group)
+    return TopicSpec(topic, key, partitioning, Cleanup.DELETE, retention, group, sealed)
 
 
 def _compact(
@@ -179,8 +211,10 @@ def _compact(
     key: KeyKind,
     partitioning: Partitioning = Partitioning.KEY,
     group: CoPartition | None = None,
+    *,
+    sealed: bool = False,
 ) -> TopicSpec:
-    return TopicSpec(topic, key, partitioning, Cleanup.COMPACT, None, group)
+    return TopicSpec(topic, key, partitioning, Cleanup.COMPACT, None, group, sealed)
 
 
 _DAY = timedelta(days=1)
@@ -191,23 +225,37 @@ SPECS: Final[Mapping[Topic, TopicSpec]] = MappingProxyType(
     {
         spec.topic: spec
         for spec in (
-            _delete(Topic.COMMANDS, KeyKind.SUBJECT, 7 * _DAY),
-            _delete(Topic.COMMAND_RESULTS, KeyKind.REQUEST_ID, timedelta(hours=1)),
-            _compact(Topic.REGISTRY, KeyKind.WATCHER_KEY, Partitioning.SUBJECT),
+            _delete(Topic.COMMANDS, KeyKind.SUBJECT, 7 * _DAY, sealed=True),
+            _delete(Topic.COMMAND_RESULTS, KeyKind.REQUEST_ID, timedelta(hours=1), sealed=True),
+            _compact(Topic.REGISTRY, KeyKind.WATCHER_KEY, Partitioning.SUBJECT, sealed=True),
             _compact(Topic.GRANTS, KeyKind.GRANT_ID),
-            _compact(Topic.WATCHERS, KeyKind.WATCHER_KEY, _BY_SOURCE, _SRC),
+            _compact(Topic.WATCHERS, KeyKind.WATCHER_KEY, _BY_SOURCE, _SRC, sealed=True),
             _delete(Topic.EVENTS, KeyKind.SOURCE_ID, 7 * _DAY, group=_SRC),
-            _delete(Topic.TICKS, KeyKind.SOURCE_ID, 7 * _DAY, group=_SRC),
+            _delete(Topic.TICKS, KeyKind.SOURCE_ID, 7 * _DAY, group=_SRC, sealed=True),
             _compact(Topic.TICKER_STATE, KeyKind.WATCHER_KEY, _BY_SOURCE, _SRC),
             _compact(Topic.WATCHER_STATE, KeyKind.WATCHER_KEY, _BY_SOURCE, _SRC),
-            _compact(Topic.OUTBOX, KeyKind.DELIVERY_KEY, group=_DLV),
+            _compact(Topic.OUTBOX, KeyKind.DELIVERY_KEY, group=_DLV, sealed=True),
             _compact(Topic.DELIVERY_STATE, KeyKind.DELIVERY_KEY, group=_DLV),
-            _delete(Topic.RECEIPTS, KeyKind.WATCHER_KEY, 30 * _DAY, _BY_SOURCE, _SRC),
-            _delete(Topic.DEFINITION_LOG, KeyKind.WATCHER_KEY, 90 * _DAY, Partitioning.SUBJECT),
+            _delete(
+                Topic.RECEIPTS,
+                KeyKind.WATCHER_KEY,
+                EVIDENCE_TOPIC_RETENTION,
+                _BY_SOURCE,
+                _SRC,
+                sealed=True,
+            ),
+            _delete(
+                Topic.DEFINITION_LOG,
+                KeyKind.WATCHER_KEY,
+                90 * _DAY,
+                Partitioning.SUBJECT,
+                sealed=True,
+            ),
             _compact(Topic.LIFECYCLE, KeyKind.WATCHER_KEY),
-            _delete(Topic.NOTIFICATIONS, KeyKind.SUBJECT, 30 * _DAY),
-            _delete(Topic.DEAD_LETTER, KeyKind.ORIGINAL_KEY, 30 * _DAY),
+            _delete(Topic.NOTIFICATIONS, KeyKind.SUBJECT, LEDGER_TOPIC_RETENTION, sealed=True),
+            _delete(Topic.DEAD_LETTER, KeyKind.ORIGINAL_KEY, 30 * _DAY, sealed=True),
             _compact(Topic.SCHEMAS, KeyKind.FINGERPRINT),
+            _compact(Topic.KEYS, KeyKind.KEY_OWNER, Partitioning.SUBJECT),
         )
     }
 )

@@ -4,7 +4,9 @@ Owns :class:`DevPorts` (the defaults when they are free, free ones otherwise),
 :class:`Servers` (the broker through ``deploy/kafka/kafka.sh`` — Apache Kafka when Java is
 present, Tansu otherwise — and Redis through ``deploy/redis/redis.sh``, both with their data in
 the state directory, stopped by the same scripts), :func:`write_config` (one ``vigil.toml``
-plus one per process that differ only in ``[metrics] listen``), :func:`services` (the
+plus one per process that differ only in ``[metrics] listen``; ``[privacy]`` points at a
+key-encryption key file in the state directory, generated on first use — ``$VIGIL_MASTER_KEYS``,
+when set, takes precedence, in the processes and the CLI alike), :func:`services` (the
 supervised group) and :class:`Demo` (grants, an event watcher with a ``log`` destination, a
 schedule that sends to the console chat, and a stream of events).
 
@@ -28,6 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final
 
+from pipeline.crypto import generate_kek_text
 from pipeline.ops.supervisor import Service
 from pipeline.rules.errors import ConfigError
 
@@ -37,6 +40,7 @@ __all__ = [
     "Demo",
     "DevPorts",
     "Servers",
+    "dev_master_keys",
     "metric_total",
     "new_token",
     "services",
@@ -161,8 +165,21 @@ class Servers:
         self.started.clear()
 
 
+def dev_master_keys(state: Path) -> Path:
+    """``state/master.keys``: the dev stack's key-encryption key, made once (mode 0600). Losing
+    it makes everything the dev stack sealed unreadable, as erasure would."""
+    path = state / "master.keys"
+    if not path.exists():
+        state.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(generate_kek_text("dev") + "\n")
+    return path
+
+
 def write_config(state: Path, ports: DevPorts, token: str, partitions: int) -> Path:
     """``state/vigil.toml`` and one ``state/conf/<process>.toml`` per process."""
+    keys = dev_master_keys(state)
     base = (
         f'[kafka]\nbootstrap_servers = "127.0.0.1:{ports.kafka}"\ntopic_prefix = "vigil."\n'
         f"partitions = {partitions}\nreplication_factor = 1\n\n"
@@ -175,6 +192,7 @@ def write_config(state: Path, ports: DevPorts, token: str, partitions: int) -> P
         f'[run]\nallow_dir = "{state / "scripts"}"\n\n'
         f'[api]\nlisten = "127.0.0.1:{ports.api}"\n\n'
         f'[instance]\nid = "dev"\n\n'
+        f'[privacy]\nmaster_key_file = "{keys}"\n\n'
         f'[principals.dev]\ntoken_sha256 = "{hashlib.sha256(token.encode()).hexdigest()}"\n'
         f'role = "user"\ntenant_id = "local"\nuser_id = "me"\n\n'
     )

@@ -3,22 +3,28 @@
 Owns :class:`ExplainRow` (one evaluation: outcome, reason code, trigger, evidence digest and,
 when it created an outbox entry, that entry's delivery status by delivery key) and
 :func:`explain` (the pure join) plus :func:`read_explanation` (reading ``receipts`` and
-``delivery-state`` for one watcher). Leaves out printing (``pipeline.cli.explain_cmd``).
+``delivery-state`` for one watcher). A receipt whose data key is shredded (cancel, erasure) is
+a row that says ``erased`` and nothing of its trigger, digest or decision; one past its
+``retain_until`` is not shown. Leaves out printing (``pipeline.cli.explain_cmd``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
+from pipeline.crypto import KeyEncryptionKeys, KeyRing
 from pipeline.kafka.scan import Progress, scan
 from pipeline.kafka.serde import SchemaRegistry, default_registry
 from pipeline.kafka.topics import Topic, Topology
 from pipeline.ops.replay_reader import Scope, read_receipts
+from pipeline.rules.data_keys import ERASED
 from pipeline.rules.instants import rfc3339_micros
 from pipeline.rules.receipts import Receipt
+from pipeline.rules.retention import retained
+from pipeline.runtime.keys import read_keys
 
 __all__ = ["DeliveryView", "ExplainRow", "explain", "read_delivery_states", "read_explanation"]
 
@@ -48,8 +54,15 @@ class ExplainRow:
     position: str | None
     delivery_key: str | None
     delivery: DeliveryView | None
+    erased: bool = False
 
     def as_json(self) -> dict[str, Any]:
+        if self.erased:
+            return {
+                "evaluated_at": rfc3339_micros(self.evaluated_at),
+                "version": self.version,
+                "erased": True,
+            }
         delivery = self.delivery
         return {
             "evaluated_at": rfc3339_micros(self.evaluated_at),
@@ -80,11 +93,19 @@ _AWAITING = DeliveryView(status="awaiting_delivery")  # in the outbox, no delive
 
 
 def explain(
-    receipts: Iterable[Receipt], deliveries: Mapping[str, DeliveryView]
+    receipts: Iterable[Receipt],
+    deliveries: Mapping[str, DeliveryView],
+    now: datetime | None = None,
 ) -> list[ExplainRow]:
-    """Each evaluation in time order, with the delivery state of the entry it created."""
+    """Each evaluation in time order, with the delivery state of the entry it created; erased
+    ones say so and nothing else; those past retention at ``now`` are left out."""
     rows = []
     for r in sorted(receipts, key=lambda r: (r.evaluated_at, r.position or "")):
+        if now is not None and not retained(r.retain_until, now):
+            continue
+        if r.erased:
+            rows.append(_erased_row(r))
+            continue
         delivery = None
         if r.delivery_key is not None:
             delivery = deliveries.get(r.delivery_key, _AWAITING)
@@ -104,6 +125,23 @@ def explain(
             )
         )
     return rows
+
+
+def _erased_row(r: Receipt) -> ExplainRow:
+    return ExplainRow(
+        evaluated_at=r.evaluated_at,
+        version=r.watcher_version,
+        outcome=ERASED,
+        reason=ERASED,
+        trigger={},
+        evidence_digest="",
+        authorization="",
+        note="",
+        position=None,
+        delivery_key=None,
+        delivery=None,
+        erased=True,
+    )
 
 
 def read_delivery_states(
@@ -145,11 +183,17 @@ def read_explanation(
     user_id: str,
     watcher_id: str,
     progress: Progress | None = None,
+    *,
+    keks: KeyEncryptionKeys | None = None,
+    now: datetime | None = None,
 ) -> list[ExplainRow]:
-    """One watcher's evaluations, read from ``receipts`` and ``delivery-state``."""
+    """One watcher's evaluations, read from ``receipts`` and ``delivery-state``, opened with
+    the subject's keys as they are now (``keks`` default to ``$VIGIL_MASTER_KEYS``)."""
     registry = default_registry()
+    ring = KeyRing(keks or KeyEncryptionKeys.load(), registry)
+    read_keys(bootstrap, topology, ring, [(tenant_id, user_id)])
     scope = Scope(tenant_id, user_id, watcher_id)
-    receipts = read_receipts(bootstrap, topology, registry, scope, progress)
-    keys = {r.delivery_key for r in receipts if r.delivery_key is not None}
+    receipts = read_receipts(bootstrap, topology, registry, ring, scope, progress)
+    keys = {r.delivery_key for r in receipts if r.delivery_key is not None and not r.erased}
     deliveries = read_delivery_states(bootstrap, topology, registry, keys, progress)
-    return explain(receipts, deliveries)
+    return explain(receipts, deliveries, now or datetime.now(UTC))

@@ -6,6 +6,10 @@ bounds (their positions are the range), ``receipts`` from the start up to now (t
 range seed dedupe memory), and the latest ``outbox`` record per delivery key. :class:`Scope`
 narrows it to one subject or one watcher. A progress line goes to stderr while it reads.
 
+Sealed fields are opened with the ``keys`` topic as it is when the read starts
+(:func:`~pipeline.runtime.keys.read_keys`); definitions, receipts and tick payloads whose key is
+shredded are marked erased in the history, and replay reports their decisions as erased.
+
 Leaves out the replay rules (``pipeline.rules.replay``) and the command line
 (``pipeline.cli.replay_cmd``).
 """
@@ -18,21 +22,25 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from pipeline.crypto import KeyEncryptionKeys, KeyRing
 from pipeline.kafka.scan import Bound, Progress, scan
 from pipeline.kafka.serde import SchemaRegistry, default_registry
 from pipeline.kafka.topics import Topic, Topology
+from pipeline.records.definition_log import decode_definition_log
 from pipeline.records.event import evidence_from_event
 from pipeline.records.outbox_entry import decode_outbox_entry
 from pipeline.records.receipt import decode_receipt
+from pipeline.records.sealing import Sealer
 from pipeline.records.tick import evidence_from_tick
 from pipeline.rules.definition import WatcherDefinition
-from pipeline.rules.errors import DefinitionError, SerdeError
+from pipeline.rules.errors import DefinitionError, ErasedError, SerdeError
 from pipeline.rules.evidence import position_of
 from pipeline.rules.outbox import OutboxEntry
 from pipeline.rules.receipts import Receipt
 from pipeline.rules.replay import DefinitionVersion, History, ReplayInput
+from pipeline.runtime.keys import read_keys
 
-__all__ = ["Scope", "read_history", "read_receipts"]
+__all__ = ["Scope", "key_ring", "read_history", "read_receipts"]
 
 log = logging.getLogger(__name__)
 
@@ -88,30 +96,50 @@ def _topic(topology: Topology, topic: Topic) -> str:
     return topology.name(topic)
 
 
+def key_ring(
+    bootstrap: str, topology: Topology, registry: SchemaRegistry, keks: KeyEncryptionKeys | None
+) -> KeyRing:
+    """Every data key ``keys`` holds now (``keks`` default to ``$VIGIL_MASTER_KEYS``)."""
+    ring = KeyRing(keks or KeyEncryptionKeys.load(), registry)
+    read_keys(bootstrap, topology, ring)
+    return ring
+
+
 def read_definitions(
     bootstrap: str,
     topology: Topology,
     registry: SchemaRegistry,
+    sealer: Sealer,
     scope: Scope,
     progress: Progress | None = None,
-) -> dict[VersionKey, DefinitionVersion]:
-    """Every logged version in scope, with its activation from ``watchers`` when it is known."""
+) -> tuple[dict[VersionKey, DefinitionVersion], frozenset[VersionKey]]:
+    """Every logged version in scope, with its activation from ``watchers`` when it is known;
+    and the versions whose definition is erased."""
     logged: dict[VersionKey, tuple[WatcherDefinition, datetime]] = {}
+    erased: set[VersionKey] = set()
     for msg in scan(bootstrap, _topic(topology, Topic.DEFINITION_LOG), progress=progress):
-        value = _decoded(registry, msg.value(), "definition_log")
-        if value is None or not scope.covers(
-            value["tenant_id"], value["user_id"], value["watcher_id"]
-        ):
+        data = msg.value()
+        if data is None:
             continue
-        key = (value["tenant_id"], value["user_id"], value["watcher_id"], int(value["version"]))
         try:
-            parsed = WatcherDefinition.model_validate_json(value["definition"])
+            entry = decode_definition_log(registry, sealer, data)
+        except (SerdeError, ValueError, KeyError) as exc:
+            log.warning("an unreadable definition_log record: %s", exc)
+            continue
+        if not scope.covers(entry.tenant_id, entry.user_id, entry.watcher_id):
+            continue
+        key = (entry.tenant_id, entry.user_id, entry.watcher_id, entry.version)
+        if entry.definition_json is None:
+            erased.add(key)
+            continue
+        try:
+            parsed = WatcherDefinition.model_validate_json(entry.definition_json)
         except (DefinitionError, ValueError) as exc:
             log.warning("definition-log %s v%s is unreadable: %s", key[2], key[3], exc)
             continue
         if parsed.version != key[3]:
             parsed = parsed.with_version(key[3])
-        logged.setdefault(key, (parsed, value["at"]))
+        logged.setdefault(key, (parsed, entry.at))
     activated: dict[VersionKey, datetime] = {}
     for msg in scan(bootstrap, _topic(topology, Topic.WATCHERS), progress=progress):
         value = _decoded(registry, msg.value(), "watcher")
@@ -119,27 +147,29 @@ def read_definitions(
             continue
         key = (value["tenant_id"], value["user_id"], value["watcher_id"], int(value["version"]))
         activated[key] = value["activated_at"]
-    return {
+    versions = {
         key: DefinitionVersion(definition, at, activated.get(key))
         for key, (definition, at) in logged.items()
     }
+    return versions, frozenset(erased - set(logged))
 
 
 def read_receipts(
     bootstrap: str,
     topology: Topology,
     registry: SchemaRegistry,
+    sealer: Sealer,
     scope: Scope,
     progress: Progress | None = None,
 ) -> list[Receipt]:
-    """Every committed receipt in scope, in log order per partition."""
+    """Every committed receipt in scope, in log order per partition (``erased`` ones too)."""
     out: list[Receipt] = []
     for msg in scan(bootstrap, _topic(topology, Topic.RECEIPTS), progress=progress):
         data = msg.value()
         if data is None:
             continue
         try:
-            receipt, _source = decode_receipt(registry, data)
+            receipt, _source = decode_receipt(registry, sealer, data)
         except (SerdeError, ValueError) as exc:
             log.warning("an unreadable receipt at offset %s: %s", msg.offset(), exc)
             continue
@@ -152,12 +182,15 @@ def read_inputs(
     bootstrap: str,
     topology: Topology,
     registry: SchemaRegistry,
+    sealer: Sealer,
     start: Bound,
     end: Bound,
     progress: Progress | None = None,
-) -> dict[str, ReplayInput]:
-    """Events and ticks in ``[start, end)`` by position (``topic:partition:offset``)."""
+) -> tuple[dict[str, ReplayInput], frozenset[str]]:
+    """Events and ticks in ``[start, end)`` by position (``topic:partition:offset``), and the
+    positions of ticks whose payload is erased."""
     inputs: dict[str, ReplayInput] = {}
+    erased: set[str] = set()
     for topic in (Topic.EVENTS, Topic.TICKS):
         name = _topic(topology, topic)
         for msg in scan(
@@ -171,17 +204,24 @@ def read_inputs(
                 if topic is Topic.EVENTS:
                     evidence = evidence_from_event(value, position)
                 else:
-                    evidence = evidence_from_tick(value, position)
+                    evidence = evidence_from_tick(value, position, sealer)
+            except ErasedError:
+                erased.add(position)
+                continue
             except (DefinitionError, SerdeError, ValueError, KeyError):
                 continue  # the evaluator dead-lettered it: nothing was decided
             _kind, millis = msg.timestamp()
             arrival = datetime.fromtimestamp(millis / 1000, tz=UTC)
             inputs[position] = ReplayInput(evidence, arrival)
-    return inputs
+    return inputs, frozenset(erased)
 
 
 def read_outbox(
-    bootstrap: str, topology: Topology, registry: SchemaRegistry, progress: Progress | None = None
+    bootstrap: str,
+    topology: Topology,
+    registry: SchemaRegistry,
+    sealer: Sealer,
+    progress: Progress | None = None,
 ) -> dict[str, OutboxEntry | None]:
     """The latest outbox record per delivery key (``None``: purged by a tombstone)."""
     out: dict[str, OutboxEntry | None] = {}
@@ -192,7 +232,7 @@ def read_outbox(
             out[key] = None
             continue
         try:
-            out[key] = decode_outbox_entry(registry, data)
+            out[key] = decode_outbox_entry(registry, sealer, data)
         except (SerdeError, ValueError) as exc:
             log.warning("an unreadable outbox record %s: %s", key, exc)
     return out
@@ -208,20 +248,24 @@ def read_history(
     read_at: datetime,
     progress: Progress | None = None,
     registry: SchemaRegistry | None = None,
+    keks: KeyEncryptionKeys | None = None,
 ) -> History:
     """Everything :func:`pipeline.rules.replay.replay` needs for ``[start, end)`` in ``scope``."""
     registry = registry or default_registry()
-    definitions = read_definitions(bootstrap, topology, registry, scope, progress)
-    inputs = read_inputs(bootstrap, topology, registry, start, end, progress)
-    receipts = read_receipts(bootstrap, topology, registry, scope, progress)
-    outbox = read_outbox(bootstrap, topology, registry, progress)
+    ring = key_ring(bootstrap, topology, registry, keks)
+    definitions, erased = read_definitions(bootstrap, topology, registry, ring, scope, progress)
+    inputs, erased_inputs = read_inputs(bootstrap, topology, registry, ring, start, end, progress)
+    receipts = read_receipts(bootstrap, topology, registry, ring, scope, progress)
+    outbox = read_outbox(bootstrap, topology, registry, ring, progress)
     return History(
         definitions=definitions,
         inputs=inputs,
         receipts=receipts,
-        selected=frozenset(inputs),
+        selected=frozenset(inputs) | erased_inputs,
         outbox=outbox,
         read_at=read_at,
+        erased=erased,
+        erased_inputs=erased_inputs,
     )
 
 

@@ -1,6 +1,12 @@
-"""The ``command`` record (``schemas/command.v2.avsc``; v1 still read): one command as an
+"""The ``command`` record (``schemas/command.v3.avsc``; v1 and v2 still read): one command as an
 authenticated edge asserts it, keyed by subject on ``commands``. JSON bodies (a definition, a
-grant) travel as RFC 8785 canonical text."""
+grant) travel as RFC 8785 canonical text.
+
+A command's subject content — the definition and a ``send``'s text — is sealed under the
+subject's data key (associated data: request id and subject), so erasure makes a week of
+``commands`` unreadable at once. The edge gets the key first (verb ``key``); without one a
+command with content is not written at all (:class:`~pipeline.rules.errors.ErasedError`).
+"""
 
 from __future__ import annotations
 
@@ -10,34 +16,71 @@ from typing import Any, Final
 from pydantic import ValidationError
 
 from pipeline.records.codec import Codec, decoded, json_text, parse_json
+from pipeline.records.sealing import WITHHELD, Sealer, identity, open_fields, seal_fields
 from pipeline.rules.commands.model import Command
-from pipeline.rules.errors import DefinitionError, SerdeError
+from pipeline.rules.data_keys import subject_owner
+from pipeline.rules.errors import DefinitionError, ErasedError, SerdeError
 from pipeline.rules.instants import utc
 
 __all__ = ["COMMAND", "command_from_value", "command_value", "decode_command", "encode_command"]
 
 COMMAND: Final = "command"
+_SEALED: Final = ("definition", "text")
 
 
-def command_value(command: Command) -> dict[str, Any]:
-    """The Avro ``command`` value."""
+def _identity(request_id: str, tenant_id: str, user_id: str) -> bytes:
+    return identity(COMMAND, request_id, tenant_id, user_id)
+
+
+def command_value(command: Command, sealer: Sealer) -> dict[str, Any]:
+    """The Avro ``command`` value, its content sealed (:class:`ErasedError` when the subject
+    has no data key and there is content to seal)."""
     out = command.model_dump(mode="python", exclude={"definition", "grant", "principal"})
     out["verb"] = command.verb.value
     out["principal"] = command.principal.model_dump(mode="json")
     out["issued_at"] = utc(command.issued_at)
     out["reason"] = None if command.reason is None else command.reason.value
     out["state"] = None if command.state is None else command.state.value
-    out["definition"] = None if command.definition is None else json_text(command.definition)
     out["grant"] = (
         None if command.grant is None else json_text(command.grant.model_dump(mode="json"))
     )
+    content = {
+        "definition": None if command.definition is None else json_text(command.definition),
+        "text": command.text,
+    }
+    out["definition"] = out["text"] = None
+    if any(value is not None for value in content.values()):
+        aad = _identity(command.request_id, command.tenant_id, command.user_id)
+        sealed = seal_fields(
+            sealer, subject_owner(command.tenant_id, command.user_id), aad, content
+        )
+        if sealed == WITHHELD:
+            raise ErasedError(
+                f"no data key for subject {command.tenant_id}/{command.user_id}: "
+                "its content cannot be written"
+            )
+        out["sealed"] = sealed
     return out
 
 
-def command_from_value(value: Mapping[str, Any]) -> Command:
-    """A decoded ``command`` value; a bad one raises :class:`DefinitionError` naming the field
-    (refused like any invalid command, never a crash)."""
+def command_from_value(value: Mapping[str, Any], sealer: Sealer) -> Command:
+    """A decoded ``command`` value; a bad one (or one whose sealed content no longer opens)
+    raises :class:`DefinitionError` naming the field (refused like any invalid command, never
+    a crash)."""
     body = dict(value)
+    sealed = body.pop("sealed", None)
+    if sealed is not None:
+        aad = _identity(
+            str(body.get("request_id")), str(body.get("tenant_id")), str(body.get("user_id"))
+        )
+        try:
+            opened = open_fields(sealer, aad, sealed)
+        except SerdeError:
+            opened = None
+        if opened is None:
+            raise DefinitionError("erased: the subject's data key is gone", "definition")
+        for name in _SEALED:
+            body[name] = opened.get(name)
     for name in ("definition", "grant"):
         if body.get(name) is not None:
             try:
@@ -52,9 +95,9 @@ def command_from_value(value: Mapping[str, Any]) -> Command:
         raise DefinitionError(str(error["msg"]).removeprefix("Value error, "), where) from None
 
 
-def encode_command(codec: Codec, command: Command) -> bytes:
-    return codec.encode(COMMAND, command_value(command))
+def encode_command(codec: Codec, sealer: Sealer, command: Command) -> bytes:
+    return codec.encode(COMMAND, command_value(command, sealer))
 
 
-def decode_command(codec: Codec, data: bytes) -> Command:
-    return command_from_value(decoded(codec, COMMAND, data))
+def decode_command(codec: Codec, sealer: Sealer, data: bytes) -> Command:
+    return command_from_value(decoded(codec, COMMAND, data), sealer)

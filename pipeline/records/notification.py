@@ -1,10 +1,14 @@
-"""The ``notifications`` record (``schemas/notification.v1.avsc``): the per-user in-app ledger,
-keyed by subject; readers dedupe on the delivery key it carries (DESIGN §4).
+"""The ``notifications`` record (``schemas/notification.v2.avsc``; v1 still read): the per-user
+in-app ledger, keyed by subject; readers dedupe on the delivery key it carries (DESIGN §4).
 
 Three kinds share the record: a ``notification`` (what an ``in_app`` delivery says), a
 content-free ``wake`` (seed 003's ``wake_session``: who and which notification, nothing of what
 it says) and an ``ack`` (the user read it; written by the API, keyed like its notification so
 it lives and is erased exactly as long as the ledger does).
+
+A notification's text and trigger are sealed under the subject's data key (associated data:
+kind and delivery key), so erasure makes them unreadable at once; ``retain_until`` (creation
+plus the watcher's ``delivery_retention``) is when the ledger stops showing it.
 """
 
 from __future__ import annotations
@@ -14,11 +18,19 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Final
 
-from pipeline.records.codec import Codec, json_text
+from pipeline.records.codec import Codec, decoded, parse_json
+from pipeline.records.sealing import Sealer, identity, open_fields, seal_fields
+from pipeline.rules.data_keys import subject_owner
 
-__all__ = ["NOTIFICATION", "NotificationKind", "encode_notification"]
+__all__ = [
+    "NOTIFICATION",
+    "NotificationKind",
+    "decode_notification",
+    "encode_notification",
+]
 
 NOTIFICATION: Final = "notification"
+_SEALED: Final = ("text", "trigger")
 
 
 class NotificationKind(StrEnum):
@@ -27,8 +39,13 @@ class NotificationKind(StrEnum):
     ACK = "ack"
 
 
+def _identity(kind: str, delivery_key: str) -> bytes:
+    return identity(NOTIFICATION, kind, delivery_key)
+
+
 def encode_notification(
     codec: Codec,
+    sealer: Sealer,
     kind: NotificationKind,
     *,
     delivery_key: str,
@@ -38,9 +55,10 @@ def encode_notification(
     session_id: str | None,
     created_at: datetime,
     content: Mapping[str, Any] | None = None,
+    retain_until: datetime | None = None,
 ) -> bytes:
     """One ledger record; ``content`` (outcome, verb, text, trigger, evidence digest, due time,
-    lateness) only for a ``notification``."""
+    lateness) only for a ``notification``, its text and trigger sealed."""
     value: dict[str, Any] = {
         "kind": kind.value,
         "delivery_key": delivery_key,
@@ -49,9 +67,35 @@ def encode_notification(
         "watcher_id": watcher_id,
         "session_id": session_id,
         "created_at": created_at,
+        "retain_until": retain_until,
     }
     if content is not None:
         value.update(content)
-        if value.get("trigger") is not None:
-            value["trigger"] = json_text(dict(value["trigger"]), "trigger")
+        secret = {name: value.pop(name, None) for name in _SEALED}
+        if secret["trigger"] is not None:
+            secret["trigger"] = dict(secret["trigger"])
+        value["sealed"] = seal_fields(
+            sealer,
+            subject_owner(tenant_id, user_id),
+            _identity(kind.value, delivery_key),
+            secret,
+        )
     return codec.encode(NOTIFICATION, value)
+
+
+def decode_notification(codec: Codec, sealer: Sealer, data: bytes) -> dict[str, Any]:
+    """A ledger record as a dict of its fields; ``trigger`` parsed, and ``erased`` true when
+    its sealed text and trigger cannot be opened any more."""
+    value = decoded(codec, NOTIFICATION, data)
+    sealed = value.pop("sealed", None)
+    value["erased"] = False
+    if sealed is None:
+        trigger = value.get("trigger")
+        value["trigger"] = None if trigger is None else parse_json(trigger, "trigger")
+        return value
+    opened = open_fields(sealer, _identity(value["kind"], value["delivery_key"]), sealed)
+    if opened is None:
+        value.update(text=None, trigger=None, erased=True)
+    else:
+        value.update(text=opened.get("text"), trigger=opened.get("trigger"))
+    return value

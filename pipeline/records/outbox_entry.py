@@ -1,5 +1,7 @@
-"""The ``outbox`` record (``schemas/outbox_entry.v1.avsc``): one notification intent, complete
-enough that delivery needs nothing else, keyed by its delivery key (DESIGN §2, §4).
+"""The ``outbox`` record (``schemas/outbox_entry.v2.avsc``; v1 still read): one notification
+intent, complete enough that delivery needs nothing else, keyed by its delivery key (DESIGN §2,
+§4). The trigger, text and arguments are sealed under the subject's data key (associated data:
+the delivery key); without that key the entry reads as ``erased``.
 
 Written by the evaluator (its hot loop encodes straight from ``Evaluation.outbox_fields``: the
 same bytes, no model built), by the command processor (immediate ``send``) and by delivery (a
@@ -16,20 +18,28 @@ from typing import Any, Final
 from pydantic import ValidationError
 
 from pipeline.records.codec import MICRO, Codec, decoded, json_text, micros, parse_json
+from pipeline.records.sealing import Sealer, identity, open_fields, seal_text
 from pipeline.rules.backoff import RetryPolicy
 from pipeline.rules.budgets import BudgetCaps
+from pipeline.rules.data_keys import subject_owner
 from pipeline.rules.errors import DefinitionError, SerdeError
 from pipeline.rules.outbox import OutboxEntry
 from pipeline.rules.outcomes import Outcome
 from pipeline.rules.quiet_hours import QuietHours
 
-__all__ = ["OUTBOX_ENTRY", "decode_outbox_entry", "encode_outbox_entry"]
+__all__ = ["OUTBOX_ENTRY", "decode_outbox_entry", "encode_outbox_entry", "outbox_identity"]
 
 OUTBOX_ENTRY: Final = "outbox_entry"
 
 
+def outbox_identity(delivery_key: str) -> bytes:
+    """The associated data of an entry's sealed fields."""
+    return identity(OUTBOX_ENTRY, delivery_key)
+
+
 def encode_outbox_entry(
     codec: Codec,
+    sealer: Sealer,
     entry: OutboxEntry | Mapping[str, Any],
     trigger_text: str | None = None,
 ) -> bytes:
@@ -39,6 +49,19 @@ def encode_outbox_entry(
     quiet: QuietHours | None = fields["quiet_hours"]
     retry: RetryPolicy = fields["retry"]
     args = fields["args"]
+    text = fields["text"]
+    # RFC 8785 of {"args", "text", "trigger"}: keys in order, values canonical.
+    content = (
+        '{"args":'
+        + ("null" if args is None else json_text(list(args), "args"))
+        + ',"text":'
+        + ("null" if text is None else json_text(text, "text"))
+        + ',"trigger":'
+        + (trigger_text or json_text(fields["trigger"], "trigger"))
+        + "}"
+    )
+    owner = subject_owner(fields["tenant_id"], fields["user_id"])
+    sealed = seal_text(sealer, owner, outbox_identity(fields["delivery_key"]), content)
     return codec.encode(
         OUTBOX_ENTRY,
         {
@@ -49,12 +72,12 @@ def encode_outbox_entry(
             "watcher_version": fields["watcher_version"],
             "source_id": fields["source_id"],
             "purpose": fields["purpose"],
-            "trigger": trigger_text or json_text(fields["trigger"], "trigger"),
+            "trigger": None,
             "outcome": fields["outcome"].value,
             "verb": fields["verb"],
             "target": fields["target"],
-            "text": fields["text"],
-            "args": None if args is None else list(args),
+            "text": None,
+            "args": None,
             "evidence_digest": fields["evidence_digest"],
             "evidence_observed_at": fields["evidence_observed_at"],
             "due_at": fields["due_at"],
@@ -83,6 +106,7 @@ def encode_outbox_entry(
             "session_id": fields["session_id"],
             "schedule_name": fields["schedule_name"],
             "schedule_time": fields["schedule_time"],
+            "sealed": sealed,
         },
     )
 
@@ -98,9 +122,21 @@ def _quiet_hours(start: str, end: str, timezone: str) -> QuietHours:
     return QuietHours(start=start, end=end, timezone=timezone)
 
 
-def decode_outbox_entry(codec: Codec, data: bytes) -> OutboxEntry:
-    """An ``outbox`` value; anything that does not make a valid entry is a :class:`SerdeError`."""
+def decode_outbox_entry(codec: Codec, sealer: Sealer, data: bytes) -> OutboxEntry:
+    """An ``outbox`` value (``erased`` when its key is gone); anything that does not make a
+    valid entry is a :class:`SerdeError`."""
     value = decoded(codec, OUTBOX_ENTRY, data)
+    sealed = value.pop("sealed", None)
+    if sealed is not None:
+        opened = open_fields(sealer, outbox_identity(value["delivery_key"]), sealed)
+        if opened is None:
+            value.update(trigger={}, text=None, args=None, erased=True)
+        else:
+            value.update(
+                trigger=opened.get("trigger") or {},
+                text=opened.get("text"),
+                args=opened.get("args"),
+            )
     try:
         return _entry(value)
     except (DefinitionError, ValidationError, KeyError, TypeError, ValueError) as exc:
@@ -113,10 +149,13 @@ def _entry(value: dict[str, Any]) -> OutboxEntry:
     budgets = value.pop("budgets")
     retention = value.pop("delivery_retention_micros")
     args = value.pop("args")
+    trigger = value["trigger"]
     return OutboxEntry(
         **{
             **value,
-            "trigger": parse_json(value["trigger"], "trigger"),
+            "trigger": parse_json(trigger or "{}", "trigger")
+            if trigger is None or isinstance(trigger, str)
+            else trigger,
             "outcome": Outcome(value["outcome"]),
         },
         args=None if args is None else tuple(args),

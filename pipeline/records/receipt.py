@@ -1,25 +1,57 @@
-"""The ``receipt`` record (``schemas/receipt.v1.avsc``): the privacy-filtered record of one
-evaluation (DESIGN §10, §11). The evaluator's hot loop encodes straight from
-``Evaluation.receipt_fields`` (the same bytes, no model built)."""
+"""The ``receipt`` record (``schemas/receipt.v2.avsc``; v1 still read): the privacy-filtered
+record of one evaluation (DESIGN §10, §11). The evaluator's hot loop encodes straight from
+``Evaluation.receipt_fields`` (the same bytes, no model built).
+
+The trigger and the kept payload are sealed under the watcher version's own data key
+(``pipeline.rules.data_keys.evidence_owner``), so ``cancel`` shreds them with the watcher and
+erasure with the subject; a receipt whose key is gone reads as ``erased``. ``retain_until`` is
+the evaluation time plus the watcher's ``evidence_retention``: readers drop the receipt after.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any, Final
 
 from pipeline.records.codec import Codec, decoded, json_text, parse_json
+from pipeline.records.sealing import Sealer, identity, open_fields, seal_text
+from pipeline.rules.data_keys import evidence_owner
+from pipeline.rules.instants import to_epoch_micros
 from pipeline.rules.receipts import Receipt
 
-__all__ = ["RECEIPT", "decode_receipt", "encode_receipt"]
+__all__ = ["RECEIPT", "decode_receipt", "encode_receipt", "receipt_identity"]
 
 RECEIPT: Final = "receipt"
 
 
+def receipt_identity(
+    tenant_id: str,
+    user_id: str,
+    watcher_id: str,
+    version: int,
+    trigger_key: str,
+    evaluated_at: datetime,
+) -> bytes:
+    """The associated data of a receipt's sealed fields."""
+    return identity(
+        RECEIPT,
+        tenant_id,
+        user_id,
+        watcher_id,
+        str(version),
+        trigger_key,
+        str(to_epoch_micros(evaluated_at)),
+    )
+
+
 def encode_receipt(
     codec: Codec,
+    sealer: Sealer,
     receipt: Receipt | Mapping[str, Any],
     source_id: str,
     trigger_text: str | None = None,
+    retain_until: datetime | None = None,
 ) -> bytes:
     """A receipt, or its fields as ``Evaluation.receipt_fields`` holds them. ``trigger_text``
     is the trigger's JSON when the caller has it."""
@@ -27,19 +59,32 @@ def encode_receipt(
     budget = fields["budget"]
     tool_error = fields["tool_error"]
     payload = fields["payload"]
+    tenant, user, watcher = fields["tenant_id"], fields["user_id"], fields["watcher_id"]
+    version = fields["watcher_version"]
+    aad = receipt_identity(
+        tenant, user, watcher, version, fields["trigger_key"], fields["evaluated_at"]
+    )
+    # RFC 8785 of {"payload", "trigger"}: keys in order, values already canonical.
+    content = (
+        '{"payload":'
+        + ("null" if payload is None else json_text(payload, "payload"))
+        + ',"trigger":'
+        + (trigger_text or json_text(fields["trigger"], "trigger"))
+        + "}"
+    )
     return codec.encode(
         RECEIPT,
         {
-            "tenant_id": fields["tenant_id"],
-            "user_id": fields["user_id"],
-            "watcher_id": fields["watcher_id"],
-            "watcher_version": fields["watcher_version"],
+            "tenant_id": tenant,
+            "user_id": user,
+            "watcher_id": watcher,
+            "watcher_version": version,
             "source_id": source_id,
             "evaluated_at": fields["evaluated_at"],
             "outcome": fields["outcome"].value,
             "reason": fields["reason"].value,
             "evidence_digest": fields["evidence_digest"],
-            "trigger": trigger_text or json_text(fields["trigger"], "trigger"),
+            "trigger": None,
             "trigger_key": fields["trigger_key"],
             "observed_at": fields["observed_at"],
             "position": fields["position"],
@@ -47,19 +92,39 @@ def encode_receipt(
             "authorization": fields["authorization"],
             "budget": None if budget is None else budget.value,
             "tool_error": None if tool_error is None else tool_error.value,
-            "payload": None if payload is None else json_text(payload, "payload"),
+            "payload": None,
             "delivery_key": fields["delivery_key"],
             "note": fields["note"],
+            "sealed": seal_text(
+                sealer, evidence_owner(tenant, user, watcher, version), aad, content
+            ),
+            "retain_until": retain_until,
         },
     )
 
 
-def decode_receipt(codec: Codec, data: bytes) -> tuple[Receipt, str]:
-    """The receipt and the source id it was evaluated on."""
+def decode_receipt(codec: Codec, sealer: Sealer, data: bytes) -> tuple[Receipt, str]:
+    """The receipt (``erased`` when its key is gone) and the source id it was evaluated on."""
     value = decoded(codec, RECEIPT, data)
-    fields = {k: v for k, v in value.items() if k != "source_id"}
-    fields["trigger"] = parse_json(value["trigger"], "trigger")
-    fields["payload"] = (
-        None if value["payload"] is None else parse_json(value["payload"], "payload")
-    )
-    return Receipt.model_validate(fields), value["source_id"]
+    sealed = value.pop("sealed", None)
+    source_id = value.pop("source_id")
+    fields = dict(value)
+    if sealed is None:  # written before sealing: plaintext
+        fields["trigger"] = parse_json(value["trigger"] or "{}", "trigger")
+        fields["payload"] = (
+            None if value["payload"] is None else parse_json(value["payload"], "payload")
+        )
+    else:
+        aad = receipt_identity(
+            value["tenant_id"],
+            value["user_id"],
+            value["watcher_id"],
+            value["watcher_version"],
+            value["trigger_key"],
+            value["evaluated_at"],
+        )
+        opened = open_fields(sealer, aad, sealed)
+        fields["erased"] = opened is None
+        fields["trigger"] = {} if opened is None else opened.get("trigger") or {}
+        fields["payload"] = None if opened is None else opened.get("payload")
+    return Receipt.model_validate(fields), source_id

@@ -1,10 +1,12 @@
-"""The ``watchers`` record (``schemas/watcher.v1.avsc``): a definition re-keyed for the
-evaluator and the ticker (partitioned by source id), with status, revision and the typed fields
-their indexes route on (source kind and id, event type).
+"""The ``watchers`` record (``schemas/watcher.v2.avsc``; v1 still read): a definition re-keyed
+for the evaluator and the ticker (partitioned by source id), with status, revision and the typed
+fields their indexes route on (source kind and id, event type).
 
 Owns :func:`encode_watcher` (from the command processor's :class:`RegistryEntry`) and
 :class:`Watch`, one watcher as the stages hold it: routing fields decoded at once, the
-definition parsed on first use and once per version.
+definition opened and parsed on first use and once per version. The definition is sealed under
+the subject's data key (``pipeline.records.sealing.seal_definition``); once that key is
+shredded, :attr:`Watch.definition` raises :class:`ErasedError`.
 """
 
 from __future__ import annotations
@@ -14,10 +16,12 @@ from datetime import datetime
 from typing import Final
 
 from pipeline.records.codec import Codec, decoded
+from pipeline.records.sealing import Sealer, open_definition, seal_definition
 from pipeline.rules.authz import AuthzDecision, Grant
 from pipeline.rules.budgets import BudgetCaps, BudgetScope
 from pipeline.rules.commands.model import RegistryEntry
 from pipeline.rules.definition import WatcherDefinition, parse_stored
+from pipeline.rules.errors import ErasedError
 from pipeline.rules.lifecycle import WatcherStatus, is_closed
 from pipeline.rules.sources import EventSource
 
@@ -26,7 +30,7 @@ __all__ = ["WATCHER", "Watch", "decode_watch", "encode_watcher"]
 WATCHER: Final = "watcher"
 
 
-def encode_watcher(codec: Codec, entry: RegistryEntry) -> bytes:
+def encode_watcher(codec: Codec, sealer: Sealer, entry: RegistryEntry) -> bytes:
     source = entry.definition().source
     return codec.encode(
         WATCHER,
@@ -43,7 +47,16 @@ def encode_watcher(codec: Codec, entry: RegistryEntry) -> bytes:
             "session_id": entry.session_id,
             "activated_at": entry.activated_at,
             "updated_at": entry.updated_at,
-            "definition": entry.definition_json,
+            "definition": None,
+            "sealed": seal_definition(
+                sealer,
+                WATCHER,
+                entry.tenant_id,
+                entry.user_id,
+                entry.watcher_id,
+                entry.version,
+                entry.definition_json,
+            ),
         },
     )
 
@@ -62,6 +75,8 @@ class Watch:
     status: WatcherStatus
     activated_at: datetime | None
     definition_json: str | None
+    sealed: bytes | None = None  # the definition, sealed; opened on first use
+    sealer: Sealer | None = None
     _definition: WatcherDefinition | None = None
     # The evaluator's budget scope and effective caps, worked out on first charge, tagged with
     # the operator defaults they were filled from.
@@ -73,14 +88,29 @@ class Watch:
 
     @property
     def definition(self) -> WatcherDefinition:
-        """The compiled definition of this version, decoded once (raises ``DefinitionError``)."""
+        """The compiled definition of this version, decoded once (raises ``DefinitionError``,
+        or :class:`ErasedError` when its sealed text no longer opens)."""
         if self._definition is None:
-            assert self.definition_json is not None
+            if self.definition_json is None:
+                if self.sealed is None or self.sealer is None:
+                    raise ErasedError(f"watcher {self.key} has no definition")
+                self.definition_json = open_definition(
+                    self.sealer,
+                    WATCHER,
+                    {
+                        "tenant_id": self.parts[0],
+                        "user_id": self.parts[1],
+                        "watcher_id": self.parts[2],
+                        "version": self.version,
+                        "sealed": self.sealed,
+                    },
+                )
             parsed = parse_stored(self.definition_json)
             if parsed.version != self.version:
                 parsed = parsed.with_version(self.version)
             self._definition = parsed
             self.definition_json = None  # the model holds it now
+            self.sealed = None
         return self._definition
 
     @property
@@ -88,7 +118,8 @@ class Watch:
         return is_closed(self.status)
 
 
-def decode_watch(codec: Codec, key: str, data: bytes) -> Watch:
+def decode_watch(codec: Codec, sealer: Sealer, key: str, data: bytes) -> Watch:
+    """Routing fields now; the definition (sealed) is opened on first use."""
     value = decoded(codec, WATCHER, data)
     return Watch(
         key=key,
@@ -100,4 +131,6 @@ def decode_watch(codec: Codec, key: str, data: bytes) -> Watch:
         status=WatcherStatus(value["status"]),
         activated_at=value["activated_at"],
         definition_json=value["definition"],
+        sealed=value.get("sealed"),
+        sealer=sealer,
     )

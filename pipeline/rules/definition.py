@@ -39,6 +39,7 @@ from pipeline.rules.keys import delivery_key_prefix
 from pipeline.rules.paths import Path
 from pipeline.rules.privacy import parse_retain_paths
 from pipeline.rules.quiet_hours import QuietHours
+from pipeline.rules.retention import check_retentions
 from pipeline.rules.sources import (
     EventSource,
     PollingSource,
@@ -193,6 +194,7 @@ class WatcherDefinition(_Model):
             checked_ref(self.session_id, "session_id")
         self._check_condition_and_verb()
         self._check_expiry()
+        check_retentions(self.privacy.evidence_retention, self.privacy.delivery_retention)
         if self.privacy.delivery_retention < self.source.max_age + FUTURE_SKEW:
             raise DefinitionError(
                 "must cover source.max_age + 30s so a fresh replay meets its dedupe key",

@@ -6,6 +6,7 @@ VigilError
 ├── ConfigError            vigil.toml is missing or invalid (names the key)
 ├── SerdeError             bytes that do not decode as a record
 │   └── UnknownSchemaError a schema fingerprint this build does not know (newer, or garbage)
+├── ErasedError            a sealed field whose data key is gone: the record reads as erased
 ├── TopologyError          topics missing or drifted (says the command that fixes it)
 ├── BrokerError            Kafka failed (translated at the boundary)
 └── BudgetStoreError       Redis unreachable or failed (translated at the boundary)
@@ -18,6 +19,7 @@ __all__ = [
     "BudgetStoreError",
     "ConfigError",
     "DefinitionError",
+    "ErasedError",
     "SerdeError",
     "TopologyError",
     "TransitionError",
@@ -58,6 +60,10 @@ class UnknownSchemaError(SerdeError):
     def __init__(self, message: str, fingerprint: bytes = b"") -> None:
         super().__init__(message)
         self.fingerprint = fingerprint
+
+
+class ErasedError(VigilError):
+    """A sealed subject field whose data key is gone (cancel, erasure): it reads as erased."""
 
 
 class TopologyError(VigilError):

@@ -4,7 +4,8 @@ Owns :class:`OutboxEntry`, keyed in ``vigil.outbox`` by its delivery key (DESIGN
 It carries the subject, the watcher version, the trigger, the verb and its arguments, the
 retry policy, quiet hours, budget caps and retention, so the delivery consumer never reads a
 definition. Creating one is ``evaluation``'s (or the command processor's for immediate verbs);
-dispatch states are ``dispatch``'s.
+dispatch states are ``dispatch``'s. An entry read back without its data key is ``erased``
+(trigger, text and arguments gone): it is never sent.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ class OutboxEntry(BaseModel):
     watcher_version: int
     source_id: str
     purpose: str
-    trigger: dict[str, str]
+    trigger: dict[str, str] = {}
     outcome: Outcome
     verb: str
     target: str
@@ -56,6 +57,7 @@ class OutboxEntry(BaseModel):
     session_id: str | None = None
     schedule_name: str | None = None
     schedule_time: datetime | None = None
+    erased: bool = False  # read back after the subject's data key was shredded: no content
 
 
 def build_entry(

@@ -2,7 +2,10 @@
 
 Owns :class:`Receipt`: what was decided, why, on which evidence and definition version, with
 the authorization and budget verdicts replay takes as recorded. Which payload it may keep is
-decided by ``evaluation`` through ``privacy``; encryption and retention are the writer's.
+decided by ``evaluation`` through ``privacy``; encryption and retention are the writer's. A
+receipt read back after its data key was shredded is ``erased``: its trigger and payload are
+gone, its decision metadata (outcome, reason, verdicts, digests, times) remains until the
+topic's retention.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ class Receipt(BaseModel):
     watcher_version: int
     evaluated_at: datetime
     evidence_digest: str
-    trigger: dict[str, str]
+    trigger: dict[str, str] = {}
     trigger_key: str
     observed_at: datetime
     position: str | None = None
@@ -40,3 +43,5 @@ class Receipt(BaseModel):
     payload: dict[str, Any] | None = None
     delivery_key: str | None = None
     note: str = ""
+    erased: bool = False  # its sealed fields' key is gone (cancel, erasure)
+    retain_until: datetime | None = None  # unreadable from then on (evidence_retention)

@@ -77,6 +77,7 @@ class SkipReason(StrEnum):
     DEFINITION_MISSING = "definition_missing"  # its version is not in definition-log
     INPUT_MISSING = "input_missing"  # its input record is past retention or out of range
     INVALID = "invalid"  # the definition or state did not validate
+    ERASED = "erased"  # its receipt, definition or input is sealed under a shredded key
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +110,8 @@ class History:
     selected: frozenset[str]
     outbox: Mapping[str, OutboxEntry | None] | None = None
     read_at: datetime | None = None
+    erased: frozenset[tuple[str, str, str, int]] = frozenset()  # versions, definition erased
+    erased_inputs: frozenset[str] = frozenset()  # positions of ticks whose payload is erased
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,7 +176,9 @@ def replay(
     """Replay every receipt whose input position is in ``history.selected``.
 
     Receipts are threaded per watcher version in log order, so dedupe memory and closes carry
-    from one evaluation to the next as they did in the evaluator.
+    from one evaluation to the next as they did in the evaluator. A decision whose receipt,
+    definition or input is erased (its data key shredded, DESIGN.md §10) is reported as erased
+    (:attr:`SkipReason.ERASED`), never as a difference.
     """
     report = ReplayReport()
     states: dict[tuple[WatcherKey, int], WatcherState] = {}
@@ -187,6 +192,14 @@ def replay(
             states[slot] = _seeded(state, receipt)
             continue
         item = history.inputs.get(receipt.position or "")
+        if (
+            receipt.erased
+            or (override is None and (*watcher, receipt.watcher_version) in history.erased)
+            or (item is None and receipt.position in history.erased_inputs)
+        ):
+            states[slot] = _seeded(state, receipt)
+            _skip(report, SkipReason.ERASED)
+            continue
         if version is None or item is None:
             # Not replayable: carry its trigger forward as recorded, so dedupe still holds.
             states[slot] = _seeded(state, receipt)

@@ -1,13 +1,16 @@
-"""The shared views over the runtime's tables: who watches what, who granted what, and what was
-cancelled or erased. Several stages read them (the evaluator and ticker the watchers, everyone
-the grants, delivery the lifecycle), so they live here, once.
+"""The shared views over the runtime's tables: who watches what, who granted what, what was
+cancelled or erased, and which data keys exist. Several stages read them (the evaluator and
+ticker the watchers, everyone the grants and keys, delivery the lifecycle), so they live here,
+once.
 
 Owns :class:`WatcherIndex` (one per task partition of ``watchers``: watcher keys by
 ``(source_id, event_type)``, definitions decoded lazily and once per version, so an event costs
 what its matching watchers cost and 100,000 watchers of other sources cost nothing),
 :class:`GrantIndex` (the global ``grants`` table by subject) and :class:`LifecycleIndex` (the
 global ``lifecycle`` table: the latest record per watcher and per erased subject, and which
-delivery it drops). Each follows its table's changes through :class:`ObservedDict`, which the
+delivery it drops) and :class:`KeyView` (the global ``keys`` table feeding a
+:class:`~pipeline.crypto.ring.KeyRing`: a tombstone shreds the key in this process at the next
+refresh). Each follows its table's changes through :class:`ObservedDict`, which the
 runtime's table writes through, so a refresh touches only the keys that changed since the last
 batch.
 
@@ -22,16 +25,25 @@ from collections.abc import Iterable, Iterator
 from datetime import datetime
 from typing import Any
 
+from pipeline.crypto.ring import KeyRing
 from pipeline.records.codec import Codec
 from pipeline.records.delivery_state import DeliveryRecord
 from pipeline.records.grant import decode_grant
 from pipeline.records.lifecycle import LifecycleRecord, decode_lifecycle
+from pipeline.records.sealing import Sealer
 from pipeline.records.watcher import Watch, decode_watch
 from pipeline.rules.authz import Grant
 from pipeline.rules.errors import DefinitionError, SerdeError
 from pipeline.runtime.tables import Table
 
-__all__ = ["GrantIndex", "LifecycleIndex", "ObservedDict", "WatcherIndex", "observe"]
+__all__ = [
+    "GrantIndex",
+    "KeyView",
+    "LifecycleIndex",
+    "ObservedDict",
+    "WatcherIndex",
+    "observe",
+]
 
 log = logging.getLogger(__name__)
 
@@ -72,11 +84,12 @@ def observe(table: Table) -> ObservedDict:
 class WatcherIndex:
     """One partition of ``watchers``: by key, and event watchers by (source_id, event_type)."""
 
-    __slots__ = ("_by_key", "_by_type", "_data", "_registry", "table", "undecodable")
+    __slots__ = ("_by_key", "_by_type", "_data", "_registry", "_sealer", "table", "undecodable")
 
-    def __init__(self, table: Table, registry: Codec) -> None:
+    def __init__(self, table: Table, registry: Codec, sealer: Sealer) -> None:
         self.table = table
         self._registry = registry
+        self._sealer = sealer
         self._data = observe(table)
         self._data.drain()
         self._by_key: dict[str, Watch] = {}
@@ -104,7 +117,7 @@ class WatcherIndex:
         if raw is None:
             return
         try:
-            watch = decode_watch(self._registry, key, raw)
+            watch = decode_watch(self._registry, self._sealer, key, raw)
         except (SerdeError, ValueError, KeyError) as exc:
             self.undecodable += 1
             log.error("watchers record %s is unreadable: %s", key, exc)
@@ -241,3 +254,24 @@ class LifecycleIndex:
             self._subjects.pop((record.tenant_id, record.user_id), None)
         else:
             self._watchers.pop((record.tenant_id, record.user_id, record.watcher_id), None)
+
+
+class KeyView:
+    """The global ``keys`` table through a :class:`KeyRing`: records in, tombstones out."""
+
+    __slots__ = ("_data", "ring", "table")
+
+    def __init__(self, table: Table, ring: KeyRing) -> None:
+        self.table = table
+        self.ring = ring
+        self._data = observe(table)
+        self._data.drain()
+        for key, raw in list(self._data.items()):
+            ring.apply(key, raw)
+
+    def refresh(self) -> int:
+        """Apply what changed since the last refresh; returns how many keys."""
+        changed = self._data.drain()
+        for key in changed:
+            self.ring.apply(key, self._data.get(key))
+        return len(changed)

@@ -37,6 +37,7 @@ from prometheus_client import REGISTRY, CollectorRegistry
 
 from pipeline.clock import Clock, SystemClock
 from pipeline.config import ToolConfig
+from pipeline.crypto import KeyEncryptionKeys, KeyRing
 from pipeline.kafka.serde import SchemaRegistry, default_registry
 from pipeline.kafka.topics import Topic, Topology
 from pipeline.records.tick import TickRecord, encode_tick
@@ -46,10 +47,11 @@ from pipeline.redis.budgets import RedisBudgets
 from pipeline.rules.budgets import NO_CEILINGS, BudgetCaps, BudgetCeilings, BudgetVerdict
 from pipeline.rules.lifecycle import is_closed
 from pipeline.rules.outcomes import ErrorCode
+from pipeline.rules.retention import retain_until
 from pipeline.rules.ticker import DEFAULT_GRACE, WatcherPlan, plan_watcher
 from pipeline.runtime.app import ProcessContext, StreamApp, TransactionEnd
 from pipeline.runtime.tables import TableKind, TableSpec
-from pipeline.runtime.views import GrantIndex
+from pipeline.runtime.views import GrantIndex, KeyView
 from producers.ticker.guard import ToolGuard, Withheld, tool_request
 from producers.ticker.metrics import TickerMetrics, ticker_metrics
 from producers.ticker.pinned_states import PinnedStates
@@ -61,6 +63,7 @@ __all__ = ["PollTicker", "StepReport", "TickerSettings"]
 log = logging.getLogger(__name__)
 
 _GRANTS: Final = "grants"
+_KEYS: Final = "keys"
 _DEFER: Final = timedelta(seconds=1)  # a watcher whose budget store did not answer
 
 
@@ -122,15 +125,20 @@ class PollTicker:
         registry: SchemaRegistry | None = None,
         metrics_registry: CollectorRegistry = REGISTRY,
         tool_registry: ToolRegistry | None = None,
+        keks: KeyEncryptionKeys | None = None,
+        key_cache: int = 65_536,
     ) -> None:
+        """``keks`` default to ``$VIGIL_MASTER_KEYS`` (none there: a ``ConfigError``)."""
         topology = settings.topology
         self.settings = settings
         self._clock = clock or SystemClock()
         self._registry = registry or default_registry()
+        self._ring = KeyRing(keks or KeyEncryptionKeys.load(), self._registry, cache_size=key_cache)
+        self._keys: KeyView | None = None
         self._guard = ToolGuard(budgets, default_caps, ceilings)
         self.metrics: TickerMetrics = ticker_metrics(metrics_registry)
         self._ticks = topology.name(Topic.TICKS)
-        self._views = TickerViews(self._registry)
+        self._views = TickerViews(self._registry, self._ring)
         self.states = PinnedStates(
             self._registry,
             topology.name(Topic.EVENTS),
@@ -151,6 +159,7 @@ class PollTicker:
                 TableSpec(WATCHERS, topology.name(Topic.WATCHERS), TableKind.EXTERNAL),
                 TableSpec(STATE, topology.name(Topic.TICKER_STATE), TableKind.OWNED),
                 TableSpec(_GRANTS, topology.name(Topic.GRANTS), TableKind.GLOBAL),
+                TableSpec(_KEYS, topology.name(Topic.KEYS), TableKind.GLOBAL),
             ],
             decode=self.states.decode,
             dead_letter_topic=topology.name(Topic.DEAD_LETTER),
@@ -195,7 +204,8 @@ class PollTicker:
         self.app.step(self.settings.poll_timeout_s)
         if not self.app.assignment():
             return StepReport()
-        self.app.catch_up()  # watchers and grants, so a pause or revocation applies (§10)
+        self.app.catch_up()  # watchers, grants and keys: a pause or revocation applies (§10)
+        self._key_view()
         views = self._views
         views.sync(self.app.tables())
         now = self._clock.now()
@@ -298,7 +308,7 @@ class PollTicker:
         for item in writes:
             try:
                 item.records = [
-                    (record.source_id, encode_tick(registry, record))
+                    (record.source_id, encode_tick(registry, self._ring, record))
                     for record in self._tick_records(item, now, observed)
                 ]
                 item.memory = encode_memory(
@@ -337,8 +347,10 @@ class PollTicker:
     @staticmethod
     def _tick_records(item: _Work, now: datetime, observed: datetime) -> Iterator[TickRecord]:
         tenant_id, user_id, watcher_id = item.watch.parts
+        retention = item.watch.definition.privacy.evidence_retention
         for index, tick in enumerate(item.plan.ticks):
             result = item.results.get(index)
+            seen = observed if result is not None else now
             yield TickRecord(
                 kind=tick.kind,
                 tenant_id=tenant_id,
@@ -347,12 +359,13 @@ class PollTicker:
                 watcher_version=item.watch.version,
                 source_id=item.watch.source_id,
                 scheduled_at=tick.scheduled_at,
-                observed_at=observed if result is not None else now,
+                observed_at=seen,
                 payload=None if result is None else result.payload,
                 tool_error=None if result is None else result.error,
                 usage_tokens=0 if result is None else result.tokens,
                 usage_micro_usd=0 if result is None else result.micro_usd,
                 late=tick.late,
+                retain_until=retain_until(seen, retention),
             )
 
     def _count(self, plan: WatcherPlan) -> None:
@@ -365,6 +378,16 @@ class PollTicker:
                 metrics.missed.labels(plan.policy, "fired").inc(fired)
             if plan.dropped:
                 metrics.missed.labels(plan.policy, "dropped").inc(plan.dropped)
+
+    def _key_view(self) -> None:
+        """The ``keys`` table into the ring: a shredded key stops opening definitions now."""
+        if self._keys is None:
+            for table in self.app.tables():
+                if table.spec.name == _KEYS and table.spec.kind is TableKind.GLOBAL:
+                    self._keys = KeyView(table, self._ring)
+                    break
+        else:
+            self._keys.refresh()
 
     def _grant_index(self) -> GrantIndex | None:
         if self._grants is None:

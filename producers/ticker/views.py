@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from typing import Final
 
 from pipeline.kafka.serde import SchemaRegistry
+from pipeline.records.sealing import Sealer
 from pipeline.records.ticker_state import decode_ticker_state
 from pipeline.records.watcher import Watch, decode_watch
 from pipeline.rules.errors import SerdeError
@@ -38,8 +39,9 @@ _ASAP: Final = datetime(1970, 1, 1, tzinfo=UTC)
 class TickerViews:
     """What the ticker knows about the partitions it holds now."""
 
-    def __init__(self, registry: SchemaRegistry) -> None:
+    def __init__(self, registry: SchemaRegistry, sealer: Sealer) -> None:
         self._registry = registry
+        self._sealer = sealer
         self._signature: tuple[tuple[str, int, int], ...] = ()
         self.watchers: dict[int, Table] = {}
         self.state: dict[int, Table] = {}
@@ -109,7 +111,7 @@ class TickerViews:
                 self.deletes[key] = partition
             return
         try:
-            watch = decode_watch(self._registry, key, raw)
+            watch = decode_watch(self._registry, self._sealer, key, raw)
         except (SerdeError, ValueError, KeyError) as exc:
             log.error("watchers record %s is unreadable: %s", key, exc)
             return

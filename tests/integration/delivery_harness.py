@@ -3,7 +3,10 @@ lifecycle records, a worker on a thread, and the delivery-state history read bac
 
 Outbox entries are written directly with the evaluator's encoder
 (``pipeline.records.outbox_entry.encode_outbox_entry``) at Java's partition for their key, as the
-evaluator writes them; grants and lifecycle records with the shipped Avro schemas.
+evaluator writes them — sealed under their subject's data key, which the harness writes to
+``keys`` first as the command processor would; grants and lifecycle records with the shipped
+Avro schemas. The worker and its adapters get a ring of their own (:attr:`Harness.worker_ring`),
+filled only from the ``keys`` topic.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from consumers.delivery.loop import DeliverySettings, DeliveryWorker
 from consumers.delivery.sends import Executor
 from pipeline.clock import Clock
 from pipeline.config import parse_config
+from pipeline.crypto import KeyEncryptionKeys, KeyRing
 from pipeline.kafka.admin import connect_admin, ensure_topics
 from pipeline.kafka.clients import producer_config
 from pipeline.kafka.partitioner import partition_for
@@ -36,6 +40,7 @@ from pipeline.records.outbox_entry import encode_outbox_entry
 from pipeline.redis.budgets import RedisBudgets
 from pipeline.rules.backoff import RetryPolicy
 from pipeline.rules.budgets import BudgetCaps
+from pipeline.rules.data_keys import KeyOwner, subject_owner
 from pipeline.rules.keys import subject_key, watcher_key
 from pipeline.rules.outbox import OutboxEntry
 from pipeline.rules.outcomes import Outcome
@@ -84,6 +89,12 @@ class Harness:
     schemas: Any = field(default_factory=default_registry)
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
     _producer: Producer | None = None
+    ring: KeyRing = field(
+        default_factory=lambda: KeyRing(KeyEncryptionKeys.load(), default_registry())
+    )
+    worker_ring: KeyRing = field(
+        default_factory=lambda: KeyRing(KeyEncryptionKeys.load(), default_registry())
+    )
 
     @classmethod
     def create(
@@ -158,10 +169,28 @@ class Harness:
             session_id="s-1" if wake_session else None,
         )
 
+    def key(self, owner: KeyOwner) -> None:
+        """``owner``'s data key in ``keys``, made once (as the command processor does)."""
+        if self.ring.record(owner) is None:
+            topic_key, raw = self.ring.create(owner, datetime.now(UTC))
+            self.produce_at(Topic.KEYS, topic_key, raw, owner.subject_key)
+
+    def shred(self, owner: KeyOwner) -> None:
+        """Tombstone ``owner``'s data key (what erasure does first)."""
+        self.ring.apply(owner.topic_key, None)
+        self.produce_at(Topic.KEYS, owner.topic_key, None, owner.subject_key)
+        self.flush()
+
+    def produce_at(self, topic: Topic, key: str, value: bytes | None, placed_by: str) -> None:
+        name = self.topology.name(topic)
+        partition = partition_for(placed_by, self.topology.partitions_for(topic))
+        self.producer.produce(name, value, key, partition)
+
     def publish(self, entries: Iterable[OutboxEntry]) -> list[OutboxEntry]:
         published = list(entries)
         for entry in published:
-            value = encode_outbox_entry(self.schemas, entry)
+            self.key(subject_owner(entry.tenant_id, entry.user_id))
+            value = encode_outbox_entry(self.schemas, self.ring, entry)
             self.produce(Topic.OUTBOX, entry.delivery_key, value)
         self.flush()
         return published
@@ -276,7 +305,9 @@ class Harness:
                 },
             }
         )
-        return build_adapters(config, environ={SECRET_ENV: SECRET, BOT_TOKEN_ENV: BOT_TOKEN})
+        return build_adapters(
+            config, environ={SECRET_ENV: SECRET, BOT_TOKEN_ENV: BOT_TOKEN}, sealer=self.worker_ring
+        )
 
     def budgets(self) -> RedisBudgets:
         client = redis.Redis.from_url(self.redis_url, socket_timeout=2, socket_connect_timeout=2)
@@ -313,6 +344,7 @@ class Harness:
             clock=clock,
             registry=self.registry,
             executor=executor,
+            ring=self.worker_ring,
         )
 
     def metric(self, name: str, **labels: str) -> float:

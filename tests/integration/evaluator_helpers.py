@@ -2,8 +2,10 @@
 processor writes them, events, and committed reads of receipts and the outbox.
 
 Watchers and grants are written with the same serde and record shapes the command processor
-uses (``schemas/watcher.v1.avsc``, :class:`pipeline.rules.commands.apply.GrantRecord`), keyed and
-placed as DESIGN.md §2 says, so the evaluator cannot tell them apart from the processor's.
+uses (``schemas/watcher.v2.avsc``, :class:`pipeline.rules.commands.apply.GrantRecord`), keyed and
+placed as DESIGN.md §2 says, so the evaluator cannot tell them apart from the processor's: a
+watcher's data keys go to ``keys`` first (the subject's and the version's evidence key, wrapped
+under the test KEK) and its definition is sealed, as are tick payloads.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 
 from confluent_kafka import Producer
 
+from pipeline.crypto import KeyEncryptionKeys, KeyRing
 from pipeline.kafka.admin import connect_admin, ensure_topics
 from pipeline.kafka.clients import producer_config
 from pipeline.kafka.partitioner import partition_for
@@ -24,16 +27,22 @@ from pipeline.kafka.topics import Topic, Topology
 from pipeline.records.grant import grant_value
 from pipeline.records.outbox_entry import decode_outbox_entry
 from pipeline.records.receipt import decode_receipt
+from pipeline.records.tick import TickRecord, encode_tick
 from pipeline.rules.authz import Action, Grant
 from pipeline.rules.commands import GrantRecord
+from pipeline.rules.data_keys import KeyOwner, evidence_owner, subject_owner
 from pipeline.rules.definition import WatcherDefinition
 from pipeline.rules.keys import canonical_json, watcher_key
 from pipeline.rules.outbox import OutboxEntry
 from pipeline.rules.receipts import Receipt
+from pipeline.rules.ticker import TickKind
+from pipeline.runtime.keys import read_keys
 from tests.integration.runtime_helpers import read_all
+from tests.keyring import sealed_definition
 
 __all__ = [
     "Writer",
+    "current_ring",
     "event_definition",
     "make_topology",
     "outbox_entries",
@@ -112,6 +121,21 @@ class Writer:
         self.registry = default_registry()
         self.producer = Producer(producer_config(bootstrap))
         self.partitions = topology.partitions
+        self.ring = KeyRing(KeyEncryptionKeys.load(), self.registry)
+
+    def key(self, owner: KeyOwner) -> None:
+        """``owner``'s data key in ``keys`` (made once, as the command processor does)."""
+        if self.ring.record(owner) is not None:
+            return
+        topic_key, raw = self.ring.create(owner, datetime.now(UTC))
+        self._send(Topic.KEYS, topic_key, raw, partition_for(owner.subject_key, self.partitions))
+
+    def shred(self, owner: KeyOwner) -> None:
+        """Tombstone ``owner``'s data key, as cancel or erasure does."""
+        self.ring.apply(owner.topic_key, None)
+        place = partition_for(owner.subject_key, self.partitions)
+        self._send(Topic.KEYS, owner.topic_key, None, place)
+        self.flush()
 
     def _send(
         self, topic: Topic, key: str, value: bytes | None, partition: int | None = None
@@ -130,6 +154,9 @@ class Writer:
         activated_at: datetime | None = None,
     ) -> None:
         assert definition.version is not None
+        tenant, user, watcher_id = definition.watcher_key
+        self.key(subject_owner(tenant, user))
+        self.key(evidence_owner(tenant, user, watcher_id, definition.version))
         source = definition.source
         record = {
             "tenant_id": definition.tenant_id,
@@ -144,7 +171,8 @@ class Writer:
             "session_id": definition.session_id,
             "activated_at": activated_at,
             "updated_at": datetime.now(UTC),
-            "definition": canonical_json(definition.to_json()).decode(),
+            "definition": None,
+            "sealed": sealed_definition(self.ring, definition),
         }
         key = watcher_key(*definition.watcher_key)
         value = self.registry.encode("watcher", record)
@@ -226,28 +254,55 @@ class Writer:
             self.flush()
 
     def tick(self, definition: WatcherDefinition, scheduled_at: datetime, payload: Any) -> None:
+        """A poll tick; a payload that is not a JSON object is written as the raw record a
+        broken ticker would write (it seals only objects)."""
         assert definition.version is not None
-        record = {
-            "kind": "poll",
-            "tenant_id": definition.tenant_id,
-            "user_id": definition.user_id,
-            "watcher_id": definition.watcher_id,
-            "watcher_version": definition.version,
-            "source_id": definition.source_id,
-            "scheduled_at": scheduled_at,
-            "observed_at": scheduled_at,
-            "payload": canonical_json(payload).decode(),
-        }
-        self._send(Topic.TICKS, definition.source_id, self.registry.encode("tick", record))
+        tenant, user, watcher_id = definition.watcher_key
+        self.key(evidence_owner(tenant, user, watcher_id, definition.version))
+        if isinstance(payload, dict):
+            tick = TickRecord(
+                TickKind.POLL,
+                tenant,
+                user,
+                watcher_id,
+                definition.version,
+                definition.source_id,
+                scheduled_at,
+                scheduled_at,
+                payload=payload,
+            )
+            value = encode_tick(self.registry, self.ring, tick)
+        else:
+            record = {
+                "kind": "poll",
+                "tenant_id": tenant,
+                "user_id": user,
+                "watcher_id": watcher_id,
+                "watcher_version": definition.version,
+                "source_id": definition.source_id,
+                "scheduled_at": scheduled_at,
+                "observed_at": scheduled_at,
+                "payload": canonical_json(payload).decode(),
+            }
+            value = self.registry.encode("tick", record)
+        self._send(Topic.TICKS, definition.source_id, value)
         self.flush()
 
 
+def current_ring(bootstrap: str, topology: Topology) -> KeyRing:
+    """The data keys ``keys`` holds now, under the test KEK."""
+    ring = KeyRing(KeyEncryptionKeys.load(), default_registry())
+    read_keys(bootstrap, topology, ring)
+    return ring
+
+
 def receipts(bootstrap: str, topology: Topology) -> list[tuple[Receipt, int]]:
-    """Every committed receipt with the partition it landed on."""
+    """Every committed receipt with the partition it landed on (opened with the keys now)."""
     registry = default_registry()
+    ring = current_ring(bootstrap, topology)
     found = []
     for msg in read_all(bootstrap, topology.name(Topic.RECEIPTS), max_s=30):
-        receipt, _source = decode_receipt(registry, msg.value() or b"")
+        receipt, _source = decode_receipt(registry, ring, msg.value() or b"")
         found.append((receipt, msg.partition() or 0))
     return found
 
@@ -255,8 +310,9 @@ def receipts(bootstrap: str, topology: Topology) -> list[tuple[Receipt, int]]:
 def outbox_entries(bootstrap: str, topology: Topology) -> list[OutboxEntry]:
     """Every committed outbox record (read_committed), in log order per partition."""
     registry = default_registry()
+    ring = current_ring(bootstrap, topology)
     return [
-        decode_outbox_entry(registry, msg.value() or b"")
+        decode_outbox_entry(registry, ring, msg.value() or b"")
         for msg in read_all(bootstrap, topology.name(Topic.OUTBOX), max_s=30)
         if msg.value() is not None
     ]

@@ -35,8 +35,10 @@ from pipeline.clock import ManualClock
 from pipeline.config import parse_config
 from pipeline.kafka.clients import producer_config, table_consumer_config
 from pipeline.kafka.serde import default_registry
+from pipeline.rules.data_keys import subject_owner
 from pipeline.rules.keys import subject_key
 from pipeline.rules.outcomes import ErrorCode, Outcome
+from tests.keyring import ring_with
 from tests.receiver import FAILURE_BODY, Receiver
 
 pytestmark = pytest.mark.integration
@@ -356,7 +358,8 @@ def test_in_app_records_are_visible_only_when_their_transaction_commits(
     topic = unique_name("notifications")
     admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
     admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(timeout=30)
-    adapter = InAppAdapter(InAppConfig(topic=topic))
+    sealer = ring_with(subject_owner("acme", "u-42"))
+    adapter = InAppAdapter(InAppConfig(topic=topic), sealer=sealer)
     producer = Producer(producer_config(kafka_bootstrap, transactional_id=unique_name("in-app-tx")))
     producer.init_transactions(30)
     _produce_in_transaction(producer, adapter.send(delivery(1, target="ledger")), commit=False)

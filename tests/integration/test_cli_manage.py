@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
+from pipeline.cli.erase_cmd import erasure_reach
 from pipeline.cli.main import vigil
 from pipeline.kafka.admin import connect_admin, ensure_topics
 from pipeline.kafka.topics import Topology
@@ -334,7 +335,13 @@ def test_erase_asks_first_then_forgets_every_watcher_of_the_subject(daemon: Daem
 
     erased = vigil_cli(daemon, op, "erase", *subject, stdin="y\n")
     assert erased.exit_code == 0, erased.stderr
-    assert erased.stdout.splitlines() == ["erased acme/u-42: 1 watcher", "  release-build-failed"]
+    lines = erased.stdout.splitlines()
+    assert lines[:2] == [
+        "erased acme/u-42: 1 watcher, 2 data keys shredded, 1 grant revoked",
+        "  release-build-failed",
+    ]
+    assert "not reached (copies outside Kafka):" in lines
+    assert lines[-1].startswith("ciphertext remains at most 91d (definition-log retention)")
     gone = vigil_cli(daemon, op, "watch", "show", "release-build-failed", *subject)
     assert gone.exit_code == 1 and gone.stderr.strip().endswith("[not_found]")
 
@@ -345,4 +352,6 @@ def test_erase_asks_first_then_forgets_every_watcher_of_the_subject(daemon: Daem
         "user_id": "u-42",
         "erased": 0,
         "watcher_ids": [],
+        "grants_revoked": 0,
+        **erasure_reach(),
     }

@@ -17,17 +17,20 @@ from prometheus_client import CollectorRegistry
 
 from consumers.commands import CommandProcessor
 from pipeline.control.client import CommandClient, operator_principal
+from pipeline.crypto import KeyEncryptionKeys, KeyRing
 from pipeline.kafka.admin import connect_admin, ensure_topics
 from pipeline.kafka.clients import producer_config
 from pipeline.kafka.partitioner import partition_for
 from pipeline.kafka.serde import default_registry
 from pipeline.kafka.topics import Topic, Topology
 from pipeline.records.command import encode_command
+from pipeline.records.command_result import result_from_value
 from pipeline.records.outbox_entry import decode_outbox_entry
 from pipeline.rules.authz import Action, Principal, Role
 from pipeline.rules.commands import CommandResult, CommandVerb, GrantSpec, ResultCode
 from pipeline.rules.commands.immediate import daemon_grant
 from pipeline.rules.keys import derived_delivery_key, request_delivery_key, subject_key, watcher_key
+from pipeline.runtime.keys import read_keys
 from tests.integration.runtime_helpers import read_all, read_table
 
 pytestmark = pytest.mark.integration
@@ -70,6 +73,12 @@ class Plane:
 
     def topic(self, topic: Topic) -> str:
         return self.topology.name(topic)
+
+    def ring(self) -> KeyRing:
+        """The subject's data keys as ``keys`` holds them now."""
+        ring = KeyRing(KeyEncryptionKeys.load(), default_registry())
+        read_keys(self.bootstrap, self.topology, ring, [(TENANT, USER)])
+        return ring
 
     def records(self, topic: Topic) -> list[tuple[int, str, dict[str, Any] | None]]:
         """(partition, key, decoded value or None) of every committed record, in offset order."""
@@ -303,10 +312,11 @@ def test_a_command_keyed_by_another_subject_is_answered_invalid(
 ) -> None:
     principal = operator_principal("local", "ops")
     command = plane.client.command(CommandVerb.LIST, principal, TENANT, USER)
-    produce_raw(plane, encode_command(default_registry(), command), "other")
+    produce_raw(plane, encode_command(default_registry(), plane.ring(), command), "other")
     answers = plane.wait_for(Topic.COMMAND_RESULTS, command.request_id)
-    assert [(v["ok"], v["error"]["code"], v["error"]["field"]) for v in answers] == [
-        (False, "invalid", "key")
+    results = [result_from_value(v, plane.ring()) for v in answers]
+    assert [(r.ok, r.error.code, r.error.field) for r in results if r.error] == [
+        (False, ResultCode.INVALID, "key")
     ]
 
 
@@ -359,7 +369,8 @@ def test_send_writes_its_outbox_entry_on_the_partition_of_its_delivery_key(plane
     assert sorted((p, k) for p, k, _ in outbox) == sorted(
         (partition_for(k, PARTITIONS), k) for k in (key, answer.result["delivery_key"])
     )
-    entries = {k: decode_outbox_entry(default_registry(), v or b"") for _, k, v in outbox}
+    ring = plane.ring()
+    entries = {k: decode_outbox_entry(default_registry(), ring, v or b"") for _, k, v in outbox}
     assert (entries[key].verb, entries[key].target, entries[key].text) == (
         "send",
         "me",

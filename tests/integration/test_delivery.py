@@ -20,6 +20,7 @@ from pipeline.clock import ManualClock
 from pipeline.control.run import ScriptRunner
 from pipeline.kafka.topics import DLQ_REASON, DLQ_TOPIC, Topic
 from pipeline.records.delivery_state import DeliveryRecord
+from pipeline.records.notification import decode_notification
 from pipeline.rules.backoff import backoff_wait
 from pipeline.rules.budgets import BudgetCaps, window_end, window_start
 from pipeline.rules.commands.immediate import ANSWER_STEP
@@ -307,9 +308,11 @@ def test_in_app_delivery_writes_its_ledger_record_then_the_wake(
             lambda: harness.read(Topic.NOTIFICATIONS)[1:] and harness.read(Topic.NOTIFICATIONS),
         )
 
-    values = [harness.schemas.decode(m.value())[1] for m in ledger]
+    values = [decode_notification(harness.schemas, harness.ring, m.value()) for m in ledger]
     assert [v["kind"] for v in values] == ["notification", "wake"]
     assert {v["delivery_key"] for v in values} == {entry.delivery_key}
+    assert values[0]["trigger"] == entry.trigger and not values[0]["erased"]
+    assert b"build.finished" not in ledger[0].value(), "the ledger's trigger is sealed"
     assert values[1]["text"] is None and values[1]["trigger"] is None  # the wake is content-free
     assert receiver.requests == []
     assert harness.metric("vigil_delivery_results_total", result="delivered", adapter="in_app") == 1
@@ -518,7 +521,9 @@ def test_fired_prompt_runs_once_and_its_answer_is_delivered_as_a_send(
 ) -> None:
     harness.grant("g-1")
     outbox = harness.topology.name(Topic.OUTBOX)
-    executor = VerbExecutor(_Agent(), ScriptRunner(tmp_path, tmp_path / "sock"), outbox)
+    executor = VerbExecutor(
+        _Agent(), ScriptRunner(tmp_path, tmp_path / "sock"), outbox, sealer=harness.worker_ring
+    )
     (entry,) = harness.publish(
         [harness.entry("prompt", verb="prompt", text="status?", target="me")]
     )

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
+from pipeline.crypto import KeyEncryptionKeys, KeyRing
 from pipeline.kafka.clients import producer_config
 from pipeline.kafka.partitioner import partition_for
 from pipeline.kafka.serde import default_registry
@@ -26,6 +27,7 @@ from pipeline.rules.commands.immediate import daemon_grant
 from pipeline.rules.keys import subject_key, watcher_key
 from pipeline.rules.outcomes import Outcome, Reason
 from pipeline.rules.receipts import Receipt
+from pipeline.runtime.keys import read_keys
 from tests.integration.api_harness import TENANT, USER, Plane, agent_watch, running_plane
 
 pytestmark = pytest.mark.integration
@@ -232,6 +234,8 @@ def test_evaluations_are_the_watchers_receipts_newest_first(plane: Plane) -> Non
     made = propose(plane, agent_watch("eval-1", run="r-2", session="s-eval"), "owner")
     assert made.status_code == 201
     key = watcher_key(TENANT, USER, "eval-1")
+    ring = KeyRing(KeyEncryptionKeys.load(), default_registry())  # the keys the processor made
+    read_keys(plane.bootstrap, plane.topology, ring, [(TENANT, USER)])
     base = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
     for minutes, reason in ((0, Reason.CONDITION_FALSE), (5, Reason.STALE)):
         at = base + timedelta(minutes=minutes)
@@ -249,7 +253,7 @@ def test_evaluations_are_the_watchers_receipts_newest_first(plane: Plane) -> Non
             reason=reason,
             authorized=True,
         )
-        value = encode_receipt(default_registry(), receipt, "run:r-2")
+        value = encode_receipt(default_registry(), ring, receipt, "run:r-2")
         produce(plane, Topic.RECEIPTS, key, "run:r-2", value)
     found = plane.call("GET", "/v1/watches/eval-1/evaluations").json()["evaluations"]
     assert [e["reason"] for e in found] == ["stale", "condition_false"]
@@ -292,7 +296,10 @@ def test_the_ledger_dedupes_skips_wakes_and_acknowledges_once(plane: Plane) -> N
     assert [n["delivery_key"] for n in unacked["notifications"]] == [second]
     assert error_of(plane.call("POST", f"/v1/notifications/{'c' * 64}:ack")) == (404, "not_found")
     assert error_of(plane.call("GET", "/v1/notifications", "agent")) == (403, "denied")
-    assert plane.call("GET", "/v1/notifications", "stranger").json() == {"notifications": []}
+    assert plane.call("GET", "/v1/notifications", "stranger").json() == {
+        "notifications": [],
+        "erased": 0,
+    }
 
 
 # --- grants and schedules ---------------------------------------------------------------------

@@ -31,7 +31,11 @@ def server(plane: Plane, principal: str) -> StdioServerParameters:
     return StdioServerParameters(
         command=VIGIL,
         args=["--config", str(plane.config_path), "mcp", "--principal", principal],
-        env={"PATH": os.environ.get("PATH", "")},
+        # The server's own environment: its PATH and the key-encryption keys (§10).
+        env={
+            "PATH": os.environ.get("PATH", ""),
+            "VIGIL_MASTER_KEYS": os.environ["VIGIL_MASTER_KEYS"],
+        },
     )
 
 

@@ -234,7 +234,7 @@ def test_agent_watch_ticks_decide_once_terminal_and_at_deadline_by_pure_evaluate
         state = WatcherState(version=1, status=WatcherStatus.ACTIVE, activated_at=activated)
         notified: list[datetime] = []
         for n, tick in enumerate(t for t in deployment.ticks() if t["watcher_id"] == watcher_id):
-            evidence = evidence_from_tick(tick, f"ticks:{n}")
+            evidence = evidence_from_tick(tick, f"ticks:{n}", deployment.ring)
             result = evaluate(
                 definition,
                 state,

@@ -3,8 +3,10 @@ states, tickers, committed ticks), the ticker and evaluator stepped on one Manua
 GET server for http.json@v1, and the definitions the tests use.
 
 Watchers and grants are written with the record shapes the command processor uses
-(``schemas/watcher.v1.avsc``, :class:`pipeline.rules.commands.model.GrantRecord`), keyed and placed
-as DESIGN.md §2 says, so the ticker cannot tell them apart from the processor's.
+(``schemas/watcher.v2.avsc``, :class:`pipeline.rules.commands.model.GrantRecord`), keyed and placed
+as DESIGN.md §2 says, so the ticker cannot tell them apart from the processor's: data keys first,
+the definition sealed. Ticks and outbox entries are read back opened, with their sealed JSON
+fields as text, as the tests compare them.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from confluent_kafka import Producer
 from prometheus_client import CollectorRegistry
 
 from pipeline.clock import ManualClock
+from pipeline.crypto import KeyEncryptionKeys, KeyRing
 from pipeline.kafka.admin import connect_admin, ensure_topics
 from pipeline.kafka.clients import producer_config
 from pipeline.kafka.partitioner import partition_for
@@ -26,13 +29,18 @@ from pipeline.kafka.serde import default_registry
 from pipeline.kafka.topics import Topic, Topology
 from pipeline.records.event import event_record
 from pipeline.records.grant import encode_grant
+from pipeline.records.outbox_entry import outbox_identity
+from pipeline.records.sealing import open_fields
+from pipeline.records.tick import tick_payload
 from pipeline.rules.authz import Action, Grant
 from pipeline.rules.commands.model import GrantRecord
+from pipeline.rules.data_keys import KeyOwner, evidence_owner, subject_owner
 from pipeline.rules.definition import WatcherDefinition
 from pipeline.rules.keys import canonical_json, watcher_key
 from pipeline.rules.lifecycle import WatcherStatus
 from producers.ticker.loop import PollTicker, TickerSettings
 from tests.integration.runtime_helpers import read_all, read_table
+from tests.keyring import sealed_definition
 
 __all__ = [
     "PARTITIONS",
@@ -67,6 +75,12 @@ class Deployment:
         ensure_topics(connect_admin(bootstrap), self.topology)
         self.producer = Producer(producer_config(bootstrap))
         self.registry = CollectorRegistry()
+        self.ring = KeyRing(KeyEncryptionKeys.load(), REGISTRY)
+
+    def key(self, owner: KeyOwner) -> None:
+        if self.ring.record(owner) is None:
+            topic_key, raw = self.ring.create(owner, datetime(2026, 1, 1, tzinfo=UTC))
+            self.send(Topic.KEYS, topic_key, raw, owner.subject_key)
 
     def name(self, topic: Topic) -> str:
         return self.topology.name(topic)
@@ -85,6 +99,9 @@ class Deployment:
     ) -> None:
         """A ``watchers`` record as the command processor writes it (created active)."""
         assert definition.version is not None
+        tenant, user, watcher_id = definition.watcher_key
+        self.key(subject_owner(tenant, user))
+        self.key(evidence_owner(tenant, user, watcher_id, definition.version))
         source = definition.source
         value = REGISTRY.encode(
             "watcher",
@@ -101,7 +118,8 @@ class Deployment:
                 "session_id": definition.session_id,
                 "activated_at": activated_at,
                 "updated_at": activated_at,
-                "definition": canonical_json(definition.to_json()).decode(),
+                "definition": None,
+                "sealed": sealed_definition(self.ring, definition),
             },
         )
         key = watcher_key(*definition.watcher_key)
@@ -143,6 +161,9 @@ class Deployment:
         for msg in read_all(self.bootstrap, self.name(Topic.TICKS)):
             record_type, value = REGISTRY.decode(msg.value() or b"")
             assert record_type == "tick"
+            if value["sealed"] is not None:
+                payload = tick_payload(value, self.ring)
+                value["payload"] = canonical_json(payload).decode() if payload else None
             out.append(value)
         return out
 
@@ -294,6 +315,12 @@ def outbox(deployment: Deployment) -> list[dict[str, Any]]:
     for msg in read_all(deployment.bootstrap, deployment.name(Topic.OUTBOX)):
         record_type, value = REGISTRY.decode(msg.value() or b"")
         assert record_type == "outbox_entry"
+        opened = open_fields(
+            deployment.ring, outbox_identity(value["delivery_key"]), value["sealed"]
+        )
+        assert opened is not None, "an outbox entry of a live watcher opens"
+        value["trigger"] = canonical_json(opened["trigger"]).decode()
+        value["text"], value["args"] = opened["text"], opened["args"]
         values.append(value)
     return values
 
@@ -329,17 +356,19 @@ class TickerOnly:
 
 
 class StatusServer:
-    """A real local HTTP server answering GET with a JSON object; counts the calls."""
+    """A real local HTTP server answering GET with a JSON object (``answer()``, by default
+    ``{"status":"down"}``); counts the calls."""
 
-    def __init__(self) -> None:
+    def __init__(self, answer: Callable[[], dict[str, Any]] | None = None) -> None:
         from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
         server = self
+        current = answer or (lambda: {"status": "down"})
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
                 server.calls += 1
-                body = b'{"status":"down"}'
+                body = canonical_json(current())
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))

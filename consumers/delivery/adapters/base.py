@@ -65,6 +65,7 @@ class Delivery:
     text: str | None = None  # send and prompt answers
     wake_session: bool = False
     session_id: str | None = None
+    delivery_retention: timedelta | None = None  # how long the ledger may show it
 
     @classmethod
     def from_entry(cls, entry: OutboxEntry) -> Delivery:
@@ -83,6 +84,7 @@ class Delivery:
             text=entry.text,
             wake_session=entry.wake_session,
             session_id=entry.session_id,
+            delivery_retention=entry.delivery_retention,
         )
 
 

@@ -15,6 +15,10 @@ only after the transaction holding the ledger record has committed (best effort:
 between loses the wake, never the notification; clients reread the ledger). It has the same
 key, so it lands after its notification in the same partition.
 
+The text and trigger are sealed under the subject's data key (the ``sealer`` is the delivery
+worker's key ring), with ``retain_until`` = now + the watcher's delivery retention; without the
+key (the subject erased meanwhile) nothing of them is written.
+
 Left out: the ledger's reader and ``:ack`` (the HTTP API).
 """
 
@@ -28,9 +32,11 @@ from consumers.delivery.adapters.base import AdapterKind, Delivery, OutboundReco
 from pipeline.clock import Clock, SystemClock
 from pipeline.kafka.serde import SchemaRegistry, default_registry
 from pipeline.records.notification import NotificationKind, encode_notification
+from pipeline.records.sealing import Sealer
 from pipeline.rules.errors import DefinitionError, SerdeError
 from pipeline.rules.keys import subject_key
 from pipeline.rules.outcomes import ErrorCode
+from pipeline.rules.retention import retain_until
 
 __all__ = ["InAppAdapter", "InAppConfig"]
 
@@ -47,10 +53,12 @@ class InAppAdapter:
         self,
         config: InAppConfig,
         *,
+        sealer: Sealer,
         clock: Clock | None = None,
         schemas: SchemaRegistry | None = None,
     ) -> None:
         self._config = config
+        self._sealer = sealer
         self._clock: Clock = clock or SystemClock()
         self._schemas = schemas or default_registry()
 
@@ -78,8 +86,10 @@ class InAppAdapter:
         now: datetime,
         content: dict[str, Any] | None = None,
     ) -> OutboundRecord:
+        retention = delivery.delivery_retention
         value = encode_notification(
             self._schemas,
+            self._sealer,
             kind,
             delivery_key=delivery.delivery_key,
             tenant_id=delivery.tenant_id,
@@ -88,6 +98,7 @@ class InAppAdapter:
             session_id=delivery.session_id,
             created_at=now,
             content=content,
+            retain_until=None if retention is None else retain_until(now, retention),
         )
         return OutboundRecord(
             topic=self._config.topic,

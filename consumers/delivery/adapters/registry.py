@@ -40,6 +40,7 @@ from pipeline.config import (
 )
 from pipeline.http import DEFAULT_MAX_CONNECTIONS, make_client
 from pipeline.kafka.topics import Topic
+from pipeline.records.sealing import Sealer
 from pipeline.rules.errors import ConfigError
 from pipeline.rules.outcomes import ErrorCode
 
@@ -113,9 +114,11 @@ def build_adapters(
     stdout: TextIO | None = None,
     clock: Clock | None = None,
     max_connections: int = DEFAULT_MAX_CONNECTIONS,
+    sealer: Sealer | None = None,
 ) -> AdapterRegistry:
     """One adapter per configured destination and chat. ``stdout`` feeds ``log`` and
-    ``console`` (default: the process's stdout at each write)."""
+    ``console`` (default: the process's stdout at each write); ``sealer`` (the delivery
+    worker's key ring) seals ``in_app`` ledger records and is required when one is configured."""
     env = os.environ if environ is None else environ
     client = make_client(max_connections=max_connections)
     adapters: dict[str, Adapter] = {}
@@ -133,8 +136,10 @@ def build_adapters(
                     clock=clock,
                 )
             elif isinstance(dest, InAppDestination):
+                if sealer is None:
+                    raise ConfigError(f"destinations.{name}: an in_app ledger needs the key ring")
                 topic = config.kafka.topology().name(Topic.NOTIFICATIONS)
-                adapters[name] = InAppAdapter(InAppConfig(topic=topic), clock=clock)
+                adapters[name] = InAppAdapter(InAppConfig(topic=topic), sealer=sealer, clock=clock)
             elif isinstance(dest, LogDestination):
                 adapters[name] = LogAdapter(stdout)
         for name, chat in config.chats.items():

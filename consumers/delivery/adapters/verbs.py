@@ -32,6 +32,7 @@ from pipeline.control.core import AgentPort, RunPort
 from pipeline.control.socket.client import call
 from pipeline.kafka.serde import SchemaRegistry, default_registry
 from pipeline.records.outbox_entry import encode_outbox_entry
+from pipeline.records.sealing import Sealer
 from pipeline.rules.commands.immediate import answer_entry
 from pipeline.rules.errors import ConfigError, DefinitionError, VigilError
 from pipeline.rules.outbox import OutboxEntry
@@ -68,10 +69,13 @@ class VerbExecutor:
         runner: RunPort,
         outbox_topic: str,
         *,
+        sealer: Sealer,
         schemas: SchemaRegistry | None = None,
         clock: Clock | None = None,
     ) -> None:
+        """``sealer`` seals a prompt's answer (the delivery worker's key ring)."""
         self._agent = agent
+        self._sealer = sealer
         self._runner = runner
         self._topic = outbox_topic
         self._schemas = schemas or default_registry()
@@ -97,7 +101,7 @@ class VerbExecutor:
         record = OutboundRecord(
             topic=self._topic,
             key=follow_up.delivery_key.encode("utf-8"),
-            value=encode_outbox_entry(self._schemas, follow_up),
+            value=encode_outbox_entry(self._schemas, self._sealer, follow_up),
         )
         return SendResult(ok=True, records=(record,))
 

@@ -10,13 +10,18 @@ by subject like its notification, so it lives and is erased exactly as long as t
 and the readiness probe (one shared producer's metadata, its answer cached for
 :data:`READY_CACHE_S` so probes cost nothing).
 
+Sealed fields are opened with the subject's data keys read afresh for every request
+(:func:`~pipeline.runtime.keys.read_keys`), so the moment a key is shredded its records stop
+showing: a receipt or notification that no longer opens is left out and counted as ``erased``
+(DESIGN §10), never shown. Records past their ``retain_until`` (the watcher's evidence or
+delivery retention) are left out too, whatever the topic still holds.
+
 Left out: who may read what (the routes check with the command processor or ``authz.may``
 first) and the record schemas (``schemas/``).
 """
 
 from __future__ import annotations
 
-import json
 import queue
 import threading
 import time
@@ -27,17 +32,26 @@ from typing import Any, Final
 
 from pipeline.clock import Clock
 from pipeline.control.client import CommandClient
+from pipeline.crypto import KeyEncryptionKeys, KeyRing
 from pipeline.kafka.clients import Producer
 from pipeline.kafka.partitioner import partition_for
 from pipeline.kafka.scan import scan
 from pipeline.kafka.serde import SchemaRegistry, default_registry
 from pipeline.kafka.topics import Topic, Topology
-from pipeline.records.notification import NotificationKind, encode_notification
+from pipeline.records.notification import (
+    NotificationKind,
+    decode_notification,
+    encode_notification,
+)
+from pipeline.records.receipt import decode_receipt
 from pipeline.rules.authz import Principal
 from pipeline.rules.commands.model import Command, CommandResult, CommandVerb
 from pipeline.rules.errors import BrokerError, SerdeError
 from pipeline.rules.instants import rfc3339_micros, utc
 from pipeline.rules.keys import subject_key, watcher_key
+from pipeline.rules.receipts import Receipt
+from pipeline.rules.retention import retained
+from pipeline.runtime.keys import read_keys
 
 __all__ = ["DEFAULT_MAX_SCAN", "READY_CACHE_S", "ClientPool", "LedgerStore"]
 
@@ -51,10 +65,17 @@ class ClientPool:
     """``size`` command clients; each request borrows one (the ``CommandPort`` of dispatch)."""
 
     def __init__(
-        self, bootstrap: str, topology: Topology, *, size: int = 4, timeout_s: float = 15.0
+        self,
+        bootstrap: str,
+        topology: Topology,
+        *,
+        size: int = 4,
+        timeout_s: float = 15.0,
+        keks: KeyEncryptionKeys | None = None,
     ) -> None:
+        keks = keks or KeyEncryptionKeys.load()
         self._clients = [
-            CommandClient(bootstrap, topology, timeout_s=timeout_s) for _ in range(size)
+            CommandClient(bootstrap, topology, timeout_s=timeout_s, keks=keks) for _ in range(size)
         ]
         self._free: queue.Queue[CommandClient] = queue.Queue()
         for client in self._clients:
@@ -93,11 +114,13 @@ class LedgerStore:
         *,
         schemas: SchemaRegistry | None = None,
         max_scan: int = DEFAULT_MAX_SCAN,
+        keks: KeyEncryptionKeys | None = None,
     ) -> None:
         self._bootstrap = bootstrap
         self._topology = topology
         self._clock = clock
         self._schemas = schemas or default_registry()
+        self._keks = keks or KeyEncryptionKeys.load()
         self._producer = Producer(bootstrap)
         self._max_scan = max_scan
         self._ready: tuple[float, str | None] | None = None
@@ -107,47 +130,71 @@ class LedgerStore:
 
     def evaluations(
         self, tenant_id: str, user_id: str, watcher_id: str, source_id: str, limit: int
-    ) -> list[dict[str, Any]]:
-        """The watcher's receipts, newest first (its partition is its source's)."""
+    ) -> tuple[list[dict[str, Any]], int]:
+        """The watcher's readable receipts, newest first (its partition is its source's), and
+        how many were left out as erased."""
         topic = self._topology.name(Topic.RECEIPTS)
         partition = partition_for(source_id, self._topology.partitions_for(Topic.RECEIPTS))
-        wanted = watcher_key(tenant_id, user_id, watcher_id)
-        found = []
-        for key, value in self._read(topic, partition):
-            if key == wanted and value is not None:
-                found.append(_evaluation(value))
-        found.sort(key=lambda r: r["evaluated_at"], reverse=True)
-        return found[:limit]
+        wanted = watcher_key(tenant_id, user_id, watcher_id).encode("utf-8")
+        ring = self._ring(tenant_id, user_id)
+        now = self._clock.now()
+        found: list[Receipt] = []
+        erased = 0
+        for msg in scan(self._bootstrap, topic, partitions=(partition,)):
+            raw = msg.value()
+            if msg.key() != wanted or raw is None:
+                continue
+            try:
+                receipt, _ = decode_receipt(self._schemas, ring, raw)
+            except (SerdeError, ValueError):
+                continue  # the dead-letter path's business, not the reader's
+            if not retained(receipt.retain_until, now):
+                continue
+            if receipt.erased:
+                erased += 1
+                continue
+            found.append(receipt)
+        found.sort(key=lambda r: r.evaluated_at, reverse=True)
+        return [_evaluation(r, source_id) for r in found[:limit]], erased
 
     # -- the ledger -------------------------------------------------------------------------
 
-    def notifications(self, tenant_id: str, user_id: str) -> list[dict[str, Any]]:
-        """The subject's notifications, newest first: one per delivery key, with ``acked_at``."""
+    def notifications(self, tenant_id: str, user_id: str) -> tuple[list[dict[str, Any]], int]:
+        """The subject's notifications, newest first: one per delivery key, with ``acked_at``;
+        and how many were left out as erased."""
         subject = subject_key(tenant_id, user_id)
+        ring = self._ring(tenant_id, user_id)
+        now = self._clock.now()
         notes: dict[str, dict[str, Any]] = {}
         acks: dict[str, str] = {}
-        for key, value in self._read(*self._ledger_partition(subject)):
-            if key != subject or value is None:
+        erased: set[str] = set()
+        for key, raw in self._read(*self._ledger_partition(subject)):
+            if key != subject or raw is None:
+                continue
+            try:
+                value = decode_notification(self._schemas, ring, raw)
+            except (SerdeError, ValueError):
                 continue
             dkey = value["delivery_key"]
-            if value["kind"] == NotificationKind.NOTIFICATION and dkey not in notes:
+            kind = value["kind"]
+            if kind == NotificationKind.NOTIFICATION and dkey not in notes:
+                if not retained(value.get("retain_until"), now):
+                    continue
+                if value["erased"]:
+                    erased.add(dkey)
+                    continue
                 notes[dkey] = _notification(value)
-            elif value["kind"] == NotificationKind.ACK and dkey not in acks:
+            elif kind == NotificationKind.ACK and dkey not in acks:
                 acks[dkey] = rfc3339_micros(value["created_at"])
         for dkey, note in notes.items():
             note["acked_at"] = acks.get(dkey)
-        return sorted(notes.values(), key=lambda n: n["created_at"], reverse=True)
+        ordered = sorted(notes.values(), key=lambda n: n["created_at"], reverse=True)
+        return ordered, len(erased - set(notes))
 
     def ack(self, tenant_id: str, user_id: str, delivery_key: str) -> dict[str, Any] | None:
         """Acknowledge one of the subject's notifications; None when it has no such one."""
-        note = next(
-            (
-                n
-                for n in self.notifications(tenant_id, user_id)
-                if n["delivery_key"] == delivery_key
-            ),
-            None,
-        )
+        notes, _ = self.notifications(tenant_id, user_id)
+        note = next((n for n in notes if n["delivery_key"] == delivery_key), None)
         if note is None:
             return None
         if note["acked_at"] is not None:
@@ -155,6 +202,7 @@ class LedgerStore:
         now = utc(self._clock.now())
         value = encode_notification(
             self._schemas,
+            self._ring(tenant_id, user_id),
             NotificationKind.ACK,
             delivery_key=delivery_key,
             tenant_id=tenant_id,
@@ -167,6 +215,12 @@ class LedgerStore:
         topic, partition = self._ledger_partition(subject)
         self._produce(topic, partition, subject, value)
         return {"delivery_key": delivery_key, "acked_at": rfc3339_micros(now), "already": False}
+
+    def _ring(self, tenant_id: str, user_id: str) -> KeyRing:
+        """The subject's data keys as ``keys`` holds them now (never cached across requests)."""
+        ring = KeyRing(self._keks, self._schemas, cache_size=1024)
+        read_keys(self._bootstrap, self._topology, ring, [(tenant_id, user_id)])
+        return ring
 
     # -- readiness --------------------------------------------------------------------------
 
@@ -198,19 +252,10 @@ class LedgerStore:
         topic = self._topology.name(Topic.NOTIFICATIONS)
         return topic, partition_for(subject, self._topology.partitions_for(Topic.NOTIFICATIONS))
 
-    def _read(self, topic: str, partition: int) -> Iterator[tuple[str, dict[str, Any] | None]]:
-        """The newest ``max_scan`` committed records of one partition, decoded; undecodable
-        ones are skipped (they are the dead-letter path's business, not the reader's)."""
+    def _read(self, topic: str, partition: int) -> Iterator[tuple[str, bytes | None]]:
+        """The newest ``max_scan`` committed records of one partition: key and raw value."""
         for msg in scan(self._bootstrap, topic, partitions=(partition,), tail=self._max_scan):
-            raw = msg.value()
-            key = (msg.key() or b"").decode("utf-8", "replace")
-            if raw is None:
-                yield key, None
-                continue
-            try:
-                yield key, self._schemas.decode(raw)[1]
-            except SerdeError:
-                continue
+            yield (msg.key() or b"").decode("utf-8", "replace"), msg.value()
 
     def _produce(self, topic: str, partition: int, key: str, value: bytes) -> None:
         self._producer.produce(topic, key, value, partition)
@@ -224,16 +269,13 @@ def _instant(value: datetime | None) -> str | None:
     return None if value is None else rfc3339_micros(value)
 
 
-def _json(text: str | None) -> Any:
-    return None if text is None else json.loads(text)
-
-
-def _evaluation(value: dict[str, Any]) -> dict[str, Any]:
-    out = {k: v for k, v in value.items() if k not in ("tenant_id", "user_id", "position")}
-    out["evaluated_at"] = rfc3339_micros(value["evaluated_at"])
-    out["observed_at"] = rfc3339_micros(value["observed_at"])
-    out["trigger"] = _json(value["trigger"])
-    out["payload"] = _json(value["payload"])
+def _evaluation(receipt: Receipt, source_id: str) -> dict[str, Any]:
+    out = receipt.model_dump(
+        mode="json", exclude={"tenant_id", "user_id", "position", "erased", "retain_until"}
+    )
+    out["source_id"] = source_id
+    out["evaluated_at"] = rfc3339_micros(receipt.evaluated_at)
+    out["observed_at"] = rfc3339_micros(receipt.observed_at)
     return out
 
 
@@ -245,7 +287,7 @@ def _notification(value: dict[str, Any]) -> dict[str, Any]:
         "outcome": value.get("outcome"),
         "verb": value.get("verb"),
         "text": value.get("text"),
-        "trigger": _json(value.get("trigger")),
+        "trigger": value.get("trigger"),
         "evidence_digest": value.get("evidence_digest"),
         "due_at": _instant(value.get("due_at")),
         "late": bool(value.get("late")),

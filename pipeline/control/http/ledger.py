@@ -44,10 +44,10 @@ def notifications(
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> NotificationList:
     tenant, user = _owner(who)
-    found = guarded(lambda: services.ledger.notifications(tenant, user))
+    found, erased = guarded(lambda: services.ledger.notifications(tenant, user))
     if unacked:
         found = [n for n in found if n["acked_at"] is None]
-    return NotificationList.model_validate({"notifications": found[:limit]})
+    return NotificationList.model_validate({"notifications": found[:limit], "erased": erased})
 
 
 @router.post(

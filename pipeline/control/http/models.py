@@ -196,6 +196,10 @@ class Evaluation(_View):
 
 class EvaluationList(_View):
     evaluations: list[Evaluation]
+    erased: int = Field(
+        default=0,
+        description="Receipts left out because their data key was shredded (cancel, erasure).",
+    )
 
 
 # --- the in-app ledger -------------------------------------------------------------------
@@ -218,6 +222,9 @@ class NotificationView(_View):
 
 class NotificationList(_View):
     notifications: list[NotificationView]
+    erased: int = Field(
+        default=0, description="Notifications left out because the subject's key was shredded."
+    )
 
 
 class AckView(_View):

@@ -285,10 +285,10 @@ def evaluations(
 ) -> EvaluationList:
     tenant, user = subject_of(who, tenant_id, user_id)
     view = run_command(services, CommandVerb.SHOW, who, tenant, user, watcher_id=watcher_id)
-    found = guarded(
+    found, erased = guarded(
         lambda: services.ledger.evaluations(tenant, user, watcher_id, view["source_id"], limit)
     )
-    return EvaluationList.model_validate({"evaluations": found})
+    return EvaluationList.model_validate({"evaluations": found, "erased": erased})
 
 
 # --- schedules (the dispatch core) ------------------------------------------------------------

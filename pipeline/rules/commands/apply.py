@@ -56,6 +56,7 @@ from pipeline.rules.commands.model import (
     LifecycleChange,
     RegistryEntry,
     ResultCode,
+    Shred,
     fingerprint,
     watcher_view,
 )
@@ -249,7 +250,9 @@ def _resume(ctx: CommandContext) -> CommandOutcome:
 
 def _cancel(ctx: CommandContext) -> CommandOutcome:
     """Owners and managers cancel anything of theirs; an agent only the schedules its session
-    created (DESIGN.md §10)."""
+    created (DESIGN.md §10). Cancel is terminal and purges evidence: the watcher's evidence keys
+    are shredded, so its receipts and tick payloads read as erased; the subject's other watchers
+    keep theirs."""
     entry = named_watcher(ctx)
     if ctx.command.principal.role is Role.AGENT and not is_schedule(entry.watcher_id):
         raise Refusal(
@@ -257,7 +260,8 @@ def _cancel(ctx: CommandContext) -> CommandOutcome:
         )
     _manage(ctx, entry)
     check_revision(ctx, entry)
-    return move(ctx, entry, LifecycleEvent.CANCEL, reason=CloseReason.CANCELLED)
+    moved = move(ctx, entry, LifecycleEvent.CANCEL, reason=CloseReason.CANCELLED)
+    return replace(moved, shred=(Shred(entry.watcher_id),))
 
 
 def _close(ctx: CommandContext) -> CommandOutcome:
@@ -277,22 +281,39 @@ def _close(ctx: CommandContext) -> CommandOutcome:
 
 
 def _erase(ctx: CommandContext) -> CommandOutcome:
-    """Forget a subject: tombstones for every watcher, and one subject-wide lifecycle record.
+    """Forget a subject: every data key shredded (what they sealed, in every topic, reads as
+    erased from now on), tombstones for every watcher and grant, and one subject-wide lifecycle
+    record from which the evaluator, delivery and the budget store erase their own state.
     Rechecked like any management command: a grant of the subject must name ``manage``."""
     check_subject_grant(ctx, Action.MANAGE)
     entries = sorted(ctx.view.values(), key=lambda e: e.watcher_id)
     registry, watchers, lifecycle = forget(entries)
+    tenant, user = ctx.command.tenant_id, ctx.command.user_id
+    grants = sorted(
+        grant_id
+        for grant_id, record in ctx.grants.items()
+        if record.grant.tenant_id == tenant and record.grant.user_id == user
+    )
     return ctx.ok(
         {
-            "tenant_id": ctx.command.tenant_id,
-            "user_id": ctx.command.user_id,
+            "tenant_id": tenant,
+            "user_id": user,
             "erased": len(entries),
             "watcher_ids": [e.watcher_id for e in entries],
+            "grants_revoked": len(grants),
         },
+        grants=tuple((grant_id, None) for grant_id in grants),
+        shred=(Shred(None),),
         registry=registry,
         watchers=watchers,
         lifecycle=(*lifecycle, LifecycleChange(None, "erased")),
     )
+
+
+def _key(ctx: CommandContext) -> CommandOutcome:
+    """Nothing to decide: the processor makes the subject's data key if it has none, so the
+    caller can seal the command it sends next (DESIGN.md §10)."""
+    return ctx.ok({"tenant_id": ctx.command.tenant_id, "user_id": ctx.command.user_id})
 
 
 def _show(ctx: CommandContext) -> CommandOutcome:
@@ -350,4 +371,5 @@ _HANDLERS: Final[dict[CommandVerb, Callable[[CommandContext], CommandOutcome]]] 
     CommandVerb.RUN: authorize_control,
     CommandVerb.QUERY: authorize_control,
     CommandVerb.PROMPT: authorize_control,
+    CommandVerb.KEY: _key,
 }

@@ -87,6 +87,7 @@ _ROLE_VERB: Final[dict[CommandVerb, Verb]] = {
     CommandVerb.RUN: Verb.RUN,
     CommandVerb.QUERY: Verb.QUERY,
     CommandVerb.PROMPT: Verb.PROMPT,
+    CommandVerb.KEY: Verb.SEND,  # every role that sends the subject content (agents too)
 }
 # Verbs on one existing object: someone else's object is "not found", never "denied".
 _OBJECT_VERBS: Final = frozenset(

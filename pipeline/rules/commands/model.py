@@ -41,6 +41,7 @@ __all__ = [
     "LifecycleChange",
     "RegistryEntry",
     "ResultCode",
+    "Shred",
     "WatcherWrite",
     "fingerprint",
     "grant_id_for",
@@ -74,6 +75,7 @@ class CommandVerb(StrEnum):
     RUN = "run"  # the daemon's verbs, authorized here before they run: nothing is written
     QUERY = "query"
     PROMPT = "prompt"  # the agent step of an immediate prompt
+    KEY = "key"  # make sure the subject has a data key (before a sealed command, §10)
 
 
 class ResultCode(StrEnum):
@@ -242,8 +244,17 @@ class LifecycleChange:
 
 
 @dataclass(frozen=True, slots=True)
+class Shred:
+    """Data keys to tombstone (DESIGN.md §10): ``watcher_id`` None shreds every key of the
+    subject (erasure); otherwise every evidence key of that watcher's versions (cancel)."""
+
+    watcher_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class CommandOutcome:
-    """Everything one command writes, in one transaction with its input offset."""
+    """Everything one command writes, in one transaction with its input offset. Data keys the
+    writes need (the subject's, each new watcher version's) are the processor's to make."""
 
     result: CommandResult
     registry: tuple[tuple[str, RegistryEntry | None], ...] = ()
@@ -252,6 +263,7 @@ class CommandOutcome:
     definitions: tuple[RegistryEntry, ...] = ()
     grants: tuple[tuple[str, GrantRecord | None], ...] = ()
     outbox: tuple[OutboxEntry, ...] = ()
+    shred: tuple[Shred, ...] = ()
 
 
 def watcher_view(entry: RegistryEntry) -> dict[str, Any]:

@@ -38,7 +38,14 @@ def sample(schema: Any) -> Any:
         if kind == "map":
             return {"k": sample(schema["values"])}
         return sample(kind)
-    simple = {"string": "s-é", "long": 2**40, "int": 7, "boolean": True, "double": 0.5}
+    simple = {
+        "string": "s-é",
+        "long": 2**40,
+        "int": 7,
+        "boolean": True,
+        "double": 0.5,
+        "bytes": b"\x00\xff",
+    }
     if schema not in simple:
         pytest.fail(f"extend sample() for Avro type {schema!r}")
     return simple[schema]

@@ -40,6 +40,7 @@ DESIGN_TABLE = [
     ("notifications", KeyKind.SUBJECT, "hash(key)", "delete"),
     ("dead-letter", KeyKind.ORIGINAL_KEY, "hash(key)", "delete"),
     ("schemas", KeyKind.FINGERPRINT, "hash(key)", "compact"),
+    ("keys", KeyKind.KEY_OWNER, "hash(subject)", "compact"),
 ]
 
 SOURCES = {"watchers", "events", "ticks", "ticker-state", "watcher-state", "receipts"}
@@ -143,3 +144,29 @@ def test_dead_letter_headers_carry_reason_and_origin() -> None:
         "vigil.dlq.partition",
         "vigil.dlq.offset",
     }
+
+
+def test_the_keys_topic_drops_a_shredded_key_within_two_hours() -> None:
+    configs = SPECS[Topic.KEYS].configs()
+    assert configs["cleanup.policy"] == "compact"
+    assert int(configs["max.compaction.lag.ms"]) + int(configs["segment.ms"]) <= 2 * 3600 * 1000
+    assert SPECS[Topic.KEYS].record_lifetime() == timedelta(hours=2)
+
+
+def test_sealed_topics_are_every_vigil_topic_with_subject_fields_and_events_is_not() -> None:
+    sealed = {s.topic for s in SPECS.values() if s.sealed}
+    assert Topic.EVENTS not in sealed
+    assert sealed == {
+        Topic.COMMANDS,
+        Topic.COMMAND_RESULTS,
+        Topic.REGISTRY,
+        Topic.WATCHERS,
+        Topic.TICKS,
+        Topic.OUTBOX,
+        Topic.RECEIPTS,
+        Topic.DEFINITION_LOG,
+        Topic.NOTIFICATIONS,
+        Topic.DEAD_LETTER,
+    }
+    longest = max(sealed, key=lambda t: SPECS[t].record_lifetime())
+    assert (longest, SPECS[longest].record_lifetime()) == (Topic.DEFINITION_LOG, timedelta(days=91))

@@ -9,12 +9,14 @@ import pytest
 from pipeline.kafka.serde import default_registry
 from pipeline.records.tick import TickRecord, encode_tick, evidence_from_tick
 from pipeline.records.ticker_state import decode_ticker_state, encode_memory, encode_pinned
-from pipeline.rules.errors import SerdeError
+from pipeline.rules.data_keys import evidence_owner
+from pipeline.rules.errors import ErasedError, SerdeError
 from pipeline.rules.evidence import EvidenceKind
 from pipeline.rules.lifecycle import WatcherStatus
 from pipeline.rules.outcomes import ErrorCode
 from pipeline.rules.ticker import TickerMemory, TickKind
 from producers.ticker.tools.pinned import state_from_event
+from tests.keyring import ring_with
 
 pytestmark = pytest.mark.unit
 
@@ -37,9 +39,12 @@ def test_poll_tick_reads_back_as_evidence_naming_its_watcher() -> None:
         usage_tokens=7,
         usage_micro_usd=12,
     )
-    record_type, value = REGISTRY.decode(encode_tick(REGISTRY, tick))
-    assert record_type == "tick" and value["payload"] == '{"n":1,"status":"running"}'
-    evidence = evidence_from_tick(value, "ticks:0:1")
+    ring = ring_with(evidence_owner("acme", "u-1", "w-1", 3))
+    raw = encode_tick(REGISTRY, ring, tick)
+    record_type, value = REGISTRY.decode(raw)
+    assert record_type == "tick" and value["payload"] is None and b"running" not in raw
+    evidence = evidence_from_tick(value, "ticks:0:1", ring)
+    assert evidence.payload == {"n": 1, "status": "running"}
     assert evidence.source_kind is EvidenceKind.POLL
     assert evidence.watcher_key == ("acme", "u-1", "w-1")
     assert (evidence.scheduled_at, evidence.observed_at) == (AT, SEEN)
@@ -54,10 +59,31 @@ def test_failed_and_late_ticks_carry_code_and_flag_without_payload() -> None:
     late = TickRecord(
         TickKind.SCHEDULE, "acme", "u-1", "w-2", 1, "schedule:me", AT, SEEN, late=True
     )
-    _, failed_value = REGISTRY.decode(encode_tick(REGISTRY, failed))
-    _, late_value = REGISTRY.decode(encode_tick(REGISTRY, late))
+    ring = ring_with()
+    _, failed_value = REGISTRY.decode(encode_tick(REGISTRY, ring, failed))
+    _, late_value = REGISTRY.decode(encode_tick(REGISTRY, ring, late))
     assert (failed_value["payload"], failed_value["tool_error"]) == (None, "rejected")
-    assert evidence_from_tick(late_value, "p").late is True
+    assert failed_value["sealed"] is None, "no payload, nothing to seal"
+    assert evidence_from_tick(late_value, "p", ring).late is True
+
+
+def test_a_tick_whose_key_is_shredded_is_erased_never_an_empty_payload() -> None:
+    owner = evidence_owner("acme", "u-1", "w-1", 3)
+    ring = ring_with(owner)
+    tick = TickRecord(TickKind.POLL, "acme", "u-1", "w-1", 3, "s", AT, SEEN, payload={"a": 1})
+    _, value = REGISTRY.decode(encode_tick(REGISTRY, ring, tick))
+    ring.apply(owner.topic_key, None)  # cancel shreds the watcher's evidence key
+    with pytest.raises(ErasedError):
+        evidence_from_tick(value, "ticks:0:1", ring)
+
+
+def test_a_tick_written_without_its_key_keeps_no_payload() -> None:
+    tick = TickRecord(TickKind.POLL, "acme", "u-1", "w-1", 3, "s", AT, SEEN, payload={"a": 1})
+    raw = encode_tick(REGISTRY, ring_with(), tick)
+    _, value = REGISTRY.decode(raw)
+    assert value["sealed"] == b"" and value["payload"] is None and b'"a"' not in raw
+    with pytest.raises(ErasedError):
+        evidence_from_tick(value, "ticks:0:1", ring_with())
 
 
 def test_memory_and_pinned_state_round_trip_through_ticker_state() -> None:

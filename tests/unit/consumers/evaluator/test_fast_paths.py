@@ -12,8 +12,8 @@ from consumers.evaluator.plan import Plan
 from pipeline.kafka.serde import default_registry
 from pipeline.records.codec import json_text
 from pipeline.records.grant import encode_grant
-from pipeline.records.outbox_entry import encode_outbox_entry
-from pipeline.records.receipt import encode_receipt
+from pipeline.records.outbox_entry import encode_outbox_entry, outbox_identity
+from pipeline.records.receipt import encode_receipt, receipt_identity
 from pipeline.records.watcher import Watch
 from pipeline.records.watcher_state import encode_state
 from pipeline.redis.budgets import RedisBudgets
@@ -29,6 +29,7 @@ from pipeline.rules.receipts import Receipt
 from pipeline.rules.watcher_state import WatcherState
 from pipeline.runtime.tables import Table, TableKind, TableSpec
 from pipeline.runtime.views import GrantIndex
+from tests.keyring import OpenRing
 
 pytestmark = pytest.mark.unit
 
@@ -89,14 +90,30 @@ def test_receipt_and_outbox_fields_validate_into_the_models_the_evaluation_expos
     assert result.receipt.payload == {"status": "failed", "commit": {"sha": "abc"}}
 
 
-def test_records_encoded_from_fields_are_the_bytes_encoded_from_models() -> None:
+def _unsealed(raw: bytes, ring: OpenRing, aad: bytes) -> dict[str, Any]:
+    """The record's Avro value with its sealed fields opened (nonces differ per seal)."""
+    _, value = REGISTRY.decode(raw)
+    value["sealed"] = ring.open(aad, value["sealed"])
+    return value
+
+
+def test_records_encoded_from_fields_are_the_records_encoded_from_models() -> None:
     result = satisfied()
+    ring = OpenRing()
     text = json_text(result.receipt_fields["trigger"], "trigger")
-    assert encode_receipt(REGISTRY, result.receipt_fields, "ci", text) == encode_receipt(
-        REGISTRY, result.receipt, "ci"
+    fields = result.receipt_fields
+    aad = receipt_identity(
+        "acme", "ann", fields["watcher_id"], 2, fields["trigger_key"], fields["evaluated_at"]
     )
-    assert encode_outbox_entry(REGISTRY, result.outbox_fields, text) == encode_outbox_entry(
-        REGISTRY, result.outbox
+    fast = encode_receipt(REGISTRY, ring, fields, "ci", text)
+    assert _unsealed(fast, ring, aad) == _unsealed(
+        encode_receipt(REGISTRY, ring, result.receipt, "ci"), ring, aad
+    )
+    assert result.outbox is not None and result.outbox_fields is not None
+    aad = outbox_identity(result.outbox.delivery_key)
+    fast = encode_outbox_entry(REGISTRY, ring, result.outbox_fields, text)
+    assert _unsealed(fast, ring, aad) == _unsealed(
+        encode_outbox_entry(REGISTRY, ring, result.outbox), ring, aad
     )
     state = result.next_state
     key = ("acme", "ann", "build-failed")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -12,7 +13,7 @@ from consumers.evaluator.plan import effective_state
 from pipeline.kafka.serde import default_registry
 from pipeline.records.event import evidence_from_event
 from pipeline.records.outbox_entry import decode_outbox_entry, encode_outbox_entry
-from pipeline.records.receipt import decode_receipt, encode_receipt
+from pipeline.records.receipt import decode_receipt, encode_receipt, receipt_identity
 from pipeline.records.tick import EXPIRY_STEP, evidence_from_tick
 from pipeline.records.watcher import Watch
 from pipeline.records.watcher_state import decode_state, encode_state
@@ -27,6 +28,7 @@ from pipeline.rules.outcomes import ErrorCode, Reason
 from pipeline.rules.watcher_state import WatcherState
 from pipeline.runtime.tables import Table, TableKind, TableSpec
 from pipeline.runtime.views import WatcherIndex
+from tests.keyring import OpenRing
 
 pytestmark = pytest.mark.unit
 
@@ -85,10 +87,11 @@ def satisfied() -> tuple[WatcherDefinition, Any]:
 def test_outbox_entry_receipt_and_state_round_trip_through_avro_unchanged() -> None:
     _, result = satisfied()
     assert result.outbox is not None and result.reason is Reason.CONDITION_TRUE
-    entry = decode_outbox_entry(REGISTRY, encode_outbox_entry(REGISTRY, result.outbox))
+    ring = OpenRing()
+    entry = decode_outbox_entry(REGISTRY, ring, encode_outbox_entry(REGISTRY, ring, result.outbox))
     assert entry == result.outbox
     receipt, source = decode_receipt(
-        REGISTRY, encode_receipt(REGISTRY, result.receipt, "ci.pipeline")
+        REGISTRY, ring, encode_receipt(REGISTRY, ring, result.receipt, "ci.pipeline")
     )
     assert (receipt, source) == (result.receipt, "ci.pipeline")
     assert receipt.payload == {"status": "failed"}
@@ -96,11 +99,19 @@ def test_outbox_entry_receipt_and_state_round_trip_through_avro_unchanged() -> N
     assert decode_state(REGISTRY, encode_state(REGISTRY, KEY, "ci.pipeline", state, NOW)) == state
 
 
-def test_trigger_text_is_rfc8785_canonical() -> None:
+def test_trigger_text_is_rfc8785_canonical_and_sealed() -> None:
     _, result = satisfied()
-    raw = encode_receipt(REGISTRY, result.receipt, "ci.pipeline")
+    ring = OpenRing()
+    raw = encode_receipt(REGISTRY, ring, result.receipt, "ci.pipeline")
     _, value = REGISTRY.decode(raw)
-    assert value["trigger"] == canonical_json(result.receipt.trigger).decode()
+    assert value["trigger"] is None and value["payload"] is None
+    trigger = canonical_json(result.receipt.trigger)
+    assert trigger not in raw and b"status" not in raw and b"b-1" not in raw
+    aad = receipt_identity(
+        "acme", "u-42", result.receipt.watcher_id, 3, result.receipt.trigger_key, NOW
+    )
+    opened = json.loads(ring.open(aad, value["sealed"]) or b"null")
+    assert canonical_json(opened["trigger"]) == trigger
 
 
 def test_expiry_tick_stands_after_the_deadline_and_poll_tick_names_its_watcher() -> None:
@@ -119,10 +130,11 @@ def test_expiry_tick_stands_after_the_deadline_and_poll_tick_names_its_watcher()
         "usage_micro_usd": 7,
         "late": False,
     }
-    expiry = evidence_from_tick(tick, "ticks:0:1")
+    ring = OpenRing()
+    expiry = evidence_from_tick(tick, "ticks:0:1", ring)
     assert expiry.source_kind is EvidenceKind.SCHEDULE
     assert expiry.scheduled_at == NOW + EXPIRY_STEP
-    poll = evidence_from_tick({**tick, "kind": "poll", "tool_error": "timeout"}, "ticks:0:2")
+    poll = evidence_from_tick({**tick, "kind": "poll", "tool_error": "timeout"}, "ticks:0:2", ring)
     assert poll.source_kind is EvidenceKind.POLL and poll.scheduled_at == NOW
     assert poll.watcher_key == ("acme", "u-42", "w") and poll.tool_error is ErrorCode.TIMEOUT
     assert (poll.tokens, poll.micro_usd) == (5, 7)
@@ -183,7 +195,7 @@ def watcher_value(
 
 def test_index_follows_table_changes_by_source_and_event_type() -> None:
     watchers = table(TableKind.EXTERNAL, "watchers", {"k1": watcher_value("s", "t", "w1")})
-    index = WatcherIndex(watchers, REGISTRY)
+    index = WatcherIndex(watchers, REGISTRY, OpenRing())
     assert [w.key for w in index.for_event("s", "t")] == ["k1"]
     watchers.apply("k2", watcher_value("s", "t", "w2"))
     watchers.apply("k1", watcher_value("s", "other", "w1"))

@@ -31,14 +31,17 @@ from pipeline.rules.commands import (
     GrantSpec,
     RegistryEntry,
     ResultCode,
+    Shred,
     apply,
     grant_id_for,
 )
 from pipeline.rules.commands.limits import DEFAULT_LIMITS, Limits
-from pipeline.rules.errors import DefinitionError
+from pipeline.rules.data_keys import subject_owner
+from pipeline.rules.errors import DefinitionError, ErasedError
 from pipeline.rules.keys import subject_key, watcher_key
 from pipeline.rules.lifecycle import CloseReason
 from pipeline.runtime.tables import Table, TableSpec
+from tests.keyring import ring_with
 
 pytestmark = pytest.mark.unit
 
@@ -105,10 +108,11 @@ def grant_record(
     targets: tuple[str, ...] = ("ops-hook", "in-app"),
     until: datetime = NOW + timedelta(days=1),
     grant_id: str = "g-1",
+    user_id: str = USER,
 ) -> GrantRecord:
     spec = GrantSpec(
         tenant_id=TENANT,
-        user_id=USER,
+        user_id=user_id,
         purpose=purpose,
         sources=sources,
         tools=("workflow.run.status@v1",),
@@ -514,8 +518,9 @@ def test_close_satisfied_of_a_proposed_watch_is_a_conflict() -> None:
     )
 
 
-def test_erase_tombstones_every_watcher_and_writes_one_subject_record() -> None:
-    subject = Subject()
+def test_erase_shreds_keys_revokes_grants_tombstones_every_watcher_and_writes_one_record() -> None:
+    other = grant_record(Action.MANAGE, user_id="u-7", grant_id="g-other")
+    subject = Subject({**GRANTS, "g-other": other})
     subject.ok(CommandVerb.CREATE, definition=definition("w-1"))
     subject.ok(CommandVerb.CREATE, definition=definition("w-2", source_id="ci.other"))
     stranger = Principal(name="x", role=Role.USER, tenant_id=TENANT, user_id="u-7")
@@ -526,7 +531,11 @@ def test_erase_tombstones_every_watcher_and_writes_one_subject_record() -> None:
         "user_id": USER,
         "erased": 2,
         "watcher_ids": ["w-1", "w-2"],
+        "grants_revoked": 2,
     }
+    assert outcome.shred == (Shred(None),), "every data key of the subject"
+    assert sorted(outcome.grants) == [("g-1", None), ("g-2", None)]
+    assert subject.grants == {"g-other": other}, "another subject's grant stays"
     assert [(w.source_id, w.entry) for w in outcome.watchers] == [
         ("ci.pipeline", None),
         ("ci.other", None),
@@ -635,29 +644,64 @@ def test_grant_revoke_by_source_removes_single_source_grants_and_narrows_the_res
 # --- records --------------------------------------------------------------------------------
 
 
-def test_records_round_trip_through_their_avro_schemas() -> None:
+def test_records_round_trip_through_their_avro_schemas_with_content_sealed() -> None:
     schemas = default_registry()
+    ring = ring_with(subject_owner(TENANT, USER))
     subject = Subject()
     cmd = command(CommandVerb.CREATE, definition=definition(), expected_revision=4)
-    assert decode_command(schemas, encode_command(schemas, cmd)) == cmd
+    raw = encode_command(schemas, ring, cmd)
+    assert b"ci.pipeline" not in raw, "the definition travels sealed"
+    assert decode_command(schemas, ring, raw) == cmd
     grant_cmd = command(CommandVerb.GRANT_ADD, OPERATOR, grant=spec())
-    assert decode_command(schemas, encode_command(schemas, grant_cmd)) == grant_cmd
+    assert decode_command(schemas, ring, encode_command(schemas, ring, grant_cmd)) == grant_cmd
     outcome = subject.run(CommandVerb.CREATE, definition=definition())
     entry = subject.view["w-1"]
-    assert decode_entry(schemas, encode_entry(schemas, entry)) == entry
-    assert decode_result(schemas, encode_result(schemas, outcome.result)) == outcome.result
+    raw = encode_entry(schemas, ring, entry)
+    assert b"ci.pipeline" in raw and b'"condition"' not in raw, "routing plain, body sealed"
+    assert decode_entry(schemas, ring, raw) == entry
+    owner = subject_owner(TENANT, USER)
+    raw = encode_result(schemas, ring, outcome.result, owner)
+    assert b'"condition"' not in raw
+    assert decode_result(schemas, ring, raw) == outcome.result
     record = GRANTS["g-2"]
     assert decode_grant(schemas, encode_grant(schemas, record)) == record
 
 
 def test_a_command_record_that_breaks_a_rule_names_the_field() -> None:
-    record = command_value(command(CommandVerb.SHOW, watcher_id="w-1"))
+    ring = ring_with()
+    record = command_value(command(CommandVerb.SHOW, watcher_id="w-1"), ring)
     with pytest.raises(DefinitionError) as caught:
-        command_from_value({**record, "request_id": "has spaces"})
+        command_from_value({**record, "request_id": "has spaces"}, ring)
     assert caught.value.field == "request_id"
     with pytest.raises(DefinitionError) as caught:
-        command_from_value({**record, "verb": "explode"})
+        command_from_value({**record, "verb": "explode"}, ring)
     assert caught.value.field == "verb"
+
+
+def test_a_command_whose_subject_key_is_shredded_is_refused_as_erased() -> None:
+    owner = subject_owner(TENANT, USER)
+    ring = ring_with(owner)
+    record = command_value(command(CommandVerb.CREATE, definition=definition()), ring)
+    ring.apply(owner.topic_key, None)
+    with pytest.raises(DefinitionError) as caught:
+        command_from_value(record, ring)
+    assert caught.value.field == "definition" and "erased" in caught.value.message
+
+
+def test_a_command_with_content_is_never_written_without_its_subject_key() -> None:
+    with pytest.raises(ErasedError):
+        command_value(command(CommandVerb.CREATE, definition=definition()), ring_with())
+
+
+def test_a_result_with_a_refusal_seals_its_message_when_the_subject_has_a_key() -> None:
+    schemas = default_registry()
+    owner = subject_owner(TENANT, USER)
+    ring = ring_with(owner)
+    refusal = Subject().run(CommandVerb.SHOW, watcher_id="secret-watcher-name").result
+    assert refusal.error is not None and "secret-watcher-name" in refusal.error.message
+    raw = encode_result(schemas, ring, refusal, owner)
+    assert b"secret-watcher-name" not in raw
+    assert decode_result(schemas, ring, raw) == refusal
 
 
 # --- the CLI's parsing of what it sends (pipeline.cli.watch_cmd, grant_cmd) -----------------
@@ -685,9 +729,10 @@ def test_grant_until_takes_an_instant_or_a_duration_from_now() -> None:
 
 
 def test_a_command_record_whose_json_body_is_broken_names_the_body() -> None:
-    record = command_value(command(CommandVerb.CREATE, definition=definition()))
+    ring = ring_with()
+    record = command_value(command(CommandVerb.SHOW, watcher_id="w-1"), ring)
     with pytest.raises(DefinitionError) as caught:
-        command_from_value({**record, "definition": "{not json"})
+        command_from_value({**record, "definition": "{not json"}, ring)
     assert caught.value.field == "definition"
 
 

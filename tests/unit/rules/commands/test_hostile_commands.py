@@ -55,8 +55,11 @@ from pipeline.rules.outbox import OutboxEntry, build_entry
 from pipeline.rules.outcomes import ErrorCode
 from pipeline.rules.sources import EventSource, PollingSource
 from pipeline.rules.ticker import plan_watcher
+from tests.keyring import OpenRing
 
 pytestmark = pytest.mark.unit
+
+RING = OpenRing()  # a command value without sealed content reads as written
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 CENTURY = timedelta(days=36_525)
@@ -112,7 +115,7 @@ TEMPLATES: list[dict[str, Any]] = [
         "condition": {"eq": ["status", "down"]},
         "delivery": {"target": "ops-hook"},
         "expires_at": "2030-01-01T00:00:00Z",
-        "privacy": {"delivery_retention": "3653d"},
+        "privacy": {"delivery_retention": "30d"},
     },
     {
         "watcher_id": "run-watch",
@@ -505,7 +508,7 @@ class Processor:
     def decide(self, value: dict[str, Any]) -> None:
         self.decided += 1
         try:
-            command = command_from_value(value)
+            command = command_from_value(value, RING)
         except DefinitionError as exc:  # the consumer's edge: an ``invalid`` result
             result = refused(str(value["request_id"]), str(value["verb"]), exc, NOW)
             assert result.error is not None and result.error.code is ResultCode.INVALID
@@ -595,7 +598,7 @@ def test_reproduced_failures_are_refusals_with_their_field() -> None:
             "issued_at": NOW,
             "definition": json.dumps(body),
         }
-        outcome = apply(command_from_value(value), {}, GRANTS, NOW)
+        outcome = apply(command_from_value(value, RING), {}, GRANTS, NOW)
         assert outcome.result.error is not None, field
         assert (outcome.result.error.code, outcome.result.error.field) == (
             ResultCode.INVALID,

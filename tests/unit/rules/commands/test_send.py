@@ -29,8 +29,10 @@ from pipeline.rules.commands import (
 )
 from pipeline.rules.commands.context import role_verb
 from pipeline.rules.commands.immediate import daemon_grant
+from pipeline.rules.data_keys import subject_owner
 from pipeline.rules.keys import derived_delivery_key, request_delivery_key
 from pipeline.rules.outcomes import Outcome
+from tests.keyring import ring_with
 
 pytestmark = pytest.mark.unit
 
@@ -184,15 +186,20 @@ def test_an_agent_may_send_but_not_answer_a_prompt_and_a_stranger_may_do_neither
 
 def test_a_send_command_round_trips_through_its_avro_schema_and_v1_records_still_read() -> None:
     registry = default_registry()
-    cmd = command(CommandVerb.SEND, target="me", text="hé", answer_to="p-1")
-    assert decode_command(registry, encode_command(registry, cmd)) == cmd
+    ring = ring_with(subject_owner(T, U))
+    cmd = command(CommandVerb.SEND, target="me", text="hé-secret", answer_to="p-1")
+    raw = encode_command(registry, ring, cmd)
+    assert "hé-secret".encode() not in raw, "the text travels sealed"
+    assert decode_command(registry, ring, raw) == cmd
     v1 = SchemaRegistry.from_documents({"command.v1.avsc": _v1_document()})
     listed = command(CommandVerb.LIST)
     record = {
-        k: v for k, v in command_value(listed).items() if k not in ("target", "text", "answer_to")
+        k: v
+        for k, v in command_value(listed, ring).items()
+        if k not in ("target", "text", "answer_to", "sealed")
     }
     _, old = registry.decode(v1.encode("command", record))
-    assert command_from_value(old) == listed
+    assert command_from_value(old, ring) == listed
 
 
 def _v1_document() -> dict[str, Any]:

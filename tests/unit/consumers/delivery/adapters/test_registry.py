@@ -26,16 +26,20 @@ from consumers.delivery.adapters.in_app import InAppAdapter, InAppConfig
 from pipeline.clock import ManualClock
 from pipeline.config import parse_config
 from pipeline.kafka.serde import default_registry
+from pipeline.records.notification import decode_notification
 from pipeline.rules.backoff import RetryPolicy
+from pipeline.rules.data_keys import subject_owner
 from pipeline.rules.errors import ConfigError
 from pipeline.rules.keys import subject_key
 from pipeline.rules.outbox import OutboxEntry
 from pipeline.rules.outcomes import ErrorCode, Outcome
+from tests.keyring import ring_with
 
 pytestmark = pytest.mark.unit
 
 KEY = "ab" * 32
 NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
+RING = ring_with(subject_owner("acme", "u-42"))
 SECRET = "whsec_c2VjcmV0LWtleS1ieXRlcw=="
 TOKEN = "123456:telegram-token-value"
 ENV = {"HOOK_SECRET": SECRET, "BOT_TOKEN": TOKEN}
@@ -72,6 +76,7 @@ def delivery(**changes: Any) -> Delivery:
         "late": False,
         "verb": "notify",
         "target": "audit",
+        "delivery_retention": timedelta(days=30),
     }
     return Delivery(**(fields | changes))
 
@@ -84,7 +89,7 @@ def stdout() -> io.StringIO:
 @pytest.fixture
 def registry(stdout: io.StringIO) -> Any:
     with build_adapters(
-        parse_config(CONFIG), environ=ENV, stdout=stdout, clock=ManualClock(NOW)
+        parse_config(CONFIG), environ=ENV, stdout=stdout, clock=ManualClock(NOW), sealer=RING
     ) as built:
         yield built
 
@@ -127,7 +132,7 @@ def test_build_adapters_with_unset_secret_variable_refuses_naming_the_variable(
 ) -> None:
     env = {name: value for name, value in ENV.items() if name != missing}
     with pytest.raises(ConfigError, match=f"{key}: environment variable {missing}"):
-        build_adapters(parse_config(CONFIG), environ=env)
+        build_adapters(parse_config(CONFIG), environ=env, sealer=RING)
 
 
 def test_build_adapters_never_shows_secrets_in_reprs(registry: AdapterRegistry) -> None:
@@ -242,7 +247,7 @@ def test_log_adapter_writes_one_json_line_per_delivery(
 def test_log_adapter_on_a_closed_stream_is_unavailable() -> None:
     closed = io.StringIO()
     closed.close()
-    with build_adapters(parse_config(CONFIG), environ=ENV, stdout=closed) as built:
+    with build_adapters(parse_config(CONFIG), environ=ENV, stdout=closed, sealer=RING) as built:
         result = built.send(delivery())
     assert (result.ok, result.error) == (False, ErrorCode.UNAVAILABLE)
 
@@ -282,21 +287,36 @@ def test_in_app_send_returns_a_ledger_record_keyed_by_subject_for_the_transactio
     (record,) = result.records
     assert record.topic == "acme.notifications"
     assert record.key == subject_key("acme", "u-42").encode()
-    record_type, value = default_registry().decode(record.value)
+    record_type, raw_value = default_registry().decode(record.value)
     assert record_type == "notification"
+    assert raw_value["text"] is None and raw_value["trigger"] is None, "sealed, not plain"
+    value = decode_notification(default_registry(), RING, record.value)
     assert (value["kind"], value["delivery_key"], value["text"], value["verb"]) == (
         "notification",
         KEY,
         "hi",
         "send",
     )
-    assert json.loads(value["trigger"]) == delivery().trigger
+    assert value["trigger"] == delivery().trigger and value["erased"] is False
     assert value["created_at"] == NOW
     assert value["due_at"] == NOW
+    assert value["retain_until"] == NOW + timedelta(days=30)
+
+
+def test_in_app_for_a_subject_without_a_key_writes_no_text() -> None:
+    adapter = InAppAdapter(
+        InAppConfig(topic="vigil.notifications"), sealer=ring_with(), clock=ManualClock(NOW)
+    )
+    result = adapter.send(delivery(target="ledger", verb="send", text="private"))
+    (record,) = result.records
+    assert b"private" not in record.value
+    assert decode_notification(default_registry(), RING, record.value)["erased"] is True
 
 
 def test_in_app_with_wake_session_adds_a_content_free_wake_after_commit() -> None:
-    adapter = InAppAdapter(InAppConfig(topic="vigil.notifications"), clock=ManualClock(NOW))
+    adapter = InAppAdapter(
+        InAppConfig(topic="vigil.notifications"), sealer=RING, clock=ManualClock(NOW)
+    )
     result = adapter.send(
         delivery(target="ledger", verb="send", text="private", wake_session=True, session_id="s-1")
     )
@@ -309,6 +329,8 @@ def test_in_app_with_wake_session_adds_a_content_free_wake_after_commit() -> Non
 
 
 def test_in_app_with_unencodable_text_is_rejected() -> None:
-    adapter = InAppAdapter(InAppConfig(topic="vigil.notifications"), clock=ManualClock(NOW))
+    adapter = InAppAdapter(
+        InAppConfig(topic="vigil.notifications"), sealer=RING, clock=ManualClock(NOW)
+    )
     result = adapter.send(delivery(trigger={"kind": "event", "event_id": "\ud800"}))
     assert (result.ok, result.error, result.records) == (False, ErrorCode.REJECTED, ())

@@ -14,13 +14,16 @@ from pipeline.control.run import ScriptRunner
 from pipeline.kafka.serde import default_registry
 from pipeline.records.outbox_entry import decode_outbox_entry
 from pipeline.rules.commands.immediate import immediate_entry
+from pipeline.rules.data_keys import subject_owner
 from pipeline.rules.keys import derived_delivery_key
 from pipeline.rules.outbox import OutboxEntry
 from pipeline.rules.outcomes import ErrorCode
+from tests.keyring import ring_with
 
 pytestmark = pytest.mark.unit
 
 NOW = datetime(2026, 12, 1, 7, 0, 5, tzinfo=UTC)
+RING = ring_with(subject_owner("t", "u"))
 
 
 def _fired(verb: str, **fields: object) -> OutboxEntry:
@@ -50,7 +53,7 @@ def _executor(tmp_path: Path, agent_body: str) -> tuple[VerbExecutor, ScriptRunn
     socket = tmp_path / "v.sock"
     runner = ScriptRunner(allow, socket)
     agents = AgentRunner([str(agent)], timedelta(seconds=10), socket, AgentTokens("t", "u"))
-    return VerbExecutor(agents, runner, "p.outbox", clock=ManualClock(NOW)), runner
+    return VerbExecutor(agents, runner, "p.outbox", sealer=RING, clock=ManualClock(NOW)), runner
 
 
 def test_fired_prompt_returns_its_answer_as_a_derived_send_entry(tmp_path: Path) -> None:
@@ -60,7 +63,8 @@ def test_fired_prompt_returns_its_answer_as_a_derived_send_entry(tmp_path: Path)
     assert result.ok
     [record] = result.records
     assert record.topic == "p.outbox"
-    answer = decode_outbox_entry(default_registry(), record.value)
+    assert b"digest for today" not in record.value, "the answer travels sealed"
+    answer = decode_outbox_entry(default_registry(), RING, record.value)
     assert answer.delivery_key == derived_delivery_key(entry.delivery_key, "answer")
     assert record.key == answer.delivery_key.encode()
     assert (answer.verb, answer.text, answer.target) == ("send", "digest for today", "me")

@@ -1,0 +1,43 @@
+"""``vigil keys``: the operator's key-encryption keys (DESIGN §10 "Erasure's reach").
+
+``vigil keys generate [--id ID]`` prints one fresh ``ID:KEY`` entry for ``[privacy]
+master_key_env`` (``$VIGIL_MASTER_KEYS`` by default): set it for every vigil process and CLI,
+and to rotate, append a new entry (new data keys, and old ones the command processor touches,
+are wrapped under the last one). ``vigil keys check`` says which KEK ids the configuration
+gives, never the keys. Left out: data keys and wrapping (``pipeline.crypto``).
+"""
+
+from __future__ import annotations
+
+import click
+
+from pipeline.cli.context import CliState, pass_state
+from pipeline.crypto import generate_kek_text
+
+__all__ = ["keys"]
+
+
+@click.group()
+def keys() -> None:
+    """Key-encryption keys: generate one, or check what is configured."""
+
+
+@keys.command()
+@click.option("--id", "kek_id", help="The key's id (default: kek-<date>-<random>).")
+def generate(kek_id: str | None) -> None:
+    """Print a new ID:KEY entry (32 random bytes, URL-safe base64).
+
+    \b
+    Example:
+      export VIGIL_MASTER_KEYS="$(vigil keys generate)"
+      export VIGIL_MASTER_KEYS="$VIGIL_MASTER_KEYS,$(vigil keys generate)"   # rotate
+    """
+    click.echo(generate_kek_text(kek_id))
+
+
+@keys.command()
+@pass_state
+def check(state: CliState) -> None:
+    """Print the configured KEK ids, newest last (never the keys)."""
+    keks = state.config.privacy.keks()
+    click.echo(f"key-encryption keys: {', '.join(keks.ids)} (new wraps use {keks.newest})")

@@ -1,0 +1,62 @@
+"""How long subject data may live: the platform's topic retentions, the caps they put on a
+watcher's own retentions, and the read-time rule (DESIGN §10 "Retention per watcher").
+
+Owns the retention of the append-only topics that keep a watcher's evidence (``receipts``) and
+its delivered texts (the ``notifications`` ledger) — ``pipeline.kafka.topics`` configures the
+topics from these values, so the cap and the broker agree — :func:`check_retentions` (a
+definition asking to keep longer than its topic does is refused at creation), and
+:func:`retained` (every reader drops a record whose ``retain_until`` has passed, whatever the
+topic still holds).
+
+Leaves out purging: settled deliveries are tombstoned by delivery's purge timer; evidence on an
+append-only topic ages out with the topic, and is unreadable from ``retain_until`` on.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Final
+
+from pipeline.rules.errors import DefinitionError
+
+__all__ = [
+    "EVIDENCE_TOPIC_RETENTION",
+    "LEDGER_TOPIC_RETENTION",
+    "check_retentions",
+    "retain_until",
+    "retained",
+]
+
+EVIDENCE_TOPIC_RETENTION: Final = timedelta(days=30)
+"""``receipts``: the longest any watcher's ``evidence_retention`` may be."""
+LEDGER_TOPIC_RETENTION: Final = timedelta(days=30)
+"""``notifications``: the longest any watcher's ``delivery_retention`` may be."""
+_FAR_FUTURE: Final = datetime(9999, 12, 31, tzinfo=UTC)
+
+
+def check_retentions(evidence: timedelta, delivery: timedelta) -> None:
+    """Refuse a retention longer than the topic that would have to keep it."""
+    if evidence > EVIDENCE_TOPIC_RETENTION:
+        raise DefinitionError(
+            f"at most {EVIDENCE_TOPIC_RETENTION.days}d (the receipts topic's retention)",
+            "privacy.evidence_retention",
+        )
+    if delivery > LEDGER_TOPIC_RETENTION:
+        raise DefinitionError(
+            f"at most {LEDGER_TOPIC_RETENTION.days}d (the notifications topic's retention)",
+            "privacy.delivery_retention",
+        )
+
+
+def retain_until(at: datetime, retention: timedelta) -> datetime:
+    """The instant a record made ``at`` stops being readable."""
+    try:
+        return at + retention
+    except OverflowError:
+        return _FAR_FUTURE
+
+
+def retained(until: datetime | None, now: datetime) -> bool:
+    """Whether a record may still be read at ``now`` (``None``: written before retention was
+    recorded, so only the topic's own retention bounds it)."""
+    return until is None or now < until

@@ -1,0 +1,260 @@
+"""The whole pipeline on one real broker and Redis, for the erasure tests: the command
+processor, the evaluator, the poll ticker and a delivery worker, each on its own thread and all
+on one :class:`ManualClock`, behind one operator's :class:`CommandClient`.
+
+Destinations: ``inbox`` (the in-app ledger), ``hook`` (a webhook that answers 410, so whatever
+goes there is dead-lettered at once) and the console chat ``me`` (the immediate ``send``s, into
+:attr:`Stack.console`). The governed tool ``status-page`` is a local HTTP server
+(``ticker_helpers.StatusServer``) answering what :attr:`Stack.tool_answer` holds. Everything
+reads as the real processes do: nothing is faked.
+"""
+
+from __future__ import annotations
+
+import io
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from contextlib import ExitStack
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import redis
+from confluent_kafka import Producer
+from prometheus_client import CollectorRegistry
+
+from consumers.commands.loop import CommandProcessor
+from consumers.delivery.adapters import build_adapters
+from consumers.delivery.loop import DeliverySettings, DeliveryWorker
+from consumers.evaluator.loop import Evaluator, EvaluatorSettings, evaluator_app, run
+from consumers.evaluator.metrics import evaluator_metrics
+from pipeline.clock import ManualClock
+from pipeline.config import ToolConfig, parse_config
+from pipeline.control.client import CommandClient, operator_principal
+from pipeline.control.http.backend import LedgerStore
+from pipeline.crypto import KeyEncryptionKeys, KeyRing
+from pipeline.kafka.admin import connect_admin, ensure_topics
+from pipeline.kafka.clients import producer_config
+from pipeline.kafka.partitioner import partition_for
+from pipeline.kafka.serde import default_registry
+from pipeline.kafka.topics import Topic, Topology
+from pipeline.records.event import event_record
+from pipeline.redis.budgets import RedisBudgets
+from pipeline.rules.authz import Action
+from pipeline.rules.budgets import BudgetCaps
+from pipeline.rules.commands import CommandResult, CommandVerb, GrantSpec
+from pipeline.rules.keys import subject_key
+from pipeline.runtime.app import StreamApp
+from pipeline.runtime.keys import read_keys
+from producers.ticker.loop import PollTicker, TickerSettings
+from producers.ticker.tools import REGISTERED
+from tests.integration.ticker_helpers import StatusServer
+from tests.receiver import Receiver
+
+__all__ = ["Stack", "same_partition_user"]
+
+PARTITIONS = 2
+FAST_GROUP = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 500}
+
+
+def same_partition_user(tenant: str, user: str, prefix: str) -> str:
+    """Another user whose subject key lands on ``user``'s partition (commands, keys, ledger)."""
+    home = partition_for(subject_key(tenant, user), PARTITIONS)
+    for n in range(1000):
+        other = f"{prefix}-{n}"
+        if partition_for(subject_key(tenant, other), PARTITIONS) == home:
+            return other
+    raise AssertionError("no user on the same partition")
+
+
+class _Threads:
+    """Loops on threads that stop together; a loop's failure is raised on close."""
+
+    def __init__(self) -> None:
+        self.stop = threading.Event()
+        self.threads: list[threading.Thread] = []
+        self.failures: list[BaseException] = []
+
+    def start(self, name: str, loop: Callable[[threading.Event], None]) -> None:
+        def target() -> None:
+            try:
+                loop(self.stop)
+            except BaseException as exc:
+                self.failures.append(exc)
+
+        thread = threading.Thread(target=target, name=name, daemon=True)
+        thread.start()
+        self.threads.append(thread)
+
+    def close(self) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join(60)
+        assert not [t.name for t in self.threads if t.is_alive()], "a loop did not stop"
+        assert not self.failures, self.failures
+
+
+class Stack:
+    """Every vigil process of one deployment, on threads, and the ways to look at it."""
+
+    def __init__(self, bootstrap: str, redis_url: str, receiver: Receiver) -> None:
+        self.bootstrap = bootstrap
+        self.topology = Topology(f"t-erase-{uuid.uuid4().hex[:8]}.", PARTITIONS)
+        ensure_topics(connect_admin(bootstrap), self.topology)
+        self.clock = ManualClock(datetime.now(UTC).replace(microsecond=0))
+        self.tool_answer: dict[str, Any] = {"state": "quiet"}
+        self.console = io.StringIO()
+        self.receiver = receiver
+        self._exit = ExitStack()
+        self._threads = _Threads()
+        self.tool = StatusServer(lambda: self.tool_answer)
+        self._exit.callback(self.tool.close)
+        self.keks = KeyEncryptionKeys.load()
+        prefix = self.topology.prefix
+        self._redis = redis.Redis.from_url(redis_url)
+        self.budgets = lambda: RedisBudgets(self._redis, key_prefix=f"{prefix}budget:")
+        self._start(redis_url)
+        self.client = CommandClient(bootstrap, self.topology, timeout_s=60, keks=self.keks)
+        self._exit.callback(self.client.close)
+        self.ledger = LedgerStore(bootstrap, self.topology, self.clock, keks=self.keks)
+        self._exit.callback(self.ledger.close)
+        self.producer = Producer(producer_config(bootstrap))
+
+    # -- the processes -------------------------------------------------------------------
+
+    def _start(self, redis_url: str) -> None:
+        topology, bootstrap, clock = self.topology, self.bootstrap, self.clock
+        processor = CommandProcessor(
+            bootstrap,
+            topology,
+            instance_id="p",
+            clock=clock,
+            keks=self.keks,
+            metrics=CollectorRegistry(),
+            consumer_overrides=FAST_GROUP,
+        )
+        self._threads.start("command-processor", processor.run)
+        metrics = evaluator_metrics(CollectorRegistry())
+        evaluator = Evaluator(
+            topology,
+            self.budgets(),
+            BudgetCaps(window=timedelta(hours=1), evaluations=1000, deliveries=1000),
+            clock=clock,
+            metrics=metrics,
+            keks=self.keks,
+            evaluators=REGISTERED,
+        )
+        settings = EvaluatorSettings(bootstrap, topology, "e", consumer_overrides=FAST_GROUP)
+        app: StreamApp = evaluator_app(settings, evaluator, registry=CollectorRegistry())
+        self._threads.start("evaluator", lambda stop: run(app, stop, metrics))
+        ticker = PollTicker(
+            TickerSettings(bootstrap, topology, "t", consumer_overrides=FAST_GROUP),
+            tools={"status-page": ToolConfig(kind="http.json@v1", url=self.tool.url)},
+            budgets=self.budgets(),
+            default_caps=BudgetCaps(window=timedelta(hours=1), evaluations=1000),
+            clock=clock,
+            metrics_registry=CollectorRegistry(),
+            keks=self.keks,
+        )
+        self._threads.start("ticker", ticker.run)
+        ring = KeyRing(self.keks, default_registry())
+        config = parse_config(
+            {
+                "kafka": {
+                    "bootstrap_servers": bootstrap,
+                    "topic_prefix": topology.prefix,
+                    "partitions": PARTITIONS,
+                },
+                "chats": {"me": {"kind": "console"}},
+                "destinations": {
+                    "inbox": {"kind": "in_app"},
+                    "hook": {"kind": "webhook", "url": self.receiver.hook_url, "timeout": "2s"},
+                },
+            }
+        )
+        adapters = self._exit.enter_context(
+            build_adapters(config, stdout=self.console, clock=clock, sealer=ring)
+        )
+        worker = DeliveryWorker(
+            bootstrap,
+            DeliverySettings(
+                topology=topology,
+                instance_id="d",
+                group_id=f"{topology.prefix}delivery",
+                table_refresh_s=0.1,
+                consumer_overrides=FAST_GROUP,
+            ),
+            adapters,
+            self.budgets(),
+            clock=clock,
+            registry=CollectorRegistry(),
+            ring=ring,
+        )
+        self._threads.start("delivery", worker.run)
+
+    def close(self) -> None:
+        try:
+            self._threads.close()
+        finally:
+            self._exit.close()
+            self.producer.flush(10)
+
+    # -- commands, as an operator --------------------------------------------------------
+
+    def send(self, verb: CommandVerb, tenant: str, user: str, **fields: Any) -> CommandResult:
+        principal = operator_principal("ops", "root")
+        return self.client.send(self.client.command(verb, principal, tenant, user, **fields))
+
+    def ok(self, verb: CommandVerb, tenant: str, user: str, **fields: Any) -> dict[str, Any]:
+        result = self.send(verb, tenant, user, **fields)
+        assert result.ok and result.result is not None, result.error
+        return result.result
+
+    def grants(self, tenant: str, user: str) -> None:
+        """What a subject's watchers and sends need: ops sources and the control chat."""
+        until = datetime(2030, 1, 1, tzinfo=UTC)
+        actions = (Action.EVALUATE, Action.DELIVER, Action.MANAGE)
+        for purpose, sources, tools, targets in (
+            ("ops.alert", ("shared.src", "poll.src"), ("status-page",), ("inbox", "hook")),
+            ("control.chat", ("control", "schedule:me"), (), ("me", "inbox", "hook")),
+        ):
+            spec = GrantSpec(
+                tenant_id=tenant,
+                user_id=user,
+                purpose=purpose,
+                sources=sources,
+                tools=tools,
+                targets=targets,
+                actions=actions,
+                until=until,
+            )
+            self.ok(CommandVerb.GRANT_ADD, tenant, user, grant=spec)
+
+    # -- inputs --------------------------------------------------------------------------
+
+    def publish(
+        self, source_id: str, event_type: str, event_id: str, payload: dict[str, Any]
+    ) -> None:
+        record = event_record(source_id, event_type, event_id, payload, self.clock.now())
+        value = default_registry().encode("event", record)
+        partition = partition_for(source_id, PARTITIONS)
+        self.producer.produce(self.topology.name(Topic.EVENTS), value, source_id, partition)
+        assert self.producer.flush(30) == 0
+
+    # -- looking -------------------------------------------------------------------------
+
+    def ring(self, *subjects: tuple[str, str]) -> KeyRing:
+        """The data keys ``keys`` holds now (of ``subjects``, or all)."""
+        ring = KeyRing(self.keks, default_registry())
+        read_keys(self.bootstrap, self.topology, ring, list(subjects) or None)
+        return ring
+
+    def wait(self, what: str, check: Callable[[], Any], seconds: float = 90) -> Any:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            found = check()
+            if found:
+                return found
+            time.sleep(0.3)
+        raise AssertionError(f"timed out waiting for {what}")
