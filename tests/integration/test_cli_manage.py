@@ -345,6 +345,11 @@ def test_erase_asks_first_then_forgets_every_watcher_of_the_subject(daemon: Daem
     gone = vigil_cli(daemon, op, "watch", "show", "release-build-failed", *subject)
     assert gone.exit_code == 1 and gone.stderr.strip().endswith("[not_found]")
 
+    # Its grants went with it: erasing again is refused until an operator grants again
+    # (seed 000: only an authorized erasure), and then erases nothing.
+    again = vigil_cli(daemon, op, "erase", *subject, "--yes", "--json")
+    assert again.exit_code == 1 and json.loads(again.stdout)["error"]["code"] == "denied"
+    add_grant(daemon, "ci.pipeline", tenant="acme", user="u-42")
     again = vigil_cli(daemon, op, "erase", *subject, "--yes", "--json")
     assert again.exit_code == 0, again.stderr
     assert json.loads(again.stdout) == {
@@ -352,6 +357,6 @@ def test_erase_asks_first_then_forgets_every_watcher_of_the_subject(daemon: Daem
         "user_id": "u-42",
         "erased": 0,
         "watcher_ids": [],
-        "grants_revoked": 0,
+        "grants_revoked": 1,
         **erasure_reach(),
     }

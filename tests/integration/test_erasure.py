@@ -214,7 +214,8 @@ def test_erasure_leaves_no_plaintext_and_nothing_readable_and_spares_the_other_s
     # Every read path: erased or nothing for the victim ...
     gone = stack.send(CommandVerb.SHOW, TENANT, victim, watcher_id="w-v")
     assert gone.error is not None and gone.error.code is ResultCode.NOT_FOUND
-    assert stack.ok(CommandVerb.LIST, TENANT, victim)["watchers"] == []
+    listed = stack.send(CommandVerb.LIST, TENANT, victim)
+    assert listed.error is not None and listed.error.code is ResultCode.DENIED, "grants revoked"
     shown, hidden = stack.ledger.evaluations(TENANT, victim, "w-v", "shared.src", 10)
     assert shown == [] and hidden >= 1
     listed, hidden = stack.ledger.notifications(TENANT, victim)
@@ -247,8 +248,10 @@ def test_erasure_leaves_no_plaintext_and_nothing_readable_and_spares_the_other_s
                             keks=stack.keks, now=stack.clock.now())  # fmt: skip
     assert rows and not any(row.erased for row in rows)
 
-    # Re-creating the same watcher id never shows the earlier data.
+    # Re-granted, the subject lists nothing; re-creating the same watcher id never shows the
+    # earlier data.
     stack.grants(TENANT, victim)
+    assert stack.ok(CommandVerb.LIST, TENANT, victim)["watchers"] == []
     again = stack.ok(CommandVerb.CREATE, TENANT, victim, definition=event_watcher(
         "w-v", "type.v", v["definition"]))  # fmt: skip
     assert again["version"] == 1

@@ -29,6 +29,7 @@ from pipeline.kafka.partitioner import partition_for
 from pipeline.kafka.topics import DLQ_OFFSET, DLQ_PARTITION, DLQ_REASON, DLQ_TOPIC, Topic
 from pipeline.records.receipt import decode_receipt
 from pipeline.rules.definition import WatcherDefinition
+from tests.integration.evaluator_helpers import current_ring
 from tests.integration.runtime_helpers import read_all
 from tests.integration.ticker_helpers import (
     PARTITIONS,
@@ -278,8 +279,9 @@ def test_hostile_records_are_dead_lettered_with_reasons_and_good_events_all_deci
         assert why in reasons[origin], (origin, why, reasons[origin])
 
     decided: Counter[str] = Counter()
+    ring = current_ring(deployment.bootstrap, deployment.topology)
     for msg in read_all(deployment.bootstrap, deployment.name(Topic.RECEIPTS)):
-        receipt, _ = decode_receipt(REGISTRY, msg.value() or b"")
+        receipt, _ = decode_receipt(REGISTRY, ring, msg.value() or b"")
         if receipt.watcher_id == "build-failed":
             decided[receipt.trigger["event_id"]] += 1
     assert set(good) <= set(decided), "a good event was not decided"

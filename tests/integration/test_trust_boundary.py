@@ -69,7 +69,11 @@ class Stack:
             f'[instance]\nid = "{prefix}"\n\n{extra}'
         )
         self.env = {
-            **{k: v for k, v in os.environ.items() if not k.startswith("VIGIL_")},
+            **{
+                k: v
+                for k, v in os.environ.items()
+                if not k.startswith("VIGIL_") or k == "VIGIL_MASTER_KEYS"  # the test KEK
+            },
             "VIGIL_CONFIG": str(self.config),
             "VIGIL_SOCKET": str(self.socket),
             SECRET: "s3cret-never-for-agents",
@@ -146,8 +150,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory, kafka_bootstrap: str) -> Ite
     prefix = f"tb-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     found = Stack(tmp_path_factory.mktemp("trust"), kafka_bootstrap, prefix)
     assert found.vigil("topics", "create").returncode == 0
-    found.start_all()
     try:
+        found.start_all()
         me = ("--tenant", "tb", "--user", prefix)
         found.ok(
             "--as-operator", "grant", "add", *me, "--purpose", "agent.watch",
