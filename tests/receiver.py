@@ -6,14 +6,17 @@ signatures when given the secret, counts distinct ``Idempotency-Key`` values, an
 ``POST /bot<token>/sendMessage`` as the Bot API does (``{"ok": true, ...}``; a wrong token is
 401). It can be scripted: the next N requests answer a status (500, 410, 429 with
 ``Retry-After``...) with a body that must never surface in a result, or stall before
-answering (to provoke a client timeout); then it succeeds.
+answering (to provoke a client timeout); then it succeeds. :meth:`Receiver.fail_every` makes
+every n-th request fail for as long as it runs (a steady failure rate). ``GET`` on a path given
+to :meth:`Receiver.serve_json` answers that JSON (a governed tool's endpoint); GETs are counted,
+not recorded.
 
     with Receiver(secret="whsec_...") as receiver:
         receiver.fail(3, 500)
         ...post to receiver.hook_url...
         receiver.wait_for(4)
 
-Left out: TLS, HTTP/2 and anything but POST.
+Left out: TLS, HTTP/2 and methods other than POST and GET.
 """
 
 from __future__ import annotations
@@ -71,6 +74,9 @@ class Receiver:
         self._lock = threading.Condition()
         self._requests: list[ReceivedRequest] = []
         self._script: deque[_Script] = deque()
+        self._every: tuple[int, int] | None = None  # (n, status): every n-th request fails
+        self._json: dict[str, bytes] = {}
+        self.gets = 0
         self._released = threading.Event()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
         self._server.daemon_threads = True
@@ -122,6 +128,16 @@ class Receiver:
         with self._lock:
             self._script.extend(_Script(status, retry_after, 0.0) for _ in range(times))
 
+    def fail_every(self, n: int, status: int = 500) -> None:
+        """From now on every ``n``-th request answers ``status`` (after any scripted ones)."""
+        with self._lock:
+            self._every = (n, status)
+
+    def serve_json(self, path: str, value: Any) -> None:
+        """``GET path`` answers ``value`` as JSON from now on."""
+        with self._lock:
+            self._json[path] = json.dumps(value).encode()
+
     def stall(self, seconds: float, times: int = 1) -> None:
         """The next ``times`` requests wait ``seconds`` (or until close) before a 200."""
         with self._lock:
@@ -159,7 +175,16 @@ class Receiver:
         with self._lock:
             self._requests.append(request)
             self._lock.notify_all()
-            return self._script.popleft() if self._script else None
+            if self._script:
+                return self._script.popleft()
+            if self._every is not None and len(self._requests) % self._every[0] == 0:
+                return _Script(self._every[1], None, 0.0)
+            return None
+
+    def _served(self, path: str) -> bytes | None:
+        with self._lock:
+            self.gets += 1
+            return self._json.get(path)
 
     def _handler_class(self) -> type[BaseHTTPRequestHandler]:
         receiver = self
@@ -197,6 +222,13 @@ class Receiver:
                     self._answer(200, b'{"ok":true,"result":{"message_id":1}}', None)
                 else:
                     self._answer(200, b"{}", None)
+
+            def do_GET(self) -> None:
+                body = receiver._served(self.path)
+                if body is None:
+                    self._answer(404, b"{}", None)
+                else:
+                    self._answer(200, body, None)
 
             def _answer(self, status: int, body: bytes, retry_after: str | None) -> None:
                 try:

@@ -54,6 +54,7 @@ from pipeline.rules.errors import BrokerError, ConfigError, DefinitionError, Ser
 from pipeline.rules.keys import subject_key, watcher_key
 from pipeline.runtime.app import StreamApp
 from pipeline.runtime.processing import InputRecord, Message, ProcessContext
+from pipeline.runtime.recovery import run_steps
 from pipeline.runtime.tables import Table, TableKind, TableSpec
 
 __all__ = ["CommandProcessor"]
@@ -122,11 +123,11 @@ class CommandProcessor:
             self._pending_grants.clear()  # committed (visible next step) or aborted (redone)
 
     def run(self, stop: threading.Event) -> None:
-        """Process until ``stop`` is set, then commit and leave the group."""
+        """Process until ``stop`` is set, then commit and leave the group; a broker outage
+        waits and resyncs (``pipeline.runtime.recovery``)."""
         self.start()
         try:
-            while not stop.is_set():
-                self.step()
+            run_steps(self.app, self.step, stop)
         finally:
             self.close()
 

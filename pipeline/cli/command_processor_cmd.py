@@ -46,7 +46,7 @@ def command_processor(
     (outbox) and results out."""
     process = start(state, _TOPICS, instance=instance, metrics=not no_metrics, verbose=verbose)
     processor = CommandProcessor(
-        process.bootstrap, process.topology, instance_id=process.instance_id
+        process.bootstrap, process.topology, instance_id=process.instance_id, clock=process.clock
     )
     click.echo(
         f"command processor {processor.app.group_id}/{process.instance_id} running", err=True

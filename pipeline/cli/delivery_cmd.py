@@ -85,7 +85,9 @@ def delivery(
     )
     budgets = process.budgets()
     with build_adapters(config) as adapters:
-        worker = DeliveryWorker(process.bootstrap, settings, adapters, budgets, executor=executor)
+        worker = DeliveryWorker(
+            process.bootstrap, settings, adapters, budgets, clock=process.clock, executor=executor
+        )
         click.echo(f"delivery {settings.group_id}/{settings.instance_id} running", err=True)
         worker.run(process.stop)
     budgets.close()

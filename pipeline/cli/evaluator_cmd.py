@@ -55,7 +55,11 @@ def evaluator(
     """Run an evaluator: events and ticks in, decisions out, in one transaction."""
     process = start(state, _TOPICS, instance=instance, metrics=not no_metrics, verbose=verbose)
     processor = Evaluator(
-        process.topology, process.budgets(), process.default_caps, evaluators=REGISTERED
+        process.topology,
+        process.budgets(),
+        process.default_caps,
+        clock=process.clock,
+        evaluators=REGISTERED,
     )
     settings = EvaluatorSettings(
         bootstrap=process.bootstrap,

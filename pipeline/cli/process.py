@@ -1,6 +1,8 @@
 """What every long-running ``vigil`` process does before its loop, in one place: logging, the
 configuration, refusing to start on missing or drifted topics (with the command that fixes
-them), its stable instance id, the ``/metrics`` server and the stop event SIGTERM sets.
+them), its stable instance id, its clock (the real one; a fault test may scale it through the
+environment, ``pipeline.clock.clock_from_env``), the ``/metrics`` server and the stop event
+SIGTERM sets.
 
 Leaves out each process's own loop and which topics it needs (its command module says).
 """
@@ -8,6 +10,7 @@ Leaves out each process's own loop and which topics it needs (its command module
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -17,6 +20,7 @@ from prometheus_client import start_http_server
 
 from pipeline.cli import shutdown
 from pipeline.cli.context import CliState
+from pipeline.clock import Clock, clock_from_env
 from pipeline.config import VigilConfig
 from pipeline.kafka.admin import check_topology, connect_admin
 from pipeline.kafka.topics import Topic, Topology
@@ -28,13 +32,14 @@ __all__ = ["Process", "serve_metrics", "start"]
 
 @dataclass(frozen=True, slots=True)
 class Process:
-    """A started process: its configuration, topology, instance id and stop event."""
+    """A started process: its configuration, topology, instance id, clock and stop event."""
 
     config: VigilConfig
     topology: Topology
     instance_id: str
     stop: threading.Event
     default_caps: BudgetCaps  # the operator's caps for watchers that leave some out
+    clock: Clock
 
     @property
     def bootstrap(self) -> str:
@@ -68,7 +73,8 @@ def start(
         click.echo(f"metrics on port {serve_metrics(config.metrics.listen)}", err=True)
     stop = shutdown.catch()
     instance_id = instance or config.instance.resolved_id()
-    return Process(config, topology, instance_id, stop, config.budgets.defaults.caps())
+    clock = clock_from_env(os.environ)
+    return Process(config, topology, instance_id, stop, config.budgets.defaults.caps(), clock)
 
 
 def serve_metrics(listen: str) -> int:

@@ -73,6 +73,7 @@ def ticker(
         tools=process.config.tools,
         budgets=process.budgets(quick_retry=True),
         default_caps=process.default_caps,
+        clock=process.clock,
     )
     click.echo(f"ticker {settings.group}/{settings.instance_id} running", err=True)
     poll_ticker.run(process.stop)

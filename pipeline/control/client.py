@@ -109,27 +109,38 @@ class CommandClient:
             **fields,
         )
 
-    def send(self, command: Command) -> CommandResult:
+    def send(self, command: Command, *, retries: int = 0) -> CommandResult:
         """Produce ``command`` and wait for its result (an error result is returned, not
-        raised); :class:`BrokerError` when Kafka fails or no answer comes in time."""
-        with self._lock:
-            return self._round_trip(command)
+        raised); :class:`BrokerError` when Kafka fails or no answer comes in time.
 
-    def _round_trip(self, command: Command) -> CommandResult:
+        ``retries``: after a timeout, wait again that many times, each time reading the result
+        channel again from where it stood before the command was produced. The command is never
+        produced twice: once the broker acknowledged it, the processor applies it exactly once
+        (a restarted processor resumes from its committed offset), so the answer comes late,
+        never twice, and a second copy would be a second command.
+        """
+        with self._lock:
+            return self._round_trip(command, retries)
+
+    def _round_trip(self, command: Command, retries: int) -> CommandResult:
         results = self._topology.name(Topic.COMMAND_RESULTS)
         partition = partition_for(
             command.request_id, self._topology.partitions_for(Topic.COMMAND_RESULTS)
         )
-        self._results.follow(results, partition)
+        start = self._results.follow(results, partition)
         self._produce(command)
-        deadline = time.monotonic() + self._timeout_s
         wanted = command.request_id.encode("utf-8")
-        while time.monotonic() < deadline:
-            for msg in self._results.poll(0.1):
-                if msg.key() == wanted:
-                    return self._result(msg)
+        for attempt in range(retries + 1):
+            if attempt:
+                self._results.follow(results, partition, start)
+            deadline = time.monotonic() + self._timeout_s
+            while time.monotonic() < deadline:
+                for msg in self._results.poll(0.1):
+                    if msg.key() == wanted:
+                        return self._result(msg)
         raise BrokerError(
-            f"no answer to request {command.request_id} within {self._timeout_s:g}s: "
+            f"no answer to request {command.request_id} within {self._timeout_s:g}s"
+            f"{f' (waited {retries + 1} times)' if retries else ''}: "
             f"is `vigil command-processor` running for topics {self._topology.prefix}*?"
         )
 

@@ -49,6 +49,7 @@ from pipeline.rules.lifecycle import is_closed
 from pipeline.rules.outcomes import ErrorCode
 from pipeline.rules.ticker import DEFAULT_GRACE, WatcherPlan, plan_watcher
 from pipeline.runtime.app import ProcessContext, StreamApp, TransactionEnd
+from pipeline.runtime.recovery import run_steps
 from pipeline.runtime.tables import TableKind, TableSpec
 from pipeline.runtime.views import GrantIndex
 from producers.ticker.guard import ToolGuard, Withheld, tool_request
@@ -174,11 +175,11 @@ class PollTicker:
         self.close()
 
     def run(self, stop: threading.Event) -> None:
-        """Step until ``stop``; a budget store outage defers single watchers, never the loop."""
+        """Step until ``stop``; a budget store outage defers single watchers, never the loop; a
+        broker outage waits and resyncs (``pipeline.runtime.recovery``)."""
         self.start()
         try:
-            while not stop.is_set():
-                self.step()
+            run_steps(self.app, self.step, stop)
         finally:
             self.close()
 
