@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import threading
 import time
 from collections import deque
@@ -65,6 +66,13 @@ class _Script:
     stall: float
 
 
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went away mid-request (killed, timed out) is normal: stay quiet."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
 class Receiver:
     """Start with ``with`` (or :meth:`start`); :meth:`close` releases stalled requests."""
 
@@ -78,7 +86,7 @@ class Receiver:
         self._json: dict[str, bytes] = {}
         self.gets = 0
         self._released = threading.Event()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
+        self._server = _Server(("127.0.0.1", 0), self._handler_class())
         self._server.daemon_threads = True
         self._thread = threading.Thread(
             target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True

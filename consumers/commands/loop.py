@@ -79,6 +79,7 @@ class CommandProcessor:
         schemas: SchemaRegistry | None = None,
         metrics: CollectorRegistry = REGISTRY,
         consumer_overrides: dict[str, Any] | None = None,
+        static_membership: bool = False,
     ) -> None:
         by_subject = {topology.partitions_for(t) for t in (Topic.COMMANDS, Topic.REGISTRY)}
         if len(by_subject) > 1:
@@ -106,6 +107,7 @@ class CommandProcessor:
             dead_letter_topic=self._topics[Topic.DEAD_LETTER],
             commit_interval_ms=0,
             max_batch=200,
+            static_membership=static_membership,
             consumer_overrides=consumer_overrides,
             registry=metrics,
         )

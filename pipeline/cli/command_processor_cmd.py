@@ -36,17 +36,26 @@ _TOPICS: Final = (
 
 @click.command("command-processor")
 @click.option("--instance", help="Stable instance id (default: [instance] id, then the host name).")
+@click.option(
+    "--static-membership",
+    is_flag=True,
+    help="Join as a static member: a restart within the session timeout keeps its partitions.",
+)
 @click.option("--no-metrics", is_flag=True, help="Do not serve /metrics.")
 @click.option("-v", "--verbose", is_flag=True, help="Log at INFO instead of WARNING.")
 @pass_state
 def command_processor(
-    state: CliState, instance: str | None, no_metrics: bool, verbose: bool
+    state: CliState, instance: str | None, static_membership: bool, no_metrics: bool, verbose: bool
 ) -> None:
     """Run the command processor: commands in; registry, watchers, grants, immediate sends
     (outbox) and results out."""
     process = start(state, _TOPICS, instance=instance, metrics=not no_metrics, verbose=verbose)
     processor = CommandProcessor(
-        process.bootstrap, process.topology, instance_id=process.instance_id, clock=process.clock
+        process.bootstrap,
+        process.topology,
+        instance_id=process.instance_id,
+        clock=process.clock,
+        static_membership=static_membership,
     )
     click.echo(
         f"command processor {processor.app.group_id}/{process.instance_id} running", err=True

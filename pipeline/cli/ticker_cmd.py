@@ -48,6 +48,11 @@ _TOPICS = (
     show_default=True,
     help="Seconds after a due instant that still count as on time (later is missed).",
 )
+@click.option(
+    "--static-membership",
+    is_flag=True,
+    help="Join as a static member: a restart within the session timeout keeps its partitions.",
+)
 @click.option("--no-metrics", is_flag=True, help="Do not serve /metrics.")
 @click.option("-v", "--verbose", is_flag=True, help="Log at INFO instead of WARNING.")
 @pass_state
@@ -56,6 +61,7 @@ def ticker(
     instance: str | None,
     concurrency: int,
     grace: int,
+    static_membership: bool,
     no_metrics: bool,
     verbose: bool,
 ) -> None:
@@ -67,6 +73,7 @@ def ticker(
         instance_id=process.instance_id,
         grace=timedelta(seconds=grace),
         concurrency=concurrency,
+        static_membership=static_membership,
     )
     poll_ticker = PollTicker(
         settings,

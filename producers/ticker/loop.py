@@ -78,6 +78,7 @@ class TickerSettings:
     concurrency: int = 16
     poll_timeout_s: float = 0.05
     commit_interval_ms: int = 100
+    static_membership: bool = False  # a restart with the same instance id keeps its partitions
     consumer_overrides: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -154,6 +155,7 @@ class PollTicker:
             decode=self.states.decode,
             dead_letter_topic=topology.name(Topic.DEAD_LETTER),
             commit_interval_ms=settings.commit_interval_ms,
+            static_membership=settings.static_membership,
             consumer_overrides=settings.consumer_overrides,
             registry=metrics_registry,
         )

@@ -10,7 +10,8 @@ open file descriptors from ``/proc``, and stop them all with SIGTERM, returning 
 
 ``clock_rate`` sets ``VIGIL_TEST_CLOCK_RATE`` / ``VIGIL_TEST_CLOCK_ANCHOR`` for every process:
 their clocks run that many times faster than the wall clock from a shared anchor (the knob is
-test-only; ``pipeline.clock.clock_from_env``), so minutes of cron ticks take seconds.
+test-only; ``pipeline.clock.clock_from_env``), so minutes of cron ticks take seconds. ``args``
+adds command-line options per process (``{"ticker": ["--static-membership"]}``).
 
 Left out: the servers (``tests.chaos.servers``) and what is checked (``tests.chaos.checker``).
 """
@@ -22,7 +23,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Final
@@ -55,7 +56,7 @@ class Stack:
         tool_url: str,
         partitions: int = 4,
         clock_rate: float | None = None,
-        delivery_args: Iterable[str] = (),
+        args: Mapping[str, Iterable[str]] | None = None,
     ) -> None:
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
@@ -89,7 +90,7 @@ class Stack:
             self.env[CLOCK_RATE_ENV] = repr(clock_rate)
             self.env[CLOCK_ANCHOR_ENV] = repr(anchor)
             self.clock = ScaledClock(anchor, clock_rate)
-        self._delivery_args = list(delivery_args)
+        self._args = {name: list(extra) for name, extra in (args or {}).items()}
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.kills: dict[str, int] = {}
         self.unexpected: dict[str, int] = {}  # processes that exited on their own, by code
@@ -119,9 +120,7 @@ class Stack:
     # -- processes -----------------------------------------------------------------------
 
     def start(self, name: str) -> None:
-        args = [*VIGIL, name, "--no-metrics"]
-        if name == "delivery":
-            args += self._delivery_args
+        args = [*VIGIL, name, "--no-metrics", *self._args.get(name, ())]
         with (self.root / f"{name}.log").open("ab") as log:
             self.procs[name] = subprocess.Popen(
                 args, env=self.env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT
