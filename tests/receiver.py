@@ -27,7 +27,7 @@ import sys
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any, Final
@@ -50,6 +50,7 @@ class ReceivedRequest:
     signature: Verification | None  # None: the receiver has no secret
     at: float  # time.monotonic() on arrival
     accepted: bool = True  # False: a chat call with the wrong bot token
+    status: int = 200  # what the receiver answered
 
     @property
     def idempotency_key(self) -> str | None:
@@ -181,13 +182,15 @@ class Receiver:
 
     def _record(self, request: ReceivedRequest) -> _Script | None:
         with self._lock:
-            self._requests.append(request)
-            self._lock.notify_all()
+            script = None
             if self._script:
-                return self._script.popleft()
-            if self._every is not None and len(self._requests) % self._every[0] == 0:
-                return _Script(self._every[1], None, 0.0)
-            return None
+                script = self._script.popleft()
+            elif self._every is not None and (len(self._requests) + 1) % self._every[0] == 0:
+                script = _Script(self._every[1], None, 0.0)
+            status = 200 if script is None or script.stall else script.status
+            self._requests.append(replace(request, status=status if request.accepted else 401))
+            self._lock.notify_all()
+            return script
 
     def _served(self, path: str) -> bytes | None:
         with self._lock:

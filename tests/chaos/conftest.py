@@ -16,10 +16,8 @@ from typing import Any
 import pytest
 
 from tests.chaos.servers import OwnKafka, OwnRedis, ServerError, worker_ports
-from tests.chaos.stack import SECRET, Stack
+from tests.chaos.stack import BOT_TOKEN, SECRET, Stack
 from tests.receiver import Receiver
-
-BOT_TOKEN = "123:chaos-bot"
 
 
 @pytest.fixture
@@ -68,8 +66,7 @@ def deploy(
             tmp_path / f"stack{len(made)}",
             bootstrap=kafka.bootstrap,
             redis_url=redis_server.url,
-            hook_url=receiver.hook_url,
-            tool_url=f"{receiver.url}/status",
+            receiver_url=receiver.url,
             **options,
         )
         made.append(stack)

@@ -26,7 +26,9 @@ from pipeline.control.client import CommandClient, operator_principal
 from pipeline.kafka.topics import Topology
 from pipeline.rules.authz import Action
 from pipeline.rules.commands import CommandResult, CommandVerb, GrantSpec
+from pipeline.rules.commands.immediate import CONTROL_PURPOSE, schedule_source
 from pipeline.rules.errors import BrokerError
+from pipeline.rules.instants import rfc3339_seconds
 from pipeline.rules.keys import EventTrigger, InstantTrigger, delivery_key, watcher_key
 from producers.publish.publisher import EventPublisher
 from tests.chaos.stack import HOOK, TOOL
@@ -37,8 +39,10 @@ __all__ = [
     "EventLoad",
     "Subject",
     "event_watcher",
+    "minutes_between",
     "poll_key",
     "polling_watcher",
+    "schedule_watcher",
 ]
 
 EVENT_TYPE: Final = "build.finished"
@@ -48,8 +52,11 @@ _EXPIRES: Final = "2099-01-01T00:00:00Z"
 _RIDE_OUT_MS: Final = 300_000  # a publisher waits out a broker restart or stall
 
 
-def event_watcher(watcher_id: str, source_id: str, max_age: str = "1h") -> dict[str, Any]:
-    return {
+def event_watcher(
+    watcher_id: str, source_id: str, max_age: str = "1h", retention: str | None = None
+) -> dict[str, Any]:
+    """An event watcher; ``retention``: how long settled deliveries are kept before purged."""
+    body = {
         "watcher_id": watcher_id,
         "purpose": PURPOSE,
         "source": {
@@ -63,12 +70,22 @@ def event_watcher(watcher_id: str, source_id: str, max_age: str = "1h") -> dict[
         "expires_at": _EXPIRES,
         "privacy": {"retain_paths": ["status"]},
     }
+    if retention is not None:
+        body["privacy"] = {"retain_paths": ["status"], "delivery_retention": retention}
+    return body
 
 
 def polling_watcher(
-    watcher_id: str, source_id: str, cron: str = "* * * * *", missed: Any = None
+    watcher_id: str,
+    source_id: str,
+    *,
+    expires_at: datetime | None = None,
+    max_age: str = "1h",
+    retention: str | None = None,
 ) -> dict[str, Any]:
-    return {
+    """A watcher polling the governed tool every minute with the ``bounded`` missed-run policy
+    (no due instant is ever dropped), until ``expires_at``."""
+    body: dict[str, Any] = {
         "watcher_id": watcher_id,
         "purpose": PURPOSE,
         "source": {
@@ -76,27 +93,44 @@ def polling_watcher(
             "source_id": source_id,
             "tool": "http.json@v1",
             "tool_ref": TOOL,
-            "cron": cron,
+            "cron": "* * * * *",
             "timezone": "UTC",
-            "missed": missed if missed is not None else {"bounded": 100},
-            "max_age": "1h",
+            "missed": {"bounded": 100},
+            "max_age": max_age,
         },
         "condition": {"eq": ["status", "down"]},
         "delivery": {"target": HOOK, "verb": "notify"},
-        "expires_at": _EXPIRES,
+        "expires_at": _EXPIRES if expires_at is None else rfc3339_seconds(expires_at),
     }
+    if retention is not None:
+        body["privacy"] = {"delivery_retention": retention}
+    return body
 
 
-def poll_key(tenant: str, user: str, watcher_id: str, source_id: str, at: datetime) -> str:
-    """The delivery key of one poll tick of a version-1 watcher."""
+def poll_key(
+    tenant: str, user: str, watcher_id: str, source_id: str, at: datetime, kind: str = "poll"
+) -> str:
+    """The delivery key of one poll (or schedule) tick of a version-1 watcher."""
     return delivery_key(
         tenant_id=tenant,
         user_id=user,
         watcher_id=watcher_id,
         watcher_version=1,
         source_id=source_id,
-        trigger=InstantTrigger("poll", at),
+        trigger=InstantTrigger("poll" if kind == "poll" else "schedule", at),
     )
+
+
+def schedule_watcher(chat: str, name: str, text: str, expires_at: datetime) -> dict[str, Any]:
+    """A cron schedule that sends ``text`` to ``chat`` every minute, as ``vigil schedule``
+    makes one (``schedule:<chat>:<name>``, source ``schedule:<chat>``)."""
+    return {
+        "watcher_id": f"schedule:{chat}:{name}",
+        "purpose": CONTROL_PURPOSE,
+        "source": {"kind": "schedule", "cron": "* * * * *", "timezone": "UTC"},
+        "delivery": {"target": chat, "verb": "send", "text": text},
+        "expires_at": rfc3339_seconds(expires_at),
+    }
 
 
 @dataclass
@@ -133,6 +167,20 @@ class Subject:
             sources=tuple(sources),
             tools=("http.json@v1", TOOL),
             targets=(HOOK,),
+            actions=(Action.EVALUATE, Action.DELIVER, Action.MANAGE),
+            until=UNTIL,
+        )
+        result = self.send(client, CommandVerb.GRANT_ADD, grant=spec)
+        assert result.ok, result.error
+
+    def control_grant(self, client: CommandClient, chat: str) -> None:
+        """What the daemon grants its subject: schedules of ``chat`` that send to it."""
+        spec = GrantSpec(
+            tenant_id=self.tenant,
+            user_id=self.user,
+            purpose=CONTROL_PURPOSE,
+            sources=(schedule_source(chat),),
+            targets=(chat,),
             actions=(Action.EVALUATE, Action.DELIVER, Action.MANAGE),
             until=UNTIL,
         )

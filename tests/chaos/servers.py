@@ -28,7 +28,7 @@ __all__ = ["OwnKafka", "OwnRedis", "ServerError", "worker_ports"]
 ROOT: Final = Path(__file__).resolve().parents[2]
 KAFKA_SH: Final = ROOT / "deploy" / "kafka" / "kafka.sh"
 REDIS_SH: Final = ROOT / "deploy" / "redis" / "redis.sh"
-_BASE_PORT: Final = 29_100  # below Linux's ephemeral range (32768-60999)
+_BASE_PORT: Final = 31_400  # below Linux's ephemeral range (32768-60999)
 _PER_WORKER: Final = 10
 
 

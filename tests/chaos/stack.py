@@ -1,7 +1,8 @@
 """Every vigil process of one deployment, as real processes, for fault scenarios and the soak.
 
-:class:`Stack` writes one ``vigil.toml`` (its own broker, Redis, a webhook destination and a
-governed ``http.json@v1`` tool at the test's receiver, large budget caps), creates the topics
+:class:`Stack` writes one ``vigil.toml`` (its own broker, Redis, a webhook destination, a
+Telegram-shaped chat and a governed ``http.json@v1`` tool, all at the test's receiver, large
+budget caps), creates the topics
 with ``vigil topics create`` and runs ``python -m pipeline.cli.main <process>`` for each of
 :data:`PIPELINE`, each logging to its own file. It can kill one with SIGKILL and start it again
 (same instance id, so ``init_transactions`` fences what the dead one left open), tell which
@@ -31,7 +32,7 @@ from typing import Final
 from pipeline.clock import CLOCK_ANCHOR_ENV, CLOCK_RATE_ENV, Clock, ScaledClock, SystemClock
 from pipeline.kafka.topics import Topology
 
-__all__ = ["HOOK", "PIPELINE", "SECRET", "SECRET_ENV", "TOOL", "Stack"]
+__all__ = ["BOT_TOKEN", "CHAT", "CHAT_ID", "HOOK", "PIPELINE", "SECRET", "TOOL", "Stack"]
 
 ROOT: Final = Path(__file__).resolve().parents[2]
 VIGIL: Final = (sys.executable, "-m", "pipeline.cli.main")
@@ -40,6 +41,10 @@ HOOK: Final = "hook"  # the webhook destination every watcher of the scenarios n
 TOOL: Final = "status"  # the governed tool every polling watcher names
 SECRET: Final = "whsec_" + "Y2hhb3MtdGVzdC1zZWNyZXQtZm9yLXZpZ2lsLWhvb2s="
 SECRET_ENV: Final = "VIGIL_CHAOS_HOOK_SECRET"
+CHAT: Final = "ops"  # the Telegram-shaped chat schedules send to
+CHAT_ID: Final = "4242"
+BOT_TOKEN: Final = "123:chaos-bot"
+BOT_TOKEN_ENV: Final = "VIGIL_CHAOS_BOT_TOKEN"
 _PAGE: Final = os.sysconf("SC_PAGE_SIZE")
 
 
@@ -52,8 +57,7 @@ class Stack:
         *,
         bootstrap: str,
         redis_url: str,
-        hook_url: str,
-        tool_url: str,
+        receiver_url: str,
         partitions: int = 4,
         clock_rate: float | None = None,
         args: Mapping[str, Iterable[str]] | None = None,
@@ -69,9 +73,12 @@ class Stack:
             f"partitions = {partitions}\nreplication_factor = 1\n\n"
             f'[redis]\nurl = "{redis_url}"\n\n'
             f'[instance]\nid = "chaos"\n\n'
-            f'[destinations.{HOOK}]\nkind = "webhook"\nurl = "{hook_url}"\n'
+            f'[destinations.{HOOK}]\nkind = "webhook"\nurl = "{receiver_url}/hook"\n'
             f'secret_env = "{SECRET_ENV}"\ntimeout = "5s"\n\n'
-            f'[tools.{TOOL}]\nkind = "http.json@v1"\nurl = "{tool_url}"\ntimeout = "5s"\n\n'
+            f'[tools.{TOOL}]\nkind = "http.json@v1"\nurl = "{receiver_url}/status"\n'
+            f'timeout = "5s"\n\n'
+            f'[chats.{CHAT}]\nkind = "telegram"\napi_base = "{receiver_url}"\n'
+            f'token_env = "{BOT_TOKEN_ENV}"\nchat_id = "{CHAT_ID}"\n\n'
             # One window far longer than any run: a token charged twice would show as two
             # charges, never as one charge in each of two windows.
             f'[budgets.defaults]\nwindow = "3650d"\nevaluations = 100000000\n'
@@ -82,6 +89,7 @@ class Stack:
             **os.environ,
             "VIGIL_CONFIG": str(self.config),
             SECRET_ENV: SECRET,
+            BOT_TOKEN_ENV: BOT_TOKEN,
             "PYTHONUNBUFFERED": "1",
         }
         self.clock: Clock = SystemClock()

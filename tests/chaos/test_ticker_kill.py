@@ -56,8 +56,7 @@ def test_ticker_killed_every_few_seconds_loses_no_tick_and_repeats_none(
         activated = {}
         with subject.client() as client:
             for name in names:
-                body = polling_watcher(name, watchers[name])
-                body["expires_at"] = deadline.isoformat().replace("+00:00", "Z")
+                body = polling_watcher(name, watchers[name], expires_at=deadline)
                 result = subject.create(client, body)
                 assert result.result is not None
                 activated[name] = parse_instant(result.result["activated_at"], "activated_at")
