@@ -28,7 +28,6 @@ import sys
 import tempfile
 import threading
 import time
-import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -184,9 +183,7 @@ def run(
 def _run(settings: SoakSettings, stack: Stack, receiver: Receiver, out: TextIO) -> dict[str, Any]:
     stack.create_topics()
     stack.start_all()
-    subject = Subject(
-        f"soak-{uuid.uuid4().hex[:6]}", "u-1", stack.bootstrap, stack.topology, stack.clock
-    )
+    subject = Subject.fresh(stack, "soak")
     events = {f"e-{n}": f"src.{n}" for n in range(settings.event_watchers)}
     polls = {f"p-{n}": f"status.{n % 10}" for n in range(settings.pollers)}
     started = stack.now()

@@ -122,7 +122,11 @@ class Checkpoint:
 
 
 def send_offsets(
-    producer: Producer, positions: list[TopicPartition], group_metadata: Any, timeout_s: float
+    producer: Producer,
+    positions: list[TopicPartition],
+    group_metadata: Any,
+    timeout_s: float,
+    grace_s: float = _SEND_OFFSETS_GRACE_S,
 ) -> None:
     """``send_offsets_to_transaction``, given up on (a retriable ``_TIMED_OUT``) when it has
     not returned a little after ``timeout_s``.
@@ -142,7 +146,7 @@ def send_offsets(
 
     worker = threading.Thread(target=call, name="send-offsets", daemon=True)
     worker.start()
-    worker.join(timeout_s + _SEND_OFFSETS_GRACE_S)
+    worker.join(timeout_s + grace_s)
     if worker.is_alive():
         raise KafkaException(
             KafkaError(

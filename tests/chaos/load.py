@@ -16,6 +16,7 @@ Left out: what is checked (``tests.chaos.checker``) and the processes (``tests.c
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -31,7 +32,7 @@ from pipeline.rules.errors import BrokerError
 from pipeline.rules.instants import rfc3339_seconds
 from pipeline.rules.keys import EventTrigger, InstantTrigger, delivery_key, watcher_key
 from producers.publish.publisher import EventPublisher
-from tests.chaos.stack import HOOK, TOOL
+from tests.chaos.stack import HOOK, TOOL, Stack
 
 __all__ = [
     "EVENT_TYPE",
@@ -144,6 +145,12 @@ class Subject:
     clock: Clock
     answered: dict[str, CommandResult] = field(default_factory=dict)
     sent: set[str] = field(default_factory=set)
+
+    @classmethod
+    def fresh(cls, stack: Stack, prefix: str = "t") -> Subject:
+        """A subject no earlier run used (its budget keys start empty)."""
+        tenant = f"{prefix}-{uuid.uuid4().hex[:8]}"
+        return cls(tenant, "u-1", stack.bootstrap, stack.topology, stack.clock)
 
     def client(self, timeout_s: float = 15.0) -> CommandClient:
         return CommandClient(self.bootstrap, self.topology, timeout_s=timeout_s, clock=self.clock)

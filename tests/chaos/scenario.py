@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -58,9 +57,7 @@ class EventRun:
 
     def __post_init__(self) -> None:
         stack = self.stack
-        self.subject = Subject(
-            f"t-{uuid.uuid4().hex[:8]}", "u-1", stack.bootstrap, stack.topology, stack.clock
-        )
+        self.subject = Subject.fresh(stack)
         sources = {f"w-{n}": f"src.{n}" for n in range(self.watchers)}
         with self.subject.client() as client:
             self.subject.grant(client, sources.values())

@@ -14,7 +14,6 @@ import os
 import random
 import threading
 import time
-import uuid
 from collections.abc import Callable
 
 import pytest
@@ -38,9 +37,7 @@ def test_command_processor_killed_with_2000_commands_in_flight_applies_each_once
 ) -> None:
     stack = deploy(args={PROCESSOR: ["--static-membership"]})
     stack.start_all()
-    subject = Subject(
-        f"t-{uuid.uuid4().hex[:8]}", "u-1", stack.bootstrap, stack.topology, stack.clock
-    )
+    subject = Subject.fresh(stack)
     sources = [f"src.{n}" for n in range(CLIENTS)]
     with subject.client() as client:
         subject.grant(client, sources)

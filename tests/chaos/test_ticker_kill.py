@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import random
 import time
-import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
@@ -42,9 +41,7 @@ def test_ticker_killed_every_few_seconds_loses_no_tick_and_repeats_none(
 ) -> None:
     stack = deploy(clock_rate=RATE, args={"ticker": ["--static-membership"]})
     stack.start_all()
-    subject = Subject(
-        f"t-{uuid.uuid4().hex[:8]}", "u-1", stack.bootstrap, stack.topology, stack.clock
-    )
+    subject = Subject.fresh(stack)
     sources = [f"status.{n}" for n in range(SOURCES)]
     with subject.client() as client:
         subject.grant(client, sources)
