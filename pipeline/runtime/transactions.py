@@ -156,10 +156,6 @@ class Transactions:
             log.warning("%s/%s will resync: %s", self.group_id, self.instance_id, reason)
         self._resync = True
 
-    @property
-    def needs_resync(self) -> bool:
-        return self._resync
-
     def resync(self) -> None:
         """Rebuild the producer, restore the assigned partitions' tables, rewind the inputs
         (see the module docstring). Raises a retriable ``BrokerFailure`` while the broker
