@@ -26,7 +26,7 @@ def test_broker_stalled_30s_mid_run_every_process_survives(
 ) -> None:
     stack = deploy()
     stack.start_all()
-    run = EventRun(stack, receiver, EVENTS, pause_s=0.3)
+    run = EventRun(stack, receiver, EVENTS, pause_s=1.0)
     run.start()
     run.progressed(by=300, timeout_s=240)  # deliveries in flight
     kafka.stall()
