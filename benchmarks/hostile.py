@@ -22,6 +22,8 @@ from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any
 
+from pipeline.crypto import KeyEncryptionKeys, KeyRing, generate_kek_text
+from pipeline.kafka.serde import default_registry
 from pipeline.records.command import command_from_value
 from pipeline.rules.authz import Action, Grant
 from pipeline.rules.commands import GrantRecord, apply
@@ -36,6 +38,7 @@ REPEATS = 5
 GOAL_MS = 50.0
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 TENANT, USER = "acme", "u-42"
+_RING = KeyRing(KeyEncryptionKeys.parse(generate_kek_text()), default_registry())  # plain commands
 SHAPES = {
     "letters": "a",
     "userinfo_pairs": "a:",
@@ -99,7 +102,7 @@ def decide(body: dict[str, Any]) -> bool:
         "issued_at": NOW,
         "definition": json.dumps(body),
     }
-    return apply(command_from_value(value), {}, GRANTS, NOW).result.ok
+    return apply(command_from_value(value, _RING), {}, GRANTS, NOW).result.ok
 
 
 def main() -> None:

@@ -3,14 +3,35 @@
 Rule modules in ``pipeline/`` never import this: they take ``now`` (an aware UTC datetime) as an
 argument. Processes read the clock once per step through a :class:`Clock`, so tests inject a
 :class:`ManualClock` and never wait for real minutes.
+
+Fault tests run whole processes, which cannot be handed a :class:`ManualClock`; for them, and
+only them, :func:`clock_from_env` reads ``VIGIL_TEST_CLOCK_RATE`` (and the shared
+``VIGIL_TEST_CLOCK_ANCHOR``, epoch seconds) and gives a :class:`ScaledClock` that runs that many
+times faster than the wall clock from the anchor, so every process of a test agrees on the time
+and a restarted one continues it. Unset (always, outside tests), processes use the real clock.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Protocol
+from typing import Final, Protocol
 
-__all__ = ["Clock", "ManualClock", "SystemClock"]
+from pipeline.rules.errors import ConfigError
+
+__all__ = [
+    "CLOCK_ANCHOR_ENV",
+    "CLOCK_RATE_ENV",
+    "Clock",
+    "ManualClock",
+    "ScaledClock",
+    "SystemClock",
+    "clock_from_env",
+]
+
+CLOCK_RATE_ENV: Final = "VIGIL_TEST_CLOCK_RATE"
+CLOCK_ANCHOR_ENV: Final = "VIGIL_TEST_CLOCK_ANCHOR"
 
 
 class Clock(Protocol):
@@ -42,3 +63,34 @@ class ManualClock:
 
     def advance(self, delta: timedelta) -> None:
         self._now += delta
+
+
+class ScaledClock:
+    """Test-only: wall time that runs ``rate`` times faster from ``anchor`` (epoch seconds).
+
+    At the anchor it reads the real time; ``n`` real seconds later it reads ``rate * n``
+    seconds later. Every process given the same anchor and rate reads the same instant.
+    """
+
+    def __init__(self, anchor: float, rate: float) -> None:
+        if not 0 < rate <= 3600:
+            raise ConfigError(f"{CLOCK_RATE_ENV} must be in (0, 3600], not {rate!r}")
+        self._anchor = anchor
+        self._rate = rate
+
+    def now(self) -> datetime:
+        scaled = self._anchor + (time.time() - self._anchor) * self._rate
+        return datetime.fromtimestamp(scaled, UTC)
+
+
+def clock_from_env(environ: Mapping[str, str]) -> Clock:
+    """The process clock: the real one, or a :class:`ScaledClock` when a test asks for one."""
+    rate = environ.get(CLOCK_RATE_ENV)
+    if not rate:
+        return SystemClock()
+    try:
+        scale = float(rate)
+        anchor = float(environ.get(CLOCK_ANCHOR_ENV) or time.time())
+    except ValueError:
+        raise ConfigError(f"{CLOCK_RATE_ENV} and {CLOCK_ANCHOR_ENV} must be numbers") from None
+    return ScaledClock(anchor, scale)

@@ -6,24 +6,28 @@ signatures when given the secret, counts distinct ``Idempotency-Key`` values, an
 ``POST /bot<token>/sendMessage`` as the Bot API does (``{"ok": true, ...}``; a wrong token is
 401). It can be scripted: the next N requests answer a status (500, 410, 429 with
 ``Retry-After``...) with a body that must never surface in a result, or stall before
-answering (to provoke a client timeout); then it succeeds.
+answering (to provoke a client timeout); then it succeeds. :meth:`Receiver.fail_every` makes
+every n-th request fail for as long as it runs (a steady failure rate). ``GET`` on a path given
+to :meth:`Receiver.serve_json` answers that JSON (a governed tool's endpoint); GETs are counted,
+not recorded.
 
     with Receiver(secret="whsec_...") as receiver:
         receiver.fail(3, 500)
         ...post to receiver.hook_url...
         receiver.wait_for(4)
 
-Left out: TLS, HTTP/2 and anything but POST.
+Left out: TLS, HTTP/2 and methods other than POST and GET.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import sys
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any, Final
@@ -46,6 +50,7 @@ class ReceivedRequest:
     signature: Verification | None  # None: the receiver has no secret
     at: float  # time.monotonic() on arrival
     accepted: bool = True  # False: a chat call with the wrong bot token
+    status: int = 200  # what the receiver answered
 
     @property
     def idempotency_key(self) -> str | None:
@@ -62,6 +67,13 @@ class _Script:
     stall: float
 
 
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went away mid-request (killed, timed out) is normal: stay quiet."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
 class Receiver:
     """Start with ``with`` (or :meth:`start`); :meth:`close` releases stalled requests."""
 
@@ -71,8 +83,11 @@ class Receiver:
         self._lock = threading.Condition()
         self._requests: list[ReceivedRequest] = []
         self._script: deque[_Script] = deque()
+        self._every: tuple[int, int] | None = None  # (n, status): every n-th request fails
+        self._json: dict[str, bytes] = {}
+        self.gets = 0
         self._released = threading.Event()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
+        self._server = _Server(("127.0.0.1", 0), self._handler_class())
         self._server.daemon_threads = True
         self._thread = threading.Thread(
             target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
@@ -122,6 +137,16 @@ class Receiver:
         with self._lock:
             self._script.extend(_Script(status, retry_after, 0.0) for _ in range(times))
 
+    def fail_every(self, n: int, status: int = 500) -> None:
+        """From now on every ``n``-th request answers ``status`` (after any scripted ones)."""
+        with self._lock:
+            self._every = (n, status)
+
+    def serve_json(self, path: str, value: Any) -> None:
+        """``GET path`` answers ``value`` as JSON from now on."""
+        with self._lock:
+            self._json[path] = json.dumps(value).encode()
+
     def stall(self, seconds: float, times: int = 1) -> None:
         """The next ``times`` requests wait ``seconds`` (or until close) before a 200."""
         with self._lock:
@@ -157,9 +182,20 @@ class Receiver:
 
     def _record(self, request: ReceivedRequest) -> _Script | None:
         with self._lock:
-            self._requests.append(request)
+            script = None
+            if self._script:
+                script = self._script.popleft()
+            elif self._every is not None and (len(self._requests) + 1) % self._every[0] == 0:
+                script = _Script(self._every[1], None, 0.0)
+            status = 200 if script is None or script.stall else script.status
+            self._requests.append(replace(request, status=status if request.accepted else 401))
             self._lock.notify_all()
-            return self._script.popleft() if self._script else None
+            return script
+
+    def _served(self, path: str) -> bytes | None:
+        with self._lock:
+            self.gets += 1
+            return self._json.get(path)
 
     def _handler_class(self) -> type[BaseHTTPRequestHandler]:
         receiver = self
@@ -197,6 +233,13 @@ class Receiver:
                     self._answer(200, b'{"ok":true,"result":{"message_id":1}}', None)
                 else:
                     self._answer(200, b"{}", None)
+
+            def do_GET(self) -> None:
+                body = receiver._served(self.path)
+                if body is None:
+                    self._answer(404, b"{}", None)
+                else:
+                    self._answer(200, body, None)
 
             def _answer(self, status: int, body: bytes, retry_after: str | None) -> None:
                 try:

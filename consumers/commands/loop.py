@@ -77,6 +77,7 @@ from pipeline.rules.keys import subject_key, watcher_key
 from pipeline.rules.lifecycle import is_live
 from pipeline.runtime.app import StreamApp
 from pipeline.runtime.processing import InputRecord, Message, ProcessContext
+from pipeline.runtime.recovery import run_steps
 from pipeline.runtime.tables import Table, TableKind, TableSpec
 from pipeline.runtime.views import KeyView
 
@@ -109,6 +110,7 @@ class CommandProcessor:
         consumer_overrides: dict[str, Any] | None = None,
         limits: Limits = DEFAULT_LIMITS,
         ceilings: BudgetCeilings = NO_CEILINGS,
+        static_membership: bool = False,
     ) -> None:
         """``keks`` default to ``$VIGIL_MASTER_KEYS`` (none there: a ``ConfigError``)."""
         by_subject = {
@@ -145,6 +147,7 @@ class CommandProcessor:
             dead_letter_topic=self._topics[Topic.DEAD_LETTER],
             commit_interval_ms=0,
             max_batch=200,
+            static_membership=static_membership,
             consumer_overrides=consumer_overrides,
             registry=metrics,
             schemas_topic=self._topics[Topic.SCHEMAS],
@@ -164,11 +167,11 @@ class CommandProcessor:
             self._pending_grants.clear()  # committed (visible next step) or aborted (redone)
 
     def run(self, stop: threading.Event) -> None:
-        """Process until ``stop`` is set, then commit and leave the group."""
+        """Process until ``stop`` is set, then commit and leave the group; a broker outage
+        waits and resyncs (``pipeline.runtime.recovery``)."""
         self.start()
         try:
-            while not stop.is_set():
-                self.step()
+            run_steps(self.app, self.step, stop)
         finally:
             self.close()
 

@@ -19,8 +19,10 @@ outbox entries under the subject's key. A tick or a definition that no longer op
 erased) is skipped and counted, never evaluated on an empty payload.
 
 Redis unreachable: the batch aborts and rewinds and :func:`run` backs off and retries; nothing
-is ever evaluated unbudgeted. Leaves out the command line (``pipeline.cli.evaluator_cmd``), the
-record layouts (``pipeline.records``) and the rules themselves (``pipeline.rules``).
+is ever evaluated unbudgeted. A broker that restarts or stalls: :func:`run` backs off and the
+member resyncs (``pipeline.runtime.recovery``). Leaves out the command line
+(``pipeline.cli.evaluator_cmd``), the record layouts (``pipeline.records``) and the rules
+themselves (``pipeline.rules``).
 """
 
 from __future__ import annotations
@@ -68,6 +70,7 @@ from pipeline.rules.retention import retain_until
 from pipeline.rules.watcher_state import WatcherState
 from pipeline.runtime.app import InputRecord, ProcessContext, StreamApp
 from pipeline.runtime.processing import Message
+from pipeline.runtime.recovery import run_steps
 from pipeline.runtime.tables import Table, TableKind, TableSpec
 from pipeline.runtime.views import GrantIndex, KeyView, WatcherIndex
 
@@ -77,7 +80,6 @@ log = logging.getLogger(__name__)
 
 _STATE, _WATCHERS, _GRANTS, _LIFECYCLE = "watcher-state", "watchers", "grants", "lifecycle"
 _KEYS = "keys"
-_BACKOFF_START_S, _BACKOFF_MAX_S = 0.2, 5.0
 _HOME_MEMO = 16_384  # source ids whose partition is remembered (every in-memory map is bounded)
 
 
@@ -456,19 +458,19 @@ def run(app: StreamApp, stop: threading.Event, metrics: EvaluatorMetrics) -> Non
     """Step until ``stop``; then commit and leave the group.
 
     A budget store that does not answer aborts the batch (the runtime rewinds to the committed
-    offsets); this loop then waits, doubling up to a few seconds, and tries again.
+    offsets); a broker that does not answer leaves the member to resync. Either way this loop
+    waits, doubling up to a few seconds, and tries again (``pipeline.runtime.recovery``).
     """
+
+    def failed(exc: Exception, wait: float) -> None:
+        if isinstance(exc, BudgetStoreError):
+            metrics.budget_store_down.inc()
+            log.warning("budget store unavailable, retrying in %.1fs: %s", wait, exc)
+        else:
+            log.warning("broker unavailable, resyncing in %.1fs: %s", wait, exc)
+
     app.start()
-    delay = _BACKOFF_START_S
     try:
-        while not stop.is_set():
-            try:
-                app.step()
-                delay = _BACKOFF_START_S
-            except BudgetStoreError as exc:
-                metrics.budget_store_down.inc()
-                log.warning("budget store unavailable, retrying in %.1fs: %s", delay, exc)
-                stop.wait(delay)
-                delay = min(delay * 2, _BACKOFF_MAX_S)
+        run_steps(app, app.step, stop, also=(BudgetStoreError,), on_failure=failed)
     finally:
         app.close()

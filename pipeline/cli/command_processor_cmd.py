@@ -38,11 +38,16 @@ _TOPICS: Final = (
 
 @click.command("command-processor")
 @click.option("--instance", help="Stable instance id (default: [instance] id, then the host name).")
+@click.option(
+    "--static-membership",
+    is_flag=True,
+    help="Join as a static member: a restart within the session timeout keeps its partitions.",
+)
 @click.option("--no-metrics", is_flag=True, help="Do not serve /metrics.")
 @click.option("-v", "--verbose", is_flag=True, help="Log at INFO instead of WARNING.")
 @pass_state
 def command_processor(
-    state: CliState, instance: str | None, no_metrics: bool, verbose: bool
+    state: CliState, instance: str | None, static_membership: bool, no_metrics: bool, verbose: bool
 ) -> None:
     """Run the command processor: commands in; registry, watchers, grants, immediate sends
     (outbox) and results out."""
@@ -55,6 +60,8 @@ def command_processor(
         ceilings=process.ceilings,
         keks=process.keks,
         key_cache=process.config.privacy.key_cache,
+        clock=process.clock,
+        static_membership=static_membership,
     )
     click.echo(
         f"command processor {processor.app.group_id}/{process.instance_id} running", err=True

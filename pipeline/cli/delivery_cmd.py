@@ -93,7 +93,13 @@ def delivery(
     budgets = process.budgets()
     with build_adapters(config, sealer=ring) as adapters:
         worker = DeliveryWorker(
-            process.bootstrap, settings, adapters, budgets, executor=executor, ring=ring
+            process.bootstrap,
+            settings,
+            adapters,
+            budgets,
+            clock=process.clock,
+            executor=executor,
+            ring=ring,
         )
         click.echo(f"delivery {settings.group_id}/{settings.instance_id} running", err=True)
         worker.run(process.stop)

@@ -60,6 +60,7 @@ def evaluator(
         process.topology,
         process.budgets(),
         process.default_caps,
+        clock=process.clock,
         evaluators=REGISTERED,
         ceilings=process.ceilings,
         keks=process.keks,

@@ -1,7 +1,8 @@
 """What every long-running ``vigil`` process does before its loop, in one place: logging, the
 configuration, its key-encryption keys (none configured: it refuses to start, saying how to fix
 it), refusing to start on missing or drifted topics (with the command that fixes them), its
-stable instance id, the ``/metrics`` server and the stop event SIGTERM sets.
+stable instance id, its clock (the real one; a fault test may scale it through the environment,
+``pipeline.clock.clock_from_env``), the ``/metrics`` server and the stop event SIGTERM sets.
 
 Leaves out each process's own loop and which topics it needs (its command module says).
 """
@@ -9,6 +10,7 @@ Leaves out each process's own loop and which topics it needs (its command module
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -18,6 +20,7 @@ from prometheus_client import start_http_server
 
 from pipeline.cli import shutdown
 from pipeline.cli.context import CliState
+from pipeline.clock import Clock, clock_from_env
 from pipeline.config import VigilConfig
 from pipeline.crypto import KeyEncryptionKeys
 from pipeline.kafka.admin import check_topology, connect_admin
@@ -30,7 +33,7 @@ __all__ = ["Process", "serve_metrics", "start"]
 
 @dataclass(frozen=True, slots=True)
 class Process:
-    """A started process: its configuration, topology, instance id and stop event."""
+    """A started process: its configuration, topology, instance id, clock and stop event."""
 
     config: VigilConfig
     topology: Topology
@@ -38,6 +41,7 @@ class Process:
     stop: threading.Event
     default_caps: BudgetCaps  # the operator's caps for watchers that leave some out
     keks: KeyEncryptionKeys  # [privacy]: unwrap the data keys of sealed subject fields
+    clock: Clock
     ceilings: BudgetCeilings = NO_CEILINGS  # the most any window may allow ([budgets.ceilings])
 
     @property
@@ -80,6 +84,7 @@ def start(
         stop,
         config.budgets.defaults.caps(),
         keks,
+        clock_from_env(os.environ),
         config.budgets.ceilings.ceilings(),
     )
 

@@ -50,6 +50,11 @@ _TOPICS = (
     show_default=True,
     help="Seconds after a due instant that still count as on time (later is missed).",
 )
+@click.option(
+    "--static-membership",
+    is_flag=True,
+    help="Join as a static member: a restart within the session timeout keeps its partitions.",
+)
 @click.option("--no-metrics", is_flag=True, help="Do not serve /metrics.")
 @click.option("-v", "--verbose", is_flag=True, help="Log at INFO instead of WARNING.")
 @pass_state
@@ -58,6 +63,7 @@ def ticker(
     instance: str | None,
     concurrency: int,
     grace: int,
+    static_membership: bool,
     no_metrics: bool,
     verbose: bool,
 ) -> None:
@@ -69,6 +75,7 @@ def ticker(
         instance_id=process.instance_id,
         grace=timedelta(seconds=grace),
         concurrency=concurrency,
+        static_membership=static_membership,
     )
     poll_ticker = PollTicker(
         settings,
@@ -78,6 +85,7 @@ def ticker(
         ceilings=process.ceilings,
         keks=process.keks,
         key_cache=process.config.privacy.key_cache,
+        clock=process.clock,
     )
     click.echo(f"ticker {settings.group}/{settings.instance_id} running", err=True)
     poll_ticker.run(process.stop)

@@ -125,17 +125,24 @@ class CommandClient:
             **fields,
         )
 
-    def send(self, command: Command) -> CommandResult:
+    def send(self, command: Command, *, retries: int = 0) -> CommandResult:
         """Produce ``command`` and wait for its result (an error result is returned, not
-        raised); :class:`BrokerError` when Kafka fails or no answer comes in time."""
+        raised); :class:`BrokerError` when Kafka fails or no answer comes in time.
+
+        ``retries``: after a timeout, wait again that many times, each time reading the result
+        channel again from where it stood before the command was produced. The command is never
+        produced twice: once the broker acknowledged it, the processor applies it exactly once
+        (a restarted processor resumes from its committed offset), so the answer comes late,
+        never twice, and a second copy would be a second command.
+        """
         with self._lock:
             if command.definition is not None or command.text is not None:
-                refused = self._ensure_key(command)
+                refused = self._ensure_key(command, retries)
                 if refused is not None:
                     return refused
-            return self._round_trip(command)
+            return self._round_trip(command, retries)
 
-    def _ensure_key(self, command: Command) -> CommandResult | None:
+    def _ensure_key(self, command: Command, retries: int) -> CommandResult | None:
         """Make sure the subject's data key is in the ring; a refused ``key`` command's result
         when the processor will not make one for this principal."""
         owner = subject_owner(command.tenant_id, command.user_id)
@@ -143,7 +150,8 @@ class CommandClient:
         if self._ring.record(owner) is not None:
             return None
         asked = self._round_trip(
-            self.command(CommandVerb.KEY, command.principal, command.tenant_id, command.user_id)
+            self.command(CommandVerb.KEY, command.principal, command.tenant_id, command.user_id),
+            retries,
         )
         if not asked.ok:
             return asked.model_copy(update={"request_id": command.request_id})
@@ -160,21 +168,25 @@ class CommandClient:
         self._ring.forget(*subject)
         read_keys(self._bootstrap, self._topology, self._ring, [subject])
 
-    def _round_trip(self, command: Command) -> CommandResult:
+    def _round_trip(self, command: Command, retries: int) -> CommandResult:
         results = self._topology.name(Topic.COMMAND_RESULTS)
         partition = partition_for(
             command.request_id, self._topology.partitions_for(Topic.COMMAND_RESULTS)
         )
-        self._results.follow(results, partition)
+        start = self._results.follow(results, partition)
         self._produce(command)
-        deadline = time.monotonic() + self._timeout_s
         wanted = command.request_id.encode("utf-8")
-        while time.monotonic() < deadline:
-            for msg in self._results.poll(0.1):
-                if msg.key() == wanted:
-                    return self._result(msg, command)
+        for attempt in range(retries + 1):
+            if attempt:
+                self._results.follow(results, partition, start)
+            deadline = time.monotonic() + self._timeout_s
+            while time.monotonic() < deadline:
+                for msg in self._results.poll(0.1):
+                    if msg.key() == wanted:
+                        return self._result(msg, command)
         raise BrokerError(
-            f"no answer to request {command.request_id} within {self._timeout_s:g}s: "
+            f"no answer to request {command.request_id} within {self._timeout_s:g}s"
+            f"{f' (waited {retries + 1} times)' if retries else ''}: "
             f"is `vigil command-processor` running for topics {self._topology.prefix}*?"
         )
 

@@ -23,6 +23,7 @@ from confluent_kafka import KafkaError, KafkaException, Message
 from pipeline.rules.errors import BrokerError
 
 __all__ = [
+    "TRANSIENT_CODES",
     "BrokerFailure",
     "ErrorKind",
     "Producer",
@@ -30,6 +31,7 @@ __all__ = [
     "classify",
     "consumer_config",
     "is_partition_eof",
+    "is_transient",
     "producer_config",
     "raise_for_message",
     "table_consumer",
@@ -116,10 +118,47 @@ def table_consumer_config(bootstrap: str, name: str, **overrides: Any) -> dict[s
 class ErrorKind(enum.Enum):
     """What a caller should do about a Kafka error."""
 
-    RETRIABLE = "retriable"  # try the same call again
+    RETRIABLE = "retriable"  # the broker is away or moving: back off, then try again
     ABORTABLE = "abortable"  # abort the transaction, rewind, go on
     FATAL = "fatal"  # the client is unusable (fenced): rebuild it
     PERMANENT = "permanent"  # a bug or misconfiguration: surface it
+
+
+# What a restarting, stalled or re-electing broker answers. librdkafka does not flag all of
+# these retriable (a list-offsets request to a restarted broker's stale leader is
+# FENCED_LEADER_EPOCH; a position asked while metadata is missing is _UNKNOWN_PARTITION; "no
+# leaders found" is _NOENT), yet each passes once the broker is back: a process backs off and
+# tries again instead of exiting.
+TRANSIENT_CODES: Final = frozenset(
+    {
+        KafkaError._TRANSPORT,
+        KafkaError._ALL_BROKERS_DOWN,
+        KafkaError._TIMED_OUT,
+        KafkaError._TIMED_OUT_QUEUE,
+        KafkaError._MSG_TIMED_OUT,
+        KafkaError._UNKNOWN_PARTITION,
+        KafkaError._NOENT,
+        KafkaError._WAIT_COORD,
+        KafkaError._RESOLVE,
+        KafkaError._PREV_IN_PROGRESS,
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.FENCED_LEADER_EPOCH,
+        KafkaError.UNKNOWN_LEADER_EPOCH,
+        KafkaError.REQUEST_TIMED_OUT,
+        KafkaError.NETWORK_EXCEPTION,
+        KafkaError.BROKER_NOT_AVAILABLE,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.NOT_ENOUGH_REPLICAS,
+        KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+        KafkaError.KAFKA_STORAGE_ERROR,
+        KafkaError.CONCURRENT_TRANSACTIONS,
+        KafkaError.OFFSET_NOT_AVAILABLE,
+        KafkaError.REBALANCE_IN_PROGRESS,
+    }
+)
 
 
 class BrokerFailure(BrokerError):
@@ -132,14 +171,24 @@ class BrokerFailure(BrokerError):
 
 
 def classify(error: KafkaError) -> ErrorKind:
-    """The kind of a librdkafka error, from the flags librdkafka sets on it."""
+    """The kind of a librdkafka error: from the flags librdkafka sets on it, and
+    :data:`TRANSIENT_CODES` (a broker restarting or stalled) retriable whatever the flags."""
     if error.fatal():
         return ErrorKind.FATAL
     if error.txn_requires_abort():
         return ErrorKind.ABORTABLE
-    if error.retriable():
+    if error.retriable() or error.code() in TRANSIENT_CODES:
         return ErrorKind.RETRIABLE
     return ErrorKind.PERMANENT
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether ``exc`` is a broker failure a process rides out (back off, resync, go on):
+    retriable or abortable. Fatal ones are the runtime's to rebuild; permanent ones surface."""
+    return isinstance(exc, BrokerFailure) and exc.kind in (
+        ErrorKind.RETRIABLE,
+        ErrorKind.ABORTABLE,
+    )
 
 
 def is_partition_eof(msg: Message) -> bool:
@@ -148,12 +197,16 @@ def is_partition_eof(msg: Message) -> bool:
     return error is not None and error.code() == KafkaError._PARTITION_EOF
 
 
-def translate(exc: KafkaException, context: str = "kafka") -> BrokerFailure:
-    """Turn a ``KafkaException`` into a :class:`BrokerFailure` (raise it ``from exc``)."""
+def translate(
+    exc: KafkaException, context: str = "kafka", kind: ErrorKind | None = None
+) -> BrokerFailure:
+    """Turn a ``KafkaException`` into a :class:`BrokerFailure` (raise it ``from exc``), of
+    ``kind`` when the caller knows better than the error's flags."""
     error = exc.args[0] if exc.args else None
     if isinstance(error, KafkaError):
-        return BrokerFailure(f"{context}: {error.str()}", code=error.name(), kind=classify(error))
-    return BrokerFailure(f"{context}: {exc}", code="UNKNOWN", kind=ErrorKind.PERMANENT)
+        found = kind or classify(error)
+        return BrokerFailure(f"{context}: {error.str()}", code=error.name(), kind=found)
+    return BrokerFailure(f"{context}: {exc}", code="UNKNOWN", kind=kind or ErrorKind.PERMANENT)
 
 
 def raise_for_message(msg: Message) -> Message:
@@ -272,24 +325,25 @@ class Tail:
         self._timeout_s = timeout_s
         self._consumer: confluent_kafka.Consumer | None = None
 
-    def follow(self, topic: str, partition: int) -> None:
-        """Read ``topic[partition]`` from its current end on."""
+    def follow(self, topic: str, partition: int, offset: int | None = None) -> int:
+        """Read ``topic[partition]`` from ``offset``, or from its current end; returns where
+        reading starts (follow from it again to read the same records again)."""
         if self._consumer is None:
             self._consumer = table_consumer(
                 self._bootstrap, self._name, **{"enable.partition.eof": False}
             )
         tp = confluent_kafka.TopicPartition(topic, partition)
         deadline = time.monotonic() + self._timeout_s
-        while True:
+        while offset is None:
             try:
-                _, high = self._consumer.get_watermark_offsets(tp, timeout=self._timeout_s)
-                break
+                _, offset = self._consumer.get_watermark_offsets(tp, timeout=self._timeout_s)
             except KafkaException as exc:
                 # Leadership moves (a new topic, a broker restart) answer "not leader" a while.
                 if time.monotonic() > deadline:
                     raise translate(exc, f"find the end of {topic}[{partition}]") from exc
                 time.sleep(0.2)
-        self._consumer.assign([confluent_kafka.TopicPartition(topic, partition, high)])
+        self._consumer.assign([confluent_kafka.TopicPartition(topic, partition, offset)])
+        return offset
 
     def poll(self, timeout_s: float) -> list[Message]:
         """The records that arrived (errors skipped: a reply channel reads only records)."""

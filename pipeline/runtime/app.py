@@ -137,6 +137,7 @@ class StreamApp(Transactions, Assignment):
         self._checkpoint = Checkpoint(commit_every, commit_interval_ms / 1000, TIMEOUT_S)
         self._positions = InputPositions(TIMEOUT_S)
         self._aborts = 0
+        self._resync = False
         client_id = f"{group_id}-{instance_id}"
         self._producer_config = producer_config(
             bootstrap, transactional_id=client_id, **(producer_overrides or {})
@@ -193,16 +194,26 @@ class StreamApp(Transactions, Assignment):
         self._consumer = consumer
 
     def close(self, commit: bool = True) -> None:
-        """Commit (or abort), leave the group, release clients."""
+        """Commit (or abort), leave the group, release clients. A member left uncertain by a
+        broker failure commits nothing: its next incarnation's ``init_transactions`` (or the
+        coordinator's timeout) aborts what it left open."""
         if self._consumer is not None:
-            if commit:
-                self.commit()
-            else:
-                self._abort()
+            try:
+                if self._resync:
+                    pass
+                elif commit:
+                    self.commit()
+                else:
+                    self._abort()
+            except BrokerError as exc:
+                log.warning(
+                    "closing %s/%s without committing: %s", self.group_id, self.instance_id, exc
+                )
             self._consumer.close()  # revokes (nothing left to commit) and leaves the group
             self._consumer = None
         if self._producer is not None:
-            self._producer.flush(TIMEOUT_S)
+            if not self._resync:
+                self._producer.flush(TIMEOUT_S)
             self._producer = None
         self._state.close()
 
@@ -230,10 +241,13 @@ class StreamApp(Transactions, Assignment):
     # -- the loop ------------------------------------------------------------------------
 
     def step(self, timeout: float = 0.05) -> int:
-        """Poll one batch, process it, commit if due. Returns the number of input records.
+        """Resync if a broker failure asked for it; poll one batch, process it, commit if due.
+        Returns the number of input records.
 
         While a failed batch is replayed (``isolation``), one record per step, each committed
         on its own: the transaction of the record to blame holds nothing else."""
+        if self._resync:
+            self.resync()
         consumer = self._require_consumer()
         isolating = self._isolation.active
         if isolating and self._checkpoint.open:
@@ -410,8 +424,10 @@ class StreamApp(Transactions, Assignment):
     def _consume_error(self, msg: Message) -> None:
         error = msg.error()
         assert isinstance(error, KafkaError)
-        if error.fatal():
-            raise BrokerFailure(f"consume: {error.str()}", code=error.name(), kind=ErrorKind.FATAL)
+        if error.fatal():  # the consumer is unusable: surface it (a restart starts a new one)
+            raise BrokerFailure(
+                f"consume: {error.str()}", code=error.name(), kind=ErrorKind.PERMANENT
+            )
         log.warning("consumer error on %s[%s]: %s", msg.topic(), msg.partition(), error.str())
 
     # -- introspection -------------------------------------------------------------------

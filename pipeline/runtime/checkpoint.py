@@ -17,13 +17,15 @@ abort, rewind or rebuild) and the clock: it reads ``time.monotonic`` only for th
 from __future__ import annotations
 
 import enum
+import logging
+import threading
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-from pipeline.kafka.clients import BrokerFailure, ErrorKind, classify, translate
+from pipeline.kafka.clients import BrokerFailure, ErrorKind, translate
 from pipeline.runtime.processing import Headers
 from pipeline.runtime.tables import OFFSETS_HEADER, Table, encode_offsets
 
@@ -35,10 +37,15 @@ __all__ = [
     "TransactionEnd",
     "committed_offsets",
     "resume_positions",
+    "send_offsets",
     "start_offsets",
 ]
 
+log = logging.getLogger(__name__)
+
 OFFSET_BEGINNING = -2
+_OFFSETS_S = 10.0  # sending offsets takes milliseconds; longer means a coordinator is away
+_SEND_OFFSETS_GRACE_S = 2.0
 OFFSET_INVALID = -1001
 
 
@@ -88,17 +95,16 @@ class Checkpoint:
         stores = list(stores)
         write_changelogs(producer, stores, positions)
         if positions:  # empty only when no partition is held: there is no group to fence with
-            producer.send_offsets_to_transaction(positions, group_metadata, self.timeout_s)
+            send_offsets(producer, positions, group_metadata, min(self.timeout_s, _OFFSETS_S))
         deadline = time.monotonic() + self.timeout_s
         while True:
             try:
                 producer.commit_transaction(self.timeout_s)
                 break
             except KafkaException as exc:  # retriable: librdkafka asks to call it again
-                if classify(exc.args[0]) is not ErrorKind.RETRIABLE:
+                if not exc.args[0].retriable() or time.monotonic() > deadline:
                     raise
-                if time.monotonic() > deadline:
-                    raise
+                log.warning("commit not confirmed yet, asking again: %s", exc.args[0].str())
         self.open = False
         self.records = 0
         for store in stores:
@@ -113,6 +119,44 @@ class Checkpoint:
         self.open = False
         self.records = 0
         producer.abort_transaction(self.timeout_s)
+
+
+def send_offsets(
+    producer: Producer,
+    positions: list[TopicPartition],
+    group_metadata: Any,
+    timeout_s: float,
+    grace_s: float = _SEND_OFFSETS_GRACE_S,
+) -> None:
+    """``send_offsets_to_transaction``, given up on (a retriable ``_TIMED_OUT``) when it has
+    not returned a little after ``timeout_s``.
+
+    librdkafka does not enforce that call's timeout (confluentinc/librdkafka#5456, #5511): after
+    a broker restart it can wait forever for a group coordinator it cached. The call runs on a
+    daemon thread; one that never returns is abandoned with its producer, which the member's
+    resync replaces (its new ``init_transactions`` fences the old one).
+    """
+    failure: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            producer.send_offsets_to_transaction(positions, group_metadata, timeout_s)
+        except BaseException as exc:  # handed to the caller's thread
+            failure.append(exc)
+
+    worker = threading.Thread(target=call, name="send-offsets", daemon=True)
+    worker.start()
+    worker.join(timeout_s + grace_s)
+    if worker.is_alive():
+        raise KafkaException(
+            KafkaError(
+                KafkaError._TIMED_OUT,
+                f"send_offsets_to_transaction did not return within {timeout_s:g}s",
+                retriable=True,
+            )
+        )
+    if failure:
+        raise failure[0]
 
 
 class InputPositions:

@@ -27,6 +27,7 @@ class RuntimeMetrics:
     dead_letters: Counter  # labels: group, topic, cause
     unknown_schema: Counter  # labels: group, topic
     paused_partitions: Gauge  # labels: group
+    resyncs: Counter  # labels: group
 
 
 def runtime_metrics(registry: CollectorRegistry = REGISTRY) -> RuntimeMetrics:
@@ -77,6 +78,13 @@ def _create(registry: CollectorRegistry) -> RuntimeMetrics:
         paused_partitions=Gauge(
             "vigil_runtime_paused_partitions",
             "Input partitions paused on an unknown schema: alert when above zero.",
+            ["group"],
+            registry=registry,
+        ),
+        resyncs=Counter(
+            "vigil_runtime_resyncs",
+            "Resyncs after a broker failure left a transaction's outcome unknown (producer "
+            "rebuilt, tables restored, inputs rewound).",
             ["group"],
             registry=registry,
         ),

@@ -24,7 +24,14 @@ from confluent_kafka import Consumer, IsolationLevel, KafkaException, TopicParti
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._listoffsets import OffsetSpec
 
-from pipeline.kafka.clients import is_partition_eof, raise_for_message, translate
+from pipeline.kafka.clients import (
+    BrokerFailure,
+    ErrorKind,
+    classify,
+    is_partition_eof,
+    raise_for_message,
+    translate,
+)
 from pipeline.rules.errors import BrokerError
 
 __all__ = [
@@ -174,11 +181,11 @@ class TableReader:
             deadline = time.monotonic() + self._timeout_s
             while pending:
                 if time.monotonic() > deadline:
-                    raise BrokerError(f"restore of {sorted(pending)} did not reach the end")
+                    raise _late(f"restore of {sorted(pending)} did not reach the end")
                 for msg in consumer.consume(1000, 0.2):
                     tp = (msg.topic() or "", msg.partition() or 0)
                     table = by_tp.get(tp)
-                    if table is None:  # left over from the tailing assignment
+                    if table is None or _passing(msg):  # left over, or the broker is away
                         continue
                     if is_partition_eof(msg):
                         pending.discard(tp)
@@ -224,9 +231,11 @@ class TableReader:
         try:
             while any(self._reached.get(tp, -1) < end for tp, end in targets.items()):
                 if time.monotonic() > deadline:
-                    raise BrokerError("tables did not catch up to their end in time")
+                    raise _late("tables did not catch up to their end in time")
                 for msg in consumer.consume(1000, 0.05):
                     tp = (msg.topic() or "", msg.partition() or 0)
+                    if _passing(msg):
+                        continue
                     if is_partition_eof(msg):
                         self._reached[tp] = max(self._reached.get(tp, -1), msg.offset() or 0)
                         continue
@@ -274,7 +283,24 @@ class TableReader:
                 (tp.topic, tp.partition): future.result().offset for tp, future in futures.items()
             }
         except KafkaException as exc:
+            # A restarted broker answers a stale client FENCED_LEADER_EPOCH until its metadata
+            # is fresh, and an admin client does not refresh on that answer: start a new one.
+            self._admin = None
             raise translate(exc, "list offsets") from exc
+
+
+def _passing(msg: Any) -> bool:
+    """An error event of a broker that is away (librdkafka keeps retrying): not a record, and
+    no reason to give up before the deadline."""
+    error = msg.error()
+    return (
+        error is not None and not is_partition_eof(msg) and classify(error) is ErrorKind.RETRIABLE
+    )
+
+
+def _late(what: str) -> BrokerFailure:
+    """A read that did not finish in time: the broker is slow or away, so try again later."""
+    return BrokerFailure(what, code="_TIMED_OUT", kind=ErrorKind.RETRIABLE)
 
 
 def _offsets_of(headers: Headers) -> dict[str, int]:

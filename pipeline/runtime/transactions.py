@@ -3,6 +3,16 @@ the tables back, and recover — abort and rewind on an abortable error, rebuild
 producer and restore the tables on a fatal one (DESIGN §4, §10; KIP-447: every transaction sends
 the offsets with the group metadata, so a zombie's cannot commit).
 
+A retriable failure (the broker restarting, stalled, re-electing) leaves the outcome unknown: a
+commit that timed out may have landed. The member then needs a **resync** before it goes on
+(:meth:`Transactions.resync`, run by the next step): a new producer, whose
+``init_transactions`` completes or aborts whatever the old one left open; the tables of the
+assigned partitions restored from their changelogs; every input rewound to where that state
+resumes. Nothing is trusted from memory, so whatever the broker did with the last transaction,
+state and offsets agree again. While the broker cannot answer, a resync raises a retriable
+:class:`~pipeline.kafka.clients.BrokerFailure` and the process loop backs off and tries again
+(``pipeline.runtime.recovery``).
+
 :class:`Transactions` is one seam of :class:`~pipeline.runtime.app.StreamApp` (which mixes it
 in, with :class:`~pipeline.runtime.assignment.Assignment`): it reads and writes the member's
 producer, consumer, checkpoint and tables declared below. Work no input record started (a retry
@@ -58,6 +68,7 @@ class Transactions:
     _group_metadata: Any
     _assigned: list[TopicPartition]
     _aborts: int
+    _resync: bool  # the transaction's outcome or the tables are uncertain: resync first
 
     if TYPE_CHECKING:  # provided by StreamApp
 
@@ -75,6 +86,8 @@ class Transactions:
         After an abort the inputs are rewound to their committed offsets unless ``rewind`` is
         false (their partitions are being revoked).
         """
+        if self._resync:
+            return False  # uncertain already: the resync decides what holds
         if not self._checkpoint.open:
             return True
         started = time.perf_counter()
@@ -96,21 +109,23 @@ class Transactions:
         return True
 
     def _abort(self, restore: bool = True) -> None:
-        """Abort and roll the tables back; a fatal failure rebuilds the producer instead."""
+        """Abort and roll the tables back; a fatal failure rebuilds the producer instead. An
+        abort the broker did not confirm leaves the member to resync (raised as retriable)."""
         self._aborts += 1
         was_open = self._checkpoint.open
         try:
             self._checkpoint.abort(self._require_producer(), self._state.stores())
         except KafkaException as exc:
             if classify(exc.args[0]) is not ErrorKind.FATAL:
-                raise translate(exc, "abort") from exc
+                raise self._uncertain(exc, "abort") from exc
             self._rebuild(restore)
             return
         if was_open:
             self._metrics.transactions.labels(self.group_id, "aborted").inc()
 
     def _recover(self, exc: KafkaException, context: str, rewind: bool = True) -> None:
-        """Abort and rewind (abortable), or rebuild the producer and restore (fatal).
+        """Abort and rewind (abortable), rebuild the producer and restore (fatal), or leave the
+        member to resync and raise (retriable: the outcome is unknown; permanent: surfaced).
 
         ``rewind`` false: the partitions are leaving (revoke), so nothing is restored.
         """
@@ -119,16 +134,42 @@ class Transactions:
         if kind is ErrorKind.FATAL:
             self._rebuild(restore=rewind)
             return
+        if kind is not ErrorKind.ABORTABLE:
+            raise self._uncertain(exc, context, kind) from exc
         self._abort(restore=rewind)
-        if kind is ErrorKind.PERMANENT:
-            raise translate(exc, context) from exc
         if rewind:
             self._rewind()
 
+    def _uncertain(
+        self, exc: KafkaException, context: str, kind: ErrorKind = ErrorKind.RETRIABLE
+    ) -> BrokerFailure:
+        """Mark the member for a resync; the failure to raise (permanent stays permanent)."""
+        self._resync = True
+        if kind is not ErrorKind.PERMANENT:
+            kind = ErrorKind.RETRIABLE
+        return translate(exc, context, kind)
+
+    def request_resync(self, reason: BaseException | str) -> None:
+        """A step failed where the transaction or the tables may not match the broker: resync
+        before the next one does anything."""
+        if not self._resync:
+            log.warning("%s/%s will resync: %s", self.group_id, self.instance_id, reason)
+        self._resync = True
+
+    def resync(self) -> None:
+        """Rebuild the producer, restore the assigned partitions' tables, rewind the inputs
+        (see the module docstring). Raises a retriable ``BrokerFailure`` while the broker
+        cannot answer: call it again after a pause."""
+        self._metrics.resyncs.labels(self.group_id).inc()
+        self._rebuild(restore=True)
+        log.warning("%s/%s resynced", self.group_id, self.instance_id)
+
     def _rebuild(self, restore: bool = True) -> None:
-        """A fenced or fatally failed producer: start a new one, drop the tables' uncommitted
-        state and (unless the partitions are leaving) restore them and rewind the inputs."""
+        """A fenced or fatally failed producer, or an uncertain state: start a new producer,
+        drop the tables' uncommitted state and (unless the partitions are leaving) restore them
+        and rewind the inputs. Until all of that is done the member stays marked to resync."""
         log.warning("rebuilding the transactional producer of %s", self.instance_id)
+        self._resync = True
         self._aborts += 1
         self._drop_producer()
         self._checkpoint.open = False
@@ -137,9 +178,14 @@ class Transactions:
         self._state.drop(numbers)
         if restore:
             self._rewind(self._state.restore(numbers))
+        self._resync = False
 
     def _rewind(self, reflected: dict[int, dict[str, int]] | None = None) -> None:
-        """Seek every assigned input back to where the committed state says it resumes."""
+        """Seek every assigned input back to where the committed state says it resumes; a
+        rewind that fails half-way leaves the member to resync."""
+        if not self._assigned:
+            return
+        was, self._resync = self._resync, True
         consumer = self._require_consumer()
         committed = committed_offsets(consumer, self._assigned, TIMEOUT_S)
         starts = start_offsets(committed, reflected or {})
@@ -151,6 +197,7 @@ class Transactions:
             except KafkaException as exc:
                 raise translate(exc, f"seek {tp.topic}[{tp.partition}]") from exc
         self._positions.resumed(starts)
+        self._resync = was
 
     def transaction(
         self, work: Callable[[Callable[[int], ProcessContext]], None]

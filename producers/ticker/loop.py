@@ -50,6 +50,7 @@ from pipeline.rules.outcomes import ErrorCode
 from pipeline.rules.retention import retain_until
 from pipeline.rules.ticker import DEFAULT_GRACE, WatcherPlan, plan_watcher
 from pipeline.runtime.app import ProcessContext, StreamApp, TransactionEnd
+from pipeline.runtime.recovery import run_steps
 from pipeline.runtime.tables import TableKind, TableSpec
 from pipeline.runtime.views import GrantIndex, KeyView
 from producers.ticker.guard import ToolGuard, Withheld, tool_request
@@ -79,6 +80,7 @@ class TickerSettings:
     concurrency: int = 16
     poll_timeout_s: float = 0.05
     commit_interval_ms: int = 100
+    static_membership: bool = False  # a restart with the same instance id keeps its partitions
     consumer_overrides: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -164,6 +166,7 @@ class PollTicker:
             decode=self.states.decode,
             dead_letter_topic=topology.name(Topic.DEAD_LETTER),
             commit_interval_ms=settings.commit_interval_ms,
+            static_membership=settings.static_membership,
             consumer_overrides=settings.consumer_overrides,
             registry=metrics_registry,
             schemas_topic=topology.name(Topic.SCHEMAS),
@@ -189,11 +192,11 @@ class PollTicker:
         self.close()
 
     def run(self, stop: threading.Event) -> None:
-        """Step until ``stop``; a budget store outage defers single watchers, never the loop."""
+        """Step until ``stop``; a budget store outage defers single watchers, never the loop; a
+        broker outage waits and resyncs (``pipeline.runtime.recovery``)."""
         self.start()
         try:
-            while not stop.is_set():
-                self.step()
+            run_steps(self.app, self.step, stop)
         finally:
             self.close()
 

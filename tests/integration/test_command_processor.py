@@ -415,3 +415,24 @@ def test_an_agents_schedule_is_accepted_logged_as_the_agents_and_its_alone_to_ca
     )
     cancelled = plane.client.send(mine)
     assert cancelled.ok, cancelled.error
+
+
+def test_a_client_waiting_out_a_stopped_processor_gets_the_one_answer_on_a_retry(
+    plane: Plane,
+) -> None:
+    plane.running.stop()
+    impatient = CommandClient(plane.bootstrap, plane.topology, timeout_s=2)
+    command = impatient.command(
+        CommandVerb.GRANT_LIST, operator_principal("local", "ops"), TENANT, USER
+    )
+    answers: list[CommandResult] = []
+    waiting = threading.Thread(target=lambda: answers.append(impatient.send(command, retries=20)))
+    waiting.start()
+    time.sleep(3)  # longer than one wait: the client is on a retry when the processor is back
+    assert waiting.is_alive()
+    plane.running = Running(plane.bootstrap, plane.topology)
+    waiting.join(60)
+    impatient.close()
+    assert len(answers) == 1 and answers[0].ok, answers
+    results = [k for _, k, _ in plane.records(Topic.COMMAND_RESULTS) if k == command.request_id]
+    assert results == [command.request_id]  # applied once: the command was produced once

@@ -214,8 +214,8 @@ def test_erasure_leaves_no_plaintext_and_nothing_readable_and_spares_the_other_s
     # Every read path: erased or nothing for the victim ...
     gone = stack.send(CommandVerb.SHOW, TENANT, victim, watcher_id="w-v")
     assert gone.error is not None and gone.error.code is ResultCode.NOT_FOUND
-    listed = stack.send(CommandVerb.LIST, TENANT, victim)
-    assert listed.error is not None and listed.error.code is ResultCode.DENIED, "grants revoked"
+    refused = stack.send(CommandVerb.LIST, TENANT, victim)
+    assert refused.error is not None and refused.error.code is ResultCode.DENIED, "no grant left"
     shown, hidden = stack.ledger.evaluations(TENANT, victim, "w-v", "shared.src", 10)
     assert shown == [] and hidden >= 1
     listed, hidden = stack.ledger.notifications(TENANT, victim)

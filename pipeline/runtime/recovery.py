@@ -1,0 +1,86 @@
+"""Riding out a broker that restarts or stalls: back off, resync, go on (DESIGN.md §10).
+
+Every long-running stage steps its stream app in :func:`run_steps`. A transient broker failure
+(:func:`~pipeline.kafka.clients.is_transient`: the broker away, a leader moving, a coordinator
+loading, a commit whose outcome is unknown) raised anywhere in a step marks the member to
+resync — its next step rebuilds the producer, restores the tables and rewinds the inputs
+(:meth:`~pipeline.runtime.transactions.Transactions.resync`) — and the loop waits before that
+step, doubling from 0.2 s up to 5 s while failures last and starting over after a step that
+succeeds. Failures a stage names as its own transient ones (the evaluator's budget store) wait
+the same way. Anything else propagates: a bug or a misconfiguration is surfaced, not retried.
+
+Leaves out what a step does (each stage's loop) and how a member resyncs (``transactions``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from pipeline.kafka.clients import is_transient
+
+__all__ = ["Backoff", "Resyncable", "run_steps"]
+
+log = logging.getLogger(__name__)
+
+
+class Resyncable(Protocol):
+    """What the loop needs of a stream app."""
+
+    group_id: str
+
+    def request_resync(self, reason: BaseException | str) -> None: ...
+
+
+@dataclass(slots=True)
+class Backoff:
+    """Waits that double from ``start_s`` up to ``max_s`` and start over after a success."""
+
+    start_s: float = 0.2
+    max_s: float = 5.0
+    _next: float = field(default=0.0, init=False)
+
+    def wait(self) -> float:
+        """The wait before the next try (and double the one after)."""
+        current = self._next or self.start_s
+        self._next = min(current * 2, self.max_s)
+        return current
+
+    def reset(self) -> None:
+        self._next = 0.0
+
+
+def run_steps(
+    app: Resyncable,
+    step: Callable[[], object],
+    stop: threading.Event,
+    *,
+    also: tuple[type[Exception], ...] = (),
+    on_failure: Callable[[Exception, float], None] | None = None,
+    backoff: Backoff | None = None,
+) -> None:
+    """Call ``step`` until ``stop`` is set, riding out transient failures (module docstring).
+
+    ``also``: a stage's own transient failures (waited out, no resync asked: the stage's step
+    already rolled back). ``on_failure(exc, wait_s)`` runs before each wait (metrics, logs).
+    """
+    backoff = backoff or Backoff()
+    while not stop.is_set():
+        try:
+            step()
+        except Exception as exc:
+            if is_transient(exc):
+                app.request_resync(exc)
+            elif not isinstance(exc, also):
+                raise
+            wait = backoff.wait()
+            if on_failure is not None:
+                on_failure(exc, wait)
+            else:
+                log.warning("%s: step failed, retrying in %.1fs: %s", app.group_id, wait, exc)
+            stop.wait(wait)
+            continue
+        backoff.reset()
