@@ -43,6 +43,7 @@ from pipeline.rules.budgets import MAX_AMOUNT, BudgetCaps, BudgetCeilings
 from pipeline.rules.commands.limits import Limits
 from pipeline.rules.durations import parse_duration
 from pipeline.rules.errors import ConfigError, DefinitionError
+from pipeline.rules.namespace import NAMESPACE_PATTERN, Namespace
 
 __all__ = [
     "CONFIG_ENV",
@@ -352,7 +353,12 @@ class PrivacyConfig(_Section):
 
 
 class InstanceConfig(_Section):
+    """Who this process is (``id``: the ``transactional.id`` suffix) and which deployment it
+    belongs to (``namespace``: prefixes every consumer group, transactional id and Redis key;
+    default: the topic prefix without its trailing dot; DESIGN.md §10)."""
+
     id: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")] | None = None
+    namespace: Annotated[str, Field(pattern=NAMESPACE_PATTERN)] | None = None
 
     def resolved_id(self) -> str:
         """The stable instance id (``transactional.id`` suffix): configured, else the host."""
@@ -377,6 +383,13 @@ class VigilConfig(_Section):
     operator: OperatorConfig = OperatorConfig()
     limits: LimitsConfig = LimitsConfig()
     privacy: PrivacyConfig = PrivacyConfig()
+
+    @property
+    def namespace(self) -> Namespace:
+        """The deployment namespace: ``[instance] namespace``, else from the topic prefix."""
+        if self.instance.namespace is not None:
+            return Namespace(self.instance.namespace)
+        return Namespace.of_topic_prefix(self.kafka.topic_prefix)
 
     @model_validator(mode="after")
     def _targets_unambiguous(self) -> VigilConfig:

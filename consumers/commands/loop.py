@@ -94,7 +94,8 @@ COMMAND: Final = "command"
 
 
 class CommandProcessor:
-    """One member of the ``<prefix>command-processor`` group. No network until :meth:`start`."""
+    """One member of the ``<namespace>.command-processor`` group (``group_id``; default
+    ``<prefix>command-processor``). No network until :meth:`start`."""
 
     def __init__(
         self,
@@ -102,6 +103,7 @@ class CommandProcessor:
         topology: Topology,
         *,
         instance_id: str,
+        group_id: str | None = None,
         clock: Clock | None = None,
         schemas: SchemaRegistry | None = None,
         keks: KeyEncryptionKeys | None = None,
@@ -134,7 +136,7 @@ class CommandProcessor:
         self._index = SubjectIndex()
         self.app = StreamApp(
             bootstrap,
-            f"{topology.prefix}command-processor",
+            group_id or f"{topology.prefix}command-processor",
             instance_id,
             [self._topics[Topic.COMMANDS]],
             self._process,

@@ -56,6 +56,7 @@ def command_processor(
         process.bootstrap,
         process.topology,
         instance_id=process.instance_id,
+        group_id=process.group("command-processor"),
         limits=process.config.limits.limits(),
         ceilings=process.ceilings,
         keks=process.keks,

@@ -21,7 +21,7 @@ import click
 
 from consumers.delivery.adapters import build_adapters
 from consumers.delivery.adapters.verbs import SocketAgent, VerbExecutor
-from consumers.delivery.loop import DEFAULT_GROUP, DeliverySettings, DeliveryWorker
+from consumers.delivery.loop import DeliverySettings, DeliveryWorker
 from pipeline.cli.context import CliState, pass_state
 from pipeline.cli.process import start
 from pipeline.control.run import ScriptRunner
@@ -46,7 +46,7 @@ _TOPICS = (
 
 @click.command()
 @click.option("--instance", help="Stable instance id (default: [instance] id, then the host name).")
-@click.option("--group", default=DEFAULT_GROUP, show_default=True, help="Consumer group id.")
+@click.option("--group", help="Consumer group id (default: <[instance] namespace>.delivery).")
 @click.option("--senders", default=16, show_default=True, help="Threads calling destinations.")
 @click.option(
     "--max-in-flight", default=256, show_default=True, help="Claimed sends not answered yet."
@@ -63,7 +63,7 @@ _TOPICS = (
 def delivery(
     state: CliState,
     instance: str | None,
-    group: str,
+    group: str | None,
     senders: int,
     max_in_flight: int,
     socket_path: Path | None,
@@ -76,7 +76,7 @@ def delivery(
     settings = DeliverySettings(
         topology=process.topology,
         instance_id=process.instance_id,
-        group_id=group,
+        group_id=group or process.group("delivery"),
         budget_defaults=process.default_caps,
         budget_ceilings=process.ceilings,
         senders=senders,

@@ -70,6 +70,7 @@ def evaluator(
         bootstrap=process.bootstrap,
         topology=process.topology,
         instance_id=process.instance_id,
+        group_id=process.group("evaluator"),
         static_membership=static_membership,
     )
     app = evaluator_app(settings, processor)

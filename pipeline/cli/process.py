@@ -27,6 +27,7 @@ from pipeline.kafka.admin import check_topology, connect_admin
 from pipeline.kafka.topics import Topic, Topology
 from pipeline.redis.budgets import RedisBudgets
 from pipeline.rules.budgets import NO_CEILINGS, BudgetCaps, BudgetCeilings
+from pipeline.rules.namespace import Namespace
 
 __all__ = ["Process", "serve_metrics", "start"]
 
@@ -48,10 +49,22 @@ class Process:
     def bootstrap(self) -> str:
         return self.config.kafka.bootstrap_servers
 
+    @property
+    def namespace(self) -> Namespace:
+        """The deployment namespace: every group, transactional id and Redis key carries it."""
+        return self.config.namespace
+
+    def group(self, stage: str) -> str:
+        """This deployment's consumer group of ``stage`` (``<namespace>.<stage>``)."""
+        return self.namespace.group(stage)
+
     def budgets(self, *, quick_retry: bool = False) -> RedisBudgets:
-        """The budget store of ``[redis] url`` (no network until the first charge)."""
+        """The budget store of ``[redis] url`` under this deployment's namespace (no network
+        until the first charge)."""
         return RedisBudgets.from_url(
-            self.config.redis.url.get_secret_value(), quick_retry=quick_retry
+            self.config.redis.url.get_secret_value(),
+            key_prefix=self.namespace.budget_prefix,
+            quick_retry=quick_retry,
         )
 
 

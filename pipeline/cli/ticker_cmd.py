@@ -73,6 +73,7 @@ def ticker(
         bootstrap=process.bootstrap,
         topology=process.topology,
         instance_id=process.instance_id,
+        group_id=process.group("ticker"),
         grace=timedelta(seconds=grace),
         concurrency=concurrency,
         static_membership=static_membership,

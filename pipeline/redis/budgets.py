@@ -16,10 +16,12 @@ and reads one delimited reply. Only the dimensions a charge increments travel an
 and ``remaining`` of a verdict covers those dimensions. Each charge is atomic and idempotent on
 its own; a batch need not be atomic as a whole.
 
-Key layout: ``<prefix><hex(subject)>:<hex(watcher_id)>:<window seconds>:<window start>``, one
-hash per scope and window, where ``subject`` is the canonical JSON array
-``["<tenant_id>","<user_id>"]`` (DESIGN §2). Hex has no ``:`` and no glob characters, so
-``<prefix><hex(subject)>:*`` matches that subject's keys and no other's.
+Key layout: ``<prefix>{<hex(subject)>}:<hex(watcher_id)>:<window seconds>:<window start>``,
+one hash per scope and window, where ``<prefix>`` is the deployment namespace's
+(``<namespace>:budget:``, DESIGN §10) and ``subject`` is the canonical JSON array
+``["<tenant_id>","<user_id>"]`` (DESIGN §2). Hex has no ``:``, braces and no glob characters, so
+``<prefix>{<hex(subject)>}:*`` matches that subject's keys and no other's. The braces are a
+Redis Cluster hash tag: every key of one subject lives in one slot.
 
 Leaves out the rules (``pipeline.rules.budgets``: caps, windows, verdicts) and what a verdict
 means for a watcher or a delivery.
@@ -128,7 +130,7 @@ class RedisBudgets:
 
     def subject_prefix(self, tenant_id: str, user_id: str) -> str:
         """The prefix every budget key of exactly this subject starts with."""
-        return f"{self._prefix}{rfc8785.dumps([tenant_id, user_id]).hex()}:"
+        return f"{self._prefix}{{{rfc8785.dumps([tenant_id, user_id]).hex()}}}:"
 
     def window_key(self, scope: BudgetScope, caps: BudgetCaps, now: datetime) -> str:
         start = int(window_start(now, caps.window).timestamp())

@@ -9,10 +9,12 @@ with ``vigil topics create`` and runs ``python -m pipeline.cli.main <process>`` 
 exited on their own (a process that must recover by itself never does), read each one's RSS and
 open file descriptors from ``/proc``, and stop them all with SIGTERM, returning their exit codes.
 
-``clock_rate`` sets ``VIGIL_TEST_CLOCK_RATE`` / ``VIGIL_TEST_CLOCK_ANCHOR`` for every process:
-their clocks run that many times faster than the wall clock from a shared anchor (the knob is
-test-only; ``pipeline.clock.clock_from_env``), so minutes of cron ticks take seconds. ``args``
-adds command-line options per process (``{"ticker": ["--static-membership"]}``).
+``topic_prefix`` and ``namespace`` place the deployment on a shared broker and Redis beside
+others (``[instance] namespace``). ``clock_rate`` sets ``VIGIL_TEST_CLOCK_RATE`` /
+``VIGIL_TEST_CLOCK_ANCHOR`` for every process: their clocks run that many times faster than the
+wall clock from a shared anchor (the knob is test-only; ``pipeline.clock.clock_from_env``), so
+minutes of cron ticks take seconds. ``args`` adds command-line options per process
+(``{"ticker": ["--static-membership"]}``).
 
 Left out: the servers (``tests.chaos.servers``) and what is checked (``tests.chaos.checker``).
 """
@@ -61,18 +63,23 @@ class Stack:
         partitions: int = 4,
         clock_rate: float | None = None,
         args: Mapping[str, Iterable[str]] | None = None,
+        topic_prefix: str = "vigil.",
+        namespace: str | None = None,
     ) -> None:
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
         self.bootstrap = bootstrap
         self.redis_url = redis_url
-        self.topology = Topology("vigil.", partitions, replication_factor=1)
+        self.topology = Topology(topic_prefix, partitions, replication_factor=1)
         self.config = root / "vigil.toml"
+        instance = '[instance]\nid = "chaos"\n' + (
+            "" if namespace is None else f'namespace = "{namespace}"\n'
+        )
         self.config.write_text(
-            f'[kafka]\nbootstrap_servers = "{bootstrap}"\ntopic_prefix = "vigil."\n'
+            f'[kafka]\nbootstrap_servers = "{bootstrap}"\ntopic_prefix = "{topic_prefix}"\n'
             f"partitions = {partitions}\nreplication_factor = 1\n\n"
             f'[redis]\nurl = "{redis_url}"\n\n'
-            f'[instance]\nid = "chaos"\n\n'
+            f"{instance}\n"
             f'[destinations.{HOOK}]\nkind = "webhook"\nurl = "{receiver_url}/hook"\n'
             f'secret_env = "{SECRET_ENV}"\ntimeout = "5s"\n\n'
             f'[tools.{TOOL}]\nkind = "http.json@v1"\nurl = "{receiver_url}/status"\n'
