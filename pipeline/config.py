@@ -37,6 +37,9 @@ from pydantic import (
 from pipeline.crypto.kek import DEFAULT_ENV as DEFAULT_KEK_ENV
 from pipeline.crypto.kek import KeyEncryptionKeys
 from pipeline.crypto.ring import DEFAULT_CACHE
+from pipeline.kafka.properties import ClientProperties, property_name
+from pipeline.kafka.properties import Role as PropertyRole
+from pipeline.kafka.properties import check as check_properties
 from pipeline.kafka.topics import DEFAULT_PARTITIONS, DEFAULT_PREFIX, Topology
 from pipeline.rules.authz import Role
 from pipeline.rules.budgets import MAX_AMOUNT, BudgetCaps, BudgetCeilings
@@ -148,14 +151,56 @@ class _Section(BaseModel):
 # --- sections ------------------------------------------------------------------------------
 
 
+def _properties(role: PropertyRole) -> AfterValidator:
+    def check(table: dict[str, Any]) -> dict[str, Any]:
+        problems = check_properties(table, role)
+        if problems:
+            # One message per table; each problem names its key (the value is never echoed).
+            raise ValueError("; ".join(f"{key}: {message}" for key, message in problems))
+        return table
+
+    return AfterValidator(check)
+
+
+Properties = dict[str, str | int | float | bool]
+
+
 class KafkaConfig(_Section):
+    """``[kafka]``; ``[kafka.client]``, ``[kafka.producer]`` and ``[kafka.consumer]`` pass
+    librdkafka properties through (``pipeline.kafka.properties``: secrets by ``*_env`` only)."""
+
     bootstrap_servers: str = Field(default="127.0.0.1:9092", min_length=1)
     topic_prefix: str = Field(default=DEFAULT_PREFIX, pattern=r"^[A-Za-z0-9._-]{0,200}$")
     partitions: int = Field(default=DEFAULT_PARTITIONS, ge=1)
     replication_factor: int = Field(default=-1, ge=-1, description="-1: the broker's default")
+    client: Annotated[Properties, Field(max_length=200), _properties("client")] = {}
+    producer: Annotated[Properties, Field(max_length=200), _properties("producer")] = {}
+    consumer: Annotated[Properties, Field(max_length=200), _properties("consumer")] = {}
 
     def topology(self) -> Topology:
         return Topology(self.topic_prefix, self.partitions, self.replication_factor)
+
+    def client_properties(self, environ: Mapping[str, str] | None = None) -> ClientProperties:
+        """The passthrough properties with every ``*_env`` reference read from ``environ``
+        (a variable that is not set: a one-line :class:`ConfigError` naming the key)."""
+        env = os.environ if environ is None else environ
+        resolved = []
+        for role, table in (
+            ("client", self.client),
+            ("producer", self.producer),
+            ("consumer", self.consumer),
+        ):
+            out: dict[str, str | int | float | bool] = {}
+            for key, value in table.items():
+                if key.endswith("_env"):
+                    found = env.get(str(value))
+                    if not found:
+                        raise ConfigError(f"kafka.{role}.{key}: the variable {value} is not set")
+                    out[property_name(key.removesuffix("_env"))] = found
+                else:
+                    out[property_name(key)] = value
+            resolved.append(out)
+        return ClientProperties(*resolved)
 
 
 class RedisConfig(_Section):
@@ -412,7 +457,7 @@ class VigilConfig(_Section):
         return self
 
     def secret_env_names(self) -> frozenset[str]:
-        """The variables that hold vigil's secrets: webhook, chat and tool credentials."""
+        """The variables that hold vigil's secrets: webhook, chat, tool and Kafka credentials."""
         names: set[str] = {CONFIG_ENV}
         for destination in self.destinations.values():
             if isinstance(destination, WebhookDestination) and destination.secret_env:
@@ -423,6 +468,8 @@ class VigilConfig(_Section):
         for tool in self.tools.values():
             if tool.token_env:
                 names.add(tool.token_env)
+        for table in (self.kafka.client, self.kafka.producer, self.kafka.consumer):
+            names.update(str(v) for k, v in table.items() if k.endswith("_env"))
         return frozenset(names)
 
 

@@ -142,7 +142,9 @@ def api(state: CliState, listen: str | None, print_openapi: bool, log_level: str
     host, _, port = (listen or config.api.listen).rpartition(":")
     if not config.principals:
         click.echo("warning: no [principals] are configured: every request will be 401", err=True)
-    services, close = build_services(config)
+    keks = config.privacy.keks()  # first: a missing KEK is one line and no broker round trip
+    state.reach_kafka()
+    services, close = build_services(config, keks=keks)
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:

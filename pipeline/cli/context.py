@@ -4,6 +4,8 @@ Also carries ``--as-operator``, the explicit choice to act as the configured ope
 (``pipeline.cli.identity``). The configuration is loaded on first use, so ``vigil --help`` and
 commands that need no configuration never read a file. Subcommands take it with ``@pass_state``.
 
+:meth:`CliState.reach_kafka` is what a command that needs the broker calls first.
+
 Left out: the command group and its registry (``pipeline.cli.main``).
 """
 
@@ -15,6 +17,8 @@ from pathlib import Path
 import click
 
 from pipeline.config import VigilConfig, load_config
+from pipeline.kafka import properties
+from pipeline.kafka.reach import BrokerInfo, probe_broker
 
 __all__ = ["CliState", "pass_state"]
 
@@ -27,10 +31,18 @@ class CliState:
 
     @property
     def config(self) -> VigilConfig:
-        """The configuration, loaded and validated once (raises ``ConfigError``)."""
+        """The configuration, loaded and validated once (raises ``ConfigError``); every Kafka
+        client made afterwards carries its ``[kafka.client]`` properties."""
         if self._config is None:
-            self._config = load_config(self.config_path)
+            config = load_config(self.config_path)
+            properties.use(config.kafka.client_properties())
+            self._config = config
         return self._config
+
+    def reach_kafka(self) -> BrokerInfo:
+        """Check that the configured broker answers, within seconds: an ``UnavailableError``
+        (exit 69, one line naming the address, the key and the fix) rather than a long stall."""
+        return probe_broker(self.config.kafka.bootstrap_servers)
 
 
 pass_state = click.make_pass_decorator(CliState, ensure=True)

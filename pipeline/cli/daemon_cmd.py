@@ -182,7 +182,8 @@ def daemon(state: CliState, socket_path: Path | None, log_level: str) -> None:
         chats=tuple(config.chats),
         zone=host_zone(subject.timezone),
     )
-    keks = config.privacy.keks()
+    keks = config.privacy.keks()  # first: a missing KEK is one line and no broker round trip
+    state.reach_kafka()
     commands = CommandClient(bootstrap, topology, keks=keks)
     dispatcher = Dispatcher(
         who,

@@ -71,7 +71,9 @@ def delivery(
     verbose: bool,
 ) -> None:
     """Run a delivery worker: outbox entries to destinations, at least once."""
-    process = start(state, _TOPICS, instance=instance, metrics=not no_metrics, verbose=verbose)
+    process = start(
+        state, _TOPICS, instance=instance, metrics=not no_metrics, verbose=verbose, redis=True
+    )
     config = process.config
     settings = DeliverySettings(
         topology=process.topology,

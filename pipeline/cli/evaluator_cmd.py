@@ -55,7 +55,9 @@ def evaluator(
     verbose: bool,
 ) -> None:
     """Run an evaluator: events and ticks in, decisions out, in one transaction."""
-    process = start(state, _TOPICS, instance=instance, metrics=not no_metrics, verbose=verbose)
+    process = start(
+        state, _TOPICS, instance=instance, metrics=not no_metrics, verbose=verbose, redis=True
+    )
     processor = Evaluator(
         process.topology,
         process.budgets(),

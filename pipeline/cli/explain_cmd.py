@@ -32,6 +32,7 @@ def explain(
     if (tenant is None) != (user is None):
         raise click.UsageError("--tenant and --user go together")
     config = state.config
+    state.reach_kafka()
     progress = Progress("explain")
     rows = read_explanation(
         config.kafka.bootstrap_servers,

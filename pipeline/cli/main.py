@@ -3,7 +3,12 @@
 A subcommand lives in its own module and is registered here with one line in
 :data:`COMMANDS` (``"name": "module:attribute"``); modules are imported only when their
 command runs, so ``vigil --help`` stays fast and one broken module cannot break the others.
-Every :class:`VigilError` a command lets escape is printed as ``Error: …`` with exit code 1.
+
+Exit codes, one meaning each (``vigil --help`` lists them): 0 done; 1 refused (a :class:`VigilError`
+a command lets escape, printed as one ``Error: …`` line); 2 usage (click's); 69 unavailable
+(:class:`UnavailableError`: the broker or Redis does not answer; the line names the address,
+the key and the fix); 130 interrupted (Ctrl-C). With ``--json`` the error is one JSON object,
+``{"error": {"code", "message"}}``, on stderr instead.
 
 Left out: the commands themselves and configuration loading (``pipeline.config``).
 """
@@ -11,17 +16,25 @@ Left out: the commands themselves and configuration loading (``pipeline.config``
 from __future__ import annotations
 
 import importlib
+import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import IO, Any, Final
 
 import click
 
 from pipeline.cli import shutdown
 from pipeline.cli.context import CliState
-from pipeline.rules.errors import VigilError
+from pipeline.rules.errors import UnavailableError, VigilError
 
-__all__ = ["COMMANDS", "main", "vigil"]
+__all__ = ["COMMANDS", "EXIT_INTERRUPTED", "EXIT_UNAVAILABLE", "main", "vigil"]
+
+EXIT_REFUSED: Final = 1
+EXIT_USAGE: Final = 2
+EXIT_UNAVAILABLE: Final = 69  # sysexits.h EX_UNAVAILABLE
+EXIT_INTERRUPTED: Final = 130  # 128 + SIGINT, as shells report it
+_JSON_FLAG: Final = "vigil.json"
 
 COMMANDS: Final[dict[str, str]] = {
     "publish": "pipeline.cli.publish_cmd:publish",
@@ -66,11 +79,54 @@ class _LazyGroup(click.Group):
             raise TypeError(f"{target} is not a click command")
         return command
 
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        ctx.meta[_JSON_FLAG] = _asks_json(args)
+        return super().parse_args(ctx, args)
+
     def invoke(self, ctx: click.Context) -> Any:
+        as_json = bool(ctx.meta.get(_JSON_FLAG))
         try:
             return super().invoke(ctx)
+        except UnavailableError as exc:
+            raise _Failure(str(exc), "unavailable", EXIT_UNAVAILABLE, as_json) from exc
         except VigilError as exc:
-            raise click.ClickException(str(exc)) from exc
+            raise _Failure(str(exc), "refused", EXIT_REFUSED, as_json) from exc
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            raise click.exceptions.Exit(EXIT_INTERRUPTED) from None
+        except click.Abort as exc:  # a declined prompt is a refusal; Ctrl-C at one is not
+            if not isinstance(exc.__context__, KeyboardInterrupt):
+                raise
+            click.echo("interrupted", err=True)
+            raise click.exceptions.Exit(EXIT_INTERRUPTED) from None
+        except click.ClickException as exc:
+            if not as_json or isinstance(exc, _Failure):
+                raise
+            code = "usage" if isinstance(exc, click.UsageError) else "refused"
+            raise _Failure(exc.format_message(), code, exc.exit_code, as_json) from exc
+
+
+class _Failure(click.ClickException):
+    """One error line with its exit code: ``Error: …``, or a JSON object under ``--json``."""
+
+    def __init__(self, message: str, code: str, exit_code: int, as_json: bool) -> None:
+        super().__init__(message)
+        self.code = code
+        self.exit_code = exit_code  # type: ignore[misc]  # click reads it per instance
+        self.as_json = as_json
+
+    def show(self, file: IO[Any] | None = None) -> None:
+        if self.as_json:
+            body = {"error": {"code": self.code, "message": self.message}}
+            click.echo(json.dumps(body, ensure_ascii=False), err=True)
+        else:
+            click.echo(f"Error: {self.message}", err=True)
+
+
+def _asks_json(args: Sequence[str]) -> bool:
+    """Whether ``--json`` is among the options (not after ``--``, where a verb's text is)."""
+    head = args[: args.index("--")] if "--" in args else args
+    return "--json" in head
 
 
 @click.group(cls=_LazyGroup)
@@ -92,6 +148,15 @@ def vigil(ctx: click.Context, config_path: Path | None, as_operator: bool) -> No
 
     The CLI acts as the configured [subject] (a user); operator verbs (vigil grant, vigil
     erase, --tenant/--user for another subject) need --as-operator and an [operator] identity.
+
+    \b
+    Exit codes:
+      0    done
+      1    refused (invalid input, denied, not found, a failed operation)
+      2    usage (an unknown command or option)
+      69   unavailable (the Kafka broker or Redis does not answer)
+      130  interrupted (Ctrl-C)
+    With --json, an error is one JSON object on stderr: {"error": {"code", "message"}}.
     """
     ctx.obj = CliState(config_path, as_operator)
 

@@ -23,9 +23,11 @@ from pipeline.cli.context import CliState
 from pipeline.clock import Clock, clock_from_env
 from pipeline.config import VigilConfig
 from pipeline.crypto import KeyEncryptionKeys
+from pipeline.kafka import properties
 from pipeline.kafka.admin import check_topology, connect_admin
 from pipeline.kafka.topics import Topic, Topology
 from pipeline.redis.budgets import RedisBudgets
+from pipeline.redis.reach import probe_redis
 from pipeline.rules.budgets import NO_CEILINGS, BudgetCaps, BudgetCeilings
 from pipeline.rules.namespace import Namespace
 
@@ -75,16 +77,22 @@ def start(
     instance: str | None,
     metrics: bool,
     verbose: bool,
+    redis: bool = False,
 ) -> Process:
-    """Log at INFO with ``-v`` (else WARNING), check ``topics``, serve ``/metrics`` on
-    ``[metrics] listen`` unless told not to, and arm the stop event."""
+    """Log at INFO with ``-v`` (else WARNING; librdkafka's own lines only with ``-v``), check
+    that the broker (and with ``redis``, Redis) answers within seconds, check ``topics``, serve
+    ``/metrics`` on ``[metrics] listen`` unless told not to, and arm the stop event."""
     logging.basicConfig(
         level=logging.INFO if verbose else logging.WARNING,
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
     )
+    properties.verbose(verbose)
     config = state.config
     keks = config.privacy.keks()  # first: a missing KEK is one line and no broker round trip
     topology = config.kafka.topology()
+    state.reach_kafka()
+    if redis:
+        probe_redis(config.redis.url.get_secret_value())
     check_topology(connect_admin(config.kafka.bootstrap_servers), topology, tuple(topics))
     if metrics:
         click.echo(f"metrics on port {serve_metrics(config.metrics.listen)}", err=True)

@@ -94,6 +94,7 @@ def publish(state: CliState, source: TextIO, skip_invalid: bool, progress_every:
     """Publish events from FILE (or stdin), one JSON object per line."""
     progress = _Progress(progress_every)
     seen = rejected = 0
+    state.reach_kafka()
     publisher = EventPublisher(state.config)
     try:
         for number, text in enumerate(source, start=1):

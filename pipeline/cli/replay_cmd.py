@@ -75,6 +75,7 @@ def replay_command(
         override = _override(definition_file, scope, config.subject.tenant_id,
                              config.subject.user_id)  # fmt: skip
         scope = Scope(*override.watcher_key)
+    state.reach_kafka()
     progress = Progress("replay")
     history = read_history(
         config.kafka.bootstrap_servers,

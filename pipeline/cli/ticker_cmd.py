@@ -68,7 +68,9 @@ def ticker(
     verbose: bool,
 ) -> None:
     """Run a poll ticker: due instants in, governed tool calls, ticks out."""
-    process = start(state, _TOPICS, instance=instance, metrics=not no_metrics, verbose=verbose)
+    process = start(
+        state, _TOPICS, instance=instance, metrics=not no_metrics, verbose=verbose, redis=True
+    )
     settings = TickerSettings(
         bootstrap=process.bootstrap,
         topology=process.topology,

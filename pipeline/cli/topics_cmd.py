@@ -65,6 +65,7 @@ def topics() -> None:
 def create(state: CliState, partitions: int | None, prefix: str | None) -> None:
     """Create missing topics and reset drifted configs (safe to run again)."""
     topology = _topology(state, partitions, prefix)
+    state.reach_kafka()
     report = ensure_topics(connect_admin(state.config.kafka.bootstrap_servers), topology)
     for name in report.created:
         click.echo(f"created      {name}")
@@ -86,6 +87,7 @@ def describe_cmd(
 ) -> None:
     """Show each topic next to its spec; exit 1 when anything drifted."""
     topology = _topology(state, partitions, prefix)
+    state.reach_kafka()
     statuses = describe(connect_admin(state.config.kafka.bootstrap_servers), topology)
     fixes = _fixes(state, topology, statuses)
     ok = all(s.state is TopicState.OK for s in statuses)

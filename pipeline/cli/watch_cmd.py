@@ -97,6 +97,7 @@ def send_command(
     other = tenant is not None and (tenant, user) != (me.tenant_id, me.user_id)
     principal = cli_principal(cli, operator_verb=operator_verb, other_subject=other)
     timeout = _timeout()
+    cli.reach_kafka()
     with CommandClient(
         config.kafka.bootstrap_servers,
         config.kafka.topology(),

@@ -27,6 +27,7 @@ from confluent_kafka.admin._resource import ResourceType
 from confluent_kafka.cimpl import NewTopic
 
 from pipeline.kafka.clients import translate
+from pipeline.kafka.properties import LOG, active
 from pipeline.kafka.topics import Topic, TopicSpec, Topology
 from pipeline.rules.errors import BrokerError, TopologyError
 
@@ -122,11 +123,14 @@ class EnsureReport:
     unchanged: list[str]
 
 
-def connect_admin(bootstrap_servers: str, extra: Mapping[str, str] | None = None) -> AdminClient:
-    """An admin client; librdkafka connects lazily, so this does no network I/O."""
-    # log_level 4: librdkafka's info lines (e.g. purging its background queue at exit) are noise
-    # on a CLI's stderr; warnings and errors still show.
-    settings: dict[str, str | int] = {"bootstrap.servers": bootstrap_servers, "log_level": 4}
+def connect_admin(bootstrap_servers: str, extra: Mapping[str, Any] | None = None) -> AdminClient:
+    """An admin client with the configured ``[kafka.client]`` properties; librdkafka connects
+    lazily, so this does no network I/O. Its log lines go to the ``librdkafka`` logger."""
+    settings: dict[str, Any] = {
+        "bootstrap.servers": bootstrap_servers,
+        "logger": LOG,
+        **active().for_admin(),
+    }
     return AdminClient({**settings, **(extra or {})})
 
 

@@ -20,6 +20,7 @@ from typing import Any, Final
 import confluent_kafka
 from confluent_kafka import KafkaError, KafkaException, Message
 
+from pipeline.kafka.properties import LOG, active
 from pipeline.rules.errors import BrokerError
 
 __all__ = [
@@ -49,7 +50,8 @@ _QUEUE_FULL_WAIT_S: Final = 30.0
 def producer_config(
     bootstrap: str, *, transactional_id: str | None = None, **overrides: Any
 ) -> dict[str, Any]:
-    """Settings for every vigil producer: Java-compatible placement, acks=all, idempotence.
+    """Settings for every vigil producer: Java-compatible placement, acks=all, idempotence,
+    then the configured passthrough properties (``pipeline.kafka.properties``).
 
     ``overrides`` are librdkafka names, passed as a mapping: ``**{"linger.ms": 20}``.
     """
@@ -63,6 +65,8 @@ def producer_config(
         "batch.num.messages": 10_000,
         "compression.type": "lz4",
         "message.timeout.ms": MESSAGE_TIMEOUT_MS,
+        "logger": LOG,
+        **active().for_producer(),  # [kafka.client] and [kafka.producer]
     }
     if transactional_id is not None:
         config["transactional.id"] = transactional_id
@@ -90,6 +94,8 @@ def consumer_config(bootstrap: str, group_id: str, **overrides: Any) -> dict[str
         "auto.offset.reset": "earliest",
         "session.timeout.ms": 10_000,
         "heartbeat.interval.ms": 1_000,
+        "logger": LOG,
+        **active().for_consumer(),  # [kafka.client] and [kafka.consumer]
     }
     config.update(overrides)
     return config
@@ -110,6 +116,8 @@ def table_consumer_config(bootstrap: str, name: str, **overrides: Any) -> dict[s
         "enable.auto.offset.store": False,
         "auto.offset.reset": "earliest",
         "enable.partition.eof": True,
+        "logger": LOG,
+        **active().for_consumer(),  # [kafka.client] and [kafka.consumer]
     }
     config.update(overrides)
     return config

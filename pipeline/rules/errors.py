@@ -9,7 +9,8 @@ VigilError
 ├── ErasedError            a sealed field whose data key is gone: the record reads as erased
 ├── TopologyError          topics missing or drifted (says the command that fixes it)
 ├── BrokerError            Kafka failed (translated at the boundary)
-└── BudgetStoreError       Redis unreachable or failed (translated at the boundary)
+├── BudgetStoreError       Redis unreachable or failed (translated at the boundary)
+└── UnavailableError       a server a command needs does not answer (names address, key, fix)
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ __all__ = [
     "SerdeError",
     "TopologyError",
     "TransitionError",
+    "UnavailableError",
     "UnknownSchemaError",
     "VigilError",
 ]
@@ -76,3 +78,17 @@ class BrokerError(VigilError):
 
 class BudgetStoreError(VigilError):
     """The budget store (Redis) is unreachable or failed: defer, never run unbudgeted."""
+
+
+class UnavailableError(VigilError):
+    """A server a command needs (the Kafka broker, Redis) does not answer. The message is one
+    line naming the address, the configuration key that set it and the fix; the CLI exits 69
+    (``EX_UNAVAILABLE``) on it. ``address`` never holds a credential."""
+
+    def __init__(self, what: str, address: str, key: str, fix: str, detail: str = "") -> None:
+        because = f" ({detail})" if detail else ""
+        super().__init__(f"{what} at {address} does not answer{because}: set {key} or {fix}")
+        self.what = what
+        self.address = address
+        self.key = key
+        self.fix = fix

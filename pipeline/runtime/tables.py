@@ -24,6 +24,7 @@ from confluent_kafka import Consumer, IsolationLevel, KafkaException, TopicParti
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._listoffsets import OffsetSpec
 
+from pipeline.kafka.admin import connect_admin
 from pipeline.kafka.clients import (
     BrokerFailure,
     ErrorKind,
@@ -270,7 +271,7 @@ class TableReader:
 
     def _end_offsets(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
         if self._admin is None:
-            self._admin = AdminClient({"bootstrap.servers": self._config["bootstrap.servers"]})
+            self._admin = connect_admin(self._config["bootstrap.servers"])
         latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
         request = {TopicPartition(t, p): latest for t, p in partitions}
         try:
