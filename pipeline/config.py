@@ -1,10 +1,12 @@
 """``vigil.toml``: the configuration every vigil process shares, validated once and frozen.
 
 DESIGN.md §9. :func:`load_config` finds the file (``--config`` → ``$VIGIL_CONFIG`` →
-``./vigil.toml`` → built-in defaults), parses it with ``tomllib`` and validates it with
-pydantic; any error becomes one :class:`ConfigError` whose lines name the dotted key
-(``destinations.ops-hook.url: …``). Secret values are ``SecretStr`` and never printed;
-credentials themselves stay in the environment (``*_env`` keys name the variable).
+``./vigil.toml`` → built-in defaults), parses it with ``tomllib``, lays the environment's
+``VIGIL_<SECTION>__<KEY>`` variables over it (pydantic-settings; precedence: variables, then the
+file, then defaults) and validates the result with pydantic; any error becomes one
+:class:`ConfigError` whose lines name the dotted key (``destinations.ops-hook.url: …``).
+Secret values are ``SecretStr`` and never printed; credentials themselves stay in the
+environment (``*_env`` keys name the variable).
 
 Left out: resolving runtime defaults that depend on the host (the RPC socket directory, the
 system time zone) and using the settings; each process does that at its edge.
@@ -33,6 +35,8 @@ from pydantic import (
     ValidationError,
     model_validator,
 )
+from pydantic_settings import EnvSettingsSource
+from pydantic_settings.exceptions import SettingsError
 
 from pipeline.crypto.kek import DEFAULT_ENV as DEFAULT_KEK_ENV
 from pipeline.crypto.kek import KeyEncryptionKeys
@@ -51,6 +55,7 @@ from pipeline.rules.namespace import NAMESPACE_PATTERN, Namespace
 __all__ = [
     "CONFIG_ENV",
     "DEFAULT_FILE",
+    "ENV_PREFIX",
     "AgentConfig",
     "ApiConfig",
     "BudgetCeilingsConfig",
@@ -76,10 +81,13 @@ __all__ = [
     "ToolConfig",
     "VigilConfig",
     "WebhookDestination",
+    "config_file",
+    "env_overrides",
     "load_config",
 ]
 
 CONFIG_ENV: Final = "VIGIL_CONFIG"
+ENV_PREFIX: Final = "VIGIL_"
 DEFAULT_FILE: Final = "vigil.toml"
 
 
@@ -476,32 +484,88 @@ class VigilConfig(_Section):
 # --- loading -------------------------------------------------------------------------------
 
 
+def config_file(
+    path: Path | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+) -> Path | None:
+    """The file :func:`load_config` reads: ``path``, else ``$VIGIL_CONFIG``, else
+    ``./vigil.toml`` when it exists, else none (built-in defaults)."""
+    env = os.environ if environ is None else environ
+    if path is None and env.get(CONFIG_ENV):
+        path = Path(env[CONFIG_ENV])
+    if path is None:
+        local = (cwd or Path.cwd()) / DEFAULT_FILE
+        return local if local.is_file() else None
+    return path.expanduser()
+
+
+def env_overrides(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The keys ``VIGIL_<SECTION>__<KEY>`` variables set (``VIGIL_KAFKA__BOOTSTRAP_SERVERS``,
+    ``VIGIL_KAFKA__CLIENT__SASL_MECHANISM``), as nested tables; names are case-insensitive.
+    Variables that name no section (``VIGIL_CONFIG``, ``VIGIL_MASTER_KEYS``) are not keys."""
+    env = dict(os.environ if environ is None else environ)
+    try:
+        return dict(_Environment(env)())
+    except (SettingsError, ValueError) as exc:
+        raise ConfigError(f"environment: invalid {ENV_PREFIX}* variable: {exc}") from None
+
+
+class _Environment(EnvSettingsSource):
+    """pydantic-settings' environment source over a given mapping (tests pass their own)."""
+
+    def __init__(self, environ: Mapping[str, str]) -> None:
+        self._given = environ
+        super().__init__(
+            VigilConfig,  # type: ignore[arg-type]  # only its fields are read
+            case_sensitive=False,
+            env_prefix=ENV_PREFIX,
+            env_nested_delimiter="__",
+        )
+
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        return {name.lower(): value for name, value in self._given.items()}
+
+
 def load_config(
     path: Path | None = None,
     *,
     environ: Mapping[str, str] | None = None,
     cwd: Path | None = None,
 ) -> VigilConfig:
-    """The configuration from ``path``, else ``$VIGIL_CONFIG``, else ``./vigil.toml``, else
-    defaults. A file named explicitly (argument or variable) must exist."""
-    env = os.environ if environ is None else environ
-    if path is None and env.get(CONFIG_ENV):
-        path = Path(env[CONFIG_ENV])
-    if path is None:
-        local = (cwd or Path.cwd()) / DEFAULT_FILE
-        if not local.is_file():
-            return VigilConfig()
-        path = local
-    path = path.expanduser()
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such configuration file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read: {exc}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
-    return parse_config(data, source=str(path))
+    """The configuration: built-in defaults, under the file (``path``, else ``$VIGIL_CONFIG``,
+    else ``./vigil.toml``), under ``VIGIL_<SECTION>__<KEY>`` variables. A file named
+    explicitly (argument or variable) must exist."""
+    found = config_file(path, environ=environ, cwd=cwd)
+    data: dict[str, Any] = {}
+    source = "defaults"
+    if found is not None:
+        try:
+            data = tomllib.loads(found.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ConfigError(f"{found}: no such configuration file") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{found}: cannot read: {exc}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{found}: not valid TOML: {exc}") from None
+        source = str(found)
+    overrides = env_overrides(environ)
+    if overrides:
+        data = _deep_merge(data, overrides)
+        source = f"{source} with {ENV_PREFIX}* variables"
+    return parse_config(data, source=source)
+
+
+def _deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in over.items():
+        below = merged.get(key)
+        if isinstance(value, Mapping) and isinstance(below, Mapping):
+            merged[key] = _deep_merge(below, value)
+        else:
+            merged[key] = value
+    return merged
 
 
 def parse_config(data: Mapping[str, Any], source: str = "configuration") -> VigilConfig:

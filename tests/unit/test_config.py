@@ -178,3 +178,25 @@ def test_limits_default_to_design_10_and_are_configurable() -> None:
         parse_config({"limits": {"proposal_ttl": "90d"}})
     with pytest.raises(ConfigError, match=r"limits\.watchers"):
         parse_config({"limits": {"watchers": 0}})
+
+
+def test_environment_variables_override_the_file(tmp_path: Path) -> None:
+    path = write(tmp_path, '[kafka]\nbootstrap_servers = "file:9092"\npartitions = 6\n')
+    environ = {
+        "VIGIL_KAFKA__BOOTSTRAP_SERVERS": "env:9092",
+        "vigil_instance__namespace": "blue",  # names are case-insensitive
+        "VIGIL_KAFKA__CLIENT__SECURITY_PROTOCOL": "SSL",
+        "VIGIL_MASTER_KEYS": "not a key of the file",
+        "VIGIL_CONFIG": str(path),
+    }
+    config = load_config(environ=environ)
+    assert config.kafka.bootstrap_servers == "env:9092"  # variable over file
+    assert config.kafka.partitions == 6  # file over default
+    assert config.namespace.name == "blue"
+    assert config.kafka.client == {"security_protocol": "SSL"}
+
+
+def test_a_bad_environment_value_names_its_key(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"kafka\.partitions") as caught:
+        load_config(environ={"VIGIL_KAFKA__PARTITIONS": "many"}, cwd=tmp_path)
+    assert "VIGIL_* variables" in str(caught.value)
