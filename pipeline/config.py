@@ -328,7 +328,18 @@ class LimitsConfig(_Section):
 
 
 class MetricsConfig(_Section):
+    """Each process's ``/metrics``, ``/healthz`` and ``/readyz`` listener: the host of ``listen``,
+    its port plus the process's offset (command-processor +0, evaluator +1, ticker +2,
+    delivery +3, daemon +4, api +5) unless ``ports`` names one; a port of 0 picks a free one
+    (logged, and written to the state directory). ``max_lag``: records a group may be behind
+    and still be ready."""
+
     listen: Listen = "127.0.0.1:9464"
+    ports: dict[
+        Literal["command-processor", "evaluator", "ticker", "delivery", "daemon", "api"],
+        Annotated[int, Field(ge=0, le=65535)],
+    ] = {}
+    max_lag: int = Field(default=1_000, ge=0)
 
 
 class PrincipalConfig(_Section):
@@ -412,6 +423,9 @@ class InstanceConfig(_Section):
 
     id: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")] | None = None
     namespace: Annotated[str, Field(pattern=NAMESPACE_PATTERN)] | None = None
+    # Where processes write their listener addresses (for `vigil doctor`); default
+    # $VIGIL_STATE, else $XDG_STATE_HOME/vigil, else ~/.local/state/vigil.
+    state_dir: Annotated[Path, AfterValidator(lambda p: p.expanduser())] | None = None
 
     def resolved_id(self) -> str:
         """The stable instance id (``transactional.id`` suffix): configured, else the host."""

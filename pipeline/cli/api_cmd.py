@@ -22,12 +22,14 @@ import click
 
 from pipeline.cli.context import CliState, pass_state
 from pipeline.cli.daemon_cmd import host_zone
+from pipeline.cli.process import serve_health
 from pipeline.clock import Clock, SystemClock
 from pipeline.config import VigilConfig
 from pipeline.control.core import Dispatcher, Subjecthood
 from pipeline.control.http.api import ApiServices, SchedulePort, create_app
 from pipeline.control.http.auth import TokenDirectory
 from pipeline.control.http.backend import ClientPool, LedgerStore
+from pipeline.control.http.metrics import RequestMetrics
 from pipeline.control.run import RunStarted
 from pipeline.crypto import KeyEncryptionKeys, generate_kek_text
 from pipeline.rules.authz import Principal
@@ -153,10 +155,15 @@ def api(state: CliState, listen: str | None, print_openapi: bool, log_level: str
         raise ConfigError(f"cannot listen on {host}:{port}: {exc}") from None
     bound = sock.getsockname()
     click.echo(f"vigil api listening on http://{host}:{bound[1]}", err=True)
-    server = uvicorn.Server(uvicorn.Config(create_app(services), log_level=log_level))
+    app = create_app(services)
+    app.add_middleware(RequestMetrics)
+    health = serve_health(config, "api", config.instance.resolved_id())
+    health.add("api", lambda: services.ledger.ready())
+    server = uvicorn.Server(uvicorn.Config(app, log_level=log_level))
     try:
         server.run(sockets=[sock])
     finally:
+        health.close()
         close()
         sock.close()
         click.echo("vigil api stopped", err=True)

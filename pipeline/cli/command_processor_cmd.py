@@ -51,7 +51,14 @@ def command_processor(
 ) -> None:
     """Run the command processor: commands in; registry, watchers, grants, immediate sends
     (outbox) and results out."""
-    process = start(state, _TOPICS, instance=instance, metrics=not no_metrics, verbose=verbose)
+    process = start(
+        state,
+        _TOPICS,
+        name="command-processor",
+        instance=instance,
+        metrics=not no_metrics,
+        verbose=verbose,
+    )
     processor = CommandProcessor(
         process.bootstrap,
         process.topology,
@@ -64,6 +71,7 @@ def command_processor(
         clock=process.clock,
         static_membership=static_membership,
     )
+    process.watch(processor.app)
     click.echo(
         f"command processor {processor.app.group_id}/{process.instance_id} running", err=True
     )

@@ -11,7 +11,9 @@ configured user unless it bears a live agent token or descends from an agent run
 own and is the agent whatever it forks. Without ``run_as`` the daemon warns at start that agent
 isolation is by process ancestry only. Agents and scripts get an allowlisted environment. At
 start the daemon ensures, in the background and idempotently, the one grant its verbs need
-(``vigil grant list`` shows it; revoking it locks the verbs).
+(``vigil grant list`` shows it; revoking it locks the verbs); until the command processor has
+answered, verbs are answered ``starting`` (the CLI asks again for a while) and ``/readyz`` of
+its metrics listener says so.
 
 Left out: the verbs' meaning (``pipeline.control.core``) and the framing
 (``pipeline.control.socket.server``).
@@ -28,9 +30,11 @@ from typing import Final
 from zoneinfo import ZoneInfo
 
 import click
+from prometheus_client import Counter
 
 from pipeline.cli import shutdown
 from pipeline.cli.context import CliState, pass_state
+from pipeline.cli.process import serve_health
 from pipeline.clock import SystemClock
 from pipeline.config import VigilConfig
 from pipeline.control.agent import AgentRunner, AgentTokens
@@ -40,7 +44,7 @@ from pipeline.control.identity import PeerIdentity
 from pipeline.control.isolation import AgentUser, agent_socket_path, can_switch_user
 from pipeline.control.run import ScriptRunner
 from pipeline.control.socket.server import Handler, Peer, SocketServer, default_socket_path
-from pipeline.control.verbs import ErrorKind, VerbResponse
+from pipeline.control.verbs import ErrorKind, VerbName, VerbResponse
 from pipeline.rules.commands.immediate import daemon_grant
 from pipeline.rules.commands.model import CommandVerb
 from pipeline.rules.errors import ConfigError, DefinitionError, VigilError
@@ -51,6 +55,13 @@ __all__ = ["BEST_EFFORT", "daemon", "ensure_grant", "host_zone"]
 log = logging.getLogger(__name__)
 
 _GRANT_RETRY_S: Final = 2.0
+STARTING: Final = "the vigil daemon is starting: its control grant is not in place yet"
+_VERBS: Final = frozenset(v.value for v in VerbName)
+_REQUESTS: Final = Counter(
+    "vigil_daemon_requests",
+    "Requests on the daemon's socket by verb and result (ok, or the error code).",
+    ["verb", "result"],
+)
 BEST_EFFORT: Final = (
     "agent isolation is by process ancestry only (best effort): a process an agent starts that "
     "drops its token, calls setsid and double-forks acts as you; set [agent] run_as to run "
@@ -83,8 +94,14 @@ def host_zone(configured: str | None, environ: dict[str, str] | None = None) -> 
     return load_zone("UTC")
 
 
-def ensure_grant(client: CommandClient, config: VigilConfig, stop: threading.Event) -> None:
-    """Add the daemon's grant once the command processor answers; retry until it does."""
+def ensure_grant(
+    client: CommandClient,
+    config: VigilConfig,
+    stop: threading.Event,
+    ready: threading.Event | None = None,
+) -> None:
+    """Add the daemon's grant once the command processor answers; retry until it does. Sets
+    ``ready`` once the command processor has answered (verbs are served from then on)."""
     subject = config.subject
     request_id, spec = daemon_grant(subject.tenant_id, subject.user_id, config.chats)
     operator = operator_principal(
@@ -108,15 +125,29 @@ def ensure_grant(client: CommandClient, config: VigilConfig, stop: threading.Eve
             log.info("control grant %s ensured", (result.result or {}).get("grant_id"))
         else:
             log.error("the control grant was refused: %s", result.error)
+        if ready is not None:
+            ready.set()
         return
 
 
-def _handler(dispatcher: Dispatcher, identity: PeerIdentity) -> Handler:
+def _handler(
+    dispatcher: Dispatcher, identity: PeerIdentity, ready: threading.Event | None = None
+) -> Handler:
     def handle(body: object, peer: Peer) -> VerbResponse:
+        response = answer(body, peer)
+        verb = body.get("verb") if isinstance(body, dict) else None
+        label = verb if verb in _VERBS else "other"
+        result = "ok" if response.error is None else response.error.code.value
+        _REQUESTS.labels(label, result).inc()
+        return response
+
+    def answer(body: object, peer: Peer) -> VerbResponse:
         token = body.get("token") if isinstance(body, dict) else None
         principal = identity.of(peer, token)
         if principal is None:
             return VerbResponse.failure(ErrorKind.UNAUTHENTICATED, "unknown or expired agent token")
+        if ready is not None and not ready.is_set():
+            return VerbResponse.failure(ErrorKind.STARTING, STARTING)
         return dispatcher.handle(body, principal)
 
     return handle
@@ -204,7 +235,8 @@ def daemon(state: CliState, socket_path: Path | None, log_level: str) -> None:
         tokens,
         None if agent_user is None else agent_user.uid,
     )
-    handler = _handler(dispatcher, identity)
+    ready = threading.Event()
+    handler = _handler(dispatcher, identity, ready)
     servers = [SocketServer(path, handler)]
     if agent_user is not None:
         servers.append(
@@ -222,9 +254,11 @@ def daemon(state: CliState, socket_path: Path | None, log_level: str) -> None:
     stop = shutdown.catch()
     granter = CommandClient(bootstrap, topology, keks=keks)
     grant_thread = threading.Thread(
-        target=ensure_grant, args=(granter, config, stop), name="control-grant", daemon=True
+        target=ensure_grant, args=(granter, config, stop, ready), name="control-grant", daemon=True
     )
     grant_thread.start()
+    health = serve_health(config, "daemon", config.instance.resolved_id())
+    health.add("control_grant", lambda: None if ready.is_set() else f"starting: {STARTING}")
     click.echo(f"vigil daemon listening on {path}", err=True)
     try:
         while not stop.wait(0.5):
@@ -233,6 +267,7 @@ def daemon(state: CliState, socket_path: Path | None, log_level: str) -> None:
         for server in servers:
             server.close()
         grant_thread.join(5.0)
+        health.close()
         granter.close()
         commands.close()
         click.echo("vigil daemon stopped", err=True)

@@ -72,7 +72,13 @@ def delivery(
 ) -> None:
     """Run a delivery worker: outbox entries to destinations, at least once."""
     process = start(
-        state, _TOPICS, instance=instance, metrics=not no_metrics, verbose=verbose, redis=True
+        state,
+        _TOPICS,
+        name="delivery",
+        instance=instance,
+        metrics=not no_metrics,
+        verbose=verbose,
+        redis=True,
     )
     config = process.config
     settings = DeliverySettings(
@@ -103,6 +109,7 @@ def delivery(
             executor=executor,
             ring=ring,
         )
+        process.watch(worker.app)
         click.echo(f"delivery {settings.group_id}/{settings.instance_id} running", err=True)
         worker.run(process.stop)
     budgets.close()

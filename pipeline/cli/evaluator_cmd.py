@@ -56,7 +56,13 @@ def evaluator(
 ) -> None:
     """Run an evaluator: events and ticks in, decisions out, in one transaction."""
     process = start(
-        state, _TOPICS, instance=instance, metrics=not no_metrics, verbose=verbose, redis=True
+        state,
+        _TOPICS,
+        name="evaluator",
+        instance=instance,
+        metrics=not no_metrics,
+        verbose=verbose,
+        redis=True,
     )
     processor = Evaluator(
         process.topology,
@@ -76,6 +82,7 @@ def evaluator(
         static_membership=static_membership,
     )
     app = evaluator_app(settings, processor)
+    process.watch(app)
     click.echo(f"evaluator {settings.group}/{settings.instance_id} running", err=True)
     run(app, process.stop, processor.metrics)
     click.echo("evaluator stopped", err=True)

@@ -60,6 +60,7 @@ COMMANDS: Final[dict[str, str]] = {
     "explain": "pipeline.cli.explain_cmd:explain",
     "dev": "pipeline.cli.dev_cmd:dev",
     "keys": "pipeline.cli.keys_cmd:keys",
+    "doctor": "pipeline.cli.doctor_cmd:doctor",
 }
 
 

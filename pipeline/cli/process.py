@@ -9,14 +9,16 @@ Leaves out each process's own loop and which topics it needs (its command module
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import click
-from prometheus_client import start_http_server
+from prometheus_client import REGISTRY
 
 from pipeline.cli import shutdown
 from pipeline.cli.context import CliState
@@ -25,13 +27,18 @@ from pipeline.config import VigilConfig
 from pipeline.crypto import KeyEncryptionKeys
 from pipeline.kafka import properties
 from pipeline.kafka.admin import check_topology, connect_admin
+from pipeline.kafka.reach import probe_broker
 from pipeline.kafka.topics import Topic, Topology
+from pipeline.ops.health import HealthServer, address_file, listen_address, state_dir
 from pipeline.redis.budgets import RedisBudgets
 from pipeline.redis.reach import probe_redis
 from pipeline.rules.budgets import NO_CEILINGS, BudgetCaps, BudgetCeilings
+from pipeline.rules.errors import ConfigError, UnavailableError
 from pipeline.rules.namespace import Namespace
 
-__all__ = ["Process", "serve_metrics", "start"]
+__all__ = ["Process", "serve_health", "start", "watch_app"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +53,11 @@ class Process:
     keks: KeyEncryptionKeys  # [privacy]: unwrap the data keys of sealed subject fields
     clock: Clock
     ceilings: BudgetCeilings = NO_CEILINGS  # the most any window may allow ([budgets.ceilings])
+    health: HealthServer | None = None  # /metrics, /healthz, /readyz (None: --no-metrics)
+
+    def watch(self, app: Any) -> None:
+        """Add ``app``'s readiness (assigned, caught up) to this process's ``/readyz``."""
+        watch_app(self.health, app, self.topology)
 
     @property
     def bootstrap(self) -> str:
@@ -74,6 +86,7 @@ def start(
     state: CliState,
     topics: Iterable[Topic],
     *,
+    name: str,
     instance: str | None,
     metrics: bool,
     verbose: bool,
@@ -94,10 +107,9 @@ def start(
     if redis:
         probe_redis(config.redis.url.get_secret_value())
     check_topology(connect_admin(config.kafka.bootstrap_servers), topology, tuple(topics))
-    if metrics:
-        click.echo(f"metrics on port {serve_metrics(config.metrics.listen)}", err=True)
     stop = shutdown.catch()
     instance_id = instance or config.instance.resolved_id()
+    health = serve_health(config, name, instance_id, redis=redis) if metrics else None
     return Process(
         config,
         topology,
@@ -107,11 +119,77 @@ def start(
         keks,
         clock_from_env(os.environ),
         config.budgets.ceilings.ceilings(),
+        health,
     )
 
 
-def serve_metrics(listen: str) -> int:
-    """Serve ``/metrics`` on ``host:port`` (port 0 picks one); returns the bound port."""
-    host, _, port = listen.rpartition(":")
-    server, _thread = start_http_server(int(port), addr=host.strip("[]") or "0.0.0.0")
-    return int(server.server_port)
+def serve_health(
+    config: VigilConfig, name: str, instance_id: str, *, redis: bool = False
+) -> HealthServer:
+    """``/metrics``, ``/healthz`` and ``/readyz`` of process ``name`` on its own port (see
+    ``[metrics]``), with the broker (and with ``redis``, Redis) as readiness checks; its URL is
+    printed and written to the state directory for ``vigil doctor``."""
+    host, port = listen_address(
+        config.metrics.listen,
+        name,
+        {str(k): v for k, v in config.metrics.ports.items()}.get(name),
+    )
+    bootstrap = config.kafka.bootstrap_servers
+    try:
+        server = HealthServer(host, port, max_lag=config.metrics.max_lag, bootstrap=bootstrap)
+    except OSError as exc:
+        raise ConfigError(
+            f"metrics.listen: cannot listen on {host}:{port} for {name}: {exc.strerror}; "
+            f"set [metrics.ports] {name} (0 picks a free port)"
+        ) from None
+    server.add("broker", _reachable(lambda: probe_broker(bootstrap)))
+    if redis:
+        url = config.redis.url.get_secret_value()
+        server.add("redis", _reachable(lambda: probe_redis(url)))
+    server.start()
+    where = address_file(
+        state_dir(configured=config.instance.state_dir), config.namespace.name, name, instance_id
+    )
+    try:
+        where.parent.mkdir(parents=True, exist_ok=True)
+        where.write_text(server.url + "\n", encoding="utf-8")
+        atexit.register(where.unlink, missing_ok=True)
+    except OSError as exc:
+        log.warning("cannot write %s: %s", where, exc)
+    click.echo(f"{name}: metrics and health on {server.url}", err=True)
+    return server
+
+
+def watch_app(health: HealthServer | None, app: Any, topology: Topology) -> None:
+    """Readiness of a stream app: it joined its group, and the group is caught up."""
+    if health is None:
+        return
+    group = app.group_id
+
+    def assigned() -> str | None:
+        joined = REGISTRY.get_sample_value(
+            "vigil_runtime_rebalances_total", {"group": group, "event": "assigned"}
+        )
+        return None if joined else "starting: not assigned yet"
+
+    health.add(f"assigned:{group}", assigned)
+    partitions = [(topic, p) for topic in app.inputs for p in range(_count(topology, topic))]
+    health.watch_group(group, partitions)
+
+
+def _count(topology: Topology, name: str) -> int:
+    for topic in Topic:
+        if topology.name(topic) == name:
+            return topology.partitions_for(topic)
+    return topology.partitions
+
+
+def _reachable(probe: Callable[[], object]) -> Callable[[], str | None]:
+    def check() -> str | None:
+        try:
+            probe()
+        except UnavailableError as exc:
+            return str(exc)
+        return None
+
+    return check

@@ -69,7 +69,13 @@ def ticker(
 ) -> None:
     """Run a poll ticker: due instants in, governed tool calls, ticks out."""
     process = start(
-        state, _TOPICS, instance=instance, metrics=not no_metrics, verbose=verbose, redis=True
+        state,
+        _TOPICS,
+        name="ticker",
+        instance=instance,
+        metrics=not no_metrics,
+        verbose=verbose,
+        redis=True,
     )
     settings = TickerSettings(
         bootstrap=process.bootstrap,
@@ -90,6 +96,7 @@ def ticker(
         key_cache=process.config.privacy.key_cache,
         clock=process.clock,
     )
+    process.watch(poll_ticker.app)
     click.echo(f"ticker {settings.group}/{settings.instance_id} running", err=True)
     poll_ticker.run(process.stop)
     click.echo("ticker stopped", err=True)

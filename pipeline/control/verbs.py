@@ -81,6 +81,7 @@ class ErrorKind(StrEnum):
     UNKNOWN_VERB = "unknown_verb"
     TOO_LARGE = "too_large"  # the line exceeds the daemon's bound
     UNAVAILABLE = "unavailable"  # broker, agent or daemon did not answer
+    STARTING = "starting"  # the daemon is up but its control grant is not in place yet
     INTERNAL = "internal"
 
 

@@ -191,7 +191,7 @@ def write_config(state: Path, ports: DevPorts, token: str, partitions: int) -> P
         f'[rpc]\nsocket_path = "{state / "run" / "vigil.sock"}"\n\n'
         f'[run]\nallow_dir = "{state / "scripts"}"\n\n'
         f'[api]\nlisten = "127.0.0.1:{ports.api}"\n\n'
-        f'[instance]\nid = "dev"\n\n'
+        f'[instance]\nid = "dev"\nstate_dir = "{state}"\n\n'
         f'[privacy]\nmaster_key_file = "{keys}"\n\n'
         f'[principals.dev]\ntoken_sha256 = "{hashlib.sha256(token.encode()).hexdigest()}"\n'
         f'role = "user"\ntenant_id = "local"\nuser_id = "me"\n\n'
@@ -200,11 +200,11 @@ def write_config(state: Path, ports: DevPorts, token: str, partitions: int) -> P
     (state / "scripts").mkdir(parents=True, exist_ok=True)
     (state / "conf").mkdir(parents=True, exist_ok=True)
     main = state / "vigil.toml"
-    main.write_text(base + '[metrics]\nlisten = "127.0.0.1:0"\n', encoding="utf-8")
+    chosen = "".join(f'"{name}" = {port}\n' for name, port in ports.metrics.items())
+    metrics = f'[metrics]\nlisten = "127.0.0.1:0"\n\n[metrics.ports]\n{chosen}'
+    main.write_text(base + metrics, encoding="utf-8")
     for name in PROCESSES:
-        port = ports.metrics.get(name, 0)
-        listen = f'[metrics]\nlisten = "127.0.0.1:{port}"\n'
-        (state / "conf" / f"{name}.toml").write_text(base + listen, encoding="utf-8")
+        (state / "conf" / f"{name}.toml").write_text(base + metrics, encoding="utf-8")
     return main
 
 

@@ -309,7 +309,7 @@ def test_operator_acts_for_another_subject_and_sigterm_stops_the_processor_clean
     approved = vigil_cli(daemon, op, "watch", "approve", "aw-1", *subject)
     assert approved.stdout.strip() == "approved aw-1: active (version 1, revision 2)"
 
-    port = int(daemon.wait_for(r"metrics on port (\d+)").group(1))
+    port = int(daemon.wait_for(r"metrics and health on http://127.0.0.1:(\d+)").group(1))
     body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
     assert 'vigil_commands_total{result="ok",verb="create"} 1.0' in body
     assert 'vigil_commands_total{result="ok",verb="grant_add"} 2.0' in body

@@ -74,7 +74,8 @@ class Stack:
             f"{chats}"
             f'[agent]\ncommand = ["{sys.executable}", "{agent}"]\ntimeout = "20s"\n\n'
             f'[run]\nallow_dir = "{self.scripts}"\n\n'
-            f'[instance]\nid = "{prefix}"\n'
+            f'[instance]\nid = "{prefix}"\n\n'
+            '[metrics]\nlisten = "127.0.0.1:0"\n'
         )
         self.env = {
             **os.environ,

@@ -1,9 +1,11 @@
 """``vigil dev`` on a fresh state dir: its own broker and Redis (on free ports, never the shared
-dev servers), every process supervised, the demo delivered, metrics counting, Ctrl-C stopping
+dev servers), every process supervised, the demo delivered, metrics counting, ``vigil doctor``
+passing and then naming each failure once the stack's own broker is stopped, Ctrl-C stopping
 everything it started."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -22,6 +24,8 @@ import pytest
 from pipeline.ops.supervisor import Service, ServiceState, Supervisor
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _free_port() -> int:
@@ -56,6 +60,25 @@ def _metric(url: str, name: str, match: str = "") -> float:
     )
 
 
+def _doctor(state: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pipeline.cli.main", "doctor", "--json"],
+        env={**env, "VIGIL_CONFIG": str(state / "vigil.toml")},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def _failing_processes(state: Path, env: dict[str, str]) -> Any:
+    """The doctor's run once every process's readiness says the broker is gone (else None)."""
+    done = _doctor(state, env)
+    checks = json.loads(done.stdout)["checks"]
+    processes = [c for c in checks if c["check"].startswith("process ")]
+    return done if processes and all(c["status"] == "fail" for c in processes) else None
+
+
 def test_dev_on_fresh_state_dir_gets_ready_delivers_demo_and_stops_cleanly(
     tmp_path: Path,
 ) -> None:
@@ -68,12 +91,13 @@ def test_dev_on_fresh_state_dir_gets_ready_delivers_demo_and_stops_cleanly(
     }
     env.pop("VIGIL_CONFIG", None)
     state = tmp_path / "state"
+    errors = (tmp_path / "dev.stderr").open("w")
     proc = subprocess.Popen(
         [sys.executable, "-m", "pipeline.cli.main", "dev", "--state-dir", str(state)],
         env=env,
         cwd=tmp_path,
         stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
+        stderr=errors,
         text=True,
     )
     lines: list[str] = []
@@ -82,7 +106,7 @@ def test_dev_on_fresh_state_dir_gets_ready_delivers_demo_and_stops_cleanly(
     try:
         ready = "vigil dev: ready\n"
         _wait(lambda: ready in lines or proc.poll() is not None, 300, "ready")
-        assert proc.poll() is None, "".join(lines)
+        assert proc.poll() is None, "".join(lines) + (tmp_path / "dev.stderr").read_text()[-3000:]
         _wait(lambda: any("demo notification delivered" in line for line in lines), 120,
               "the demo notification")  # fmt: skip
         urls = dict(re.findall(r"metrics\s+(\S+)\s+(http://\S+/metrics)", "".join(lines)))
@@ -92,6 +116,32 @@ def test_dev_on_fresh_state_dir_gets_ready_delivers_demo_and_stops_cleanly(
         assert _answers(kafka_port) and _answers(redis_port)
         delivered = (state / "logs" / "delivery.log").read_text()
         assert "demo-build-failed" in delivered
+
+        # vigil doctor passes on the dev stack, then names each failure once its broker stops.
+        passing = _doctor(state, env)
+        assert passing.returncode == 0, passing.stdout
+        checks = {c["check"]: c for c in json.loads(passing.stdout)["checks"]}
+        assert {c["status"] for c in checks.values()} == {"pass"}, checks
+        processes = {name for name in checks if name.startswith("process ")}
+        assert {p.split(".")[0] for p in processes} == {
+            "process command-processor", "process evaluator", "process ticker",
+            "process delivery", "process daemon", "process api",
+        }  # fmt: skip
+        stopped = subprocess.run(
+            ["bash", str(ROOT / "deploy" / "kafka" / "kafka.sh"), "stop"],
+            env={**env, "KAFKA_DATA_DIR": str(state / "kafka"), "KAFKA_PORT": str(kafka_port)},
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        assert stopped.returncode == 0, stopped.stderr
+        failing = _wait(lambda: _failing_processes(state, env), 60, "processes to see it")
+        assert failing.returncode == 69, failing.stdout
+        checks = {c["check"]: c for c in json.loads(failing.stdout)["checks"]}
+        assert checks["broker"]["status"] == "fail"
+        assert f"127.0.0.1:{kafka_port}" in checks["broker"]["detail"]
+        assert checks["redis"]["status"] == "pass"
+        assert checks["topics"]["status"] == "skip"
+        for name in processes:
+            assert checks[name]["status"] == "fail" and "broker" in checks[name]["detail"]
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGINT)
@@ -99,6 +149,7 @@ def test_dev_on_fresh_state_dir_gets_ready_delivers_demo_and_stops_cleanly(
         reader.join(10)
         assert proc.stdout is not None
         proc.stdout.close()
+        errors.close()
     assert code == 0, "".join(lines)
     assert lines[-1].strip() == "vigil dev: stopped"
     assert not _answers(kafka_port) and not _answers(redis_port)

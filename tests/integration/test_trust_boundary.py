@@ -66,6 +66,7 @@ class Stack:
             f'[destinations.ops-hook]\nkind = "webhook"\nurl = "http://127.0.0.1:9/x"\n'
             f'secret_env = "{SECRET}"\n\n'
             f'[run]\nallow_dir = "{root}"\n\n'
+            '[metrics]\nlisten = "127.0.0.1:0"\n\n'
             f'[instance]\nid = "{prefix}"\n\n{extra}'
         )
         self.env = {

@@ -1,8 +1,10 @@
 """The CLI's side of the control socket: one JSON request line out, one response line back.
 
 Owns :func:`call`, which connects to the daemon's Unix socket, writes the request, reads one
-line and parses it as a :class:`VerbResponse`. No daemon there is a clear :class:`ConfigError`
-that says how to start one; a daemon that closes without answering is a :class:`VigilError`.
+line and parses it as a :class:`VerbResponse`; a daemon still starting (``starting``: its
+control grant is not in place yet) is asked again for a while. No daemon there is a clear
+:class:`ConfigError` that says how to start one; a daemon that closes without answering is a
+:class:`VigilError`.
 
 Left out: finding the socket path (``pipeline.control.socket.server.default_socket_path``) and
 printing.
@@ -12,24 +14,42 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 from pathlib import Path
 from typing import Any, Final
 
 from pydantic import ValidationError
 
-from pipeline.control.verbs import VerbResponse
+from pipeline.control.verbs import ErrorKind, VerbResponse
 from pipeline.rules.errors import ConfigError, VigilError
 
-__all__ = ["DEFAULT_TIMEOUT_S", "call"]
+__all__ = ["DEFAULT_TIMEOUT_S", "STARTING_WAIT_S", "call"]
 
 DEFAULT_TIMEOUT_S: Final = 300.0  # a prompt or query waits for the agent
+STARTING_WAIT_S: Final = 20.0  # a daemon that is starting gets this long to be ready
+_STARTING_PAUSE_S: Final = 0.5
 _MAX_RESPONSE: Final = 16 * 1024 * 1024
 
 
 def call(
-    path: Path, request: dict[str, Any], *, timeout_s: float = DEFAULT_TIMEOUT_S
+    path: Path,
+    request: dict[str, Any],
+    *,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    starting_wait_s: float = STARTING_WAIT_S,
 ) -> VerbResponse:
-    """Send ``request`` to the daemon at ``path`` and return its answer."""
+    """Send ``request`` to the daemon at ``path`` and return its answer; a daemon that answers
+    ``starting`` is asked again every half second for up to ``starting_wait_s``."""
+    deadline = time.monotonic() + starting_wait_s
+    while True:
+        response = _call_once(path, request, timeout_s)
+        starting = response.error is not None and response.error.code is ErrorKind.STARTING
+        if not starting or time.monotonic() >= deadline:
+            return response
+        time.sleep(_STARTING_PAUSE_S)
+
+
+def _call_once(path: Path, request: dict[str, Any], timeout_s: float) -> VerbResponse:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(timeout_s)
     try:

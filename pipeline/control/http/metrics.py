@@ -1,0 +1,77 @@
+"""What the HTTP API counts: requests by method, route template and status, and their latency.
+
+Owns :class:`RequestMetrics`, a plain ASGI middleware (no body buffering) that labels each
+request by its route's template (``/v1/watches/{watcher_id}``, never the raw path, so label
+values stay bounded whatever callers send; an unmatched path is ``unmatched``).
+
+Leaves out serving the numbers (the process's metrics listener, ``pipeline.ops.health``).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from pipeline.runtime.metrics import per_registry
+
+__all__ = ["ApiMetrics", "RequestMetrics", "api_metrics"]
+
+
+@dataclass(frozen=True, slots=True)
+class ApiMetrics:
+    requests: Counter  # labels: method, route, status
+    seconds: Histogram  # labels: method, route
+
+
+def _create(registry: CollectorRegistry) -> ApiMetrics:
+    return ApiMetrics(
+        requests=Counter(
+            "vigil_api_requests",
+            "HTTP API requests by method, route template and status code.",
+            ["method", "route", "status"],
+            registry=registry,
+        ),
+        seconds=Histogram(
+            "vigil_api_request_seconds",
+            "HTTP API request latency by method and route template.",
+            ["method", "route"],
+            registry=registry,
+        ),
+    )
+
+
+api_metrics = per_registry(_create)
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+
+class RequestMetrics:
+    """Count and time every HTTP request passing through."""
+
+    def __init__(self, app: ASGIApp, *, registry: CollectorRegistry = REGISTRY) -> None:
+        self._app = app
+        self._metrics = api_metrics(registry)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self._app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = [500]
+
+        async def observe(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = int(message["status"])
+            await send(message)
+
+        try:
+            await self._app(scope, receive, observe)
+        finally:
+            route = scope.get("route")
+            template = str(getattr(route, "path", "unmatched"))
+            method = str(scope.get("method", "GET"))
+            method = method if method in _METHODS else "other"
+            self._metrics.requests.labels(method, template, str(status[0])).inc()
+            self._metrics.seconds.labels(method, template).observe(time.perf_counter() - started)
