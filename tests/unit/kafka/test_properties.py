@@ -67,7 +67,7 @@ def test_references_are_read_from_the_environment_and_named_secret() -> None:
 
 def test_a_missing_variable_is_a_one_line_config_error() -> None:
     config = parse_config({"kafka": {"client": SASL}})
-    with pytest.raises(ConfigError, match="kafka.client.sasl_password_env: the variable"):
+    with pytest.raises(ConfigError, match=r"kafka\.client\.sasl_password_env: the variable"):
         config.kafka.client_properties({})
 
 
