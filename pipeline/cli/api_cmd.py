@@ -11,10 +11,12 @@ Left out: the routes (``pipeline.control.http.api``) and the MCP server (``vigil
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import signal
 import socket
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from typing import Any, Final
 
@@ -157,9 +159,10 @@ def api(state: CliState, listen: str | None, print_openapi: bool, log_level: str
     click.echo(f"vigil api listening on http://{host}:{bound[1]}", err=True)
     app = create_app(services)
     app.add_middleware(RequestMetrics)
+    server = _quiet_exit_server(uvicorn.Config(app, log_level=log_level))
     health = serve_health(config, "api", config.instance.resolved_id())
     health.add("api", lambda: services.ledger.ready())
-    server = uvicorn.Server(uvicorn.Config(app, log_level=log_level))
+    health.add("http", lambda: None if server.started else "starting: not serving HTTP yet")
     try:
         server.run(sockets=[sock])
     finally:
@@ -202,3 +205,22 @@ def mcp(state: CliState, principal_name: str) -> None:
         serve_stdio(build_server(commands, agent))
     finally:
         commands.close()
+
+
+def _quiet_exit_server(config: Any) -> Any:
+    """A uvicorn server that stops gracefully on SIGTERM/SIGINT and then exits 0, instead of
+    raising the signal again once stopped (uvicorn's default: the exit status would be -15)."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            handled = (signal.SIGINT, signal.SIGTERM)
+            originals = {sig: signal.signal(sig, self.handle_exit) for sig in handled}
+            try:
+                yield
+            finally:
+                for sig, handler in originals.items():
+                    signal.signal(sig, handler)
+
+    return Server(config)
