@@ -348,6 +348,7 @@ class PrincipalConfig(_Section):
     tenant_id: Id
     user_id: Id
     session_id: Id | None = None
+    sources: tuple[Id, ...] = Field(default=(), max_length=10_000)  # a publisher's source ids
 
     @model_validator(mode="after")
     def _session_bound(self) -> PrincipalConfig:
@@ -355,6 +356,8 @@ class PrincipalConfig(_Section):
             raise ValueError("system is vigil's own principal and cannot be configured")
         if self.role in (Role.AGENT, Role.SCOPED_CHAT) and self.session_id is None:
             raise ValueError(f"a {self.role.value} principal needs session_id")
+        if (self.role is Role.PUBLISHER) != bool(self.sources):
+            raise ValueError("sources: a publisher principal names its source ids; no other does")
         return self
 
 

@@ -16,6 +16,7 @@ import json
 import logging
 import signal
 import socket
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from typing import Any, Final
@@ -34,12 +35,15 @@ from pipeline.control.http.backend import ClientPool, LedgerStore
 from pipeline.control.http.metrics import RequestMetrics
 from pipeline.control.run import RunStarted
 from pipeline.crypto import KeyEncryptionKeys, generate_kek_text
-from pipeline.rules.authz import Principal
-from pipeline.rules.errors import ConfigError
+from pipeline.records.event import EventLine
+from pipeline.rules.authz import Principal, Role
+from pipeline.rules.errors import BrokerError, ConfigError, DefinitionError
+from producers.publish.publisher import EventPublisher
 
 __all__ = ["api", "build_services", "mcp", "openapi_document"]
 
 _POOL: Final = 4
+_EVENTS_FLUSH_S: Final = 10.0  # a batch the broker has not acknowledged by then is a 503
 
 
 class _NotOverHttp:
@@ -61,6 +65,40 @@ class _NotOverHttp:
         schedule_time: datetime | None = None,
     ) -> RunStarted:
         raise ConfigError("scripts are started by `vigil daemon`, not over HTTP")
+
+
+class SdkEvents:
+    """``POST /v1/events`` through the publisher SDK: one :class:`EventPublisher`, one batch at
+    a time (the SDK's producer is not shared between batches' flushes)."""
+
+    def __init__(self, config: VigilConfig) -> None:
+        self._publisher = EventPublisher(config)
+        self._lock = threading.Lock()
+
+    def publish(self, events: Sequence[tuple[EventLine, datetime]]) -> list[str | None]:
+        verdicts: list[str | None] = []
+        with self._lock:
+            for line, observed_at in events:
+                try:
+                    self._publisher.publish(
+                        line.source_id,
+                        line.event_type,
+                        line.event_id,
+                        line.payload,
+                        observed_at,
+                        cursor=line.cursor,
+                        envelope_id=line.envelope_id,
+                    )
+                except DefinitionError as exc:
+                    verdicts.append(str(exc))
+                    continue
+                verdicts.append(None)
+            self._publisher.flush(_EVENTS_FLUSH_S)
+        return verdicts
+
+    def close(self) -> None:
+        with contextlib.suppress(BrokerError):
+            self._publisher.flush(_EVENTS_FLUSH_S)
 
 
 def build_services(
@@ -86,17 +124,25 @@ def build_services(
         subject = Subjecthood(who.tenant_id, who.user_id, chats, zone)
         return Dispatcher(subject, commands=commands, agent=not_here, runner=not_here, clock=clock)
 
+    events = SdkEvents(config)
     services = ApiServices(
         tokens=TokenDirectory.from_config(config.principals),
         commands=commands,
         ledger=ledger,
         schedules=schedules,
         max_body=config.api.max_body,
+        events=events,
+        publishers={
+            name: frozenset(p.sources)
+            for name, p in config.principals.items()
+            if p.role is Role.PUBLISHER
+        },
     )
 
     def close() -> None:
         commands.close()
         ledger.close()
+        events.close()
 
     return services, close
 

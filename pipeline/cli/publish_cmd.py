@@ -10,57 +10,19 @@ Left out: the checks and the producer (``producers.publish.publisher``).
 
 from __future__ import annotations
 
-import json
 import time
-from typing import Any, Final, TextIO
+from typing import Final, TextIO
 
 import click
-from pydantic import BaseModel, ConfigDict, StrictStr, ValidationError
 
 from pipeline.cli.context import CliState, pass_state
+from pipeline.records.event import EventLine, parse_event_line
 from pipeline.rules.errors import DefinitionError
-from pipeline.rules.instants import parse_instant
 from producers.publish.publisher import EventPublisher
 
 __all__ = ["EventLine", "parse_event_line", "publish"]
 
 _PROGRESS_INTERVAL_S: Final = 1.0
-
-
-class EventLine(BaseModel):
-    """One line of input, as documented in DESIGN.md §9."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    source_id: StrictStr
-    event_type: StrictStr
-    event_id: StrictStr
-    observed_at: StrictStr
-    cursor: StrictStr | None = None
-    envelope_id: StrictStr | None = None
-    payload: Any = {}
-
-
-def _no_constants(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-def parse_event_line(text: str) -> tuple[EventLine, Any]:
-    """The validated line and its observed_at instant; :class:`DefinitionError` otherwise."""
-    try:
-        data = json.loads(text, parse_constant=_no_constants)
-    except ValueError as exc:
-        raise DefinitionError(f"not JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise DefinitionError("expected a JSON object")
-    try:
-        line = EventLine.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        field = ".".join(str(part) for part in first["loc"])
-        message = "unknown key" if first["type"] == "extra_forbidden" else first["msg"]
-        raise DefinitionError(message, field) from None
-    return line, parse_instant(line.observed_at, "observed_at")
 
 
 class _Progress:

@@ -10,15 +10,18 @@ once however many watchers an input reaches (ticks use it too).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Final
+
+from pydantic import BaseModel, ConfigDict, StrictStr, ValidationError
 
 from pipeline.records.codec import parse_json
 from pipeline.rules.bounds import SAFE_JSON_INT, check_instant
 from pipeline.rules.errors import DefinitionError, SerdeError
 from pipeline.rules.evidence import Evidence, EvidenceKind
-from pipeline.rules.instants import utc
+from pipeline.rules.instants import parse_instant, utc
 from pipeline.rules.keys import canonical_json
 
 __all__ = [
@@ -26,10 +29,13 @@ __all__ = [
     "MAX_CURSOR_BYTES",
     "MAX_ID_BYTES",
     "MAX_PAYLOAD_BYTES",
+    "EventLine",
     "SharedEvidence",
     "checked_instant",
+    "event_line",
     "event_record",
     "evidence_from_event",
+    "parse_event_line",
     "payload_object",
 ]
 
@@ -139,3 +145,48 @@ def evidence_from_event(value: Mapping[str, Any], position: str) -> Evidence:
         payload=payload_object(value.get("payload")),
         position=position,
     )
+
+
+# --- what a publisher writes: one event object of DESIGN.md §9 -----------------------------
+
+
+class EventLine(BaseModel):
+    """One event as a publisher writes it (DESIGN.md §9): a ``vigil publish`` line, an item of
+    ``POST /v1/events``. :func:`event_record` checks the values; this checks the shape."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    source_id: StrictStr
+    event_type: StrictStr
+    event_id: StrictStr
+    observed_at: StrictStr
+    cursor: StrictStr | None = None
+    envelope_id: StrictStr | None = None
+    payload: Any = {}
+
+
+def _no_constants(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def parse_event_line(text: str) -> tuple[EventLine, datetime]:
+    """The validated line and its observed_at instant; :class:`DefinitionError` otherwise."""
+    try:
+        data = json.loads(text, parse_constant=_no_constants)
+    except ValueError as exc:
+        raise DefinitionError(f"not JSON: {exc}") from None
+    return event_line(data)
+
+
+def event_line(data: object) -> tuple[EventLine, datetime]:
+    """An already-parsed event object, validated; :class:`DefinitionError` naming the field."""
+    if not isinstance(data, dict):
+        raise DefinitionError("expected a JSON object")
+    try:
+        line = EventLine.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(part) for part in first["loc"])
+        message = "unknown key" if first["type"] == "extra_forbidden" else first["msg"]
+        raise DefinitionError(message, field) from None
+    return line, parse_instant(line.observed_at, "observed_at")

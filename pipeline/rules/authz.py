@@ -65,6 +65,7 @@ class Role(StrEnum):
     AGENT = "agent"
     SCOPED_CHAT = "scoped_chat"
     OPERATOR = "operator"
+    PUBLISHER = "publisher"  # publishes events of its configured sources; nothing else
     SYSTEM = "system"
 
 
@@ -252,6 +253,7 @@ _ROLE_VERBS: dict[Role, frozenset[Verb]] = {
     Role.SCOPED_CHAT: frozenset({Verb.SEND, Verb.PROMPT, Verb.QUERY}),
     Role.OPERATOR: frozenset(Verb),
     Role.SYSTEM: frozenset({Verb.CLOSE}),
+    Role.PUBLISHER: frozenset(),  # events only (POST /v1/events): no control-plane verb
 }
 
 

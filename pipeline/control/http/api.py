@@ -25,6 +25,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from pipeline.control.http import events as http_events
 from pipeline.control.http import grants as http_grants
 from pipeline.control.http import ledger as http_ledger
 from pipeline.control.http import watches as http_watches
@@ -56,7 +57,7 @@ def create_app(services: ApiServices) -> FastAPI:
     app.state.services = services
     app.add_middleware(EdgeGuard, tokens=services.tokens, max_body=services.max_body)
     _install_error_handlers(app)
-    for module in (http_watches, http_ledger, http_grants):
+    for module in (http_watches, http_ledger, http_grants, http_events):
         app.include_router(module.router)
 
     @app.get("/healthz", response_model=Health, summary="Liveness")

@@ -13,8 +13,9 @@ Left out: the routes (``watches``, ``ledger``, ``grants``) and the app
 (``api``).
 """
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Annotated, Any, Final, Literal, Protocol
 
 from fastapi import Depends, Header, Query, Request
@@ -32,6 +33,7 @@ from pipeline.control.http.auth import (
 from pipeline.control.http.guard import DEFAULT_MAX_BODY, PRINCIPAL
 from pipeline.control.http.models import REF_PATTERN, ErrorBody
 from pipeline.control.verbs import VerbResponse
+from pipeline.records.event import EventLine
 from pipeline.rules.authz import Principal
 from pipeline.rules.commands.model import CommandVerb
 from pipeline.rules.errors import BrokerError, DefinitionError, SerdeError
@@ -40,6 +42,7 @@ __all__ = [
     "MAX_LONG",
     "ApiServices",
     "Caller",
+    "EventsPort",
     "LedgerPort",
     "SchedulePort",
     "Services",
@@ -76,6 +79,14 @@ class SchedulePort(Protocol):
     def handle(self, body: object, principal: Principal) -> VerbResponse: ...
 
 
+class EventsPort(Protocol):
+    """The publisher SDK's seam (``producers.publish``, wired by ``vigil api``): each event
+    checked and placed as the SDK does, the batch flushed; per event ``None`` (accepted) or why
+    it was refused. A broker that does not acknowledge raises :class:`BrokerError`."""
+
+    def publish(self, events: Sequence[tuple[EventLine, datetime]]) -> list[str | None]: ...
+
+
 @dataclass(frozen=True, slots=True)
 class ApiServices:
     tokens: TokenDirectory
@@ -83,6 +94,8 @@ class ApiServices:
     ledger: LedgerPort
     schedules: Callable[[Principal], SchedulePort]
     max_body: int = DEFAULT_MAX_BODY
+    events: EventsPort | None = None  # None: this API takes no events
+    publishers: Mapping[str, frozenset[str]] = field(default_factory=dict)  # name → source ids
 
 
 def _services(request: Request) -> ApiServices:
