@@ -14,6 +14,10 @@
 # KAFKA_STOP_TIMEOUT (30 s), KAFKA_HEAP ("-Xms256m -Xmx1g": a test run creates thousands of
 # topics, and the broker's heap grows with them), JAVA_HOME, MVN, VIGIL_PYTHON (a python with
 # confluent-kafka).
+# A SASL_SSL listener as well (Kafka only): KAFKA_SASL_PORT (unset: none), KAFKA_SSL_KEYSTORE (a
+# PEM file: the broker's unencrypted PKCS#8 key, then its certificate chain), KAFKA_SASL_JAAS (a
+# file holding the listener's PLAIN login module line, with its user_NAME="password" entries).
+# The PLAINTEXT listener stays for the broker's own traffic and for `status`.
 # A stop then start keeps topics, records and committed offsets (Kafka; Tansu keeps nothing).
 # This script owns the broker process and its data dir; creating vigil's topics is `vigil topics`.
 set -euo pipefail
@@ -97,15 +101,22 @@ fetch() {
 
 write_config() {
   mkdir -p "$KAFKA_DATA_DIR/data"
+  local sasl_listener="" sasl_map=""
+  if [[ -n "${KAFKA_SASL_PORT:-}" ]]; then
+    [[ -r "${KAFKA_SSL_KEYSTORE:-}" ]] || die "KAFKA_SASL_PORT needs KAFKA_SSL_KEYSTORE: a readable PEM file"
+    [[ -r "${KAFKA_SASL_JAAS:-}" ]] || die "KAFKA_SASL_PORT needs KAFKA_SASL_JAAS: a readable file"
+    sasl_listener=",SASL_SSL://127.0.0.1:$KAFKA_SASL_PORT"
+    sasl_map=",SASL_SSL:SASL_SSL"
+  fi
   cat >"$KAFKA_DATA_DIR/server.properties" <<EOF
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:$KAFKA_CONTROLLER_PORT
-listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$KAFKA_CONTROLLER_PORT
-advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT
+listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$KAFKA_CONTROLLER_PORT$sasl_listener
+advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT$sasl_listener
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT$sasl_map
 log.dirs=$KAFKA_DATA_DIR/data
 num.partitions=1
 offsets.topic.replication.factor=1
@@ -118,6 +129,15 @@ share.coordinator.state.topic.min.isr=1
 group.initial.rebalance.delay.ms=0
 log.cleaner.dedupe.buffer.size=2097152
 EOF
+  if [[ -n "${KAFKA_SASL_PORT:-}" ]]; then
+    cat >>"$KAFKA_DATA_DIR/server.properties" <<EOF
+sasl.enabled.mechanisms=PLAIN
+listener.name.sasl_ssl.sasl.enabled.mechanisms=PLAIN
+listener.name.sasl_ssl.plain.sasl.jaas.config=$(tr -d '\n' <"$KAFKA_SASL_JAAS")
+listener.name.sasl_ssl.ssl.keystore.type=PEM
+listener.name.sasl_ssl.ssl.keystore.location=$KAFKA_SSL_KEYSTORE
+EOF
+  fi
   cat >"$KAFKA_DATA_DIR/log4j2.properties" <<'EOF'
 status = error
 appender.console.type = Console

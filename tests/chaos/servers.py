@@ -19,7 +19,7 @@ import re
 import signal
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
@@ -72,6 +72,7 @@ class OwnKafka:
     port: int
     controller_port: int
     data_dir: Path
+    extra_env: dict[str, str] = field(default_factory=dict)  # e.g. a SASL_SSL listener's
 
     @property
     def bootstrap(self) -> str:
@@ -85,6 +86,7 @@ class OwnKafka:
             "KAFKA_CONTROLLER_PORT": str(self.controller_port),
             "KAFKA_DATA_DIR": str(self.data_dir),
             "KAFKA_START_TIMEOUT": "120",
+            **self.extra_env,
         }
 
     def start(self) -> str:
