@@ -45,6 +45,8 @@ from pipeline.kafka.properties import ClientProperties, property_name
 from pipeline.kafka.properties import Role as PropertyRole
 from pipeline.kafka.properties import check as check_properties
 from pipeline.kafka.topics import DEFAULT_PARTITIONS, DEFAULT_PREFIX, Topology
+from pipeline.redis.connect import SCHEMES as REDIS_SCHEMES
+from pipeline.redis.connect import parse_url as parse_redis_url
 from pipeline.rules.authz import Role
 from pipeline.rules.budgets import MAX_AMOUNT, BudgetCaps, BudgetCeilings
 from pipeline.rules.commands.limits import Limits
@@ -136,9 +138,17 @@ def _sha256_hex(value: object) -> object:
 
 
 def _redis_url(value: SecretStr) -> SecretStr:
-    scheme = urlsplit(value.get_secret_value()).scheme
-    if scheme not in ("redis", "rediss", "unix"):
-        raise ValueError("expected a redis://, rediss:// or unix:// URL")
+    text = value.get_secret_value()
+    scheme = text.partition("://")[0]
+    if scheme not in REDIS_SCHEMES:
+        raise ValueError(
+            "expected a redis://, rediss://, unix://, redis+cluster:// or redis+sentinel:// URL"
+        )
+    if "+" in scheme:
+        try:
+            parse_redis_url(text)
+        except ValueError as exc:
+            raise ValueError(str(exc)) from None
     return value
 
 

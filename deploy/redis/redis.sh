@@ -5,9 +5,15 @@
 #   deploy/redis/redis.sh start     install if needed, start, wait for PONG, print the version
 #   deploy/redis/redis.sh stop      SIGTERM, wait for a clean exit, SIGKILL after the timeout
 #   deploy/redis/redis.sh status    exit 0 when a Redis answers PING on REDIS_PORT, else 1
+#   deploy/redis/redis.sh cluster-start   a Redis Cluster of masters on REDIS_CLUSTER_PORTS, each a
+#                                   redis-server of its own (REDIS_DIR/<port>), slots assigned
+#                                   by redis-cli --cluster create; waits for cluster_state:ok
+#   deploy/redis/redis.sh cluster-stop    stop every node of REDIS_CLUSTER_PORTS
 #
 # Settings (environment): REDIS_PORT (6379), REDIS_DIR (${VIGIL_STATE:-~/.local/state/vigil}/redis),
-# REDIS_APPENDONLY (yes|no, default yes), REDIS_START_TIMEOUT (20 s), REDIS_STOP_TIMEOUT (20 s).
+# REDIS_APPENDONLY (yes|no, default yes), REDIS_START_TIMEOUT (20 s), REDIS_STOP_TIMEOUT (20 s),
+# REDIS_CLUSTER (yes: start this one node cluster-enabled), REDIS_CLUSTER_PORTS ("7000 7001 7002"),
+# REDIS_CLUSTER_BUS_OFFSET (10000: a node's cluster bus listens on its port plus this).
 # This script owns the process and its directory; what vigil stores in Redis is pipeline/redis/.
 set -euo pipefail
 
@@ -79,9 +85,14 @@ start() {
   port_busy "$REDIS_PORT" && die "port $REDIS_PORT is in use: stop what listens there or set REDIS_PORT"
   mkdir -p "$REDIS_DIR"
   rm -f "$pidfile"
+  local cluster=()
+  if [[ "${REDIS_CLUSTER:-no}" == yes ]]; then
+    cluster=(--cluster-enabled yes --cluster-config-file "$REDIS_DIR/nodes.conf"
+      --cluster-node-timeout 5000 --cluster-port $((REDIS_PORT + ${REDIS_CLUSTER_BUS_OFFSET:-10000})))
+  fi
   redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --dir "$REDIS_DIR" --daemonize yes \
     --pidfile "$pidfile" --logfile "$logfile" --appendonly "$REDIS_APPENDONLY" --save "" \
-    </dev/null >/dev/null 2>&1 || { tail -n 5 "$logfile" >&2 || true; die "redis-server did not start: see $logfile"; }
+    "${cluster[@]}" </dev/null >/dev/null 2>&1 || { tail -n 5 "$logfile" >&2 || true; die "redis-server did not start: see $logfile"; }
   local deadline=$((SECONDS + REDIS_START_TIMEOUT))
   until answers; do
     if ((SECONDS >= deadline)); then
@@ -113,11 +124,47 @@ status() {
   return 1
 }
 
+cluster_ports() {
+  [[ -n "${REDIS_CLUSTER_PORTS:-}" ]] || die "set REDIS_CLUSTER_PORTS to the nodes' ports (\"7000 7001 7002\")"
+  echo "$REDIS_CLUSTER_PORTS"
+}
+
+cluster_start() {
+  local port nodes=() base="$REDIS_DIR"
+  command -v redis-cli >/dev/null 2>&1 || die "redis-cli not found: it ships with redis-server (apt-get install redis-tools)"
+  for port in $(cluster_ports); do
+    REDIS_PORT="$port" REDIS_DIR="$base/$port" REDIS_CLUSTER=yes bash "${BASH_SOURCE[0]}" start
+    nodes+=("127.0.0.1:$port")
+  done
+  local first="${nodes[0]#*:}"
+  if ! redis-cli -p "$first" cluster info 2>/dev/null | grep -q '^cluster_state:ok'; then
+    redis-cli --cluster create "${nodes[@]}" --cluster-replicas 0 --cluster-yes \
+      </dev/null >"$base/cluster-create.log" 2>&1 || die "redis-cli --cluster create failed: see $base/cluster-create.log"
+  fi
+  local deadline=$((SECONDS + REDIS_START_TIMEOUT))
+  for port in $(cluster_ports); do
+    until redis-cli -p "$port" cluster info 2>/dev/null | grep -q '^cluster_state:ok'; do
+      ((SECONDS < deadline)) || die "the cluster is not ok within ${REDIS_START_TIMEOUT}s (node $port)"
+      sleep 0.2
+    done
+  done
+  say "Redis Cluster of ${#nodes[@]} masters up on ${nodes[*]}"
+}
+
+cluster_stop() {
+  local port base="$REDIS_DIR"
+  for port in $(cluster_ports); do
+    REDIS_PORT="$port" REDIS_DIR="$base/$port" bash "${BASH_SOURCE[0]}" stop
+  done
+}
+
 case "${1:-}" in
   install) install;;
+  cluster-start) cluster_start;;
+  cluster-stop) cluster_stop;;
   start) start;;
   stop) stop;;
   status) status;;
   version) install; redis-server --version;;
-  *) die "usage: redis.sh install|start|stop|status|version";;
+  *) die "usage: redis.sh install|start|stop|status|version|cluster-start|cluster-stop";;
 esac

@@ -23,6 +23,15 @@ one hash per scope and window, where ``<prefix>`` is the deployment namespace's
 ``<prefix>{<hex(subject)>}:*`` matches that subject's keys and no other's. The braces are a
 Redis Cluster hash tag: every key of one subject lives in one slot.
 
+On a Redis Cluster a batch is split by hash slot and sent as one call per slot (each charge
+still one script run on one slot): every key of a subject carries the subject as its hash tag,
+so one subject's charges share a slot while subjects spread over the masters. One tag for every
+key would keep a batch in one call but put all budgets on one master, which is what a cluster
+is meant to avoid. With Sentinel, the client asks for the current master again after a
+failover; a charge during one fails (``BudgetStoreError``: the caller defers) and is retried
+with the same token later, so it is charged once — unless the old master had not replicated the
+token yet, the one window Redis's asynchronous replication leaves open.
+
 Leaves out the rules (``pipeline.rules.budgets``: caps, windows, verdicts) and what a verdict
 means for a watcher or a delivery.
 """
@@ -39,8 +48,10 @@ from types import MappingProxyType
 import redis
 import rfc8785
 from redis.backoff import NoBackoff
+from redis.crc import key_slot
 from redis.retry import Retry
 
+from pipeline.redis.connect import connect, is_cluster
 from pipeline.rules.budgets import (
     MAX_AMOUNT,
     BudgetCaps,
@@ -110,6 +121,7 @@ class RedisBudgets:
         self._client = client
         self._prefix = key_prefix
         self._batch = client.register_script(_BATCH_SCRIPT)
+        self._cluster = is_cluster(client)  # a batch goes out as one call per hash slot
         # Window keys by window length: the window's start, and each scope's key in it. A new
         # window replaces its whole map, so keys of gone watchers do not pile up.
         self._keys: dict[timedelta, tuple[datetime, dict[BudgetScope, str]]] = {}
@@ -121,8 +133,7 @@ class RedisBudgets:
         """A store over a client of ``url`` with short socket timeouts, so an outage is a quick
         ``BudgetStoreError`` (defer) rather than a stalled loop; ``quick_retry``: one immediate
         retry instead of redis-py's backoff (the ticker: an outage defers watchers for a step)."""
-        retry = {"retry": Retry(NoBackoff(), 1)} if quick_retry else {}
-        client = redis.Redis.from_url(url, socket_timeout=2.0, socket_connect_timeout=2.0, **retry)
+        client = connect(url, timeout_s=2.0, retry=Retry(NoBackoff(), 1) if quick_retry else None)
         return cls(client, key_prefix=key_prefix)
 
     def close(self) -> None:
@@ -181,12 +192,32 @@ class RedisBudgets:
             if key is None:
                 key = window_keys[charge.scope] = self.window_key(charge.scope, caps, now)
             keys.append(key)
-        payload = json.dumps(specs, ensure_ascii=False, separators=(",", ":"))
         with _translated("charge a budget"):
-            reply = _text(self._batch(keys=keys, args=[payload])).split(",")
+            reply = self._send(keys, specs)
         if len(reply) != len(charges):
             raise BudgetStoreError(f"budget store answered {len(reply)} of {len(charges)}")
         return [_check(charge, answer) for charge, answer in zip(charges, reply, strict=True)]
+
+    def _send(self, keys: list[str], specs: list[list[str]]) -> list[str]:
+        """The batch script's replies, in order: one call, or on a Redis Cluster one call per
+        hash slot (a subject's keys share one: its hash tag), answers put back in order."""
+        if not self._cluster:
+            return self._call(keys, specs)
+        by_slot: dict[int, list[int]] = {}
+        for index, key in enumerate(keys):
+            by_slot.setdefault(key_slot(key.encode()), []).append(index)
+        reply = [""] * len(keys)
+        for indexes in by_slot.values():
+            answers = self._call([keys[i] for i in indexes], [specs[i] for i in indexes])
+            if len(answers) != len(indexes):
+                return answers  # the caller reports the short answer
+            for i, answer in zip(indexes, answers, strict=True):
+                reply[i] = answer
+        return reply
+
+    def _call(self, keys: list[str], specs: list[list[str]]) -> list[str]:
+        payload = json.dumps(specs, ensure_ascii=False, separators=(",", ":"))
+        return _text(self._batch(keys=keys, args=[payload])).split(",")
 
     def _window_keys(self, caps: BudgetCaps, now: datetime) -> dict[BudgetScope, str]:
         """The keys of ``now``'s window of this length, by scope, kept for the rest of it."""

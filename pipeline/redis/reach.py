@@ -13,7 +13,10 @@ from typing import Final
 from urllib.parse import urlsplit
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
+from pipeline.redis.connect import connect, parse_url
 from pipeline.rules.errors import UnavailableError
 
 __all__ = ["PROBE_TIMEOUT_S", "REDIS_KEY", "probe_redis", "redacted"]
@@ -24,6 +27,14 @@ REDIS_KEY: Final = "[redis] url"
 
 def redacted(url: str) -> str:
     """``scheme://host:port/db`` of ``url``: no user name, no password, no query."""
+    if "+" in url.partition("://")[0]:
+        try:
+            parsed = parse_url(url)
+        except ValueError:
+            return "(an unparsable Redis URL)"
+        hosts = ",".join(f"{h}:{p}" for h, p in parsed.hosts)
+        scheme = url.partition("://")[0]
+        return f"{scheme}://{hosts}/{parsed.service or ''}".rstrip("/")
     try:
         parts = urlsplit(url)
         port = f":{parts.port}" if parts.port else ""
@@ -38,9 +49,7 @@ def redacted(url: str) -> str:
 def probe_redis(url: str, timeout_s: float = PROBE_TIMEOUT_S) -> str:
     """The server's version, or :class:`UnavailableError` within about ``timeout_s``."""
     try:
-        client = redis.Redis.from_url(
-            url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s, retry=None
-        )
+        client = connect(url, timeout_s=timeout_s, retry=Retry(NoBackoff(), 0))
     except (ValueError, redis.RedisError) as exc:
         raise UnavailableError(
             "Redis", redacted(url), REDIS_KEY, "fix the URL", detail=type(exc).__name__
@@ -57,4 +66,6 @@ def probe_redis(url: str, timeout_s: float = PROBE_TIMEOUT_S) -> str:
         ) from None
     finally:
         client.close()
+    if isinstance(info, dict) and "redis_version" not in info:  # a cluster: info per node
+        info = next((v for v in info.values() if isinstance(v, dict)), {})
     return str(info.get("redis_version", "unknown"))

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-__all__ = ["OwnKafka", "OwnRedis", "ServerError", "worker_ports"]
+__all__ = ["OwnKafka", "OwnRedis", "OwnRedisCluster", "ServerError", "worker_ports"]
 
 ROOT: Final = Path(__file__).resolve().parents[2]
 KAFKA_SH: Final = ROOT / "deploy" / "kafka" / "kafka.sh"
@@ -142,3 +142,32 @@ class OwnRedis:
 
     def stop(self) -> str:
         return _run(REDIS_SH, "stop", self._env(), 60)
+
+
+@dataclass
+class OwnRedisCluster:
+    """A Redis Cluster of ``len(ports)`` masters from the project's ``redis.sh cluster-start``
+    (each node a redis-server of its own under ``data_dir/<port>``; its cluster bus on its port
+    plus ``bus_offset``), stopped by ``cluster-stop``."""
+
+    ports: tuple[int, ...]
+    data_dir: Path
+    bus_offset: int
+
+    @property
+    def url(self) -> str:
+        return "redis+cluster://" + ",".join(f"127.0.0.1:{port}" for port in self.ports)
+
+    def _env(self) -> dict[str, str]:
+        return {
+            "REDIS_CLUSTER_PORTS": " ".join(str(port) for port in self.ports),
+            "REDIS_CLUSTER_BUS_OFFSET": str(self.bus_offset),
+            "REDIS_DIR": str(self.data_dir),
+            "REDIS_APPENDONLY": "no",
+        }
+
+    def start(self) -> str:
+        return _run(REDIS_SH, "cluster-start", self._env(), 120)
+
+    def stop(self) -> str:
+        return _run(REDIS_SH, "cluster-stop", self._env(), 120)

@@ -1,8 +1,11 @@
-"""Budget counters against the real Redis: atomic all-or-nothing charges, idempotent tokens,
-window rollover, exact subject erasure, and Redis down → BudgetStoreError."""
+"""Budget counters against the real Redis — one server, and a 3-master Redis Cluster started by
+``redis.sh cluster-start`` — atomic all-or-nothing charges, idempotent tokens, window rollover,
+exact subject erasure, a batch over many subjects split by hash slot, and Redis down →
+BudgetStoreError."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -11,11 +14,15 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import redis
 from redis.backoff import NoBackoff
+from redis.cluster import RedisCluster
+from redis.crc import key_slot
 from redis.retry import Retry
 
 from pipeline.redis.budgets import EXPIRY_GRACE, RedisBudgets
+from pipeline.redis.connect import connect
 from pipeline.rules.budgets import BudgetCaps, BudgetScope, BudgetVerdict, Charge, Dimension
 from pipeline.rules.errors import BudgetStoreError
+from tests.chaos.servers import OwnRedisCluster, ServerError, worker_ports
 
 pytestmark = pytest.mark.integration
 
@@ -24,9 +31,24 @@ MINUTE = timedelta(minutes=1)
 D, A = Dimension.DELIVERIES, Dimension.ATTEMPTS
 
 
-@pytest.fixture
-def client(redis_url: str) -> Iterator[redis.Redis]:
-    connection = redis.Redis.from_url(redis_url)
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OwnRedisCluster]:
+    """A 3-master Redis Cluster of this test module's own, on this xdist worker's ports."""
+    base = worker_ports(slot=2)[0]
+    nodes = OwnRedisCluster((base, base + 1, base + 2), tmp_path_factory.mktemp("cluster"), 3)
+    try:
+        nodes.start()
+        yield nodes
+    finally:
+        with contextlib.suppress(ServerError):
+            nodes.stop()
+
+
+@pytest.fixture(params=["single", "cluster"])
+def client(request: pytest.FixtureRequest, redis_url: str) -> Iterator[redis.Redis]:
+    """The shared Redis, then a Redis Cluster: every budget test runs against both."""
+    url = redis_url if request.param == "single" else request.getfixturevalue("cluster").url
+    connection = connect(url)
     yield connection
     connection.close()
 
@@ -199,3 +221,23 @@ def test_redis_down_raises_budget_store_error(scope: BudgetScope) -> None:
     with pytest.raises(BudgetStoreError):
         budgets.erase_subject(scope.tenant_id, scope.user_id)
     down.close()
+
+
+def test_a_batch_over_many_subjects_charges_each_once_wherever_its_slot_lives(
+    budgets: RedisBudgets, client: redis.Redis, unique_name: Callable[[str], str]
+) -> None:
+    caps = BudgetCaps(window=MINUTE, deliveries=1)
+    scopes = [BudgetScope("acme", unique_name(f"u{n}"), "w") for n in range(24)]
+    batch = [Charge(s, caps, {D: 1}, f"tok-{n}") for n, s in enumerate(scopes)]
+    first = budgets.charge_many(batch, T0)
+    assert [c.verdict for c in first] == [BudgetVerdict.OK] * len(scopes)
+    again = budgets.charge_many(batch, T0)  # the same tokens: nothing charged twice
+    assert [c.verdict for c in again] == [BudgetVerdict.OK] * len(scopes)
+    fresh = [Charge(s, caps, {D: 1}, f"new-{n}") for n, s in enumerate(scopes)]
+    assert {c.verdict for c in budgets.charge_many(fresh, T0)} == {BudgetVerdict.EXHAUSTED}
+    for scope in scopes:
+        assert budgets.usage(scope, caps, T0)[D] == 1
+    if isinstance(client, RedisCluster):  # the subjects' keys spread over the masters
+        slots = {key_slot(budgets.window_key(s, caps, T0).encode()) for s in scopes}
+        owners = {client.nodes_manager.get_node_from_slot(slot).name for slot in slots}
+        assert len(owners) > 1, owners
