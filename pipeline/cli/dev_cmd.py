@@ -5,13 +5,15 @@ default ports when free, free ones otherwise), creates the topics, runs the comm
 evaluator, ticker, delivery, daemon and HTTP API as one supervised group (a crashed process is
 restarted with backoff; a live status line on stderr), loads a demo (grants, a watcher with a
 ``log`` destination, a schedule to the console chat, a stream of events), prints where metrics
-and the API listen and then ``ready``. SIGINT or SIGTERM stops the group and the servers.
+and the API listen and then ``ready``. SIGINT or SIGTERM stops the group and the servers; if
+``vigil dev`` dies any other way its children die with it (``pipeline.ops.guard``).
 
 Left out: the pieces themselves (``pipeline.ops.dev_stack``, ``pipeline.ops.supervisor``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -34,6 +36,7 @@ from pipeline.ops.dev_stack import (
     services,
     write_config,
 )
+from pipeline.ops.guard import Guard
 from pipeline.ops.supervisor import Supervisor
 from pipeline.rules.errors import VigilError
 
@@ -45,7 +48,9 @@ _UP_TIMEOUT_S: Final = 90.0
 
 
 def _say(text: str) -> None:
-    click.echo(f"vigil dev: {text}")
+    # A closed pipe (`make run | tee log` after Ctrl-C) must not stop the stopping.
+    with contextlib.suppress(OSError):
+        click.echo(f"vigil dev: {text}")
 
 
 @click.command()
@@ -79,6 +84,7 @@ def dev(
     (state / "logs").mkdir(parents=True, exist_ok=True)
     ports = DevPorts.choose(kafka_port, redis_port)
     servers = Servers(state, ports, state / "logs" / "servers.log")
+    guard = Guard(servers.stop_commands(), os.environ)  # stops them if we die uncleanly
     supervisor: Supervisor | None = None
     try:
         _say(f"state in {state}; starting {servers.broker} and redis")
@@ -109,6 +115,7 @@ def dev(
         if supervisor is not None:
             supervisor.stop()
         servers.stop()
+        guard.release()
         _say("stopped")
 
 

@@ -147,6 +147,19 @@ class Servers:
             raise ConfigError(f"{name}.sh {verb} failed ({out or 'see ' + str(self._log)})")
         return out
 
+    def stop_commands(self) -> list[list[str]]:
+        """The commands that stop both servers, with this stack's settings (for the guard)."""
+        env = self._env()
+        settings = [
+            f"{k}={env[k]}"
+            for k in ("VIGIL_STATE", "VIGIL_BROKER", "VIGIL_PYTHON", "KAFKA_PORT",
+                      "KAFKA_CONTROLLER_PORT", "KAFKA_DATA_DIR", "REDIS_PORT", "REDIS_DIR")
+        ]  # fmt: skip
+        return [
+            ["env", *settings, "bash", str(ROOT / "deploy" / name / f"{name}.sh"), "stop"]
+            for name in ("redis", "kafka")
+        ]
+
     def start(self) -> list[str]:
         """Start both; returns the scripts' one-line reports."""
         lines = []

@@ -4,7 +4,9 @@ Owns :class:`Service` (a command, its environment and log file) and :class:`Supe
 service runs in its own session (so a terminal's Ctrl-C reaches only the supervisor, which
 then stops the group in order); one that exits is restarted after a capped, doubling backoff
 that resets once it has stayed up a while; :meth:`Supervisor.stop` sends SIGTERM, waits, and
-SIGKILLs what is left. Time comes from an injectable monotonic function so tests can drive it.
+SIGKILLs what is left; each service also gets SIGTERM from the kernel if the supervisor dies
+without stopping it (``pipeline.ops.guard``). Time comes from an injectable monotonic function
+so tests can drive it.
 
 Leaves out what the services are (``pipeline.ops.dev_stack``) and the terminal
 (``pipeline.cli.dev_cmd``).
@@ -22,6 +24,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Final
+
+from pipeline.ops.guard import die_with_parent
 
 __all__ = ["Service", "ServiceState", "Supervisor"]
 
@@ -82,6 +86,7 @@ class Supervisor:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                preexec_fn=die_with_parent,  # only prctl, before exec
             )
         service.state = ServiceState.RUNNING
         service.started_at = self._clock()
