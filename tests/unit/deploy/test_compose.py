@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 import yaml
 
+from pipeline.ops.health import PROCESS_PORT_OFFSETS
+
 pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -65,7 +67,7 @@ def test_kafka_service_is_a_consistent_one_node_kraft_setup(compose: dict[str, A
 
 def test_compose_publishes_the_default_ports(compose: dict[str, Any]) -> None:
     def published(service: str) -> set[str]:
-        return {str(p).split(":")[0] for p in compose["services"][service]["ports"]}
+        return {str(p).split(":")[-2] for p in compose["services"][service]["ports"]}
 
     assert "9092" in published("kafka")
     assert (
@@ -75,6 +77,28 @@ def test_compose_publishes_the_default_ports(compose: dict[str, Any]) -> None:
     assert "6379" in published("redis")
     assert "9090" in published("prometheus")
     assert "3000" in published("grafana")
+    assert "9093" in published("alertmanager")
+
+
+def test_no_service_listens_on_all_interfaces(compose: dict[str, Any]) -> None:
+    for name, service in compose["services"].items():
+        for port in service.get("ports", []):
+            assert str(port).startswith("127.0.0.1:"), (name, port)
+
+
+def test_prometheus_sends_alerts_to_alertmanager_and_scrapes_every_process(
+    compose: dict[str, Any],
+) -> None:
+    config = yaml.safe_load((ROOT / "deploy" / "prometheus" / "prometheus.yml").read_text())
+    managers = config["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"]
+    assert managers == ["alertmanager:9093"]
+    mounted = compose["services"]["alertmanager"]["volumes"][0].split(":")[0]
+    routes = yaml.safe_load((ROOT / mounted).read_text())
+    assert routes["route"]["receiver"] in {r["name"] for r in routes["receivers"]}
+    (vigil,) = [job for job in config["scrape_configs"] if job["job_name"] == "vigil"]
+    targets = set(vigil["static_configs"][0]["targets"])
+    expected = {f"{name}:{9464 + offset}" for name, offset in PROCESS_PORT_OFFSETS.items()}
+    assert targets == expected
 
 
 def test_prometheus_mounts_a_config_that_exists_and_scrapes(compose: dict[str, Any]) -> None:
