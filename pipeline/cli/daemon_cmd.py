@@ -261,13 +261,16 @@ def daemon(state: CliState, socket_path: Path | None, log_level: str) -> None:
     health.add("control_grant", lambda: None if ready.is_set() else f"starting: {STARTING}")
     click.echo(f"vigil daemon listening on {path}", err=True)
     try:
-        while not stop.wait(0.5):
+        while not stop.wait(0.1):
             pass
     finally:
         for server in servers:
             server.close()
-        grant_thread.join(5.0)
         health.close()
-        granter.close()
+        # Stop within a second: a grant still being ensured is retried by the next start (it is
+        # idempotent), so its thread is not waited for, nor its client closed under it.
+        grant_thread.join(0.2)
+        if not grant_thread.is_alive():
+            granter.close()
         commands.close()
         click.echo("vigil daemon stopped", err=True)

@@ -137,7 +137,7 @@ class HealthServer:
         self._server = ThreadingHTTPServer((host, port), self._handler())
         self._server.daemon_threads = True
         self._threads = [
-            threading.Thread(target=self._server.serve_forever, name="health", daemon=True),
+            threading.Thread(target=self._serve, name="health", daemon=True),
             threading.Thread(target=self._check, name="readiness", daemon=True),
         ]
 
@@ -168,6 +168,9 @@ class HealthServer:
         for thread in self._threads:
             thread.start()
         return self
+
+    def _serve(self) -> None:
+        self._server.serve_forever(poll_interval=0.1)  # close() returns within 0.1 s
 
     def close(self) -> None:
         self._stop.set()
