@@ -80,15 +80,7 @@ class SdkEvents:
         with self._lock:
             for line, observed_at in events:
                 try:
-                    self._publisher.publish(
-                        line.source_id,
-                        line.event_type,
-                        line.event_id,
-                        line.payload,
-                        observed_at,
-                        cursor=line.cursor,
-                        envelope_id=line.envelope_id,
-                    )
+                    self._publisher.publish_line(line, observed_at)
                 except DefinitionError as exc:
                     verdicts.append(str(exc))
                     continue

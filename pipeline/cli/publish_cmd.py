@@ -65,15 +65,7 @@ def publish(state: CliState, source: TextIO, skip_invalid: bool, progress_every:
             seen += 1
             try:
                 line, observed_at = parse_event_line(text)
-                publisher.publish(
-                    line.source_id,
-                    line.event_type,
-                    line.event_id,
-                    line.payload,
-                    observed_at,
-                    cursor=line.cursor,
-                    envelope_id=line.envelope_id,
-                )
+                publisher.publish_line(line, observed_at)
             except DefinitionError as exc:
                 rejected += 1
                 click.echo(f"line {number}: {exc}", err=True)

@@ -24,7 +24,7 @@ from pipeline.kafka.partitioner import partition_for
 from pipeline.kafka.schema_catalog import register_schemas
 from pipeline.kafka.serde import SchemaRegistry, default_registry
 from pipeline.kafka.topics import Topic, Topology
-from pipeline.records.event import EVENT, event_record
+from pipeline.records.event import EVENT, EventLine, event_record
 from pipeline.rules.errors import BrokerError, TopologyError
 
 __all__ = ["EventPublisher"]
@@ -107,6 +107,19 @@ class EventPublisher:
             self._register()
             self._checked = True
         self._producer.produce(self._topic, key, value, partition_for(key, self._partitions))
+
+    def publish_line(self, line: EventLine, observed_at: datetime) -> None:
+        """Queue one event as a publisher wrote it (a ``vigil publish`` line, an item of
+        ``POST /v1/events``), its shape checked by :func:`~pipeline.records.event.event_line`."""
+        self.publish(
+            line.source_id,
+            line.event_type,
+            line.event_id,
+            line.payload,
+            observed_at,
+            cursor=line.cursor,
+            envelope_id=line.envelope_id,
+        )
 
     def flush(self, timeout: float = 30.0) -> None:
         """Wait until every queued event is acknowledged, or raise :class:`BrokerError`."""
