@@ -233,11 +233,10 @@ def mcp(state: CliState, principal_name: str) -> None:
     agent = TokenDirectory.from_config(config.principals).principal(principal_name)
     if agent is None:
         raise ConfigError(f"no [principals.{principal_name}] is configured")
+    keks = config.privacy.keks()
+    state.reach_kafka()
     commands = ClientPool(
-        config.kafka.bootstrap_servers,
-        config.kafka.topology(),
-        size=1,
-        keks=config.privacy.keks(),
+        config.kafka.bootstrap_servers, config.kafka.topology(), size=1, keks=keks
     )
     try:
         serve_stdio(build_server(commands, agent))
