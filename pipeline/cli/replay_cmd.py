@@ -19,9 +19,9 @@ from typing import Any
 import click
 
 from pipeline.cli.context import CliState, pass_state
-from pipeline.cli.watch_cmd import load_definition
 from pipeline.kafka.scan import Bound, Progress
 from pipeline.ops.replay_reader import Scope, read_history
+from pipeline.ops.validate import load_definition
 from pipeline.rules.definition import WatcherDefinition
 from pipeline.rules.replay import Difference, ReplayClock, ReplayReport, affected_keys, replay
 

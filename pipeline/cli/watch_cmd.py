@@ -16,54 +16,24 @@ Left out: the rules (``pipeline.rules.commands.apply``) and the processor (``con
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable
+from dataclasses import asdict
 from typing import Any, Final, TextIO, TypeVar
 
 import click
-import yaml
 
 from pipeline.cli.context import CliState, pass_state
 from pipeline.cli.identity import cli_principal
 from pipeline.control.client import DEFAULT_TIMEOUT_S, CommandClient
+from pipeline.ops.validate import check_definition_text, load_definition
 from pipeline.rules.commands import CommandResult, CommandVerb
-from pipeline.rules.errors import DefinitionError
 from pipeline.rules.lifecycle import WatcherStatus
 
-__all__ = ["load_definition", "report", "send_command", "subject_options", "watch"]
+__all__ = ["report", "send_command", "subject_options", "watch"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 _LIST_COLUMNS: Final = ("watcher_id", "status", "version", "revision", "source_id")
-
-
-class _Loader(yaml.SafeLoader):
-    """YAML without YAML 1.1's surprises: instants stay text (``expires_at``), ``22:00`` is not
-    the sexagesimal number 1320, so a definition reads the same as its JSON twin."""
-
-
-_DROPPED: Final = frozenset({"tag:yaml.org,2002:timestamp", "tag:yaml.org,2002:int"})
-_Loader.yaml_implicit_resolvers = {
-    first: [(tag, regexp) for tag, regexp in resolvers if tag not in _DROPPED]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:int", re.compile(r"^[-+]?(?:0|[1-9][0-9_]*)$"), list("-+0123456789")
-)
-
-
-def load_definition(text: str) -> dict[str, Any]:
-    """A definition from JSON or YAML text; :class:`DefinitionError` when it is neither."""
-    try:
-        value = json.loads(text)
-    except ValueError:
-        try:
-            value = yaml.load(text, Loader=_Loader)
-        except yaml.YAMLError as exc:
-            raise DefinitionError(f"neither JSON nor YAML: {exc}") from None
-    if not isinstance(value, dict):
-        raise DefinitionError("a definition is a JSON or YAML object")
-    return value
 
 
 def subject_options(command: F) -> F:
@@ -174,8 +144,30 @@ def watch(ctx: click.Context, timeout: float) -> None:
     ctx.find_root().meta["vigil.timeout"] = timeout
 
 
-def _definition_from(source: TextIO) -> dict[str, Any]:
-    return load_definition(source.read())
+def _definition_from(
+    state: CliState, source: TextIO, tenant: str | None, user: str | None, proposal: bool = False
+) -> dict[str, Any]:
+    """The definition in ``source``, checked here first: every problem is printed as
+    ``FILE:line:col: field: message (hint)`` and nothing is sent (exit 1)."""
+    text = source.read()
+    me = state.config.subject
+    findings = check_definition_text(
+        text,
+        _file_name(source),
+        tenant_id=tenant or me.tenant_id,
+        user_id=user or me.user_id,
+        proposal=proposal,
+    )
+    if findings:
+        for finding in findings:
+            click.echo(str(finding), err=True)
+        raise click.exceptions.Exit(1)
+    return load_definition(text)
+
+
+def _file_name(source: TextIO) -> str:
+    name = getattr(source, "name", "-")
+    return "<stdin>" if name in ("-", "<stdin>") else str(name)
 
 
 @watch.command()
@@ -192,8 +184,13 @@ def _definition_from(source: TextIO) -> dict[str, Any]:
 def create(
     state: CliState, source: TextIO, tenant: str | None, user: str | None, as_json: bool
 ) -> None:
-    """Create a watcher (refused while one with the same id is live)."""
-    definition = _definition_from(source)
+    """Create a watcher (refused while one with the same id is live).
+
+    The file is validated here first, as `vigil watch validate` does.
+
+    Example: vigil watch create -f examples/release-build-failed.json
+    """
+    definition = _definition_from(state, source, tenant, user)
     result = send_command(state, CommandVerb.CREATE, tenant, user, definition=definition)
     report(result, as_json, lambda view: "created " + _summary(view))
 
@@ -223,8 +220,11 @@ def update(
     user: str | None,
     as_json: bool,
 ) -> None:
-    """Replace a live watcher's definition with a new version (compare-and-set)."""
-    definition = _definition_from(source)
+    """Replace a live watcher's definition with a new version (compare-and-set).
+
+    Example: vigil watch update -f release-build-failed.json --revision 3
+    """
+    definition = _definition_from(state, source, tenant, user)
     result = send_command(
         state,
         CommandVerb.UPDATE,
@@ -250,8 +250,11 @@ def update(
 def propose(
     state: CliState, source: TextIO, tenant: str | None, user: str | None, as_json: bool
 ) -> None:
-    """Propose a watch (state proposed; an identical live one answers with its id)."""
-    definition = _definition_from(source)
+    """Propose a watch (state proposed; an identical live one answers with its id).
+
+    Example: vigil watch propose -f examples/agent-proposal.json
+    """
+    definition = _definition_from(state, source, tenant, user, proposal=True)
     result = send_command(state, CommandVerb.PROPOSE, tenant, user, definition=definition)
 
     def render(view: dict[str, Any]) -> str:
@@ -329,3 +332,55 @@ watch.add_command(_lifecycle_command(CommandVerb.RESUME, "resumed", "Resume a pa
 watch.add_command(
     _lifecycle_command(CommandVerb.CANCEL, "cancelled", "Cancel a watcher (terminal).")
 )
+
+
+@watch.command()
+@click.argument("paths", nargs=-1, type=click.File("r", encoding="utf-8"))
+@click.option(
+    "-f",
+    "--file",
+    "files",
+    multiple=True,
+    type=click.File("r", encoding="utf-8"),
+    help="A definition to check, JSON or YAML ('-' for stdin); repeat for more.",
+)
+@click.option(
+    "--proposal", is_flag=True, help="Check as an agent proposal (filled in and bounded so)."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the problems as a JSON list.")
+@pass_state
+def validate(
+    state: CliState,
+    paths: tuple[TextIO, ...],
+    files: tuple[TextIO, ...],
+    proposal: bool,
+    as_json: bool,
+) -> None:
+    """Check definition files offline (no broker): every problem at once, one line each,
+    FILE:line:col: field.path: message (hint); exit 1 when there is any.
+
+    Example: vigil watch validate -f examples/*.json
+    """
+    sources = (*files, *paths)
+    if not sources:
+        raise click.UsageError("name at least one file (-f FILE)")
+    me = state.config.subject
+    findings = []
+    for source in sources:
+        found = check_definition_text(
+            source.read(),
+            _file_name(source),
+            tenant_id=me.tenant_id,
+            user_id=me.user_id,
+            proposal=proposal,
+        )
+        findings.extend(found)
+        if not found and not as_json:
+            click.echo(f"{_file_name(source)}: ok")
+    if as_json:
+        click.echo(json.dumps([asdict(f) for f in findings], indent=2))
+    else:
+        for finding in findings:
+            click.echo(str(finding))
+    if findings:
+        raise click.exceptions.Exit(1)
