@@ -50,7 +50,12 @@ def command_processor(
     state: CliState, instance: str | None, static_membership: bool, no_metrics: bool, verbose: bool
 ) -> None:
     """Run the command processor: commands in; registry, watchers, grants, immediate sends
-    (outbox) and results out."""
+    (outbox) and results out.
+
+    \b
+    Example:
+      vigil command-processor --instance node-1 --static-membership
+    """
     process = start(state, _TOPICS, instance=instance, metrics=not no_metrics, verbose=verbose)
     processor = CommandProcessor(
         process.bootstrap,

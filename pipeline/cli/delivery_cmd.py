@@ -70,7 +70,12 @@ def delivery(
     no_metrics: bool,
     verbose: bool,
 ) -> None:
-    """Run a delivery worker: outbox entries to destinations, at least once."""
+    """Run a delivery worker: outbox entries to destinations, at least once.
+
+    \b
+    Example:
+      vigil delivery --instance node-1
+    """
     process = start(state, _TOPICS, instance=instance, metrics=not no_metrics, verbose=verbose)
     config = process.config
     settings = DeliverySettings(

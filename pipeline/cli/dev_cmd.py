@@ -67,7 +67,12 @@ def _say(text: str) -> None:
 def dev(
     state_dir: Path, kafka_port: int | None, redis_port: int | None, partitions: int, no_demo: bool
 ) -> None:
-    """Run broker, Redis and every vigil process on this machine, with a demo. Ctrl-C stops all."""
+    """Run broker, Redis and every vigil process on this machine, with a demo. Ctrl-C stops all.
+
+    \b
+    Example:
+      vigil dev --state-dir .vigil/dev
+    """
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:

@@ -54,7 +54,12 @@ def evaluator(
     no_metrics: bool,
     verbose: bool,
 ) -> None:
-    """Run an evaluator: events and ticks in, decisions out, in one transaction."""
+    """Run an evaluator: events and ticks in, decisions out, in one transaction.
+
+    \b
+    Example:
+      vigil evaluator --instance node-1 --static-membership
+    """
     process = start(state, _TOPICS, instance=instance, metrics=not no_metrics, verbose=verbose)
     processor = Evaluator(
         process.topology,

@@ -28,7 +28,12 @@ __all__ = ["explain", "render"]
 def explain(
     state: CliState, watcher_id: str, tenant: str | None, user: str | None, as_json: bool
 ) -> None:
-    """Show each evaluation of WATCHER_ID with its outcome, reason and delivery state."""
+    """Show each evaluation of WATCHER_ID with its outcome, reason and delivery state.
+
+    \b
+    Example:
+      vigil explain release-build-failed --json
+    """
     if (tenant is None) != (user is None):
         raise click.UsageError("--tenant and --user go together")
     config = state.config

@@ -71,7 +71,12 @@ def _row(view: dict[str, Any]) -> str:
 )
 @click.pass_context
 def grant(ctx: click.Context, timeout: float) -> None:
-    """Add, list and revoke grants (operators: vigil --as-operator grant …)."""
+    """Add, list and revoke grants (operators: vigil --as-operator grant …).
+
+    \b
+    Example:
+      vigil --as-operator grant list --json
+    """
     ctx.find_root().meta["vigil.timeout"] = timeout
 
 
@@ -102,7 +107,13 @@ def add(
     until: str,
     as_json: bool,
 ) -> None:
-    """Grant a subject a purpose over sources (nothing unnamed is granted); prints its id."""
+    """Grant a subject a purpose over sources (nothing unnamed is granted); prints its id.
+
+    \b
+    Example:
+      vigil --as-operator grant add --tenant local --user me --purpose ops.alert \\
+        --source ci.pipeline --target ops-hook --actions evaluate,deliver,manage --until 30d
+    """
     try:
         wanted = tuple(Action(a) for a in _split((actions,)))
     except ValueError:
@@ -136,7 +147,12 @@ def add(
 @click.option("--json", "as_json", is_flag=True, help="Print the grants as JSON.")
 @pass_state
 def list_cmd(state: CliState, tenant: str | None, user: str | None, as_json: bool) -> None:
-    """List grants."""
+    """List grants.
+
+    \b
+    Example:
+      vigil --as-operator grant list --tenant local --user me
+    """
     result = send_command(state, CommandVerb.GRANT_LIST, None, None, operator_verb=True)
     if result.result is not None and (tenant is not None or user is not None):
         kept = [
@@ -169,7 +185,12 @@ def revoke(
     source: str | None,
     as_json: bool,
 ) -> None:
-    """Revoke a grant by id, or a source of one subject."""
+    """Revoke a grant by id, or a source of one subject.
+
+    \b
+    Example:
+      vigil --as-operator grant revoke --id g-0123abcd
+    """
     by_subject = (tenant, user, source)
     if grant_id is not None and any(v is not None for v in by_subject):
         raise click.UsageError("give --id, or --tenant --user --source, not both")

@@ -19,7 +19,10 @@ __all__ = ["keys"]
 
 @click.group()
 def keys() -> None:
-    """Key-encryption keys: generate one, or check what is configured."""
+    """Key-encryption keys: generate one, or check what is configured.
+
+    Example: export VIGIL_MASTER_KEYS="$(vigil keys generate)"
+    """
 
 
 @keys.command()
@@ -38,6 +41,11 @@ def generate(kek_id: str | None) -> None:
 @keys.command()
 @pass_state
 def check(state: CliState) -> None:
-    """Print the configured KEK ids, newest last (never the keys)."""
+    """Print the configured KEK ids, newest last (never the keys).
+
+    \b
+    Example:
+      vigil keys check
+    """
     keks = state.config.privacy.keks()
     click.echo(f"key-encryption keys: {', '.join(keks.ids)} (new wraps use {keks.newest})")

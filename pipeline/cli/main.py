@@ -92,6 +92,10 @@ def vigil(ctx: click.Context, config_path: Path | None, as_operator: bool) -> No
 
     The CLI acts as the configured [subject] (a user); operator verbs (vigil grant, vigil
     erase, --tenant/--user for another subject) need --as-operator and an [operator] identity.
+
+    \b
+    Example:
+      vigil watch validate examples/*.json
     """
     ctx.obj = CliState(config_path, as_operator)
 

@@ -87,7 +87,9 @@ def publish(
 ) -> None:
     """Publish events from FILE (or stdin), one JSON object per line.
 
-    Example: vigil publish --dry-run --max-age 10m events.jsonl
+    \b
+    Example:
+      vigil publish --dry-run --max-age 10m examples/events.jsonl
     """
     name = "<stdin>" if source.name in ("-", "<stdin>") else source.name
     progress = _Progress(progress_every)

@@ -67,7 +67,12 @@ def replay_command(
     definition_file: Path | None,
     as_json: bool,
 ) -> None:
-    """Re-run the evaluator over recorded inputs and report decisions that differ."""
+    """Re-run the evaluator over recorded inputs and report decisions that differ.
+
+    \b
+    Example:
+      vigil replay --from 2026-12-01T00:00:00Z --to latest --watcher release-build-failed
+    """
     config = state.config
     scope = Scope.parse(watcher, subject)
     override = None

@@ -67,7 +67,12 @@ def ticker(
     no_metrics: bool,
     verbose: bool,
 ) -> None:
-    """Run a poll ticker: due instants in, governed tool calls, ticks out."""
+    """Run a poll ticker: due instants in, governed tool calls, ticks out.
+
+    \b
+    Example:
+      vigil ticker --instance node-1
+    """
     process = start(state, _TOPICS, instance=instance, metrics=not no_metrics, verbose=verbose)
     settings = TickerSettings(
         bootstrap=process.bootstrap,

@@ -140,7 +140,12 @@ def _table(result: dict[str, Any]) -> str:
 )
 @click.pass_context
 def watch(ctx: click.Context, timeout: float) -> None:
-    """Create, inspect and change watchers (through the command processor)."""
+    """Create, inspect and change watchers (through the command processor).
+
+    \b
+    Example:
+      vigil watch create -f examples/release-build-failed.json --timeout 10
+    """
     ctx.find_root().meta["vigil.timeout"] = timeout
 
 
@@ -188,7 +193,9 @@ def create(
 
     The file is validated here first, as `vigil watch validate` does.
 
-    Example: vigil watch create -f examples/release-build-failed.json
+    \b
+    Example:
+      vigil watch create -f examples/release-build-failed.json
     """
     definition = _definition_from(state, source, tenant, user)
     result = send_command(state, CommandVerb.CREATE, tenant, user, definition=definition)
@@ -222,7 +229,9 @@ def update(
 ) -> None:
     """Replace a live watcher's definition with a new version (compare-and-set).
 
-    Example: vigil watch update -f release-build-failed.json --revision 3
+    \b
+    Example:
+      vigil watch update -f examples/release-build-failed.json --revision 3
     """
     definition = _definition_from(state, source, tenant, user)
     result = send_command(
@@ -252,7 +261,9 @@ def propose(
 ) -> None:
     """Propose a watch (state proposed; an identical live one answers with its id).
 
-    Example: vigil watch propose -f examples/agent-proposal.json
+    \b
+    Example:
+      vigil watch propose -f examples/agent-proposal.json
     """
     definition = _definition_from(state, source, tenant, user, proposal=True)
     result = send_command(state, CommandVerb.PROPOSE, tenant, user, definition=definition)
@@ -271,7 +282,12 @@ def propose(
 def show(
     state: CliState, watcher_id: str, tenant: str | None, user: str | None, as_json: bool
 ) -> None:
-    """Show one watcher: state, version, revision, definition."""
+    """Show one watcher: state, version, revision, definition.
+
+    \b
+    Example:
+      vigil watch show release-build-failed --json
+    """
     result = send_command(state, CommandVerb.SHOW, tenant, user, watcher_id=watcher_id)
     report(result, as_json, _details)
 
@@ -294,7 +310,12 @@ def list_cmd(
     user: str | None,
     as_json: bool,
 ) -> None:
-    """List watchers of the subject."""
+    """List watchers of the subject.
+
+    \b
+    Example:
+      vigil watch list --state paused
+    """
     result = send_command(state, CommandVerb.LIST, tenant, user, state=status, session_id=session)
     report(result, as_json, _table)
 
@@ -321,7 +342,8 @@ def _lifecycle_command(verb: CommandVerb, done: str, help_text: str) -> click.Co
         )
         report(result, as_json, lambda view: f"{done} " + _summary(view))
 
-    return click.command(verb.value, help=help_text)(command)
+    example = f"\b\nExample:\n  vigil watch {verb.value} release-build-failed --revision 3"
+    return click.command(verb.value, help=f"{help_text}\n\n{example}")(command)
 
 
 watch.add_command(
@@ -345,7 +367,10 @@ watch.add_command(
     help="A definition to check, JSON or YAML ('-' for stdin); repeat for more.",
 )
 @click.option(
-    "--proposal", is_flag=True, help="Check as an agent proposal (filled in and bounded so)."
+    "--proposal",
+    is_flag=True,
+    default=None,
+    help="Check every file as an agent proposal (default: those with a window or session_id).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the problems as a JSON list.")
 @pass_state
@@ -353,13 +378,16 @@ def validate(
     state: CliState,
     paths: tuple[TextIO, ...],
     files: tuple[TextIO, ...],
-    proposal: bool,
+    proposal: bool | None,
     as_json: bool,
 ) -> None:
     """Check definition files offline (no broker): every problem at once, one line each,
     FILE:line:col: field.path: message (hint); exit 1 when there is any.
 
-    Example: vigil watch validate -f examples/*.json
+    \b
+    Example:
+      vigil watch validate examples/*.json examples/*.yaml
+      vigil watch validate --json -f examples/agent-proposal.json
     """
     sources = (*files, *paths)
     if not sources:

@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, StrictStr, ValidationError
 
 from pipeline.records.event import event_record
 from pipeline.rules.bounds import MAX_DURATION
-from pipeline.rules.definition_check import Problem, definition_problems
+from pipeline.rules.definition_check import Problem, definition_problems, is_proposal
 from pipeline.rules.durations import format_duration
 from pipeline.rules.errors import DefinitionError
 from pipeline.rules.freshness import FUTURE_SKEW
@@ -147,13 +147,16 @@ def _position(root: yaml.Node | None, field: str | None, message: str) -> tuple[
 
 
 def check_definition_text(
-    text: str, file: str, *, tenant_id: str, user_id: str, proposal: bool = False
+    text: str, file: str, *, tenant_id: str, user_id: str, proposal: bool | None = False
 ) -> list[Finding]:
-    """Every problem of the definition in ``text`` (named ``file``), in file order."""
+    """Every problem of the definition in ``text`` (named ``file``), in file order. With
+    ``proposal=None`` a body that can only be an agent watch is checked as a proposal."""
     try:
         body = _parse(text)
     except _SyntaxProblem as exc:
         return [Finding(file, exc.line, exc.column, None, exc.message)]
+    if proposal is None:
+        proposal = is_proposal(body)
     problems = definition_problems(body, tenant_id=tenant_id, user_id=user_id, proposal=proposal)
     root = _tree(text) if problems else None
     found = [_place(problem, file, root) for problem in problems]

@@ -27,7 +27,7 @@ from pipeline.rules.condition import CompareOp
 from pipeline.rules.definition import MAX_NODES, Mode, WatcherDefinition, definition_errors
 from pipeline.rules.errors import DefinitionError
 
-__all__ = ["Problem", "definition_problems", "hint_for"]
+__all__ = ["Problem", "definition_problems", "hint_for", "is_proposal"]
 
 _OPERATORS: Final = ("all", "any", "not", *(op.value for op in CompareOp), "contains", "exists")
 _HINTS: Final[dict[str, str]] = {
@@ -68,7 +68,7 @@ def definition_problems(
         return [_problem(exc)]
     if proposal:
         try:
-            body = proposal_body(body, request_id="validate", session_id=None)
+            body = proposal_body(body, request_id="validate", session_id="validate")
         except DefinitionError as exc:
             return [_problem(exc)]
     found: list[Problem] = []
@@ -96,6 +96,12 @@ def definition_problems(
         if not cut:
             break
     return found
+
+
+def is_proposal(body: Any) -> bool:
+    """Whether ``body`` can only be an agent watch, which is always proposed: it names a
+    ``window`` or a ``session_id`` (``create`` refuses both)."""
+    return isinstance(body, Mapping) and ("window" in body or "session_id" in body)
 
 
 def hint_for(field: str | None, message: str) -> str | None:
