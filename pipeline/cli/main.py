@@ -47,6 +47,7 @@ COMMANDS: Final[dict[str, str]] = {
     "explain": "pipeline.cli.explain_cmd:explain",
     "dev": "pipeline.cli.dev_cmd:dev",
     "keys": "pipeline.cli.keys_cmd:keys",
+    "schema": "pipeline.cli.schema_cmd:schema",
 }
 
 
