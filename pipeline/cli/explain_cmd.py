@@ -13,6 +13,7 @@ import json
 import click
 
 from pipeline.cli.context import CliState, pass_state
+from pipeline.cli.options import subject_option
 from pipeline.kafka.scan import Progress
 from pipeline.ops.explain import ExplainRow, read_explanation
 
@@ -21,8 +22,7 @@ __all__ = ["explain", "render"]
 
 @click.command()
 @click.argument("watcher_id")
-@click.option("--tenant", help="The watcher's tenant (with --user; default: [subject]).")
-@click.option("--user", help="The watcher's user (with --tenant).")
+@subject_option(help="The watcher's subject (default: [subject]).")
 @click.option("--json", "as_json", is_flag=True, help="Print the evaluations as JSON.")
 @pass_state
 def explain(

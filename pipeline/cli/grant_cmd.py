@@ -17,6 +17,7 @@ from typing import Any
 import click
 
 from pipeline.cli.context import CliState, pass_state
+from pipeline.cli.options import subject_option
 from pipeline.cli.watch_cmd import report, send_command
 from pipeline.control.client import DEFAULT_TIMEOUT_S
 from pipeline.rules.authz import Action
@@ -81,8 +82,7 @@ def grant(ctx: click.Context, timeout: float) -> None:
 
 
 @grant.command()
-@click.option("--tenant", required=True, help="The subject's tenant.")
-@click.option("--user", required=True, help="The subject's user.")
+@subject_option(required=True, help="The subject the grant is for.")
 @click.option("--purpose", required=True, help="The purpose it allows, e.g. ops.alert.")
 @click.option("--source", "sources", multiple=True, required=True, help="A source id (repeat).")
 @click.option("--tool", "tools", multiple=True, help="A governed tool (repeat).")
@@ -111,7 +111,7 @@ def add(
 
     \b
     Example:
-      vigil --as-operator grant add --tenant local --user me --purpose ops.alert \\
+      vigil --as-operator grant add --subject local/me --purpose ops.alert \\
         --source ci.pipeline --target ops-hook --actions evaluate,deliver,manage --until 30d
     """
     try:
@@ -172,8 +172,7 @@ def list_cmd(state: CliState, tenant: str | None, user: str | None, as_json: boo
 
 @grant.command()
 @click.option("--id", "grant_id", help="The grant to revoke.")
-@click.option("--tenant", help="With --user and --source: revoke that source for the subject.")
-@click.option("--user")
+@subject_option(help="With --source: revoke that source for this subject.")
 @click.option("--source")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @pass_state
@@ -193,9 +192,9 @@ def revoke(
     """
     by_subject = (tenant, user, source)
     if grant_id is not None and any(v is not None for v in by_subject):
-        raise click.UsageError("give --id, or --tenant --user --source, not both")
+        raise click.UsageError("give --id, or --subject and --source, not both")
     if grant_id is None and any(v is None for v in by_subject):
-        raise click.UsageError("give --id, or all of --tenant --user --source")
+        raise click.UsageError("give --id, or --subject TENANT/USER and --source")
     result = send_command(
         state,
         CommandVerb.GRANT_REVOKE,

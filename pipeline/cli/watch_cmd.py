@@ -24,6 +24,7 @@ import click
 
 from pipeline.cli.context import CliState, pass_state
 from pipeline.cli.identity import cli_principal
+from pipeline.cli.options import subject_option
 from pipeline.control.client import DEFAULT_TIMEOUT_S, CommandClient
 from pipeline.ops.validate import check_definition_text, load_definition
 from pipeline.rules.commands import CommandResult, CommandVerb
@@ -37,17 +38,11 @@ _LIST_COLUMNS: Final = ("watcher_id", "status", "version", "revision", "source_i
 
 
 def subject_options(command: F) -> F:
-    """``--tenant/--user`` (operators acting for another subject) and ``--json``."""
+    """``--subject TENANT/USER`` (operators acting for another subject) and ``--json``."""
     command = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")(
         command
     )
-    command = click.option("--user", help="Act for this user (with --tenant; --as-operator).")(
-        command
-    )
-    command = click.option("--tenant", help="Act for this tenant (with --user; --as-operator).")(
-        command
-    )
-    return command
+    return subject_option(help="Act for this subject (operators: --as-operator).")(command)
 
 
 def send_command(
@@ -61,7 +56,7 @@ def send_command(
 ) -> CommandResult:
     """Send one command as the CLI's principal (``cli_principal``) and wait for its result."""
     if (tenant is None) != (user is None):
-        raise click.UsageError("--tenant and --user go together")
+        raise click.UsageError("--subject names a tenant and a user: TENANT/USER")
     config = cli.config
     me = config.subject
     other = tenant is not None and (tenant, user) != (me.tenant_id, me.user_id)

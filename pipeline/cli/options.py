@@ -1,0 +1,152 @@
+"""One option grammar for every ``vigil`` command.
+
+- **Options may follow the subcommand.** A group's options (``vigil --config F``,
+  ``--as-operator``; ``vigil watch --timeout S``) are also accepted by every command below it:
+  ``vigil watch create --timeout 5 --config F`` means the same as ``vigil --config F watch
+  --timeout 5 create``. :func:`spread_group_options` adds the copies once, when the command
+  group loads a subcommand; a command that has an option of the same name keeps its own.
+- **One subject form.** :func:`subject_option` is ``--subject TENANT/USER`` (also
+  ``["tenant","user"]``), with the old ``--tenant``/``--user`` as hidden aliases; the command
+  receives ``tenant`` and ``user`` as before.
+- **``-h``** is ``--help`` everywhere (:data:`CONTEXT_SETTINGS`, inherited by subcommands).
+
+Left out: the commands and what the options mean to them.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable
+from typing import Any, Final, TypeVar
+
+import click
+
+from pipeline.cli.context import CliState
+
+__all__ = [
+    "CONTEXT_SETTINGS",
+    "parse_subject",
+    "spread_from",
+    "spread_group_options",
+    "subject_option",
+]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+CONTEXT_SETTINGS: Final[dict[str, Any]] = {"help_option_names": ["-h", "--help"]}
+_SPREAD_MARK: Final = "_vigil_spread"
+
+
+def _set_timeout(ctx: click.Context, value: Any) -> None:
+    ctx.find_root().meta["vigil.timeout"] = value
+
+
+def _set_config(ctx: click.Context, value: Any) -> None:
+    ctx.ensure_object(CliState).config_path = value
+
+
+def _set_operator(ctx: click.Context, value: Any) -> None:
+    ctx.ensure_object(CliState).as_operator = True
+
+
+_APPLY: Final[dict[str, tuple[Callable[[click.Context, Any], None], bool]]] = {
+    # option name → (how a copy applies its value, whether the copy is hidden in --help)
+    "timeout": (_set_timeout, False),
+    "config_path": (_set_config, True),
+    "as_operator": (_set_operator, True),
+}
+
+
+def _copy(option: click.Option) -> click.Option:
+    apply, hidden = _APPLY[option.name or ""]
+
+    def callback(ctx: click.Context, _param: click.Parameter, value: Any) -> None:
+        if value is not None and value is not False:
+            apply(ctx, value)
+
+    return click.Option(
+        option.opts,
+        type=None if option.is_flag else option.type,
+        is_flag=option.is_flag,
+        default=False if option.is_flag else None,
+        expose_value=False,
+        callback=callback,
+        help=option.help,
+        hidden=hidden,
+    )
+
+
+def spread_group_options(command: click.Command, inherited: tuple[click.Option, ...] = ()) -> None:
+    """Give every command under ``command`` the options of the groups above it (once)."""
+    if getattr(command, _SPREAD_MARK, False):
+        return
+    setattr(command, _SPREAD_MARK, True)
+    if isinstance(command, click.Group):
+        own = tuple(p for p in command.params if isinstance(p, click.Option) and p.name in _APPLY)
+        for sub in command.commands.values():
+            spread_group_options(sub, (*inherited, *own))
+        return
+    names = {p.name for p in command.params}
+    flags = {opt for p in command.params for opt in p.opts}
+    for option in inherited:
+        if option.name not in names and not flags.intersection(option.opts):
+            command.params.append(_copy(option))
+
+
+def spread_from(group: click.Group, command: click.Command) -> None:
+    """Give ``command`` (a subcommand of ``group``) and everything under it ``group``'s options."""
+    own = tuple(p for p in group.params if isinstance(p, click.Option) and p.name in _APPLY)
+    spread_group_options(command, own)
+
+
+def parse_subject(text: str) -> tuple[str, str]:
+    """``tenant/user`` or the JSON array ``["tenant","user"]``; :class:`click.BadParameter`
+    otherwise."""
+    text = text.strip()
+    parts: Any
+    if text.startswith("["):
+        try:
+            parts = json.loads(text)
+        except ValueError:
+            parts = None
+    else:
+        parts = text.split("/")
+    if (
+        not isinstance(parts, list)
+        or len(parts) != 2
+        or not all(isinstance(p, str) and p for p in parts)
+    ):
+        raise click.BadParameter('write TENANT/USER (or ["tenant","user"])', param_hint="--subject")
+    return parts[0], parts[1]
+
+
+def subject_option(*, required: bool = False, help: str) -> Callable[[F], F]:
+    """``--subject TENANT/USER`` (hidden aliases ``--tenant``/``--user``), passed on to the
+    command as ``tenant`` and ``user``; ``required`` refuses a command without a subject."""
+
+    def decorate(command: F) -> F:
+        @functools.wraps(command)
+        def wrapper(
+            *args: Any,
+            subject: str | None,
+            tenant: str | None,
+            user: str | None,
+            **kwargs: Any,
+        ) -> Any:
+            if subject is not None:
+                if tenant is not None or user is not None:
+                    raise click.UsageError("give --subject, or --tenant with --user, not both")
+                tenant, user = parse_subject(subject)
+            elif (tenant is None) != (user is None):
+                raise click.UsageError("--tenant and --user go together (or --subject T/U)")
+            if required and tenant is None:
+                raise click.UsageError("name the subject: --subject TENANT/USER")
+            return command(*args, tenant=tenant, user=user, **kwargs)
+
+        decorated = click.option("--user", hidden=True, help="Old form of --subject.")(wrapper)
+        decorated = click.option("--tenant", hidden=True, help="Old form of --subject.")(decorated)
+        decorated = click.option("--subject", metavar="TENANT/USER", help=help)(decorated)
+        return decorated  # type: ignore[return-value]
+
+    return decorate
