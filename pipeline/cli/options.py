@@ -9,6 +9,9 @@
   ``["tenant","user"]``), with the old ``--tenant``/``--user`` as hidden aliases; the command
   receives ``tenant`` and ``user`` as before.
 - **``-h``** is ``--help`` everywhere (:data:`CONTEXT_SETTINGS`, inherited by subcommands).
+- **Logging.** Every long-running process takes ``-v/--verbose`` (INFO) and ``--log-level``
+  (which wins): :func:`log_level_option` and :func:`verbose_option` add the one it lacks,
+  :func:`chosen_level` is what the process then logs at.
 
 Left out: the commands and what the options mean to them.
 """
@@ -26,15 +29,21 @@ from pipeline.cli.context import CliState
 
 __all__ = [
     "CONTEXT_SETTINGS",
+    "LOG_LEVELS",
+    "chosen_level",
+    "log_level_option",
     "parse_subject",
     "spread_from",
     "spread_group_options",
     "subject_option",
+    "verbose_option",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 CONTEXT_SETTINGS: Final[dict[str, Any]] = {"help_option_names": ["-h", "--help"]}
+LOG_LEVELS: Final = ("debug", "info", "warning", "error")
+_LEVEL_KEY: Final = "vigil.log_level"
 _SPREAD_MARK: Final = "_vigil_spread"
 
 
@@ -150,3 +159,47 @@ def subject_option(*, required: bool = False, help: str) -> Callable[[F], F]:
         return decorated  # type: ignore[return-value]
 
     return decorate
+
+
+def _remember_level(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    if value is not None:
+        ctx.find_root().meta[_LEVEL_KEY] = value
+
+
+def _remember_verbose(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value:
+        ctx.find_root().meta.setdefault(_LEVEL_KEY + ".verbose", True)
+
+
+def log_level_option(command: F) -> F:
+    """``--log-level debug|info|warning|error`` for a process that has ``-v`` only."""
+    return click.option(
+        "--log-level",
+        type=click.Choice(LOG_LEVELS),
+        expose_value=False,
+        callback=_remember_level,
+        help="Log at this level (wins over -v).",
+    )(command)
+
+
+def verbose_option(command: F) -> F:
+    """``-v/--verbose`` (log at INFO) for a process that has ``--log-level`` only."""
+    return click.option(
+        "-v",
+        "--verbose",
+        is_flag=True,
+        expose_value=False,
+        callback=_remember_verbose,
+        help="Log at INFO (the same as --log-level info).",
+    )(command)
+
+
+def chosen_level(default: str) -> str:
+    """The level to log at: ``--log-level`` when given, else INFO with ``-v``, else
+    ``default`` (a name of :data:`LOG_LEVELS`)."""
+    ctx = click.get_current_context(silent=True)
+    meta = ctx.find_root().meta if ctx is not None else {}
+    level = meta.get(_LEVEL_KEY)
+    if isinstance(level, str):
+        return level
+    return "info" if meta.get(_LEVEL_KEY + ".verbose") else default

@@ -11,7 +11,13 @@ import pytest
 from click.testing import CliRunner
 
 from pipeline.cli.main import vigil
-from pipeline.cli.options import parse_subject, spread_group_options, subject_option
+from pipeline.cli.options import (
+    chosen_level,
+    log_level_option,
+    parse_subject,
+    spread_group_options,
+    subject_option,
+)
 from tests.unit.ops.test_validate import FOUR_WRONG
 
 pytestmark = pytest.mark.unit
@@ -146,3 +152,33 @@ def test_four_errors_still_four_lines_when_options_follow(tmp_path: Path) -> Non
         vigil, ["watch", "validate", "-f", str(wrong), "--config", str(config)]
     )
     assert result.exit_code == 1 and len(result.stdout.splitlines()) == 4
+
+
+@pytest.mark.parametrize(
+    ("args", "level"),
+    [
+        ([], "warning"),
+        (["-v"], "info"),
+        (["--log-level", "debug"], "debug"),
+        (["-v", "--log-level", "error"], "error"),
+    ],
+)
+def test_verbose_and_log_level_choose_the_level(args: list[str], level: str) -> None:
+    seen: list[str] = []
+
+    @click.command()
+    @click.option("-v", "--verbose", is_flag=True)
+    @log_level_option
+    def worker(verbose: bool) -> None:
+        seen.append(chosen_level("info" if verbose else "warning"))
+
+    assert CliRunner().invoke(worker, args).exit_code == 0
+    assert seen == [level]
+
+
+@pytest.mark.parametrize(
+    "process", ["command-processor", "evaluator", "ticker", "delivery", "daemon", "api"]
+)
+def test_every_long_running_process_takes_v_and_log_level(process: str) -> None:
+    shown = CliRunner().invoke(vigil, [process, "-h"]).output
+    assert "-v, --verbose" in shown and "--log-level" in shown
