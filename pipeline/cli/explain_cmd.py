@@ -12,6 +12,7 @@ import json
 
 import click
 
+from pipeline.cli.completion_cmd import complete_watcher_ids
 from pipeline.cli.context import CliState, pass_state
 from pipeline.cli.options import subject_option
 from pipeline.kafka.scan import Progress
@@ -21,7 +22,7 @@ __all__ = ["explain", "render"]
 
 
 @click.command()
-@click.argument("watcher_id")
+@click.argument("watcher_id", shell_complete=complete_watcher_ids)
 @subject_option(help="The watcher's subject (default: [subject]).")
 @click.option("--json", "as_json", is_flag=True, help="Print the evaluations as JSON.")
 @pass_state

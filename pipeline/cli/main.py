@@ -49,6 +49,7 @@ COMMANDS: Final[dict[str, str]] = {
     "dev": "pipeline.cli.dev_cmd:dev",
     "keys": "pipeline.cli.keys_cmd:keys",
     "schema": "pipeline.cli.schema_cmd:schema",
+    "completion": "pipeline.cli.completion_cmd:completion",
 }
 
 

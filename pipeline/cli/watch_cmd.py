@@ -22,6 +22,7 @@ from typing import Any, Final, TextIO, TypeVar
 
 import click
 
+from pipeline.cli.completion_cmd import complete_watcher_ids
 from pipeline.cli.context import CliState, pass_state
 from pipeline.cli.identity import cli_principal
 from pipeline.cli.options import subject_option
@@ -271,7 +272,7 @@ def propose(
 
 
 @watch.command()
-@click.argument("watcher_id")
+@click.argument("watcher_id", shell_complete=complete_watcher_ids)
 @subject_options
 @pass_state
 def show(
@@ -316,7 +317,7 @@ def list_cmd(
 
 
 def _lifecycle_command(verb: CommandVerb, done: str, help_text: str) -> click.Command:
-    @click.argument("watcher_id")
+    @click.argument("watcher_id", shell_complete=complete_watcher_ids)
     @click.option(
         "--revision",
         type=click.IntRange(min=0),
