@@ -86,8 +86,25 @@ def _metric(url: str, name: str, match: str = "") -> float:
     )
 
 
+def _path_without_java(bin_dir: Path) -> str:
+    """A PATH with every program of this one except Java (and Maven): a machine without a JVM."""
+    bin_dir.mkdir()
+    for directory in os.environ.get("PATH", "").split(os.pathsep):
+        folder = Path(directory)
+        if not folder.is_dir():
+            continue
+        for program in folder.iterdir():
+            link = bin_dir / program.name
+            if program.name in ("java", "mvn") or link.exists() or link.is_symlink():
+                continue
+            if os.access(program, os.X_OK) and not program.is_dir():
+                link.symlink_to(program)
+    return str(bin_dir)
+
+
+@pytest.mark.parametrize("java", [True, False], ids=["kafka", "tansu-without-java"])
 def test_dev_on_fresh_state_dir_gets_ready_delivers_demo_runs_the_tour_and_stops_cleanly(
-    tmp_path: Path,
+    tmp_path: Path, java: bool
 ) -> None:
     # The tour runs where `make run` would: a directory with .venv/bin/vigil and examples/.
     (tmp_path / ".venv").mkdir()
@@ -101,6 +118,10 @@ def test_dev_on_fresh_state_dir_gets_ready_delivers_demo_runs_the_tour_and_stops
         "PYTHONUNBUFFERED": "1",
     }
     env.pop("VIGIL_CONFIG", None)
+    env.pop("VIGIL_BROKER", None)  # the default: Kafka with Java, Tansu without
+    if not java:
+        env["PATH"] = _path_without_java(tmp_path / "bin-without-java")
+        env.pop("JAVA_HOME", None)
     state = tmp_path / ".vigil" / "dev"
     proc = subprocess.Popen(
         [sys.executable, "-m", "pipeline.cli.main", "dev"],
@@ -117,6 +138,8 @@ def test_dev_on_fresh_state_dir_gets_ready_delivers_demo_runs_the_tour_and_stops
         ready = "vigil dev: ready\n"
         _wait(lambda: ready in lines or proc.poll() is not None, 300, "ready")
         assert proc.poll() is None, "".join(lines)
+        broker = "kafka" if java else "tansu"
+        assert f"; starting {broker} and redis" in lines[0]
         _wait(lambda: any("demo notification delivered" in line for line in lines), 120,
               "the demo notification")  # fmt: skip
         urls = dict(re.findall(r"metrics\s+(\S+)\s+(http://\S+/metrics)", "".join(lines)))
@@ -130,6 +153,7 @@ def test_dev_on_fresh_state_dir_gets_ready_delivers_demo_runs_the_tour_and_stops
         tour_env["VIGIL_MASTER_KEYS"] = env.get("VIGIL_MASTER_KEYS", "")
         if not tour_env["VIGIL_MASTER_KEYS"]:
             tour_env.pop("VIGIL_MASTER_KEYS")
+        tour_env["PATH"] = env["PATH"]
         out = "\n".join(_run_tour(tmp_path, tour_env, urls["evaluator"]))
         assert "demo.builds" in out and "demo-build-failed" in out  # grant list, watch list
         assert "created release-build-failed" in out
