@@ -1,9 +1,10 @@
-"""``vigil completion bash|zsh|fish`` and the completers that ask a running vigil for names.
+"""``vigil completion bash|zsh|fish`` and what completers share.
 
 The script is click's own shell completion for the ``vigil`` command (``_VIGIL_COMPLETE``).
-Watcher ids complete from the command processor (the ``watch list`` command, over Kafka) and
-schedule names from the local daemon (the ``list`` verb, over its socket); each asks with a short
-deadline and completes nothing when vigil is not running — a completer never fails the shell.
+Schedule names complete from the local daemon (the ``list`` verb, over its socket; here) and
+watcher ids from the command processor (``watch_cmd.complete_watcher_ids``, over Kafka); each
+asks with a short deadline (:data:`ASK_TIMEOUT_S`) and completes nothing when vigil is not
+running — a completer never fails the shell.
 
 Left out: the commands whose arguments use the completers (``watch_cmd``, ``verbs_cmd``,
 ``explain_cmd``).
@@ -19,19 +20,16 @@ import click
 from click.shell_completion import CompletionItem, get_completion_class
 
 from pipeline.cli.context import CliState
-from pipeline.cli.identity import cli_principal
-from pipeline.control.client import CommandClient
 from pipeline.control.socket.client import call
 from pipeline.control.socket.server import SOCKET_ENV, default_socket_path
-from pipeline.rules.commands import CommandVerb
 
-__all__ = ["complete_schedule_names", "complete_watcher_ids", "completion"]
+__all__ = ["ASK_TIMEOUT_S", "cli_state", "complete_schedule_names", "completion", "matching"]
 
 ASK_TIMEOUT_S: Final = 2.0
 SHELLS: Final = ("bash", "zsh", "fish")
 
 
-def _state(ctx: click.Context) -> CliState:
+def cli_state(ctx: click.Context) -> CliState:
     """The CLI state for a completion: click does not run the group callbacks then, so the
     ``--config`` given so far is read from the root's parsed parameters."""
     found = ctx.find_object(CliState)
@@ -41,32 +39,8 @@ def _state(ctx: click.Context) -> CliState:
     return CliState(config_path if isinstance(config_path, Path) else None)
 
 
-def _matching(names: list[str], incomplete: str) -> list[CompletionItem]:
+def matching(names: list[str], incomplete: str) -> list[CompletionItem]:
     return [CompletionItem(name) for name in sorted(set(names)) if name.startswith(incomplete)]
-
-
-def complete_watcher_ids(
-    ctx: click.Context, _param: click.Parameter, incomplete: str
-) -> list[CompletionItem]:
-    """The subject's live watcher ids, from the command processor; none when it does not
-    answer in time."""
-    try:
-        state = _state(ctx)
-        config = state.config
-        me = config.subject
-        principal = cli_principal(state, operator_verb=False, other_subject=False)
-        with CommandClient(
-            config.kafka.bootstrap_servers,
-            config.kafka.topology(),
-            timeout_s=ASK_TIMEOUT_S,
-            keks=config.privacy.keks(),
-        ) as client:
-            command = client.command(CommandVerb.LIST, principal, me.tenant_id, me.user_id)
-            result = client.send(command)
-        watchers: list[dict[str, Any]] = (result.result or {}).get("watchers", [])
-        return _matching([str(w["watcher_id"]) for w in watchers], incomplete)
-    except Exception:  # a completer completes nothing rather than break the shell
-        return []
 
 
 def complete_schedule_names(
@@ -74,7 +48,7 @@ def complete_schedule_names(
 ) -> list[CompletionItem]:
     """The schedule names of the chat, from the local daemon; none when it is not running."""
     try:
-        state = _state(ctx)
+        state = cli_state(ctx)
         socket_path = ctx.params.get("socket_path")
         if socket_path is None and not os.environ.get(SOCKET_ENV):
             path = default_socket_path(None, state.config.rpc.socket_path)
@@ -83,7 +57,7 @@ def complete_schedule_names(
         body: dict[str, Any] = {"verb": "list", "chat": ctx.params.get("chat")}
         response = call(path, body, timeout_s=ASK_TIMEOUT_S)
         entries = (response.result or {}).get("schedules", [])
-        return _matching([str(e["name"]) for e in entries], incomplete)
+        return matching([str(e["name"]) for e in entries], incomplete)
     except Exception:  # a completer completes nothing rather than break the shell
         return []
 

@@ -12,9 +12,9 @@ import json
 
 import click
 
-from pipeline.cli.completion_cmd import complete_watcher_ids
 from pipeline.cli.context import CliState, pass_state
 from pipeline.cli.options import subject_option
+from pipeline.cli.watch_cmd import complete_watcher_ids
 from pipeline.kafka.scan import Progress
 from pipeline.ops.explain import ExplainRow, read_explanation
 

@@ -21,17 +21,19 @@ from dataclasses import asdict
 from typing import Any, Final, TextIO, TypeVar
 
 import click
+from click.shell_completion import CompletionItem
 
-from pipeline.cli.completion_cmd import complete_watcher_ids
+from pipeline.cli.completion_cmd import ASK_TIMEOUT_S, cli_state, matching
 from pipeline.cli.context import CliState, pass_state
 from pipeline.cli.identity import cli_principal
 from pipeline.cli.options import subject_option
 from pipeline.control.client import DEFAULT_TIMEOUT_S, CommandClient
 from pipeline.ops.validate import check_definition_text, load_definition
+from pipeline.rules.authz import Principal
 from pipeline.rules.commands import CommandResult, CommandVerb
 from pipeline.rules.lifecycle import WatcherStatus
 
-__all__ = ["report", "send_command", "subject_options", "watch"]
+__all__ = ["complete_watcher_ids", "report", "send_command", "subject_options", "watch"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -62,17 +64,44 @@ def send_command(
     me = config.subject
     other = tenant is not None and (tenant, user) != (me.tenant_id, me.user_id)
     principal = cli_principal(cli, operator_verb=operator_verb, other_subject=other)
-    timeout = _timeout()
+    return _ask(
+        cli, _timeout(), verb, principal, tenant or me.tenant_id, user or me.user_id, **fields
+    )
+
+
+def _ask(
+    cli: CliState,
+    timeout: float,
+    verb: CommandVerb,
+    principal: Principal,
+    tenant: str,
+    user: str,
+    **fields: Any,
+) -> CommandResult:
+    config = cli.config
     with CommandClient(
         config.kafka.bootstrap_servers,
         config.kafka.topology(),
         timeout_s=timeout,
         keks=config.privacy.keks(),
     ) as client:
-        command = client.command(
-            verb, principal, tenant or me.tenant_id, user or me.user_id, **fields
-        )
-        return client.send(command)
+        return client.send(client.command(verb, principal, tenant, user, **fields))
+
+
+def complete_watcher_ids(
+    ctx: click.Context, _param: click.Parameter, incomplete: str
+) -> list[CompletionItem]:
+    """The subject's live watcher ids, from the command processor; none when it does not
+    answer in time (``vigil completion``)."""
+    try:
+        state = cli_state(ctx)
+        me = state.config.subject
+        principal = cli_principal(state, operator_verb=False, other_subject=False)
+        result = _ask(state, ASK_TIMEOUT_S, CommandVerb.LIST, principal, me.tenant_id, me.user_id)
+        watchers: list[dict[str, Any]] = (result.result or {}).get("watchers", [])
+        return matching([str(w["watcher_id"]) for w in watchers], incomplete)
+    except Exception:  # a completer completes nothing rather than break the shell
+        return []
 
 
 def _timeout() -> float:

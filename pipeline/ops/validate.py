@@ -211,36 +211,33 @@ def check_event_line(
     root = _tree(text) if problems else None
     found = [_place(problem, file, root, line - 1) for problem in problems]
     if parsed is not None:
-        observed_at = parsed[1]
-        window = max_age if max_age is not None else MAX_DURATION
-        column = _position(_tree(text), "observed_at", "")[1]
-        if observed_at > now + FUTURE_SKEW:
-            found.append(
-                Finding(
-                    file,
-                    line,
-                    column,
-                    "observed_at",
-                    f"more than {format_duration(FUTURE_SKEW)} after now: "
-                    "every watcher will judge it future_skew",
-                    "use the time the event happened, in UTC",
-                    warning=True,
-                )
-            )
-        elif observed_at < now - window:
-            found.append(
-                Finding(
-                    file,
-                    line,
-                    column,
-                    "observed_at",
-                    f"older than {format_duration(window)}: a watcher with that max_age "
-                    "will judge it stale",
-                    None if max_age is not None else "no watcher may have a longer max_age",
-                    warning=True,
-                )
-            )
+        doubt = _freshness_doubt(parsed[1], now, max_age)
+        if doubt is not None:
+            column = _position(_tree(text), "observed_at", "")[1]
+            message, hint = doubt
+            found.append(Finding(file, line, column, "observed_at", message, hint, warning=True))
     return found, parsed
+
+
+def _freshness_doubt(
+    observed_at: datetime, now: datetime, max_age: timedelta | None
+) -> tuple[str, str | None] | None:
+    """Why a watcher would not count an event observed then, as message and hint, if it would
+    not."""
+    if observed_at > now + FUTURE_SKEW:
+        return (
+            f"more than {format_duration(FUTURE_SKEW)} after now: every watcher will judge it "
+            "future_skew",
+            "use the time the event happened, in UTC",
+        )
+    window = max_age if max_age is not None else MAX_DURATION
+    if observed_at < now - window:
+        return (
+            f"older than {format_duration(window)}: a watcher with that max_age will judge it "
+            "stale",
+            None if max_age is not None else "no watcher may have a longer max_age",
+        )
+    return None
 
 
 def _event_problems(text: str) -> tuple[list[Problem], tuple[EventLine, datetime] | None]:

@@ -9,8 +9,9 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from pipeline.cli.completion_cmd import complete_schedule_names, complete_watcher_ids
+from pipeline.cli.completion_cmd import complete_schedule_names
 from pipeline.cli.main import vigil
+from pipeline.cli.watch_cmd import complete_watcher_ids
 
 pytestmark = pytest.mark.unit
 
