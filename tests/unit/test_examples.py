@@ -5,6 +5,7 @@ schedule of each timing and each verb, and an event stream."""
 from __future__ import annotations
 
 import json
+import re
 import tomllib
 from datetime import UTC, datetime
 from pathlib import Path
@@ -65,3 +66,23 @@ def test_examples_cover_every_source_timing_verb_and_delivery_kind() -> None:
         "webhook", "in_app", "log", "console", "telegram",
     }  # fmt: skip
     assert any("window" in b and "watcher_id" not in b for b in bodies), "an agent proposal"
+
+
+def _doc_blocks() -> list[tuple[str, str]]:
+    found = []
+    for page in sorted((ROOT / "docs").glob("*.md")):
+        text = page.read_text(encoding="utf-8")
+        for number, block in enumerate(re.findall(r"^```json\n(.*?)^```", text, re.S | re.M)):
+            found.append((f"{page.name}#{number}", block))
+    return found
+
+
+@pytest.mark.parametrize(("where", "block"), _doc_blocks(), ids=[w for w, _ in _doc_blocks()])
+def test_json_in_the_docs_is_a_valid_definition_or_event(where: str, block: str) -> None:
+    body = json.loads(block)
+    if "event_id" in body:
+        now = datetime(2026, 11, 29, 12, 1, tzinfo=UTC)
+        found, event = check_event_line(json.dumps(body), where, 1, now=now)
+        assert event is not None and found == []
+    else:
+        assert check_definition_text(block, where, **SUBJECT, proposal=None) == []
