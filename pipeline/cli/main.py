@@ -19,6 +19,7 @@ import click
 
 from pipeline.cli import shutdown
 from pipeline.cli.context import CliState
+from pipeline.cli.options import CONTEXT_SETTINGS, spread_from
 from pipeline.rules.errors import VigilError
 
 __all__ = ["COMMANDS", "main", "vigil"]
@@ -47,6 +48,8 @@ COMMANDS: Final[dict[str, str]] = {
     "explain": "pipeline.cli.explain_cmd:explain",
     "dev": "pipeline.cli.dev_cmd:dev",
     "keys": "pipeline.cli.keys_cmd:keys",
+    "schema": "pipeline.cli.schema_cmd:schema",
+    "completion": "pipeline.cli.completion_cmd:completion",
 }
 
 
@@ -64,6 +67,7 @@ class _LazyGroup(click.Group):
         command = getattr(importlib.import_module(module_name), attribute)
         if not isinstance(command, click.Command):
             raise TypeError(f"{target} is not a click command")
+        spread_from(self, command)  # `vigil watch create --config F` works too
         return command
 
     def invoke(self, ctx: click.Context) -> Any:
@@ -73,7 +77,7 @@ class _LazyGroup(click.Group):
             raise click.ClickException(str(exc)) from exc
 
 
-@click.group(cls=_LazyGroup)
+@click.group(cls=_LazyGroup, context_settings=CONTEXT_SETTINGS)
 @click.option(
     "--config",
     "config_path",
@@ -91,7 +95,13 @@ def vigil(ctx: click.Context, config_path: Path | None, as_operator: bool) -> No
     """Governed watchers, agent watches and schedules on Apache Kafka.
 
     The CLI acts as the configured [subject] (a user); operator verbs (vigil grant, vigil
-    erase, --tenant/--user for another subject) need --as-operator and an [operator] identity.
+    erase, --subject TENANT/USER for another subject) need --as-operator and an [operator]
+    identity. Options may follow the subcommand (vigil watch create -f F --timeout 5).
+    Documentation: docs/ (definitions.md has every field of a watcher).
+
+    \b
+    Example:
+      vigil watch validate examples/*.json
     """
     ctx.obj = CliState(config_path, as_operator)
 

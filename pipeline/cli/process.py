@@ -20,6 +20,7 @@ from prometheus_client import start_http_server
 
 from pipeline.cli import shutdown
 from pipeline.cli.context import CliState
+from pipeline.cli.options import chosen_level
 from pipeline.clock import Clock, clock_from_env
 from pipeline.config import VigilConfig
 from pipeline.crypto import KeyEncryptionKeys
@@ -66,7 +67,7 @@ def start(
     """Log at INFO with ``-v`` (else WARNING), check ``topics``, serve ``/metrics`` on
     ``[metrics] listen`` unless told not to, and arm the stop event."""
     logging.basicConfig(
-        level=logging.INFO if verbose else logging.WARNING,
+        level=chosen_level("info" if verbose else "warning").upper(),
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
     )
     config = state.config

@@ -250,10 +250,10 @@ class Checker:
     def budget_windows(self) -> dict[str, dict[str, str]]:
         client = redis.Redis.from_url(self.redis_url, decode_responses=True)
         try:
-            return {
-                key: client.hgetall(key)
-                for key in client.scan_iter(match=f"{self.budget_prefix}*", count=1000)
-            }
+            windows: dict[str, dict[str, str]] = {}
+            for key in client.scan_iter(match=f"{self.budget_prefix}*", count=1000):
+                windows[str(key)] = {str(k): str(v) for k, v in client.hgetall(key).items()}
+            return windows
         finally:
             client.close()
 

@@ -1,6 +1,6 @@
 """``vigil dev`` on a fresh state dir: its own broker and Redis (on free ports, never the shared
-dev servers), every process supervised, the demo delivered, metrics counting, Ctrl-C stopping
-everything it started."""
+dev servers), every process supervised, the demo delivered, metrics counting, README's
+five-minute tour run as written, Ctrl-C stopping everything it started."""
 
 from __future__ import annotations
 
@@ -21,7 +21,37 @@ import pytest
 
 from pipeline.ops.supervisor import Service, ServiceState, Supervisor
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(480)]
+
+ROOT = Path(__file__).resolve().parents[2]
+_TOUR = re.compile(r"^## A five-minute tour$(.*?)^## ", re.S | re.M)
+_SHELL = re.compile(r"^```sh\n(.*?)^```", re.S | re.M)
+
+
+def tour_blocks(readme: str) -> list[str]:
+    """The shell blocks of README's tour, in order, as written."""
+    found = _TOUR.search(readme)
+    assert found is not None, "README has no '## A five-minute tour' section"
+    return _SHELL.findall(found.group(1))
+
+
+def _run_tour(workdir: Path, env: dict[str, str], evaluator_metrics: str) -> list[str]:
+    """Run every block of the tour in one bash, as a reader pastes it: `set -e`, each command
+    must succeed. Only the evaluator's metrics address is the one this `vigil dev` printed
+    (the README says `vigil dev` prints each address: a busy 9465 moves it)."""
+    script = "\n".join(tour_blocks((ROOT / "README.md").read_text(encoding="utf-8")))
+    script = script.replace("http://127.0.0.1:9465/metrics", evaluator_metrics)
+    script = script.replace("127.0.0.1:9465/metrics", evaluator_metrics)
+    done = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script],
+        cwd=workdir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, f"the tour failed:\n{done.stdout}\n{done.stderr}"
+    return done.stdout.splitlines()
 
 
 def _free_port() -> int:
@@ -56,9 +86,30 @@ def _metric(url: str, name: str, match: str = "") -> float:
     )
 
 
-def test_dev_on_fresh_state_dir_gets_ready_delivers_demo_and_stops_cleanly(
-    tmp_path: Path,
+def _path_without_java(bin_dir: Path) -> str:
+    """A PATH with every program of this one except Java (and Maven): a machine without a JVM."""
+    bin_dir.mkdir()
+    for directory in os.environ.get("PATH", "").split(os.pathsep):
+        folder = Path(directory)
+        if not folder.is_dir():
+            continue
+        for program in folder.iterdir():
+            link = bin_dir / program.name
+            if program.name in ("java", "mvn") or link.exists() or link.is_symlink():
+                continue
+            if os.access(program, os.X_OK) and not program.is_dir():
+                link.symlink_to(program)
+    return str(bin_dir)
+
+
+@pytest.mark.parametrize("java", [True, False], ids=["kafka", "tansu-without-java"])
+def test_dev_on_fresh_state_dir_gets_ready_delivers_demo_runs_the_tour_and_stops_cleanly(
+    tmp_path: Path, java: bool
 ) -> None:
+    # The tour runs where `make run` would: a directory with .venv/bin/vigil and examples/.
+    (tmp_path / ".venv").mkdir()
+    (tmp_path / ".venv" / "bin").symlink_to(Path(sys.executable).parent)
+    (tmp_path / "examples").symlink_to(ROOT / "examples")
     kafka_port, redis_port = _free_port(), _free_port()
     env = {
         **os.environ,
@@ -67,9 +118,13 @@ def test_dev_on_fresh_state_dir_gets_ready_delivers_demo_and_stops_cleanly(
         "PYTHONUNBUFFERED": "1",
     }
     env.pop("VIGIL_CONFIG", None)
-    state = tmp_path / "state"
+    env.pop("VIGIL_BROKER", None)  # the default: Kafka with Java, Tansu without
+    if not java:
+        env["PATH"] = _path_without_java(tmp_path / "bin-without-java")
+        env.pop("JAVA_HOME", None)
+    state = tmp_path / ".vigil" / "dev"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pipeline.cli.main", "dev", "--state-dir", str(state)],
+        [sys.executable, "-m", "pipeline.cli.main", "dev"],
         env=env,
         cwd=tmp_path,
         stdout=subprocess.PIPE,
@@ -83,6 +138,8 @@ def test_dev_on_fresh_state_dir_gets_ready_delivers_demo_and_stops_cleanly(
         ready = "vigil dev: ready\n"
         _wait(lambda: ready in lines or proc.poll() is not None, 300, "ready")
         assert proc.poll() is None, "".join(lines)
+        broker = "kafka" if java else "tansu"
+        assert f"; starting {broker} and redis" in lines[0]
         _wait(lambda: any("demo notification delivered" in line for line in lines), 120,
               "the demo notification")  # fmt: skip
         urls = dict(re.findall(r"metrics\s+(\S+)\s+(http://\S+/metrics)", "".join(lines)))
@@ -92,6 +149,27 @@ def test_dev_on_fresh_state_dir_gets_ready_delivers_demo_and_stops_cleanly(
         assert _answers(kafka_port) and _answers(redis_port)
         delivered = (state / "logs" / "delivery.log").read_text()
         assert "demo-build-failed" in delivered
+        tour_env = {k: v for k, v in env.items() if not k.startswith("VIGIL_")}
+        tour_env["VIGIL_MASTER_KEYS"] = env.get("VIGIL_MASTER_KEYS", "")
+        if not tour_env["VIGIL_MASTER_KEYS"]:
+            tour_env.pop("VIGIL_MASTER_KEYS")
+        tour_env["PATH"] = env["PATH"]
+        out = "\n".join(_run_tour(tmp_path, tour_env, urls["evaluator"]))
+        assert "demo.builds" in out and "demo-build-failed" in out  # grant list, watch list
+        assert "created release-build-failed" in out
+        assert "vigil_evaluator_evaluations" in out
+        vigil = str(tmp_path / ".venv" / "bin" / "vigil")
+        tour_env["VIGIL_CONFIG"] = str(state / "vigil.toml")
+
+        def explained() -> str:
+            shown = subprocess.run(
+                [vigil, "explain", "release-build-failed"],
+                env=tour_env, cwd=tmp_path, capture_output=True, text=True, timeout=60,
+            )  # fmt: skip
+            return shown.stdout if "delivered" in shown.stdout else ""
+
+        lines_b1 = _wait(explained, 120, "b-1 satisfied and delivered")
+        assert "condition_true" in lines_b1 and "condition_false" in lines_b1
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGINT)

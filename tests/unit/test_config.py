@@ -178,3 +178,20 @@ def test_limits_default_to_design_10_and_are_configurable() -> None:
         parse_config({"limits": {"proposal_ttl": "90d"}})
     with pytest.raises(ConfigError, match=r"limits\.watchers"):
         parse_config({"limits": {"watchers": 0}})
+
+
+def test_stale_schedule_table_is_ignored_with_one_warning_line(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    data = {"schedule": [{"name": "standup", "cron": "0 9 * * 1-5", "send": "stand up"}]}
+    with caplog.at_level("WARNING", logger="vigil.config"):
+        config = parse_config(data, source="old.toml")
+    assert config == parse_config({})
+    assert [
+        r.getMessage().startswith("old.toml: [[schedule]] is ignored") for r in caplog.records
+    ] == [True]
+
+
+def test_a_schedule_key_that_is_not_the_old_table_is_still_refused() -> None:
+    with pytest.raises(ConfigError, match="schedule: unknown key"):
+        parse_config({"schedule": {"name": "x"}})
