@@ -77,7 +77,7 @@ test: $(STAMP)
 	exit "$$rc"
 
 # Everything on one machine: its own Kafka and Redis (state in .vigil/dev), the topics, every
-# vigil process under one supervisor, a demo; Ctrl-C stops it all (DESIGN.md §6, `vigil dev`).
+# vigil process under one supervisor, a demo; Ctrl-C stops it all (`vigil dev`; README.md).
 run: $(STAMP)
 	@exec $(VENV)/bin/vigil dev
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import threading
@@ -35,6 +36,8 @@ from typing import Any, TextIO
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+from pipeline.crypto import generate_kek_text
+from pipeline.crypto.kek import DEFAULT_ENV
 from pipeline.kafka.topics import Topic, Topology
 from pipeline.rules.instants import parse_instant
 from tests.chaos.checker import Checker, Expectation, TickPlan, Verdict
@@ -316,6 +319,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--schedules", type=int, default=defaults.schedules)
     parser.add_argument("--fail-every", type=int, default=defaults.fail_every)
     args = parser.parse_args(argv)
+    # The run's own stack seals with a KEK of its own unless one is given (processes inherit it).
+    os.environ.setdefault(DEFAULT_ENV, generate_kek_text("soak"))
     settings = SoakSettings(
         minutes=args.minutes,
         warmup_minutes=args.warmup_minutes,

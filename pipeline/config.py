@@ -14,6 +14,7 @@ system time zone) and using the settings; each process does that at its edge.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import socket
@@ -595,8 +596,19 @@ def _deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, A
     return merged
 
 
+_log = logging.getLogger("vigil.config")
+
+
 def parse_config(data: Mapping[str, Any], source: str = "configuration") -> VigilConfig:
-    """Validate already-parsed TOML data."""
+    """Validate already-parsed TOML data. A stale ``[[schedule]]`` table (the old static schedule
+    file's) is ignored with one warning line: schedules are records now, never configuration."""
+    if isinstance(data.get("schedule"), list):
+        data = {key: value for key, value in data.items() if key != "schedule"}
+        _log.warning(
+            "%s: [[schedule]] is ignored: schedules are records now; "
+            "create them with `vigil schedule` (docs/operations.md#upgrades)",
+            source,
+        )
     try:
         return VigilConfig.model_validate(data)
     except ValidationError as exc:

@@ -43,7 +43,7 @@ def _create(registry: CollectorRegistry) -> EvaluatorMetrics:
     return EvaluatorMetrics(
         evaluations=Counter(
             "vigil_evaluator_evaluations",
-            "Evaluations by outcome and reason code (DESIGN.md §11).",
+            "Evaluations by outcome and reason code (docs/reason-codes.md).",
             ["outcome", "reason"],
             registry=registry,
         ),

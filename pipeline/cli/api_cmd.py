@@ -25,6 +25,7 @@ import click
 
 from pipeline.cli.context import CliState, pass_state
 from pipeline.cli.daemon_cmd import host_zone
+from pipeline.cli.options import verbose_option
 from pipeline.cli.process import serve_health
 from pipeline.clock import Clock, SystemClock
 from pipeline.config import VigilConfig
@@ -159,6 +160,7 @@ def openapi_document() -> dict[str, Any]:
     default="info",
     show_default=True,
 )
+@verbose_option
 @pass_state
 def api(state: CliState, listen: str | None, print_openapi: bool, log_level: str) -> None:
     """Serve the HTTP API: watches, agent-watch governance, the in-app ledger, grants.

@@ -16,6 +16,7 @@ import click
 
 from consumers.commands.loop import CommandProcessor
 from pipeline.cli.context import CliState, pass_state
+from pipeline.cli.options import log_level_option
 from pipeline.cli.process import start
 from pipeline.kafka.topics import Topic
 
@@ -45,12 +46,18 @@ _TOPICS: Final = (
 )
 @click.option("--no-metrics", is_flag=True, help="Do not serve /metrics.")
 @click.option("-v", "--verbose", is_flag=True, help="Log at INFO instead of WARNING.")
+@log_level_option
 @pass_state
 def command_processor(
     state: CliState, instance: str | None, static_membership: bool, no_metrics: bool, verbose: bool
 ) -> None:
     """Run the command processor: commands in; registry, watchers, grants, immediate sends
-    (outbox) and results out."""
+    (outbox) and results out.
+
+    \b
+    Example:
+      vigil command-processor --instance node-1 --static-membership
+    """
     process = start(
         state,
         _TOPICS,

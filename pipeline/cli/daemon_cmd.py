@@ -34,6 +34,7 @@ from prometheus_client import Counter
 
 from pipeline.cli import shutdown
 from pipeline.cli.context import CliState, pass_state
+from pipeline.cli.options import verbose_option
 from pipeline.cli.process import serve_health
 from pipeline.clock import SystemClock
 from pipeline.config import VigilConfig
@@ -181,6 +182,7 @@ def _agent_user(config: VigilConfig) -> AgentUser | None:
     show_default=True,
     help="debug also logs what `run` scripts print.",
 )
+@verbose_option
 @pass_state
 def daemon(state: CliState, socket_path: Path | None, log_level: str) -> None:
     """Serve the control plane: the verbs `vigil send|prompt|query|run|schedule|list|cancel`.

@@ -23,6 +23,7 @@ from consumers.delivery.adapters import build_adapters
 from consumers.delivery.adapters.verbs import SocketAgent, VerbExecutor
 from consumers.delivery.loop import DeliverySettings, DeliveryWorker
 from pipeline.cli.context import CliState, pass_state
+from pipeline.cli.options import log_level_option
 from pipeline.cli.process import start
 from pipeline.control.run import ScriptRunner
 from pipeline.control.socket.server import default_socket_path
@@ -59,6 +60,7 @@ _TOPICS = (
 )
 @click.option("--no-metrics", is_flag=True, help="Do not serve /metrics.")
 @click.option("-v", "--verbose", is_flag=True, help="Log at INFO instead of WARNING.")
+@log_level_option
 @pass_state
 def delivery(
     state: CliState,
@@ -70,7 +72,12 @@ def delivery(
     no_metrics: bool,
     verbose: bool,
 ) -> None:
-    """Run a delivery worker: outbox entries to destinations, at least once."""
+    """Run a delivery worker: outbox entries to destinations, at least once.
+
+    \b
+    Example:
+      vigil delivery --instance node-1
+    """
     process = start(
         state,
         _TOPICS,

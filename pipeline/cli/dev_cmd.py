@@ -28,6 +28,7 @@ import click
 from pipeline.kafka.admin import connect_admin, ensure_topics
 from pipeline.kafka.topics import Topology
 from pipeline.ops.dev_stack import (
+    BROKERS,
     Demo,
     DevPorts,
     Servers,
@@ -69,10 +70,28 @@ def _say(text: str) -> None:
 )
 @click.option("--partitions", default=3, show_default=True, help="Partitions per topic.")
 @click.option("--no-demo", is_flag=True, help="Start the stack without the demo.")
+@click.option(
+    "--broker",
+    type=click.Choice(BROKERS),
+    envvar="VIGIL_BROKER",
+    help="Apache Kafka, or Tansu (no JVM: memory only, slower group joins). "
+    "Default: kafka when Java is on PATH, else tansu; `make run` passes $VIGIL_BROKER.",
+)
 def dev(
-    state_dir: Path, kafka_port: int | None, redis_port: int | None, partitions: int, no_demo: bool
+    state_dir: Path,
+    kafka_port: int | None,
+    redis_port: int | None,
+    partitions: int,
+    no_demo: bool,
+    broker: str | None,
 ) -> None:
-    """Run broker, Redis and every vigil process on this machine, with a demo. Ctrl-C stops all."""
+    """Run broker, Redis and every vigil process on this machine, with a demo. Ctrl-C stops all.
+
+    \b
+    Example:
+      vigil dev --state-dir .vigil/dev
+      vigil dev --broker tansu
+    """
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
@@ -83,7 +102,7 @@ def dev(
     state = state_dir.resolve()
     (state / "logs").mkdir(parents=True, exist_ok=True)
     ports = DevPorts.choose(kafka_port, redis_port)
-    servers = Servers(state, ports, state / "logs" / "servers.log")
+    servers = Servers(state, ports, state / "logs" / "servers.log", broker)
     guard = Guard(servers.stop_commands(), os.environ)  # stops them if we die uncleanly
     supervisor: Supervisor | None = None
     try:

@@ -20,7 +20,14 @@ __all__ = ["doctor"]
 @click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON.")
 @pass_state
 def doctor(state: CliState, as_json: bool) -> None:
-    """Check the configuration, broker, Redis, topics, processes and clock."""
+    """Check the configuration, broker, Redis, topics, processes and clock.
+
+    Exit 0 only when every check passes; 69 when the broker or Redis does not answer.
+
+    \b
+    Example:
+      vigil doctor --json
+    """
     findings = diagnose(state.config, config_path=state.config_path)
     code = worst(findings)
     if as_json:

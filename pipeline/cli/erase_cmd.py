@@ -22,6 +22,7 @@ from typing import Any, Final
 import click
 
 from pipeline.cli.context import CliState, pass_state
+from pipeline.cli.options import subject_option
 from pipeline.cli.watch_cmd import report, send_command
 from pipeline.control.client import DEFAULT_TIMEOUT_S
 from pipeline.kafka.topics import SPECS, Topic
@@ -86,8 +87,7 @@ _REACH: Final = frozenset(
 
 
 @click.command()
-@click.option("--tenant", required=True, help="The subject's tenant.")
-@click.option("--user", required=True, help="The subject's user.")
+@subject_option(required=True, help="The subject to erase.")
 @click.option("--yes", is_flag=True, help="Erase without asking for confirmation.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option(
@@ -102,8 +102,8 @@ _REACH: Final = frozenset(
 def erase(
     state: CliState,
     ctx: click.Context,
-    tenant: str,
-    user: str,
+    tenant: str | None,
+    user: str | None,
     yes: bool,
     as_json: bool,
     timeout: float,
@@ -118,8 +118,8 @@ def erase(
 
     \b
     Example:
-      vigil --as-operator erase --tenant acme --user u-42
-      vigil --as-operator erase --tenant acme --user u-42 --yes --json
+      vigil --as-operator erase --subject acme/u-42
+      vigil erase --subject acme/u-42 --yes --json --as-operator
     """
     ctx.find_root().meta["vigil.timeout"] = timeout
     if not yes:

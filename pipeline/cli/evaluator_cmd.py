@@ -15,6 +15,7 @@ import click
 
 from consumers.evaluator.loop import Evaluator, EvaluatorSettings, evaluator_app, run
 from pipeline.cli.context import CliState, pass_state
+from pipeline.cli.options import log_level_option
 from pipeline.cli.process import start
 from pipeline.kafka.topics import Topic
 from producers.ticker.tools import REGISTERED
@@ -46,6 +47,7 @@ _TOPICS = (
 )
 @click.option("--no-metrics", is_flag=True, help="Do not serve /metrics.")
 @click.option("-v", "--verbose", is_flag=True, help="Log at INFO instead of WARNING.")
+@log_level_option
 @pass_state
 def evaluator(
     state: CliState,
@@ -54,7 +56,12 @@ def evaluator(
     no_metrics: bool,
     verbose: bool,
 ) -> None:
-    """Run an evaluator: events and ticks in, decisions out, in one transaction."""
+    """Run an evaluator: events and ticks in, decisions out, in one transaction.
+
+    \b
+    Example:
+      vigil evaluator --instance node-1 --static-membership
+    """
     process = start(
         state,
         _TOPICS,

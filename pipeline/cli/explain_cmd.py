@@ -13,6 +13,8 @@ import json
 import click
 
 from pipeline.cli.context import CliState, pass_state
+from pipeline.cli.options import subject_option
+from pipeline.cli.watch_cmd import complete_watcher_ids
 from pipeline.kafka.scan import Progress
 from pipeline.ops.explain import ExplainRow, read_explanation
 
@@ -20,15 +22,19 @@ __all__ = ["explain", "render"]
 
 
 @click.command()
-@click.argument("watcher_id")
-@click.option("--tenant", help="The watcher's tenant (with --user; default: [subject]).")
-@click.option("--user", help="The watcher's user (with --tenant).")
+@click.argument("watcher_id", shell_complete=complete_watcher_ids)
+@subject_option(help="The watcher's subject (default: [subject]).")
 @click.option("--json", "as_json", is_flag=True, help="Print the evaluations as JSON.")
 @pass_state
 def explain(
     state: CliState, watcher_id: str, tenant: str | None, user: str | None, as_json: bool
 ) -> None:
-    """Show each evaluation of WATCHER_ID with its outcome, reason and delivery state."""
+    """Show each evaluation of WATCHER_ID with its outcome, reason and delivery state.
+
+    \b
+    Example:
+      vigil explain release-build-failed --json
+    """
     if (tenant is None) != (user is None):
         raise click.UsageError("--tenant and --user go together")
     config = state.config

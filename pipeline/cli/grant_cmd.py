@@ -17,6 +17,7 @@ from typing import Any
 import click
 
 from pipeline.cli.context import CliState, pass_state
+from pipeline.cli.options import subject_option
 from pipeline.cli.watch_cmd import report, send_command
 from pipeline.control.client import DEFAULT_TIMEOUT_S
 from pipeline.rules.authz import Action
@@ -71,13 +72,17 @@ def _row(view: dict[str, Any]) -> str:
 )
 @click.pass_context
 def grant(ctx: click.Context, timeout: float) -> None:
-    """Add, list and revoke grants (operators: vigil --as-operator grant …)."""
+    """Add, list and revoke grants (operators: vigil --as-operator grant …).
+
+    \b
+    Example:
+      vigil --as-operator grant list --json
+    """
     ctx.find_root().meta["vigil.timeout"] = timeout
 
 
 @grant.command()
-@click.option("--tenant", required=True, help="The subject's tenant.")
-@click.option("--user", required=True, help="The subject's user.")
+@subject_option(required=True, help="The subject the grant is for.")
 @click.option("--purpose", required=True, help="The purpose it allows, e.g. ops.alert.")
 @click.option("--source", "sources", multiple=True, required=True, help="A source id (repeat).")
 @click.option("--tool", "tools", multiple=True, help="A governed tool (repeat).")
@@ -102,7 +107,13 @@ def add(
     until: str,
     as_json: bool,
 ) -> None:
-    """Grant a subject a purpose over sources (nothing unnamed is granted); prints its id."""
+    """Grant a subject a purpose over sources (nothing unnamed is granted); prints its id.
+
+    \b
+    Example:
+      vigil --as-operator grant add --subject local/me --purpose ops.alert \\
+        --source ci.pipeline --target ops-hook --actions evaluate,deliver,manage --until 30d
+    """
     try:
         wanted = tuple(Action(a) for a in _split((actions,)))
     except ValueError:
@@ -136,7 +147,12 @@ def add(
 @click.option("--json", "as_json", is_flag=True, help="Print the grants as JSON.")
 @pass_state
 def list_cmd(state: CliState, tenant: str | None, user: str | None, as_json: bool) -> None:
-    """List grants."""
+    """List grants.
+
+    \b
+    Example:
+      vigil --as-operator grant list --tenant local --user me
+    """
     result = send_command(state, CommandVerb.GRANT_LIST, None, None, operator_verb=True)
     if result.result is not None and (tenant is not None or user is not None):
         kept = [
@@ -156,8 +172,7 @@ def list_cmd(state: CliState, tenant: str | None, user: str | None, as_json: boo
 
 @grant.command()
 @click.option("--id", "grant_id", help="The grant to revoke.")
-@click.option("--tenant", help="With --user and --source: revoke that source for the subject.")
-@click.option("--user")
+@subject_option(help="With --source: revoke that source for this subject.")
 @click.option("--source")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @pass_state
@@ -169,12 +184,17 @@ def revoke(
     source: str | None,
     as_json: bool,
 ) -> None:
-    """Revoke a grant by id, or a source of one subject."""
+    """Revoke a grant by id, or a source of one subject.
+
+    \b
+    Example:
+      vigil --as-operator grant revoke --id g-0123abcd
+    """
     by_subject = (tenant, user, source)
     if grant_id is not None and any(v is not None for v in by_subject):
-        raise click.UsageError("give --id, or --tenant --user --source, not both")
+        raise click.UsageError("give --id, or --subject and --source, not both")
     if grant_id is None and any(v is None for v in by_subject):
-        raise click.UsageError("give --id, or all of --tenant --user --source")
+        raise click.UsageError("give --id, or --subject TENANT/USER and --source")
     result = send_command(
         state,
         CommandVerb.GRANT_REVOKE,

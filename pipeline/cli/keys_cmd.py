@@ -9,6 +9,8 @@ gives, never the keys. Left out: data keys and wrapping (``pipeline.crypto``).
 
 from __future__ import annotations
 
+import json
+
 import click
 
 from pipeline.cli.context import CliState, pass_state
@@ -19,7 +21,10 @@ __all__ = ["keys"]
 
 @click.group()
 def keys() -> None:
-    """Key-encryption keys: generate one, or check what is configured."""
+    """Key-encryption keys: generate one, or check what is configured.
+
+    Example: export VIGIL_MASTER_KEYS="$(vigil keys generate)"
+    """
 
 
 @keys.command()
@@ -36,8 +41,17 @@ def generate(kek_id: str | None) -> None:
 
 
 @keys.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the ids as JSON.")
 @pass_state
-def check(state: CliState) -> None:
-    """Print the configured KEK ids, newest last (never the keys)."""
+def check(state: CliState, as_json: bool) -> None:
+    """Print the configured KEK ids, newest last (never the keys).
+
+    \b
+    Example:
+      vigil keys check
+    """
     keks = state.config.privacy.keks()
+    if as_json:
+        click.echo(json.dumps({"ids": list(keks.ids), "newest": keks.newest}))
+        return
     click.echo(f"key-encryption keys: {', '.join(keks.ids)} (new wraps use {keks.newest})")

@@ -26,6 +26,7 @@ import click
 
 from pipeline.cli import shutdown
 from pipeline.cli.context import CliState
+from pipeline.cli.options import CONTEXT_SETTINGS, spread_from
 from pipeline.rules.errors import UnavailableError, VigilError
 
 __all__ = ["COMMANDS", "EXIT_INTERRUPTED", "EXIT_UNAVAILABLE", "main", "vigil"]
@@ -61,6 +62,8 @@ COMMANDS: Final[dict[str, str]] = {
     "dev": "pipeline.cli.dev_cmd:dev",
     "keys": "pipeline.cli.keys_cmd:keys",
     "doctor": "pipeline.cli.doctor_cmd:doctor",
+    "schema": "pipeline.cli.schema_cmd:schema",
+    "completion": "pipeline.cli.completion_cmd:completion",
 }
 
 
@@ -78,6 +81,7 @@ class _LazyGroup(click.Group):
         command = getattr(importlib.import_module(module_name), attribute)
         if not isinstance(command, click.Command):
             raise TypeError(f"{target} is not a click command")
+        spread_from(self, command)  # `vigil watch create --config F` works too
         return command
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
@@ -130,7 +134,7 @@ def _asks_json(args: Sequence[str]) -> bool:
     return "--json" in head
 
 
-@click.group(cls=_LazyGroup)
+@click.group(cls=_LazyGroup, context_settings=CONTEXT_SETTINGS)
 @click.option(
     "--config",
     "config_path",
@@ -148,7 +152,13 @@ def vigil(ctx: click.Context, config_path: Path | None, as_operator: bool) -> No
     """Governed watchers, agent watches and schedules on Apache Kafka.
 
     The CLI acts as the configured [subject] (a user); operator verbs (vigil grant, vigil
-    erase, --tenant/--user for another subject) need --as-operator and an [operator] identity.
+    erase, --subject TENANT/USER for another subject) need --as-operator and an [operator]
+    identity. Options may follow the subcommand (vigil watch create -f F --timeout 5).
+    Documentation: docs/ (definitions.md has every field of a watcher).
+
+    \b
+    Example:
+      vigil watch validate examples/*.json
 
     \b
     Exit codes:

@@ -22,6 +22,7 @@ from prometheus_client import REGISTRY
 
 from pipeline.cli import shutdown
 from pipeline.cli.context import CliState
+from pipeline.cli.options import chosen_level
 from pipeline.clock import Clock, clock_from_env
 from pipeline.config import VigilConfig
 from pipeline.crypto import KeyEncryptionKeys
@@ -95,11 +96,11 @@ def start(
     """Log at INFO with ``-v`` (else WARNING; librdkafka's own lines only with ``-v``), check
     that the broker (and with ``redis``, Redis) answers within seconds, check ``topics``, serve
     ``/metrics`` on ``[metrics] listen`` unless told not to, and arm the stop event."""
+    level = chosen_level("info" if verbose else "warning")
     logging.basicConfig(
-        level=logging.INFO if verbose else logging.WARNING,
-        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+        level=level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s"
     )
-    properties.verbose(verbose)
+    properties.verbose(level in ("debug", "info"))
     config = state.config
     keks = config.privacy.keks()  # first: a missing KEK is one line and no broker round trip
     topology = config.kafka.topology()

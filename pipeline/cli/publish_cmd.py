@@ -1,26 +1,31 @@
-"""``vigil publish [FILE|-]``: publish events given as JSON lines (DESIGN.md §9 event shape).
+"""``vigil publish [FILE|-]``: publish events given as JSON lines (docs/definitions.md#events).
 
-Each non-blank line is one event object. A bad line is reported with its line number; by
-default publishing stops there (what came before is still flushed), with ``--skip-invalid``
-it goes on. Long inputs get a progress line on stderr; every run ends with
-``published N, rejected M`` there, and exits 1 when anything was rejected.
+Each non-blank line is one event object. A bad line is reported as
+``FILE:line:col: field: message``, every problem of the line at once; by default publishing
+stops there (what came before is still flushed), with ``--skip-invalid`` it goes on. An
+``observed_at`` outside the freshness window this side can know earns a warning line (the event
+is still published). ``--dry-run`` checks every line and publishes nothing: no broker is needed.
+Long inputs get a progress line on stderr; every run ends with ``published N, rejected M``
+there, and exits 1 when anything was rejected.
 
-Left out: the checks and the producer (``producers.publish.publisher``).
+Left out: the checks (``pipeline.ops.validate``) and the producer (``producers.publish``).
 """
 
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime, timedelta
 from typing import Final, TextIO
 
 import click
 
 from pipeline.cli.context import CliState, pass_state
-from pipeline.records.event import EventLine, parse_event_line
+from pipeline.ops.validate import check_event_line
+from pipeline.rules.durations import parse_duration
 from pipeline.rules.errors import DefinitionError
 from producers.publish.publisher import EventPublisher
 
-__all__ = ["EventLine", "parse_event_line", "publish"]
+__all__ = ["publish"]
 
 _PROGRESS_INTERVAL_S: Final = 1.0
 
@@ -41,9 +46,29 @@ class _Progress:
         click.echo(f"read {seen} lines, rejected {rejected} ({rate:,.0f} lines/s)", err=True)
 
 
+def _max_age(_ctx: click.Context, _param: click.Parameter, value: str | None) -> timedelta | None:
+    if value is None:
+        return None
+    try:
+        return parse_duration(value, "--max-age")
+    except DefinitionError as exc:
+        raise click.BadParameter(exc.message) from None
+
+
 @click.command()
 @click.argument("source", type=click.File("r", encoding="utf-8"), default="-")
 @click.option("--skip-invalid", is_flag=True, help="Report bad lines and go on.")
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Check every line (problems and warnings) and publish nothing; needs no broker.",
+)
+@click.option(
+    "--max-age",
+    callback=_max_age,
+    metavar="DURATION",
+    help="Warn about events older than this (your watchers' max_age, e.g. 10m).",
+)
 @click.option(
     "--progress-every",
     type=click.IntRange(min=1),
@@ -52,29 +77,58 @@ class _Progress:
     help="Lines between progress lines (one is also printed every second).",
 )
 @pass_state
-def publish(state: CliState, source: TextIO, skip_invalid: bool, progress_every: int) -> None:
-    """Publish events from FILE (or stdin), one JSON object per line."""
+def publish(
+    state: CliState,
+    source: TextIO,
+    skip_invalid: bool,
+    dry_run: bool,
+    max_age: timedelta | None,
+    progress_every: int,
+) -> None:
+    """Publish events from FILE (or stdin), one JSON object per line.
+
+    \b
+    Example:
+      vigil publish --dry-run --max-age 10m examples/events.jsonl
+    """
+    name = "<stdin>" if source.name in ("-", "<stdin>") else source.name
     progress = _Progress(progress_every)
-    seen = rejected = 0
-    state.reach_kafka()
-    publisher = EventPublisher(state.config)
+    seen = rejected = published = 0
+    if not dry_run:
+        state.reach_kafka()
+    publisher = None if dry_run else EventPublisher(state.config)
     try:
         for number, text in enumerate(source, start=1):
             if not text.strip():
                 continue
             seen += 1
-            try:
-                line, observed_at = parse_event_line(text)
-                publisher.publish_line(line, observed_at)
-            except DefinitionError as exc:
+            now = datetime.now(UTC)
+            findings, event = check_event_line(text, name, number, now=now, max_age=max_age)
+            for finding in findings:
+                click.echo(str(finding), err=True)
+            if event is None:
                 rejected += 1
-                click.echo(f"line {number}: {exc}", err=True)
-                if not skip_invalid:
+                if not skip_invalid and not dry_run:
                     click.echo("stopping (use --skip-invalid to go on past bad lines)", err=True)
                     break
+            elif publisher is not None:
+                line, observed_at = event
+                try:
+                    publisher.publish_line(line, observed_at)
+                except DefinitionError as exc:
+                    rejected += 1
+                    click.echo(f"{name}:{number}:1: {exc}", err=True)
+                    if not skip_invalid:
+                        break
+            else:
+                published += 1
             progress.tick(seen, rejected)
-        publisher.flush()
+        if publisher is not None:
+            publisher.flush()
     finally:
-        click.echo(f"published {publisher.delivered}, rejected {rejected}", err=True)
+        if publisher is None:
+            click.echo(f"checked {seen}: {published} valid, rejected {rejected}", err=True)
+        else:
+            click.echo(f"published {publisher.delivered}, rejected {rejected}", err=True)
     if rejected:
         raise click.exceptions.Exit(1)

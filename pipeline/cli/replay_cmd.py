@@ -19,9 +19,9 @@ from typing import Any
 import click
 
 from pipeline.cli.context import CliState, pass_state
-from pipeline.cli.watch_cmd import load_definition
 from pipeline.kafka.scan import Bound, Progress
 from pipeline.ops.replay_reader import Scope, read_history
+from pipeline.ops.validate import load_definition
 from pipeline.rules.definition import WatcherDefinition
 from pipeline.rules.replay import Difference, ReplayClock, ReplayReport, affected_keys, replay
 
@@ -67,7 +67,12 @@ def replay_command(
     definition_file: Path | None,
     as_json: bool,
 ) -> None:
-    """Re-run the evaluator over recorded inputs and report decisions that differ."""
+    """Re-run the evaluator over recorded inputs and report decisions that differ.
+
+    \b
+    Example:
+      vigil replay --from 2026-12-01T00:00:00Z --to latest --watcher release-build-failed
+    """
     config = state.config
     scope = Scope.parse(watcher, subject)
     override = None

@@ -16,6 +16,7 @@ from datetime import timedelta
 import click
 
 from pipeline.cli.context import CliState, pass_state
+from pipeline.cli.options import log_level_option
 from pipeline.cli.process import start
 from pipeline.kafka.topics import Topic
 from producers.ticker.loop import PollTicker, TickerSettings
@@ -57,6 +58,7 @@ _TOPICS = (
 )
 @click.option("--no-metrics", is_flag=True, help="Do not serve /metrics.")
 @click.option("-v", "--verbose", is_flag=True, help="Log at INFO instead of WARNING.")
+@log_level_option
 @pass_state
 def ticker(
     state: CliState,
@@ -67,7 +69,12 @@ def ticker(
     no_metrics: bool,
     verbose: bool,
 ) -> None:
-    """Run a poll ticker: due instants in, governed tool calls, ticks out."""
+    """Run a poll ticker: due instants in, governed tool calls, ticks out.
+
+    \b
+    Example:
+      vigil ticker --instance node-1
+    """
     process = start(
         state,
         _TOPICS,

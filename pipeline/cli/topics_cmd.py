@@ -55,7 +55,12 @@ def _fix(state: CliState, topology: Topology) -> str:
 
 @click.group()
 def topics() -> None:
-    """Create and check vigil's Kafka topics."""
+    """Create and check vigil's Kafka topics.
+
+    \b
+    Example:
+      vigil topics describe --json
+    """
 
 
 @topics.command()
@@ -63,7 +68,12 @@ def topics() -> None:
 @_prefix_option
 @pass_state
 def create(state: CliState, partitions: int | None, prefix: str | None) -> None:
-    """Create missing topics and reset drifted configs (safe to run again)."""
+    """Create missing topics and reset drifted configs (safe to run again).
+
+    \b
+    Example:
+      vigil topics create --partitions 12
+    """
     topology = _topology(state, partitions, prefix)
     state.reach_kafka()
     report = ensure_topics(connect_admin(state.config.kafka.bootstrap_servers), topology)
@@ -85,7 +95,12 @@ def create(state: CliState, partitions: int | None, prefix: str | None) -> None:
 def describe_cmd(
     state: CliState, partitions: int | None, prefix: str | None, as_json: bool
 ) -> None:
-    """Show each topic next to its spec; exit 1 when anything drifted."""
+    """Show each topic next to its spec; exit 1 when anything drifted.
+
+    \b
+    Example:
+      vigil topics describe
+    """
     topology = _topology(state, partitions, prefix)
     state.reach_kafka()
     statuses = describe(connect_admin(state.config.kafka.bootstrap_servers), topology)

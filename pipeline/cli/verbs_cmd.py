@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 import click
 
+from pipeline.cli.completion_cmd import complete_schedule_names
 from pipeline.cli.context import CliState, pass_state
 from pipeline.control.agent import ENV_AGENT_TOKEN, ENV_CHAT_ID
 from pipeline.control.socket.client import call
@@ -332,7 +333,9 @@ def list_schedules(
 
 
 @click.command(short_help="Cancel a schedule: vigil cancel --name digest")
-@click.option("--name", required=True, help="The schedule to cancel.")
+@click.option(
+    "--name", required=True, shell_complete=complete_schedule_names, help="The schedule to cancel."
+)
 @_chat_option
 @_socket_option
 @_json_option

@@ -16,68 +16,36 @@ Left out: the rules (``pipeline.rules.commands.apply``) and the processor (``con
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable
+from dataclasses import asdict
 from typing import Any, Final, TextIO, TypeVar
 
 import click
-import yaml
+from click.shell_completion import CompletionItem
 
+from pipeline.cli.completion_cmd import ASK_TIMEOUT_S, cli_state, matching
 from pipeline.cli.context import CliState, pass_state
 from pipeline.cli.identity import cli_principal
+from pipeline.cli.options import subject_option
 from pipeline.control.client import DEFAULT_TIMEOUT_S, CommandClient
+from pipeline.ops.validate import check_definition_text, load_definition
+from pipeline.rules.authz import Principal
 from pipeline.rules.commands import CommandResult, CommandVerb
-from pipeline.rules.errors import DefinitionError
 from pipeline.rules.lifecycle import WatcherStatus
 
-__all__ = ["load_definition", "report", "send_command", "subject_options", "watch"]
+__all__ = ["complete_watcher_ids", "report", "send_command", "subject_options", "watch"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 _LIST_COLUMNS: Final = ("watcher_id", "status", "version", "revision", "source_id")
 
 
-class _Loader(yaml.SafeLoader):
-    """YAML without YAML 1.1's surprises: instants stay text (``expires_at``), ``22:00`` is not
-    the sexagesimal number 1320, so a definition reads the same as its JSON twin."""
-
-
-_DROPPED: Final = frozenset({"tag:yaml.org,2002:timestamp", "tag:yaml.org,2002:int"})
-_Loader.yaml_implicit_resolvers = {
-    first: [(tag, regexp) for tag, regexp in resolvers if tag not in _DROPPED]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:int", re.compile(r"^[-+]?(?:0|[1-9][0-9_]*)$"), list("-+0123456789")
-)
-
-
-def load_definition(text: str) -> dict[str, Any]:
-    """A definition from JSON or YAML text; :class:`DefinitionError` when it is neither."""
-    try:
-        value = json.loads(text)
-    except ValueError:
-        try:
-            value = yaml.load(text, Loader=_Loader)
-        except yaml.YAMLError as exc:
-            raise DefinitionError(f"neither JSON nor YAML: {exc}") from None
-    if not isinstance(value, dict):
-        raise DefinitionError("a definition is a JSON or YAML object")
-    return value
-
-
 def subject_options(command: F) -> F:
-    """``--tenant/--user`` (operators acting for another subject) and ``--json``."""
+    """``--subject TENANT/USER`` (operators acting for another subject) and ``--json``."""
     command = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")(
         command
     )
-    command = click.option("--user", help="Act for this user (with --tenant; --as-operator).")(
-        command
-    )
-    command = click.option("--tenant", help="Act for this tenant (with --user; --as-operator).")(
-        command
-    )
-    return command
+    return subject_option(help="Act for this subject (operators: --as-operator).")(command)
 
 
 def send_command(
@@ -91,12 +59,26 @@ def send_command(
 ) -> CommandResult:
     """Send one command as the CLI's principal (``cli_principal``) and wait for its result."""
     if (tenant is None) != (user is None):
-        raise click.UsageError("--tenant and --user go together")
+        raise click.UsageError("--subject names a tenant and a user: TENANT/USER")
     config = cli.config
     me = config.subject
     other = tenant is not None and (tenant, user) != (me.tenant_id, me.user_id)
     principal = cli_principal(cli, operator_verb=operator_verb, other_subject=other)
-    timeout = _timeout()
+    return _ask(
+        cli, _timeout(), verb, principal, tenant or me.tenant_id, user or me.user_id, **fields
+    )
+
+
+def _ask(
+    cli: CliState,
+    timeout: float,
+    verb: CommandVerb,
+    principal: Principal,
+    tenant: str,
+    user: str,
+    **fields: Any,
+) -> CommandResult:
+    config = cli.config
     cli.reach_kafka()
     with CommandClient(
         config.kafka.bootstrap_servers,
@@ -104,10 +86,23 @@ def send_command(
         timeout_s=timeout,
         keks=config.privacy.keks(),
     ) as client:
-        command = client.command(
-            verb, principal, tenant or me.tenant_id, user or me.user_id, **fields
-        )
-        return client.send(command)
+        return client.send(client.command(verb, principal, tenant, user, **fields))
+
+
+def complete_watcher_ids(
+    ctx: click.Context, _param: click.Parameter, incomplete: str
+) -> list[CompletionItem]:
+    """The subject's live watcher ids, from the command processor; none when it does not
+    answer in time (``vigil completion``)."""
+    try:
+        state = cli_state(ctx)
+        me = state.config.subject
+        principal = cli_principal(state, operator_verb=False, other_subject=False)
+        result = _ask(state, ASK_TIMEOUT_S, CommandVerb.LIST, principal, me.tenant_id, me.user_id)
+        watchers: list[dict[str, Any]] = (result.result or {}).get("watchers", [])
+        return matching([str(w["watcher_id"]) for w in watchers], incomplete)
+    except Exception:  # a completer completes nothing rather than break the shell
+        return []
 
 
 def _timeout() -> float:
@@ -171,12 +166,39 @@ def _table(result: dict[str, Any]) -> str:
 )
 @click.pass_context
 def watch(ctx: click.Context, timeout: float) -> None:
-    """Create, inspect and change watchers (through the command processor)."""
+    """Create, inspect and change watchers (through the command processor).
+
+    \b
+    Example:
+      vigil watch create -f examples/release-build-failed.json --timeout 10
+    """
     ctx.find_root().meta["vigil.timeout"] = timeout
 
 
-def _definition_from(source: TextIO) -> dict[str, Any]:
-    return load_definition(source.read())
+def _definition_from(
+    state: CliState, source: TextIO, tenant: str | None, user: str | None, proposal: bool = False
+) -> dict[str, Any]:
+    """The definition in ``source``, checked here first: every problem is printed as
+    ``FILE:line:col: field: message (hint)`` and nothing is sent (exit 1)."""
+    text = source.read()
+    me = state.config.subject
+    findings = check_definition_text(
+        text,
+        _file_name(source),
+        tenant_id=tenant or me.tenant_id,
+        user_id=user or me.user_id,
+        proposal=proposal,
+    )
+    if findings:
+        for finding in findings:
+            click.echo(str(finding), err=True)
+        raise click.exceptions.Exit(1)
+    return load_definition(text)
+
+
+def _file_name(source: TextIO) -> str:
+    name = getattr(source, "name", "-")
+    return "<stdin>" if name in ("-", "<stdin>") else str(name)
 
 
 @watch.command()
@@ -193,8 +215,15 @@ def _definition_from(source: TextIO) -> dict[str, Any]:
 def create(
     state: CliState, source: TextIO, tenant: str | None, user: str | None, as_json: bool
 ) -> None:
-    """Create a watcher (refused while one with the same id is live)."""
-    definition = _definition_from(source)
+    """Create a watcher (refused while one with the same id is live).
+
+    The file is validated here first, as `vigil watch validate` does.
+
+    \b
+    Example:
+      vigil watch create -f examples/release-build-failed.json
+    """
+    definition = _definition_from(state, source, tenant, user)
     result = send_command(state, CommandVerb.CREATE, tenant, user, definition=definition)
     report(result, as_json, lambda view: "created " + _summary(view))
 
@@ -224,8 +253,13 @@ def update(
     user: str | None,
     as_json: bool,
 ) -> None:
-    """Replace a live watcher's definition with a new version (compare-and-set)."""
-    definition = _definition_from(source)
+    """Replace a live watcher's definition with a new version (compare-and-set).
+
+    \b
+    Example:
+      vigil watch update -f examples/release-build-failed.json --revision 3
+    """
+    definition = _definition_from(state, source, tenant, user)
     result = send_command(
         state,
         CommandVerb.UPDATE,
@@ -251,8 +285,13 @@ def update(
 def propose(
     state: CliState, source: TextIO, tenant: str | None, user: str | None, as_json: bool
 ) -> None:
-    """Propose a watch (state proposed; an identical live one answers with its id)."""
-    definition = _definition_from(source)
+    """Propose a watch (state proposed; an identical live one answers with its id).
+
+    \b
+    Example:
+      vigil watch propose -f examples/agent-proposal.json
+    """
+    definition = _definition_from(state, source, tenant, user, proposal=True)
     result = send_command(state, CommandVerb.PROPOSE, tenant, user, definition=definition)
 
     def render(view: dict[str, Any]) -> str:
@@ -263,13 +302,18 @@ def propose(
 
 
 @watch.command()
-@click.argument("watcher_id")
+@click.argument("watcher_id", shell_complete=complete_watcher_ids)
 @subject_options
 @pass_state
 def show(
     state: CliState, watcher_id: str, tenant: str | None, user: str | None, as_json: bool
 ) -> None:
-    """Show one watcher: state, version, revision, definition."""
+    """Show one watcher: state, version, revision, definition.
+
+    \b
+    Example:
+      vigil watch show release-build-failed --json
+    """
     result = send_command(state, CommandVerb.SHOW, tenant, user, watcher_id=watcher_id)
     report(result, as_json, _details)
 
@@ -292,13 +336,18 @@ def list_cmd(
     user: str | None,
     as_json: bool,
 ) -> None:
-    """List watchers of the subject."""
+    """List watchers of the subject.
+
+    \b
+    Example:
+      vigil watch list --state paused
+    """
     result = send_command(state, CommandVerb.LIST, tenant, user, state=status, session_id=session)
     report(result, as_json, _table)
 
 
 def _lifecycle_command(verb: CommandVerb, done: str, help_text: str) -> click.Command:
-    @click.argument("watcher_id")
+    @click.argument("watcher_id", shell_complete=complete_watcher_ids)
     @click.option(
         "--revision",
         type=click.IntRange(min=0),
@@ -319,7 +368,8 @@ def _lifecycle_command(verb: CommandVerb, done: str, help_text: str) -> click.Co
         )
         report(result, as_json, lambda view: f"{done} " + _summary(view))
 
-    return click.command(verb.value, help=help_text)(command)
+    example = f"\b\nExample:\n  vigil watch {verb.value} release-build-failed --revision 3"
+    return click.command(verb.value, help=f"{help_text}\n\n{example}")(command)
 
 
 watch.add_command(
@@ -330,3 +380,61 @@ watch.add_command(_lifecycle_command(CommandVerb.RESUME, "resumed", "Resume a pa
 watch.add_command(
     _lifecycle_command(CommandVerb.CANCEL, "cancelled", "Cancel a watcher (terminal).")
 )
+
+
+@watch.command()
+@click.argument("paths", nargs=-1, type=click.File("r", encoding="utf-8"))
+@click.option(
+    "-f",
+    "--file",
+    "files",
+    multiple=True,
+    type=click.File("r", encoding="utf-8"),
+    help="A definition to check, JSON or YAML ('-' for stdin); repeat for more.",
+)
+@click.option(
+    "--proposal",
+    is_flag=True,
+    default=None,
+    help="Check every file as an agent proposal (default: those with a window or session_id).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the problems as a JSON list.")
+@pass_state
+def validate(
+    state: CliState,
+    paths: tuple[TextIO, ...],
+    files: tuple[TextIO, ...],
+    proposal: bool | None,
+    as_json: bool,
+) -> None:
+    """Check definition files offline (no broker): every problem at once, one line each,
+    FILE:line:col: field.path: message (hint); exit 1 when there is any.
+
+    \b
+    Example:
+      vigil watch validate examples/*.json examples/*.yaml
+      vigil watch validate --json -f examples/agent-proposal.json
+    """
+    sources = (*files, *paths)
+    if not sources:
+        raise click.UsageError("name at least one file (-f FILE)")
+    me = state.config.subject
+    findings = []
+    for source in sources:
+        found = check_definition_text(
+            source.read(),
+            _file_name(source),
+            tenant_id=me.tenant_id,
+            user_id=me.user_id,
+            proposal=proposal,
+        )
+        findings.extend(found)
+        if not found and not as_json:
+            click.echo(f"{_file_name(source)}: ok")
+    if as_json:
+        click.echo(json.dumps([asdict(f) for f in findings], indent=2))
+    else:
+        for finding in findings:
+            click.echo(str(finding))
+    if findings:
+        raise click.exceptions.Exit(1)

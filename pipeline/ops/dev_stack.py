@@ -35,11 +35,13 @@ from pipeline.ops.supervisor import Service
 from pipeline.rules.errors import ConfigError
 
 __all__ = [
+    "BROKERS",
     "DEMO_SOURCE",
     "DEMO_WATCHER",
     "Demo",
     "DevPorts",
     "Servers",
+    "default_broker",
     "dev_master_keys",
     "metric_total",
     "new_token",
@@ -106,14 +108,22 @@ class DevPorts:
         return cls(k, c, r, a, metrics)
 
 
+BROKERS: Final = ("kafka", "tansu")
+
+
+def default_broker() -> str:
+    """Apache Kafka when a Java runtime is on PATH, else Tansu (no JVM; memory only)."""
+    return "kafka" if shutil.which("java") else "tansu"
+
+
 class Servers:
     """The broker and Redis for one state directory, started and stopped by deploy/ scripts."""
 
-    def __init__(self, state: Path, ports: DevPorts, log: Path) -> None:
+    def __init__(self, state: Path, ports: DevPorts, log: Path, broker: str | None = None) -> None:
         self._state = state
         self._ports = ports
         self._log = log
-        self.broker = "kafka" if shutil.which("java") else "tansu"
+        self.broker = broker or default_broker()
         self.started: list[str] = []
 
     def _env(self) -> dict[str, str]:

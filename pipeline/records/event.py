@@ -10,7 +10,6 @@ once however many watchers an input reaches (ticks use it too).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Final
@@ -35,7 +34,6 @@ __all__ = [
     "event_line",
     "event_record",
     "evidence_from_event",
-    "parse_event_line",
     "payload_object",
 ]
 
@@ -151,8 +149,9 @@ def evidence_from_event(value: Mapping[str, Any], position: str) -> Evidence:
 
 
 class EventLine(BaseModel):
-    """One event as a publisher writes it (DESIGN.md §9): a ``vigil publish`` line, an item of
-    ``POST /v1/events``. :func:`event_record` checks the values; this checks the shape."""
+    """One event as a publisher writes it (DESIGN.md §9): a ``vigil publish`` line
+    (``pipeline.ops.validate`` reads those), an item of ``POST /v1/events``.
+    :func:`event_record` checks the values; this checks the shape."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -163,19 +162,6 @@ class EventLine(BaseModel):
     cursor: StrictStr | None = None
     envelope_id: StrictStr | None = None
     payload: Any = {}
-
-
-def _no_constants(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-def parse_event_line(text: str) -> tuple[EventLine, datetime]:
-    """The validated line and its observed_at instant; :class:`DefinitionError` otherwise."""
-    try:
-        data = json.loads(text, parse_constant=_no_constants)
-    except ValueError as exc:
-        raise DefinitionError(f"not JSON: {exc}") from None
-    return event_line(data)
 
 
 def event_line(data: object) -> tuple[EventLine, datetime]:

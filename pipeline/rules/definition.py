@@ -26,6 +26,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import ErrorDetails
 
 from pipeline.rules.backoff import RetryPolicy
 from pipeline.rules.bounds import check_json
@@ -54,6 +55,7 @@ __all__ = [
     "Mode",
     "PrivacyPolicy",
     "WatcherDefinition",
+    "definition_errors",
     "parse_stored",
 ]
 
@@ -259,24 +261,13 @@ class WatcherDefinition(_Model):
     ) -> WatcherDefinition:
         """Validate a user's definition for subject ``(tenant_id, user_id)``.
 
-        Every rule violation raises :class:`DefinitionError` naming the field (``source.cron``).
+        Every rule violation raises :class:`DefinitionError` naming the field (``source.cron``);
+        :func:`definition_errors` has them all.
         """
-        if not isinstance(obj, Mapping):
-            raise DefinitionError("a definition is a JSON object", None)
-        check_json(obj, None, max_nodes=MAX_NODES)
-        body = dict(obj)
-        _fill_schedule_source_id(body)
-        for name, value in (("tenant_id", tenant_id), ("user_id", user_id)):
-            if body.setdefault(name, value) != value:
-                raise DefinitionError("does not match the caller's subject", name)
-        try:
-            text = json.dumps(body, default=str, allow_nan=False)
-        except (TypeError, ValueError) as exc:
-            raise DefinitionError(f"not JSON: {exc}", None) from None
-        try:
-            return cls.model_validate_json(text)
-        except ValidationError as exc:
-            raise _definition_error(exc) from None
+        errors, definition = definition_errors(obj, tenant_id=tenant_id, user_id=user_id)
+        if definition is None:
+            raise errors[0]
+        return definition
 
     def to_json(self) -> dict[str, Any]:
         """The §9 JSON shape (durations as text, instants RFC 3339), defaults omitted."""
@@ -356,13 +347,38 @@ class WatcherDefinition(_Model):
         return None
 
 
+def definition_errors(
+    obj: Any, *, tenant_id: str, user_id: str
+) -> tuple[list[DefinitionError], WatcherDefinition | None]:
+    """The definition, or what is wrong with ``obj``: every error pydantic finds in one pass,
+    or the one rule that stopped it (``definition_check`` runs this until nothing new shows)."""
+    if not isinstance(obj, Mapping):
+        return [DefinitionError("a definition is a JSON object", None)], None
+    try:
+        check_json(obj, None, max_nodes=MAX_NODES)
+        body = dict(obj)
+        _fill_schedule_source_id(body)
+        for name, value in (("tenant_id", tenant_id), ("user_id", user_id)):
+            if body.setdefault(name, value) != value:
+                raise DefinitionError("does not match the caller's subject", name)
+        try:
+            text = json.dumps(body, default=str, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise DefinitionError(f"not JSON: {exc}", None) from None
+        return [], WatcherDefinition.model_validate_json(text)
+    except DefinitionError as exc:
+        return [exc], None
+    except ValidationError as exc:
+        return [_definition_error(error) for error in exc.errors()], None
+
+
 def parse_stored(text: str | bytes) -> WatcherDefinition:
     """A definition as stored (registry, ``watchers``, ``definition-log``): any failure to read
     it back is a :class:`DefinitionError`, never another exception."""
     try:
         return WatcherDefinition.model_validate_json(text)
     except ValidationError as exc:
-        error = _definition_error(exc)
+        error = _definition_error(exc.errors()[0])
         raise DefinitionError(f"stored definition: {error.message}", error.field) from None
 
 
@@ -381,9 +397,8 @@ def _always(_payload: Mapping[str, Any]) -> bool:
 _UNION_TAGS: Final = frozenset({"event", "polling", "schedule"})
 
 
-def _definition_error(exc: ValidationError) -> DefinitionError:
-    """The first pydantic error as a DefinitionError naming its dotted field."""
-    error = exc.errors()[0]
+def _definition_error(error: ErrorDetails) -> DefinitionError:
+    """One pydantic error as a DefinitionError naming its dotted field."""
     parts: list[str] = []
     loc = error["loc"]
     for i, part in enumerate(loc):

@@ -43,8 +43,8 @@ from tests.receiver import FAILURE_BODY, Receiver
 
 pytestmark = pytest.mark.integration
 
-SECRET = "whsec_dmlnaWwtdGVzdC1zaWduaW5nLWtleQ=="
-OTHER_SECRET = "whsec_YW5vdGhlci1rZXk="
+SECRET = "whsec_dmlnaWwtdGVzdC1zaWduaW5nLWtleS1mb3ItYWRhcHRlcnM="
+OTHER_SECRET = "whsec_YW5vdGhlci1rZXktb2YtdHdlbnR5LWZvdXItYnl0ZXM="
 TOKEN = "4242:bot-token-for-tests"
 FAST = timedelta(seconds=5)
 

@@ -249,12 +249,43 @@ def test_watch_errors_print_one_line_and_exit_nonzero(daemon: Daemon, tmp_path: 
 
     bad = DEFINITION_YAML.replace("max_age: 10m", "max_age: soon")
     invalid = vigil_cli(daemon, "watch", "create", "-f", "-", stdin=bad.replace("release-", "x-"))
-    assert invalid.exit_code == 1
+    assert invalid.exit_code == 1  # refused here, before anything is sent
     lines = invalid.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("Error: source.max_age: ")
-    assert lines[0].endswith("[invalid]")
+    assert len(lines) == 1 and lines[0].startswith("<stdin>:8:12: source.max_age: not a duration")
     missing = vigil_cli(daemon, "watch", "show", "nope")
     assert missing.exit_code == 1 and missing.stderr.strip().endswith("[not_found]")
+
+
+def test_options_after_the_subcommand_and_completion_of_live_watcher_ids(
+    daemon: Daemon,
+) -> None:
+    add_grant(daemon, "ci.pipeline")
+    created = CliRunner().invoke(
+        vigil,
+        ["watch", "create", "-f", "-", "--timeout", "20", "--config", str(daemon.config)],
+        input=DEFINITION_YAML,
+    )
+    assert created.exit_code == 0, created.stderr
+    shown = CliRunner().invoke(
+        vigil,
+        ["watch", "show", "release-build-failed", "--subject", "local/me", "--json"],
+        env={"VIGIL_CONFIG": str(daemon.config)},
+    )
+    assert json.loads(shown.stdout)["watcher_id"] == "release-build-failed"
+    completed = subprocess.run(
+        [sys.executable, "-m", "pipeline.cli.main"],
+        env={
+            **os.environ,
+            "_VIGIL_COMPLETE": "bash_complete",
+            "COMP_WORDS": f"vigil --config {daemon.config} watch show rel",
+            "COMP_CWORD": "5",
+        },
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert completed.stdout.split() == ["plain,release-build-failed"]
 
 
 def test_operator_acts_for_another_subject_and_sigterm_stops_the_processor_cleanly(

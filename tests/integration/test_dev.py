@@ -1,7 +1,8 @@
 """``vigil dev`` on a fresh state dir: its own broker and Redis (on free ports, never the shared
-dev servers), every process supervised, the demo delivered, metrics counting, ``vigil doctor``
-passing and then naming each failure once the stack's own broker is stopped, Ctrl-C stopping
-everything it started."""
+dev servers), every process supervised, the demo delivered, metrics counting, README's
+five-minute tour run as written, ``vigil doctor`` passing and then naming each failure once the
+stack's own broker is stopped, Ctrl-C stopping everything it started; and killed with SIGKILL,
+its children and servers stopping with it."""
 
 from __future__ import annotations
 
@@ -23,7 +24,38 @@ import pytest
 
 from pipeline.ops.supervisor import Service, ServiceState, Supervisor
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(480)]
+
+ROOT = Path(__file__).resolve().parents[2]
+_TOUR = re.compile(r"^## A five-minute tour$(.*?)^## ", re.S | re.M)
+_SHELL = re.compile(r"^```sh\n(.*?)^```", re.S | re.M)
+
+
+def tour_blocks(readme: str) -> list[str]:
+    """The shell blocks of README's tour, in order, as written."""
+    found = _TOUR.search(readme)
+    assert found is not None, "README has no '## A five-minute tour' section"
+    return _SHELL.findall(found.group(1))
+
+
+def _run_tour(workdir: Path, env: dict[str, str], evaluator_metrics: str) -> list[str]:
+    """Run every block of the tour in one bash, as a reader pastes it: `set -e`, each command
+    must succeed. Only the evaluator's metrics address is the one this `vigil dev` printed
+    (the README says `vigil dev` prints each address: a busy 9465 moves it)."""
+    script = "\n".join(tour_blocks((ROOT / "README.md").read_text(encoding="utf-8")))
+    script = script.replace("http://127.0.0.1:9465/metrics", evaluator_metrics)
+    script = script.replace("127.0.0.1:9465/metrics", evaluator_metrics)
+    done = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script],
+        cwd=workdir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, f"the tour failed:\n{done.stdout}\n{done.stderr}"
+    return done.stdout.splitlines()
+
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -79,9 +111,30 @@ def _failing_processes(state: Path, env: dict[str, str]) -> Any:
     return done if processes and all(c["status"] == "fail" for c in processes) else None
 
 
-def test_dev_on_fresh_state_dir_gets_ready_delivers_demo_and_stops_cleanly(
-    tmp_path: Path,
+def _path_without_java(bin_dir: Path) -> str:
+    """A PATH with every program of this one except Java (and Maven): a machine without a JVM."""
+    bin_dir.mkdir()
+    for directory in os.environ.get("PATH", "").split(os.pathsep):
+        folder = Path(directory)
+        if not folder.is_dir():
+            continue
+        for program in folder.iterdir():
+            link = bin_dir / program.name
+            if program.name in ("java", "mvn") or link.exists() or link.is_symlink():
+                continue
+            if os.access(program, os.X_OK) and not program.is_dir():
+                link.symlink_to(program)
+    return str(bin_dir)
+
+
+@pytest.mark.parametrize("java", [True, False], ids=["kafka", "tansu-without-java"])
+def test_dev_on_fresh_state_dir_gets_ready_delivers_demo_runs_the_tour_and_stops_cleanly(
+    tmp_path: Path, java: bool
 ) -> None:
+    # The tour runs where `make run` would: a directory with .venv/bin/vigil and examples/.
+    (tmp_path / ".venv").mkdir()
+    (tmp_path / ".venv" / "bin").symlink_to(Path(sys.executable).parent)
+    (tmp_path / "examples").symlink_to(ROOT / "examples")
     kafka_port, redis_port = _free_port(), _free_port()
     env = {
         **os.environ,
@@ -90,10 +143,14 @@ def test_dev_on_fresh_state_dir_gets_ready_delivers_demo_and_stops_cleanly(
         "PYTHONUNBUFFERED": "1",
     }
     env.pop("VIGIL_CONFIG", None)
-    state = tmp_path / "state"
+    env.pop("VIGIL_BROKER", None)  # the default: Kafka with Java, Tansu without
+    if not java:
+        env["PATH"] = _path_without_java(tmp_path / "bin-without-java")
+        env.pop("JAVA_HOME", None)
+    state = tmp_path / ".vigil" / "dev"
     errors = (tmp_path / "dev.stderr").open("w")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pipeline.cli.main", "dev", "--state-dir", str(state)],
+        [sys.executable, "-m", "pipeline.cli.main", "dev"],
         env=env,
         cwd=tmp_path,
         stdout=subprocess.PIPE,
@@ -107,6 +164,8 @@ def test_dev_on_fresh_state_dir_gets_ready_delivers_demo_and_stops_cleanly(
         ready = "vigil dev: ready\n"
         _wait(lambda: ready in lines or proc.poll() is not None, 300, "ready")
         assert proc.poll() is None, "".join(lines) + (tmp_path / "dev.stderr").read_text()[-3000:]
+        broker = "kafka" if java else "tansu"
+        assert f"; starting {broker} and redis" in lines[0]
         _wait(lambda: any("demo notification delivered" in line for line in lines), 120,
               "the demo notification")  # fmt: skip
         urls = dict(re.findall(r"metrics\s+(\S+)\s+(http://\S+/metrics)", "".join(lines)))
@@ -116,32 +175,53 @@ def test_dev_on_fresh_state_dir_gets_ready_delivers_demo_and_stops_cleanly(
         assert _answers(kafka_port) and _answers(redis_port)
         delivered = (state / "logs" / "delivery.log").read_text()
         assert "demo-build-failed" in delivered
+        tour_env = {k: v for k, v in env.items() if not k.startswith("VIGIL_")}
+        tour_env["VIGIL_MASTER_KEYS"] = env.get("VIGIL_MASTER_KEYS", "")
+        if not tour_env["VIGIL_MASTER_KEYS"]:
+            tour_env.pop("VIGIL_MASTER_KEYS")
+        tour_env["PATH"] = env["PATH"]
+        out = "\n".join(_run_tour(tmp_path, tour_env, urls["evaluator"]))
+        assert "demo.builds" in out and "demo-build-failed" in out  # grant list, watch list
+        assert "created release-build-failed" in out
+        assert "vigil_evaluator_evaluations" in out
+        vigil = str(tmp_path / ".venv" / "bin" / "vigil")
+        tour_env["VIGIL_CONFIG"] = str(state / "vigil.toml")
 
-        # vigil doctor passes on the dev stack, then names each failure once its broker stops.
-        passing = _doctor(state, env)
-        assert passing.returncode == 0, passing.stdout
-        checks = {c["check"]: c for c in json.loads(passing.stdout)["checks"]}
-        assert {c["status"] for c in checks.values()} == {"pass"}, checks
-        processes = {name for name in checks if name.startswith("process ")}
-        assert {p.split(".")[0] for p in processes} == {
-            "process command-processor", "process evaluator", "process ticker",
-            "process delivery", "process daemon", "process api",
-        }  # fmt: skip
-        stopped = subprocess.run(
-            ["bash", str(ROOT / "deploy" / "kafka" / "kafka.sh"), "stop"],
-            env={**env, "KAFKA_DATA_DIR": str(state / "kafka"), "KAFKA_PORT": str(kafka_port)},
-            capture_output=True, text=True, timeout=120, check=False,
-        )  # fmt: skip
-        assert stopped.returncode == 0, stopped.stderr
-        failing = _wait(lambda: _failing_processes(state, env), 60, "processes to see it")
-        assert failing.returncode == 69, failing.stdout
-        checks = {c["check"]: c for c in json.loads(failing.stdout)["checks"]}
-        assert checks["broker"]["status"] == "fail"
-        assert f"127.0.0.1:{kafka_port}" in checks["broker"]["detail"]
-        assert checks["redis"]["status"] == "pass"
-        assert checks["topics"]["status"] == "skip"
-        for name in processes:
-            assert checks[name]["status"] == "fail" and "broker" in checks[name]["detail"]
+        def explained() -> str:
+            shown = subprocess.run(
+                [vigil, "explain", "release-build-failed"],
+                env=tour_env, cwd=tmp_path, capture_output=True, text=True, timeout=60,
+            )  # fmt: skip
+            return shown.stdout if "delivered" in shown.stdout else ""
+
+        lines_b1 = _wait(explained, 120, "b-1 satisfied and delivered")
+        assert "condition_true" in lines_b1 and "condition_false" in lines_b1
+
+        if java:  # vigil doctor passes, then names each failure once the broker stops
+            passing = _doctor(state, env)
+            assert passing.returncode == 0, passing.stdout
+            checks = {c["check"]: c for c in json.loads(passing.stdout)["checks"]}
+            assert {c["status"] for c in checks.values()} == {"pass"}, checks
+            processes = {name for name in checks if name.startswith("process ")}
+            assert {p.split(".")[0] for p in processes} == {
+                "process command-processor", "process evaluator", "process ticker",
+                "process delivery", "process daemon", "process api",
+            }  # fmt: skip
+            stopped = subprocess.run(
+                ["bash", str(ROOT / "deploy" / "kafka" / "kafka.sh"), "stop"],
+                env={**env, "KAFKA_DATA_DIR": str(state / "kafka"), "KAFKA_PORT": str(kafka_port)},
+                capture_output=True, text=True, timeout=120, check=False,
+            )  # fmt: skip
+            assert stopped.returncode == 0, stopped.stderr
+            failing = _wait(lambda: _failing_processes(state, env), 60, "processes to see it")
+            assert failing.returncode == 69, failing.stdout
+            checks = {c["check"]: c for c in json.loads(failing.stdout)["checks"]}
+            assert checks["broker"]["status"] == "fail"
+            assert f"127.0.0.1:{kafka_port}" in checks["broker"]["detail"]
+            assert checks["redis"]["status"] == "pass"
+            assert checks["topics"]["status"] == "skip"
+            for name in processes:
+                assert checks[name]["status"] == "fail" and "broker" in checks[name]["detail"]
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGINT)

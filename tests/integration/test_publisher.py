@@ -138,7 +138,7 @@ def test_vigil_publish_stops_at_bad_line_and_names_its_number(
     events.write_text(_lines(source, 5, bad_at=3), encoding="utf-8")
     result = CliRunner().invoke(vigil, ["--config", str(config_file), "publish", str(events)])
     assert result.exit_code == 1
-    assert "line 3: event_id: Field required" in result.stderr
+    assert f"{events}:3:1: event_id: Field required" in result.stderr
     assert "published 2, rejected 1" in result.stderr
     published = read_events(kafka_bootstrap, topology, source, 2)
     ids = sorted(default_registry().decode(m.value() or b"")[1]["event_id"] for m in published)
@@ -156,7 +156,7 @@ def test_vigil_publish_skip_invalid_goes_on_from_stdin_and_exits_one(
         input=_lines(source, 5, bad_at=2),
     )
     assert result.exit_code == 1
-    assert "line 2:" in result.stderr
+    assert "<stdin>:2:" in result.stderr
     assert "published 4, rejected 1" in result.stderr
     assert "read 2 lines, rejected 1" in result.stderr  # a progress line every 2 lines
     assert "read 4 lines, rejected 1" in result.stderr

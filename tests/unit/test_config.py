@@ -200,3 +200,20 @@ def test_a_bad_environment_value_names_its_key(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"kafka\.partitions") as caught:
         load_config(environ={"VIGIL_KAFKA__PARTITIONS": "many"}, cwd=tmp_path)
     assert "VIGIL_* variables" in str(caught.value)
+
+
+def test_stale_schedule_table_is_ignored_with_one_warning_line(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    data = {"schedule": [{"name": "standup", "cron": "0 9 * * 1-5", "send": "stand up"}]}
+    with caplog.at_level("WARNING", logger="vigil.config"):
+        config = parse_config(data, source="old.toml")
+    assert config == parse_config({})
+    assert [
+        r.getMessage().startswith("old.toml: [[schedule]] is ignored") for r in caplog.records
+    ] == [True]
+
+
+def test_a_schedule_key_that_is_not_the_old_table_is_still_refused() -> None:
+    with pytest.raises(ConfigError, match="schedule: unknown key"):
+        parse_config({"schedule": {"name": "x"}})

@@ -28,6 +28,7 @@ from consumers.delivery.adapters.chat import ChatAdapter, TelegramConfig
 from consumers.delivery.adapters.console import ConsoleAdapter
 from consumers.delivery.adapters.in_app import InAppAdapter, InAppConfig
 from consumers.delivery.adapters.log import LogAdapter
+from consumers.delivery.adapters.signing import signing_key
 from consumers.delivery.adapters.webhook import WebhookAdapter, WebhookConfig
 from pipeline.clock import Clock
 from pipeline.config import (
@@ -107,6 +108,16 @@ def _secret(environ: Mapping[str, str], variable: str, key: str) -> SecretStr:
     return SecretStr(value)
 
 
+def _signing_secret(environ: Mapping[str, str], variable: str, key: str) -> SecretStr:
+    """A webhook secret, refused here, naming the key, unless it is a Standard Webhooks one."""
+    secret = _secret(environ, variable, key)
+    try:
+        signing_key(secret.get_secret_value())
+    except ConfigError as exc:
+        raise ConfigError(f"{key}: {variable}: {exc}") from None
+    return secret
+
+
 def build_adapters(
     config: VigilConfig,
     *,
@@ -128,7 +139,7 @@ def build_adapters(
                 secret = (
                     None
                     if dest.secret_env is None
-                    else _secret(env, dest.secret_env, f"destinations.{name}.secret_env")
+                    else _signing_secret(env, dest.secret_env, f"destinations.{name}.secret_env")
                 )
                 adapters[name] = WebhookAdapter(
                     WebhookConfig(url=dest.url, secret=secret, timeout=dest.timeout),

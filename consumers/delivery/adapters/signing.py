@@ -1,11 +1,13 @@
 """Standard Webhooks signatures: the HMAC a receiver checks to trust a vigil delivery.
 
 ``webhook-signature: v1,<base64 HMAC-SHA256(key, "<webhook-id>.<webhook-timestamp>.<body>")>``.
-The key comes from the configured secret: a secret that starts with ``whsec_`` is the
-Standard Webhooks form and its key is the base64 text after the prefix, decoded; any other
-secret is used as its raw UTF-8 bytes. (The reference libraries base64-decode unprefixed
-secrets too; give receivers that use them a ``whsec_`` secret.) Signing is three lines of the
-standard library's ``hmac``; the published specification vector pins it in the tests.
+The key comes from the configured secret, which must be a Standard Webhooks secret: ``whsec_``
+followed by the base64 of at least :data:`MIN_KEY_BYTES` random bytes. Anything else is refused
+(a :class:`ConfigError`), because the reference libraries base64-decode whatever follows the
+prefix, so a receiver given any other form could never verify what vigil signs. Signing is three
+lines of the standard library's ``hmac``; the published specification vector pins it in the
+tests, and the PyPI ``standardwebhooks`` package verifies vigil's signatures in an
+interoperability test.
 
 :func:`verify` is the receiver's side, for tests and for operators' own receivers: it accepts
 any of several space-separated signatures (key rotation) and refuses stale timestamps.
@@ -27,6 +29,8 @@ from pipeline.rules.errors import ConfigError
 
 __all__ = [
     "DEFAULT_TOLERANCE_SECONDS",
+    "MAX_SECRET_LENGTH",
+    "MIN_KEY_BYTES",
     "SECRET_PREFIX",
     "Verification",
     "sign",
@@ -35,6 +39,12 @@ __all__ = [
 ]
 
 SECRET_PREFIX: Final = "whsec_"
+MIN_KEY_BYTES: Final = 24
+MAX_SECRET_LENGTH: Final = 1024  # characters read; a longer value is refused unread
+GENERATE_HINT: Final = (
+    'generate one with: python3 -c \'import base64, os; print("whsec_" + '
+    "base64.b64encode(os.urandom(32)).decode())'"
+)
 DEFAULT_TOLERANCE_SECONDS: Final = 300  # the Standard Webhooks recommendation
 _VERSION: Final = "v1"
 
@@ -50,18 +60,28 @@ class Verification(StrEnum):
 
 
 def signing_key(secret: str) -> bytes:
-    """The HMAC key of a configured secret (see the module docstring)."""
+    """The HMAC key of a Standard Webhooks secret (``whsec_`` + base64 of >= 24 bytes);
+    anything else raises :class:`ConfigError`, which never echoes the secret."""
     if not secret:
-        raise ConfigError("a webhook signing secret is empty")
+        raise ConfigError(f"a webhook signing secret is empty; {GENERATE_HINT}")
+    if len(secret) > MAX_SECRET_LENGTH:
+        raise ConfigError(f"a webhook signing secret is longer than {MAX_SECRET_LENGTH} characters")
     if not secret.startswith(SECRET_PREFIX):
-        return secret.encode("utf-8")
+        raise ConfigError(
+            f"a webhook signing secret is a Standard Webhooks secret starting {SECRET_PREFIX}; "
+            + GENERATE_HINT
+        )
     try:
         key = base64.b64decode(secret[len(SECRET_PREFIX) :], validate=True)
     except (binascii.Error, ValueError):
-        # Never echo the secret itself.
-        raise ConfigError(f"a {SECRET_PREFIX}… webhook secret is not valid base64") from None
-    if not key:
-        raise ConfigError(f"a {SECRET_PREFIX}… webhook secret has no key after the prefix")
+        raise ConfigError(
+            f"a {SECRET_PREFIX}… webhook secret is not valid base64; {GENERATE_HINT}"
+        ) from None
+    if len(key) < MIN_KEY_BYTES:
+        raise ConfigError(
+            f"a {SECRET_PREFIX}… webhook secret holds {len(key)} bytes, at least "
+            f"{MIN_KEY_BYTES} are needed; {GENERATE_HINT}"
+        )
     return key
 
 

@@ -34,7 +34,7 @@ router = APIRouter()
 
 
 class EventBatch(BaseModel):
-    """Events of DESIGN.md §9's shape; each is checked on its own."""
+    """A batch of events, each in the shape `vigil publish` reads; each is checked on its own."""
 
     model_config = ConfigDict(extra="forbid")
 

@@ -14,11 +14,12 @@ Left out: routing and authentication (``api``, ``auth``) and the Kafka reads
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
 from pipeline.rules.authz import Action
+from pipeline.rules.definition_schema import field_schemas
 from pipeline.rules.lifecycle import WatcherStatus
 
 __all__ = [
@@ -112,11 +113,26 @@ _GRANT: dict[str, Any] = {
 }
 
 
+_FIELD_SCHEMAS: Final = field_schemas()
+# The definition's parts as the OpenAPI document describes them (generated from the rules'
+# models); the bodies stay plain JSON here, the command processor validates them.
+_SourceJson = Annotated[dict[str, Any], WithJsonSchema(_FIELD_SCHEMAS["source"])]
+_ConditionJson = Annotated[dict[str, Any], WithJsonSchema(_FIELD_SCHEMAS["condition"])]
+_TerminalConditionJson = Annotated[
+    dict[str, Any], WithJsonSchema(_FIELD_SCHEMAS["terminal_condition"])
+]
+_DeliveryJson = Annotated[dict[str, Any], WithJsonSchema(_FIELD_SCHEMAS["delivery"])]
+_WindowJson = Annotated[str, WithJsonSchema(_FIELD_SCHEMAS["window"])]
+_BudgetsJson = Annotated[dict[str, Any], WithJsonSchema(_FIELD_SCHEMAS["budgets"])]
+_RetryJson = Annotated[dict[str, Any], WithJsonSchema(_FIELD_SCHEMAS["retry"])]
+_PrivacyJson = Annotated[dict[str, Any], WithJsonSchema(_FIELD_SCHEMAS["privacy"])]
+
+
 class WatchBody(_Body):
-    """A watcher definition (DESIGN.md §9). An agent watch is ``mode: once`` with a pinned
-    evaluator tool, a ``terminal_condition``, a ``window`` and a ``session_id`` (an agent's
-    own session when left out); every proposal is one, whatever the body leaves out. The
-    command processor validates it."""
+    """A watcher definition (docs/definitions.md; its JSON Schema is docs/schemas/watcher.json).
+    An agent watch is ``mode: once`` with a pinned evaluator tool, a ``terminal_condition``, a
+    ``window`` and a ``session_id`` (an agent's own session when left out); every proposal is
+    one, whatever the body leaves out. The command processor validates it."""
 
     model_config = ConfigDict(json_schema_extra={"examples": [_AGENT_WATCH]})
 
@@ -125,16 +141,16 @@ class WatchBody(_Body):
     )
     purpose: str
     mode: Literal["every", "once"] | None = None
-    source: dict[str, Any]
-    condition: dict[str, Any] | None = None
-    terminal_condition: dict[str, Any] | None = None
-    delivery: dict[str, Any]
+    source: _SourceJson
+    condition: _ConditionJson | None = None
+    terminal_condition: _TerminalConditionJson | None = None
+    delivery: _DeliveryJson
     expires_at: str | None = None
-    window: str | None = None
+    window: _WindowJson | None = None
     session_id: str | None = None
-    budgets: dict[str, Any] | None = None
-    retry: dict[str, Any] | None = None
-    privacy: dict[str, Any] | None = None
+    budgets: _BudgetsJson | None = None
+    retry: _RetryJson | None = None
+    privacy: _PrivacyJson | None = None
 
     def definition(self) -> dict[str, Any]:
         return self.model_dump(mode="json", exclude_none=True)

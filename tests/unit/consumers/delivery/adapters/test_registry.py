@@ -40,7 +40,7 @@ pytestmark = pytest.mark.unit
 KEY = "ab" * 32
 NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
 RING = ring_with(subject_owner("acme", "u-42"))
-SECRET = "whsec_c2VjcmV0LWtleS1ieXRlcw=="
+SECRET = "whsec_c2VjcmV0LWtleS1ieXRlcy1mb3ItcmVnaXN0cnktdGVzdHM="
 TOKEN = "123456:telegram-token-value"
 ENV = {"HOOK_SECRET": SECRET, "BOT_TOKEN": TOKEN}
 
@@ -133,6 +133,15 @@ def test_build_adapters_with_unset_secret_variable_refuses_naming_the_variable(
     env = {name: value for name, value in ENV.items() if name != missing}
     with pytest.raises(ConfigError, match=f"{key}: environment variable {missing}"):
         build_adapters(parse_config(CONFIG), environ=env, sealer=RING)
+
+
+@pytest.mark.parametrize("secret", ["a-raw-secret-of-plenty-of-bytes", "whsec_c2hvcnQ="])
+def test_build_adapters_refuses_a_non_standard_webhook_secret_naming_the_key(secret: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        build_adapters(parse_config(CONFIG), environ={**ENV, "HOOK_SECRET": secret}, sealer=RING)
+    message = str(raised.value)
+    assert message.startswith("destinations.ops-hook.secret_env: HOOK_SECRET: ")
+    assert "whsec_" in message and secret.removeprefix("whsec_") not in message
 
 
 def test_build_adapters_never_shows_secrets_in_reprs(registry: AdapterRegistry) -> None:

@@ -2,7 +2,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from pipeline.cli.publish_cmd import parse_event_line
+from pipeline.ops.validate import parse_event_line
 from pipeline.rules.errors import DefinitionError
 
 pytestmark = pytest.mark.unit
@@ -29,7 +29,7 @@ def test_design_example_line_parses() -> None:
         ("[1, 2]", "expected a JSON object"),
         (DESIGN_EXAMPLE.replace('"event_id": "b-981", ', ""), "event_id"),
         (DESIGN_EXAMPLE.replace('"981"', "981"), "cursor"),
-        (DESIGN_EXAMPLE.replace('"cursor"', '"cursr"'), "cursr: unknown key"),
+        (DESIGN_EXAMPLE.replace('"cursor"', '"cursr"'), "unknown field"),
         (DESIGN_EXAMPLE.replace("12:00:00Z", "12:00:00"), "observed_at"),
     ],
 )
