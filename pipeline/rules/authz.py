@@ -88,6 +88,7 @@ class Verb(StrEnum):
     QUERY = "query"
     RUN = "run"
     GRANT = "grant"
+    REDELIVER = "redeliver"  # a dead-lettered or suppressed delivery sent again
 
 
 class Grant(BaseModel):
@@ -240,6 +241,7 @@ _OWNER_VERBS = frozenset(
         Verb.PROMPT,
         Verb.QUERY,
         Verb.RUN,
+        Verb.REDELIVER,
     }
 )
 _ROLE_VERBS: dict[Role, frozenset[Verb]] = {

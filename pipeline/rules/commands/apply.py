@@ -60,6 +60,7 @@ from pipeline.rules.commands.model import (
     fingerprint,
     watcher_view,
 )
+from pipeline.rules.commands.redeliver import redeliver
 from pipeline.rules.commands.schedules import schedule
 from pipeline.rules.commands.send import send
 from pipeline.rules.commands.versions import accept, forget, move
@@ -372,4 +373,5 @@ _HANDLERS: Final[dict[CommandVerb, Callable[[CommandContext], CommandOutcome]]] 
     CommandVerb.QUERY: authorize_control,
     CommandVerb.PROMPT: authorize_control,
     CommandVerb.KEY: _key,
+    CommandVerb.REDELIVER: redeliver,
 }

@@ -88,6 +88,7 @@ _ROLE_VERB: Final[dict[CommandVerb, Verb]] = {
     CommandVerb.QUERY: Verb.QUERY,
     CommandVerb.PROMPT: Verb.PROMPT,
     CommandVerb.KEY: Verb.SEND,  # every role that sends the subject content (agents too)
+    CommandVerb.REDELIVER: Verb.REDELIVER,
 }
 # Verbs on one existing object: someone else's object is "not found", never "denied".
 _OBJECT_VERBS: Final = frozenset(
@@ -98,6 +99,7 @@ _OBJECT_VERBS: Final = frozenset(
         CommandVerb.RESUME,
         CommandVerb.CANCEL,
         CommandVerb.SHOW,
+        CommandVerb.REDELIVER,
     }
 )
 _HIDDEN: Final = frozenset({_Deny.TENANT_MISMATCH, _Deny.USER_MISMATCH, _Deny.SESSION_MISMATCH})
@@ -164,6 +166,8 @@ def check_role(ctx: CommandContext) -> None:
     decision = may(command.principal, role_verb(command), ctx.subject)
     if decision.allowed:
         return
+    if command.verb is CommandVerb.REDELIVER and decision.reason in _HIDDEN:
+        raise Refusal(ResultCode.NOT_FOUND, f"no delivery {command.delivery_key!r}", "delivery_key")
     if command.verb in _OBJECT_VERBS and decision.reason in _HIDDEN:
         raise Refusal(ResultCode.NOT_FOUND, f"no watcher {command.watcher_id!r}", "watcher_id")
     raise Refusal(ResultCode.DENIED, decision.detail)

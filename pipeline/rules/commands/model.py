@@ -39,6 +39,7 @@ __all__ = [
     "GrantRecord",
     "GrantSpec",
     "LifecycleChange",
+    "Redelivery",
     "RegistryEntry",
     "ResultCode",
     "Shred",
@@ -52,6 +53,7 @@ __all__ = [
 # Grants name sources, targets and tools; a pinned tool key carries its version (``x@v1``).
 _GRANT_REF = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@\-]*")
 _REQUEST_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:\-]{0,127}")
+_DELIVERY_KEY = re.compile(r"[0-9a-f]{64}")
 
 
 class CommandVerb(StrEnum):
@@ -76,6 +78,7 @@ class CommandVerb(StrEnum):
     QUERY = "query"
     PROMPT = "prompt"  # the agent step of an immediate prompt
     KEY = "key"  # make sure the subject has a data key (before a sealed command, §10)
+    REDELIVER = "redeliver"  # send a dead-lettered or suppressed delivery again (same key)
 
 
 class ResultCode(StrEnum):
@@ -141,6 +144,14 @@ class Command(_Model):
     target: str | None = None
     text: str | None = None
     answer_to: str | None = None
+    delivery_key: str | None = None
+
+    @field_validator("delivery_key")
+    @classmethod
+    def _delivery_key(cls, value: str | None) -> str | None:
+        if value is not None and _DELIVERY_KEY.fullmatch(value) is None:
+            raise ValueError("a delivery key is 64 lowercase hex characters")
+        return value
 
     @field_validator("request_id", "answer_to")
     @classmethod
@@ -252,6 +263,18 @@ class Shred:
 
 
 @dataclass(frozen=True, slots=True)
+class Redelivery:
+    """A ``redeliveries`` record: send ``delivery_key`` again if delivery holds it dead-lettered
+    or suppressed for this subject (delivery decides; anything else is ignored there)."""
+
+    delivery_key: str
+    tenant_id: str
+    user_id: str
+    request_id: str
+    requested_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
 class CommandOutcome:
     """Everything one command writes, in one transaction with its input offset. Data keys the
     writes need (the subject's, each new watcher version's) are the processor's to make."""
@@ -264,6 +287,7 @@ class CommandOutcome:
     grants: tuple[tuple[str, GrantRecord | None], ...] = ()
     outbox: tuple[OutboxEntry, ...] = ()
     shred: tuple[Shred, ...] = ()
+    redeliveries: tuple[Redelivery, ...] = ()
 
 
 def watcher_view(entry: RegistryEntry) -> dict[str, Any]:
