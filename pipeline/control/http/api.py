@@ -1,7 +1,8 @@
 """The HTTP API: a thin FastAPI adapter over the control plane (DESIGN.md §9, seed 003).
 
 Owns :func:`create_app`: the edge guard (``guard``: authentication before any body is read, a 1 MiB
-body bound), the routes of DESIGN.md §9's table (``watches``, ``ledger``, ``grants``), the probes
+body bound), the routes of DESIGN.md §9's table (``watches``, ``ledger``, ``grants``,
+``deliveries``), the probes
 (``/healthz``; ``/readyz``: the broker answers and the topics exist — one shared client, its answer
 cached for seconds), the served OpenAPI document, and one error shape for every refusal —
 ``{"error": {"code", "message", "field"}}`` — whether a route refused, a parameter failed validation
@@ -25,6 +26,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from pipeline.control.http import deliveries as http_deliveries
 from pipeline.control.http import grants as http_grants
 from pipeline.control.http import ledger as http_ledger
 from pipeline.control.http import watches as http_watches
@@ -56,7 +58,7 @@ def create_app(services: ApiServices) -> FastAPI:
     app.state.services = services
     app.add_middleware(EdgeGuard, tokens=services.tokens, max_body=services.max_body)
     _install_error_handlers(app)
-    for module in (http_watches, http_ledger, http_grants):
+    for module in (http_watches, http_ledger, http_grants, http_deliveries):
         app.include_router(module.router)
 
     @app.get("/healthz", response_model=Health, summary="Liveness")

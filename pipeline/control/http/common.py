@@ -67,6 +67,14 @@ class LedgerPort(Protocol):
 
     def ack(self, tenant_id: str, user_id: str, delivery_key: str) -> dict[str, Any] | None: ...
 
+    def deliveries(
+        self, tenant_id: str, user_id: str, state: str | None, watcher_id: str | None
+    ) -> list[dict[str, Any]]: ...
+
+    def delivery(
+        self, tenant_id: str, user_id: str, delivery_key: str
+    ) -> dict[str, Any] | None: ...
+
     def ready(self) -> str | None: ...
 
 
