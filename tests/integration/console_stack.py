@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from typing import Any
 
 from fastapi import FastAPI
@@ -19,11 +20,28 @@ from fastapi.testclient import TestClient
 from pipeline.cli.api_cmd import build_services
 from pipeline.config import parse_config
 from pipeline.control.http.api import create_app
-from tests.integration.api_harness import TENANT, USER, principals_table, token_of
+from pipeline.rules.authz import Action
+from pipeline.rules.commands import CommandVerb, GrantSpec
+from tests.integration.api_harness import (
+    RUNS,
+    TENANT,
+    USER,
+    agent_watch,
+    principals_table,
+    token_of,
+)
 from tests.integration.erasure_stack import PARTITIONS, Stack
 from tests.receiver import Receiver
 
-__all__ = ["TENANT", "USER", "ConsoleStack", "console_stack", "event_watcher", "token_of"]
+__all__ = [
+    "TENANT",
+    "USER",
+    "ConsoleStack",
+    "agent_watch",
+    "console_stack",
+    "event_watcher",
+    "token_of",
+]
 
 
 def event_watcher(watcher_id: str, event_type: str, *, target: str = "hook") -> dict[str, Any]:
@@ -65,6 +83,21 @@ class ConsoleStack(Stack):
         self.app: FastAPI = create_app(services)
         self.api = TestClient(self.app)
         self._exit.callback(self.api.close)
+
+    def agent_grants(self) -> None:
+        """What agent watches of the owner need: propose, approve, manage on ``run:r-*``."""
+        until = datetime(2030, 1, 1, tzinfo=UTC)
+        spec = GrantSpec(
+            tenant_id=TENANT,
+            user_id=USER,
+            purpose="agent.watch",
+            sources=tuple(f"run:{run}" for run in RUNS),
+            tools=("workflow.run.status@v1",),
+            targets=("in-app",),
+            actions=(Action.PROPOSE, Action.APPROVE, Action.MANAGE),
+            until=until,
+        )
+        self.ok(CommandVerb.GRANT_ADD, TENANT, USER, grant=spec)
 
     def call(self, method: str, path: str, who: str = "owner", **kwargs: Any) -> Any:
         """One ``/v1`` request as principal ``who``."""

@@ -2,14 +2,14 @@
 
 Owns :func:`create_app`: the edge guard (``guard``: authentication before any body is read, a 1 MiB
 body bound), the routes of DESIGN.md §9's table (``watches``, ``ledger``, ``grants``,
-``deliveries``), the probes
-(``/healthz``; ``/readyz``: the broker answers and the topics exist — one shared client, its answer
-cached for seconds), the served OpenAPI document, and one error shape for every refusal —
-``{"error": {"code", "message", "field"}}`` — whether a route refused, a parameter failed validation
-(422 ``invalid``; the protocol header's failure is 400 ``protocol_version``) or no route matched
-(404 ``not_found``). Every ``/v1`` request names ``Vigil-Protocol-Version: 1`` and bears a
-configured principal's token; the routes assert that principal on commands and the command processor
-decides, so HTTP, MCP, the socket and the CLI govern alike.
+``deliveries``), the console under ``/ui/`` (``console``: server-rendered, cookie sessions, CSRF,
+strict CSP), the probes (``/healthz``; ``/readyz``: the broker answers and the topics exist — one
+shared client, its answer cached for seconds), the served OpenAPI document, and one error shape for
+every refusal — ``{"error": {"code", "message", "field"}}`` — whether a route refused, a parameter
+failed validation (422 ``invalid``; the protocol header's failure is 400 ``protocol_version``) or no
+route matched (404 ``not_found``). Every ``/v1`` request names ``Vigil-Protocol-Version: 1`` and
+bears a configured principal's token; the routes assert that principal on commands and the command
+processor decides, so HTTP, MCP, the socket and the CLI govern alike.
 
 Watch routes act on the caller's own subject; a manager names another user of its tenant with
 ``?user_id=``, an operator any subject with ``?tenant_id=&user_id=``.
@@ -37,6 +37,7 @@ from pipeline.control.http.common import (
     SchedulePort,
     Services,
 )
+from pipeline.control.http.console import install_console
 from pipeline.control.http.guard import EdgeGuard
 from pipeline.control.http.models import ErrorBody, Health
 
@@ -60,6 +61,7 @@ def create_app(services: ApiServices) -> FastAPI:
     _install_error_handlers(app)
     for module in (http_watches, http_ledger, http_grants, http_deliveries):
         app.include_router(module.router)
+    install_console(app, services)
 
     @app.get("/healthz", response_model=Health, summary="Liveness")
     def healthz() -> Health:
