@@ -29,7 +29,9 @@ from pipeline.control.http.api import ApiServices, SchedulePort, create_app
 from pipeline.control.http.auth import TokenDirectory
 from pipeline.control.http.backend import ClientPool, LedgerStore
 from pipeline.control.run import RunStarted
+from pipeline.control.status import StatusReader
 from pipeline.crypto import KeyEncryptionKeys, generate_kek_text
+from pipeline.redis.budgets import RedisBudgets
 from pipeline.rules.authz import Principal
 from pipeline.rules.errors import ConfigError
 
@@ -82,17 +84,20 @@ def build_services(
         subject = Subjecthood(who.tenant_id, who.user_id, chats, zone)
         return Dispatcher(subject, commands=commands, agent=not_here, runner=not_here, clock=clock)
 
+    budgets = RedisBudgets.from_url(config.redis.url.get_secret_value())
     services = ApiServices(
         tokens=TokenDirectory.from_config(config.principals),
         commands=commands,
         ledger=ledger,
         schedules=schedules,
         max_body=config.api.max_body,
+        status=StatusReader(bootstrap, topology, clock, budgets),
     )
 
     def close() -> None:
         commands.close()
         ledger.close()
+        budgets.close()
 
     return services, close
 

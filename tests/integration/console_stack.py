@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -20,6 +21,7 @@ from fastapi.testclient import TestClient
 from pipeline.cli.api_cmd import build_services
 from pipeline.config import parse_config
 from pipeline.control.http.api import create_app
+from pipeline.control.status import StatusReader
 from pipeline.rules.authz import Action
 from pipeline.rules.commands import CommandVerb, GrantSpec
 from tests.integration.api_harness import (
@@ -75,11 +77,15 @@ class ConsoleStack(Stack):
                     "partitions": PARTITIONS,
                 },
                 "subject": {"tenant_id": TENANT, "user_id": USER, "timezone": "UTC"},
+                "redis": {"url": redis_url},
                 "principals": principals_table(),
             }
         )
         services, close = build_services(config, pool_size=2, clock=self.clock, keks=self.keks)
         self._exit.callback(close)
+        # The header reads this stack's budget keys (its workers charge under their prefix).
+        status = StatusReader(bootstrap, self.topology, self.clock, self.budgets())
+        services = replace(services, status=status)
         self.app: FastAPI = create_app(services)
         self.api = TestClient(self.app)
         self._exit.callback(self.api.close)

@@ -170,3 +170,30 @@ def test_the_watcher_page_shows_the_evaluation_and_a_dead_letter_is_redelivered_
     assert [r.status for r in receiver.requests if r.idempotency_key == key] == [410, 200]
     shown = owner.get("/ui/deliveries?watcher=w-ui")
     assert "delivered" in shown.text and "redelivered 1×" in shown.text
+
+
+def test_the_status_header_shows_processes_ready_lag_and_this_windows_budgets(
+    stack: ConsoleStack, receiver: Receiver
+) -> None:
+    _dead_letter(stack, receiver, "w-header")  # one delivery charged in this window at least
+    owner, _ = signed_in(stack, "owner")
+
+    def header() -> dict[str, str] | None:
+        html = owner.get("/ui/watches").text
+        found = re.search(
+            r"processes ready <b>(\S+)</b>.*consumer lag <b>(\S+)</b>.*"
+            r"budgets this window <b>([^<]+)</b>",
+            html,
+            re.S,
+        )
+        assert found is not None, html[:800]
+        ready, lag, budgets = found.groups()
+        if ready != "4/4" or "deliveries 0" in budgets:
+            return None  # the 5 s cache: look again
+        return {"ready": ready, "lag": lag, "budgets": budgets}
+
+    shown = stack.wait("a full header", header, seconds=30)
+    assert shown["lag"].isdigit()
+    assert re.fullmatch(
+        r"evaluations \d+ · deliveries [1-9]\d* · attempts [1-9]\d*", shown["budgets"]
+    )

@@ -61,7 +61,7 @@ def create_app(services: ApiServices) -> FastAPI:
     _install_error_handlers(app)
     for module in (http_watches, http_ledger, http_grants, http_deliveries):
         app.include_router(module.router)
-    install_console(app, services)
+    install_console(app, services, status=services.status)
 
     @app.get("/healthz", response_model=Health, summary="Liveness")
     def healthz() -> Health:

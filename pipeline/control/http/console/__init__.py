@@ -1,10 +1,10 @@
 """The web console under ``/ui/`` of ``vigil api`` (DESIGN.md §9): server-rendered pages with
 no JavaScript, over the API's own ports.
 
-``pages`` (the routes: watches, a watcher, proposals, deliveries; sign in and out),
-``sessions`` (the session cookie, CSRF tokens, the Content-Security-Policy), ``render`` (the
-templates and definitions in plain words), ``status`` (the status header's port). This module
-says what is public.
+``pages`` (the routes: watches, a watcher, proposals, deliveries; sign in and out), ``sessions``
+(the session cookie, CSRF tokens, the Content-Security-Policy), ``render`` (the templates and
+definitions in plain words); the status header's port is ``common.StatusPort``. This module says
+what is public.
 """
 
 from pipeline.control.http.console.pages import Console, install_console

@@ -29,7 +29,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from pipeline.control.http.auth import ApiCode, ApiError
-from pipeline.control.http.common import ApiServices, guarded, run_command
+from pipeline.control.http.common import ApiServices, StatusPort, guarded, run_command
 from pipeline.control.http.console.render import environment, proposal_words
 from pipeline.control.http.console.sessions import (
     SESSION_COOKIE,
@@ -40,7 +40,6 @@ from pipeline.control.http.console.sessions import (
     secure_headers,
     set_cookie,
 )
-from pipeline.control.http.console.status import StatusPort
 from pipeline.control.http.deliveries import may_read, read_one
 from pipeline.rules.authz import Principal, Role
 from pipeline.rules.commands.context import AGENT_CAP
@@ -127,7 +126,7 @@ class Console:
         principal = None if session is None else session.principal
         header = None
         if session is not None and self.status is not None:
-            header = self.status.header(principal)  # type: ignore[arg-type]
+            header = self.status.header(session.principal)
         html = self.env.get_template(template).render(
             principal=principal,
             csrf=None if session is None else session.csrf,
