@@ -145,6 +145,8 @@ class Command(_Model):
     text: str | None = None
     answer_to: str | None = None
     delivery_key: str | None = None
+    offset: int | None = Field(default=None, ge=0, le=2**31)  # list: one page of the matches
+    limit: int | None = Field(default=None, ge=0, le=10_000)
 
     @field_validator("delivery_key")
     @classmethod

@@ -179,11 +179,22 @@ class Console:
 
     # -- reads -----------------------------------------------------------------------------
 
-    def watchers(self, who: Principal, **filters: Any) -> list[dict[str, Any]]:
+    def page_of(
+        self, who: Principal, page: int, *, size: int = PAGE_SIZE, **filters: Any
+    ) -> tuple[list[dict[str, Any]], int]:
+        """One page of the subject's watchers (filtered by the command processor) and the
+        number of all that match."""
         result = run_command(
-            self.services, CommandVerb.LIST, who, who.tenant_id, who.user_id, **filters
+            self.services,
+            CommandVerb.LIST,
+            who,
+            who.tenant_id,
+            who.user_id,
+            offset=(page - 1) * PAGE_SIZE,
+            limit=size,
+            **filters,
         )
-        return list(result.get("watchers", []))
+        return list(result.get("watchers", [])), int(result.get("total", 0))
 
     def watcher(self, who: Principal, watcher_id: str) -> dict[str, Any]:
         return run_command(
@@ -286,23 +297,25 @@ def _routes(router: APIRouter, console: Console) -> None:
             source = _query(request, "source")
             chat = _query(request, "session")
             notice = None
+            page_number = _page_number(request)
             try:
-                rows = console.watchers(who, state=state, session_id=chat)
+                shown, total = console.page_of(
+                    who, page_number, state=state, session_id=chat, source_id=source
+                )
             except ApiError as exc:
                 if exc.code is not ApiCode.DENIED:
                     raise
-                rows, notice = [], exc.message  # no grant to manage anything: nothing to list
-            if source is not None:
-                rows = [r for r in rows if r["source_id"] == source]
-            shown, pages = _paged(rows, _page_number(request))
+                shown, total = [], 0
+                notice = exc.message  # no grant to manage anything: nothing to list
+            pages = max(1, -(-total // PAGE_SIZE))
             filters = {k: v for k, v in (("state", state), ("source", source), ("session", chat))}
             return console.render(
                 "watches.html",
                 session,
                 notice=notice,
                 watchers=shown,
-                total=len(rows),
-                page=min(_page_number(request), pages),
+                total=total,
+                page=min(page_number, pages),
                 pages=pages,
                 filters=filters,
                 states=_WATCH_STATES,
@@ -386,26 +399,26 @@ def _routes(router: APIRouter, console: Console) -> None:
             who = session.principal
             if who.role in _NO_PROPOSALS:
                 raise ApiError(ApiCode.NOT_FOUND, "no such page")
-            proposed = console.watchers(who, state="proposed")
-            active = console.watchers(who, state="active")
-            rows = []
-            for view in proposed:
-                sid = view.get("session_id")
-                used = sum(1 for a in active if sid is not None and a.get("session_id") == sid)
-                rows.append(
-                    {
-                        "watch": view,
-                        "words": proposal_words(view["definition"]),
-                        "cap_left": max(0, AGENT_CAP - used),
-                    }
-                )
-            shown, pages = _paged(rows, _page_number(request))
+            page_number = _page_number(request)
+            proposed, total = console.page_of(who, page_number, state="proposed")
+            used: dict[str, int] = {}
+            for sid in {v["session_id"] for v in proposed if v.get("session_id")}:
+                _, used[sid] = console.page_of(who, 1, state="active", session_id=sid, size=0)
+            rows = [
+                {
+                    "watch": view,
+                    "words": proposal_words(view["definition"]),
+                    "cap_left": max(0, AGENT_CAP - used.get(view.get("session_id") or "", 0)),
+                }
+                for view in proposed
+            ]
+            pages = max(1, -(-total // PAGE_SIZE))
             return console.render(
                 "proposals.html",
                 session,
-                proposals=shown,
-                total=len(rows),
-                page=min(_page_number(request), pages),
+                proposals=rows,
+                total=total,
+                page=min(page_number, pages),
                 pages=pages,
             )
 
