@@ -7,8 +7,8 @@ server time of R requests (the FastAPI app in process, through its TestClient, s
 session cookie, against the real command processor on the real broker), the same for a subject
 with 10 watchers in the same run (the baseline), and their ratio.
 
-The watchers are made through the command processor (operator ``create`` commands on several
-clients at once, with the subject's limits raised to N). Needs the broker of
+The watchers are made through the command processor (operator ``create`` commands produced at
+once, every result awaited; the subject's limit raised to N). Needs the broker of
 ``KAFKA_BOOTSTRAP_SERVERS`` (default 127.0.0.1:9092); its topics are deleted afterwards.
 """
 
@@ -24,10 +24,10 @@ import statistics
 import threading
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
+from confluent_kafka import TopicPartition
 from fastapi.testclient import TestClient
 from prometheus_client import CollectorRegistry
 
@@ -36,12 +36,19 @@ from pipeline.cli.api_cmd import build_services
 from pipeline.config import parse_config
 from pipeline.control.client import CommandClient, operator_principal
 from pipeline.control.http.api import create_app
-from pipeline.crypto import KeyEncryptionKeys, generate_kek_text
+from pipeline.crypto import KeyEncryptionKeys, KeyRing, generate_kek_text
 from pipeline.kafka.admin import connect_admin, ensure_topics
+from pipeline.kafka.clients import Producer, table_consumer
+from pipeline.kafka.partitioner import partition_for
+from pipeline.kafka.serde import default_registry
 from pipeline.kafka.topics import Topic, Topology
+from pipeline.records.command import encode_command
+from pipeline.records.command_result import decode_result
 from pipeline.rules.authz import Action
 from pipeline.rules.commands import CommandVerb, GrantSpec
 from pipeline.rules.commands.limits import Limits
+from pipeline.rules.keys import subject_key
+from pipeline.runtime.keys import read_keys
 
 __all__ = ["main"]
 
@@ -50,6 +57,7 @@ BIG, SMALL = "u-big", "u-small"
 SOURCES = tuple(f"src-{n}" for n in range(20))
 PARTITIONS = 4
 TOKEN = {BIG: "token-big-xxxxxxxx", SMALL: "token-small-xxxxxxx"}
+WAVE = 50
 _CSRF = re.compile(r'name="csrf" value="([^"]+)"')
 
 
@@ -70,12 +78,13 @@ def definition(n: int) -> dict[str, Any]:
 
 
 def populate(bootstrap: str, topology: Topology, user: str, count: int, keks: Any) -> float:
-    """``count`` watchers for ``user``, made through the command processor; seconds taken."""
+    """``count`` watchers for ``user``, made through the command processor (the commands
+    produced at once, every result awaited and checked); seconds taken."""
+    schemas = default_registry()
     until = datetime(2030, 1, 1, tzinfo=UTC)
     operator = operator_principal("bench", "root")
     started = time.perf_counter()
-    clients = [CommandClient(bootstrap, topology, timeout_s=120, keks=keks) for _ in range(8)]
-    try:
+    with CommandClient(bootstrap, topology, timeout_s=120, keks=keks) as client:
         grant = GrantSpec(
             tenant_id=TENANT,
             user_id=user,
@@ -85,25 +94,48 @@ def populate(bootstrap: str, topology: Topology, user: str, count: int, keks: An
             actions=(Action.MANAGE, Action.DELIVER, Action.EVALUATE),
             until=until,
         )
-        first = clients[0]
-        assert first.send(
-            first.command(CommandVerb.GRANT_ADD, operator, TENANT, user, grant=grant)
-        ).ok
-
-        def create(slot: int) -> None:
-            client = clients[slot]
-            for n in range(slot, count, len(clients)):
-                cmd = client.command(
-                    CommandVerb.CREATE, operator, TENANT, user, definition=definition(n)
-                )
-                result = client.send(cmd)
-                assert result.ok, result.error
-
-        with ThreadPoolExecutor(len(clients)) as pool:
-            list(pool.map(create, range(len(clients))))
-    finally:
-        for client in clients:
-            client.close()
+        done = client.send(
+            client.command(CommandVerb.GRANT_ADD, operator, TENANT, user, grant=grant)
+        )
+        assert done.ok, done.error
+        first = client.command(CommandVerb.CREATE, operator, TENANT, user, definition=definition(0))
+        assert client.send(first).ok  # the subject's data key exists from here on
+        ring = KeyRing(keks, schemas)
+        read_keys(bootstrap, topology, ring, [(TENANT, user)])
+        commands = topology.name(Topic.COMMANDS)
+        partition = partition_for(
+            subject_key(TENANT, user), topology.partitions_for(Topic.COMMANDS)
+        )
+        producer = Producer(bootstrap)
+        results = table_consumer(
+            bootstrap, f"bench-{uuid.uuid4().hex[:6]}", **{"enable.partition.eof": False}
+        )
+        topic = topology.name(Topic.COMMAND_RESULTS)
+        parts = topology.partitions_for(Topic.COMMAND_RESULTS)
+        results.assign([TopicPartition(topic, p, 0) for p in range(parts)])
+        try:
+            for wave in range(1, count, WAVE):  # waves: a bounded backlog for the processor
+                wanted: set[bytes] = set()
+                for n in range(wave, min(count, wave + WAVE)):
+                    cmd = client.command(
+                        CommandVerb.CREATE, operator, TENANT, user, definition=definition(n)
+                    )
+                    wanted.add(cmd.request_id.encode())
+                    value = encode_command(schemas, ring, cmd)
+                    producer.produce(commands, cmd.subject_key, value, partition)
+                producer.flush(120, "commands")
+                deadline = time.monotonic() + 600
+                while wanted and time.monotonic() < deadline:
+                    for msg in results.consume(1000, 0.2):
+                        key = msg.key()
+                        if msg.error() is None and key in wanted:
+                            result = decode_result(schemas, ring, msg.value() or b"")
+                            assert result.ok, result.error
+                            wanted.discard(key)
+                assert not wanted, f"{len(wanted)} creates unanswered"
+        finally:
+            results.close()
+            producer.close(10)
     return time.perf_counter() - started
 
 
@@ -161,7 +193,7 @@ def main() -> None:
     processor = CommandProcessor(
         bootstrap,
         topology,
-        instance_id="bench",
+        instance_id=f"bench-{uuid.uuid4().hex[:6]}",
         keks=keks,
         metrics=CollectorRegistry(),
         limits=Limits(watchers=args.watchers + 100),

@@ -12,7 +12,8 @@ as long as the ledger does) and the readiness probe (one shared producer's metad
 answer cached for :data:`READY_CACHE_S` so probes cost nothing).
 
 Sealed fields are opened with the subject's data keys read afresh for every request
-(:func:`~pipeline.runtime.keys.read_keys`), so the moment a key is shredded its records stop
+(:class:`~pipeline.runtime.keys.FollowedKeys`: the subject's ``keys`` partition read on from
+where the last request stopped, to its end now), so the moment a key is shredded its records stop
 showing: a receipt or notification that no longer opens is left out and counted as ``erased``
 (DESIGN §10), never shown. Records past their ``retain_until`` (the watcher's evidence or
 delivery retention) are left out too, whatever the topic still holds.
@@ -58,7 +59,7 @@ from pipeline.rules.instants import rfc3339_micros, utc
 from pipeline.rules.keys import subject_key, watcher_key
 from pipeline.rules.receipts import Receipt
 from pipeline.rules.retention import retained
-from pipeline.runtime.keys import read_keys
+from pipeline.runtime.keys import FollowedKeys
 
 __all__ = ["DEFAULT_MAX_SCAN", "READY_CACHE_S", "ClientPool", "LedgerStore"]
 
@@ -132,6 +133,8 @@ class LedgerStore:
         self._max_scan = max_scan
         self._ready: tuple[float, str | None] | None = None
         self._ready_lock = threading.Lock()
+        ring = KeyRing(self._keks, self._schemas, cache_size=4096)
+        self._keys = FollowedKeys(bootstrap, topology, ring)
 
     # -- receipts ---------------------------------------------------------------------------
 
@@ -255,10 +258,8 @@ class LedgerStore:
         return None if record is None else delivery_view(record)
 
     def _ring(self, tenant_id: str, user_id: str) -> KeyRing:
-        """The subject's data keys as ``keys`` holds them now (never cached across requests)."""
-        ring = KeyRing(self._keks, self._schemas, cache_size=1024)
-        read_keys(self._bootstrap, self._topology, ring, [(tenant_id, user_id)])
-        return ring
+        """The data keys as ``keys`` holds them now (the subject's partition caught up)."""
+        return self._keys.ring_for(tenant_id, user_id)
 
     # -- readiness --------------------------------------------------------------------------
 
