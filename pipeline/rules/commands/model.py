@@ -28,7 +28,7 @@ from pipeline.rules.instants import Instant, rfc3339_micros
 from pipeline.rules.keys import canonical_json, subject_key
 from pipeline.rules.lifecycle import CloseReason, WatcherStatus
 from pipeline.rules.outbox import OutboxEntry
-from pipeline.rules.sources import checked_ref
+from pipeline.rules.sources import PollingSource, checked_ref
 
 __all__ = [
     "Command",
@@ -37,6 +37,7 @@ __all__ = [
     "CommandResult",
     "CommandVerb",
     "GrantRecord",
+    "GrantScope",
     "GrantSpec",
     "LifecycleChange",
     "Redelivery",
@@ -46,6 +47,7 @@ __all__ = [
     "WatcherWrite",
     "fingerprint",
     "grant_id_for",
+    "grant_scope",
     "grant_view",
     "watcher_view",
 ]
@@ -223,6 +225,30 @@ def _parse_definition(text: str) -> WatcherDefinition:
         error = exc.errors()[0]
         where = ".".join(str(part) for part in error["loc"]) or None
         raise DefinitionError(f"stored definition: {error['msg']}", where) from None
+
+
+@dataclass(frozen=True, slots=True)
+class GrantScope:
+    """What a grant must name for a stored watcher (``authz.authorize``'s fields)."""
+
+    purpose: str
+    source_id: str
+    tool: str | None
+    target: str
+
+
+@lru_cache(maxsize=32_768)
+def grant_scope(definition_json: str) -> GrantScope | None:
+    """The grant scope of a stored definition (None when it no longer validates). Cached by
+    its text, far more entries than parsed definitions: listing a subject's 10,000 watchers
+    checks every one against the grants without parsing them again."""
+    try:
+        definition = _parse_definition(definition_json)
+    except DefinitionError:
+        return None
+    source = definition.source
+    tool = source.governed_tool if isinstance(source, PollingSource) else None
+    return GrantScope(definition.purpose, definition.source_id, tool, definition.delivery.target)
 
 
 @dataclass(frozen=True, slots=True)
