@@ -20,6 +20,7 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
 from typing import Any, Final
 from urllib.parse import parse_qs, urlencode
@@ -48,6 +49,7 @@ from pipeline.rules.commands.model import CommandVerb
 __all__ = ["MAX_FORM", "PAGE_SIZE", "Console", "install_console"]
 
 PAGE_SIZE: Final = 50
+_READ_TIMEOUT_S: Final = 30.0
 MAX_FORM: Final = 16_384
 _FORM_TYPE: Final = "application/x-www-form-urlencoded"
 _NO_PROPOSALS: Final = (Role.AGENT, Role.SCOPED_CHAT)
@@ -106,6 +108,7 @@ class Console:
         self.services = services
         self.sessions = sessions or SessionStore()
         self.status = status
+        self.pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="console-read")
         self.env = environment()
         self.css = (
             resources.files("pipeline.control.http.console")
@@ -333,19 +336,29 @@ def _routes(router: APIRouter, console: Console) -> None:
             who = session.principal
             if len(watcher_id) > 200:
                 raise ApiError(ApiCode.NOT_FOUND, "no such watcher")
-            view = console.watcher(who, watcher_id)
             tenant, user = who.tenant_id, who.user_id
+            # The watcher's deliveries are read while the command processor answers ``show``
+            # (they are the subject's own, filtered by subject; shown only once it answered).
+            reading = None
+            if who.role not in _NO_PROPOSALS:
+                may_read(who, tenant, user)
+                reading = console.pool.submit(
+                    services.ledger.deliveries, tenant, user, None, watcher_id
+                )
+            try:
+                view = console.watcher(who, watcher_id)
+            except BaseException:
+                if reading is not None:
+                    reading.cancel()
+                raise
             evaluations, erased = guarded(
                 lambda: services.ledger.evaluations(
                     tenant, user, watcher_id, view["source_id"], PAGE_SIZE
                 )
             )
-            deliveries: list[dict[str, Any]] = []
-            if who.role not in _NO_PROPOSALS:
-                may_read(who, tenant, user)
-                deliveries = guarded(
-                    lambda: services.ledger.deliveries(tenant, user, None, watcher_id)
-                )
+            deliveries: list[dict[str, Any]] = (
+                [] if reading is None else guarded(lambda: reading.result(_READ_TIMEOUT_S))
+            )
             by_key = {d["delivery_key"]: d for d in deliveries}
             for evaluation in evaluations:
                 evaluation["delivery"] = by_key.get(evaluation.get("delivery_key") or "")
