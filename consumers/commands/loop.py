@@ -7,7 +7,8 @@ CAS, collapse and data keys are atomic) and ``grants`` as a global table. Everyt
 decides —
 registry, ``watchers`` (on the partition of its source id; the old partition's key tombstoned
 when the source moves), ``lifecycle``, ``definition-log``, ``grants``, an immediate ``send``'s
-``outbox`` entry (on Java's partition of its delivery key) and its ``command-results`` record —
+``outbox`` entry or a ``redeliver``'s ``redeliveries`` request (on Java's partition of its
+delivery key) and its ``command-results`` record —
 goes out in the transaction that commits its input offset.
 
 The limits on what a subject holds (``[limits]``, DESIGN.md §10) are the processor's to apply.
@@ -49,6 +50,7 @@ from pipeline.records.definition_log import encode_definition_log
 from pipeline.records.grant import decode_grant, encode_grant
 from pipeline.records.lifecycle import encode_lifecycle
 from pipeline.records.outbox_entry import encode_outbox_entry
+from pipeline.records.redelivery import encode_redelivery
 from pipeline.records.registry_entry import decode_entry, encode_entry
 from pipeline.records.watcher import encode_watcher
 from pipeline.rules.budgets import NO_CEILINGS, BudgetCeilings
@@ -356,6 +358,11 @@ class CommandProcessor:
             key = delivery.delivery_key
             value = encode_outbox_entry(schemas, ring, delivery)
             ctx.produce(outbox, key, value, partition_for(key, outbox_partitions))
+        redeliveries = self._topics[Topic.REDELIVERIES]
+        for request in outcome.redeliveries:
+            key = request.delivery_key
+            value = encode_redelivery(schemas, request)
+            ctx.produce(redeliveries, key, value, partition_for(key, outbox_partitions))
         result = outcome.result
         if shredded and result.result is not None:
             result = result.model_copy(

@@ -18,6 +18,11 @@ DESIGN.md §4 and seed 000's dispatch sequence, on the exactly-once runtime
   recorded in a later transaction: ``delivered`` (with any ledger records an adapter returns),
   ``pending`` after the §8 backoff, or ``dead_letter`` (also copied to ``dead-letter`` with its
   categorical reason).
+- ``redeliveries`` is a second input, co-partitioned with ``outbox``: a ``redeliver`` command's
+  request for a key this member holds ``dead_letter`` or ``suppressed`` (for the same subject)
+  makes it ``pending`` again, due now, with a fresh attempt count under the same key
+  (:func:`~pipeline.rules.dispatch.redeliver`); it is then decided like any due entry —
+  lifecycle, grants and budgets rechecked. Any other request is ignored (logged, counted).
 - ``keys`` is read whole too: entries are opened with its :class:`~pipeline.crypto.ring.KeyRing`,
   ledger texts sealed with it; an entry that no longer opens (its subject erased) is never sent,
   only ``cancelled`` and purged.
@@ -43,7 +48,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from prometheus_client import REGISTRY, CollectorRegistry
 from pydantic import ValidationError
@@ -68,18 +73,18 @@ from pipeline.records.delivery_state import (
     first_record,
 )
 from pipeline.records.outbox_entry import decode_outbox_entry
+from pipeline.records.redelivery import decode_redelivery
 from pipeline.redis.budgets import RedisBudgets
 from pipeline.rules.budgets import NO_CEILINGS, BudgetCaps, BudgetCeilings
-from pipeline.rules.dispatch import (
-    BUDGET_UNAVAILABLE_RETRY,
-)
+from pipeline.rules.commands.model import Redelivery
+from pipeline.rules.dispatch import BUDGET_UNAVAILABLE_RETRY, is_redeliverable, redeliver
 from pipeline.rules.errors import BrokerError, SerdeError
 from pipeline.rules.outbox import OutboxEntry
 from pipeline.rules.outcomes import DeliveryStatus
 from pipeline.runtime.app import InputRecord, ProcessContext
 from pipeline.runtime.processing import Message
 from pipeline.runtime.recovery import run_steps
-from pipeline.runtime.tables import TableKind, TableSpec
+from pipeline.runtime.tables import Table, TableKind, TableSpec
 from pipeline.runtime.views import GrantIndex, KeyView, LifecycleIndex
 
 __all__ = ["DEFAULT_GROUP", "DeliverySettings", "DeliveryWorker"]
@@ -142,6 +147,7 @@ class DeliveryWorker:
         self.settings = settings
         topology = settings.topology
         self._outbox_topic = topology.name(Topic.OUTBOX)
+        self._redeliveries_topic = topology.name(Topic.REDELIVERIES)
         self._dlq_topic = topology.name(Topic.DEAD_LETTER)
         self._budgets = budgets
         self._clock: Clock = clock or SystemClock()
@@ -153,7 +159,7 @@ class DeliveryWorker:
             bootstrap,
             settings.group_id,
             settings.instance_id,
-            [self._outbox_topic],
+            [self._outbox_topic, self._redeliveries_topic],
             self._on_outbox,
             tables=[
                 TableSpec(STATE, topology.name(Topic.DELIVERY_STATE), TableKind.OWNED),
@@ -317,10 +323,12 @@ class DeliveryWorker:
 
     # -- the outbox, as input ------------------------------------------------------------
 
-    def _decode(self, msg: Message) -> OutboxEntry | None:
+    def _decode(self, msg: Message) -> OutboxEntry | Redelivery | None:
         value = msg.value()
         if value is None:
             return None  # a tombstone (a purge): nothing to deliver
+        if msg.topic() == self._redeliveries_topic:
+            return decode_redelivery(self._schemas, value)
         try:
             return decode_outbox_entry(self._schemas, self.ring, value)
         except (ValidationError, KeyError, TypeError, ValueError) as exc:
@@ -338,6 +346,9 @@ class DeliveryWorker:
             entry = record.value
             if entry is None:
                 continue
+            if isinstance(entry, Redelivery):
+                self._redeliver(entry, ctx.partition, states, now)
+                continue
             assert isinstance(entry, OutboxEntry)
             key = (record.key or b"").decode()
             if key != entry.delivery_key:
@@ -349,6 +360,27 @@ class DeliveryWorker:
             self._states.write(states, first)
             self._states.remember(key, ctx.partition, entry)
             self._states.queue.schedule(key, ctx.partition, DueKind.ATTEMPT, first.state.due_at)
+
+    def _redeliver(self, request: Redelivery, partition: int, states: Table, now: datetime) -> None:
+        """A ``redeliver`` request: a dead-lettered or suppressed key of the same subject is
+        ``pending`` again, due now, with a fresh attempt count; anything else is ignored."""
+        key = request.delivery_key
+        raw = states.get(key)
+        record = None if raw is None else self._states.record(key, raw)
+        if (
+            record is None
+            or (record.tenant_id, record.user_id) != (request.tenant_id, request.user_id)
+            or not is_redeliverable(record.state)
+        ):
+            state = "absent" if record is None else record.state.status.value
+            log.warning("redeliver %s (request %s) ignored: %s", key, request.request_id, state)
+            self._metrics.redeliveries.labels("ignored").inc()
+            return
+        again = record.moved(redeliver(record.state, now))
+        self._states.write(states, again)
+        self._states.queue.schedule(key, partition, DueKind.ATTEMPT, again.state.due_at)
+        self._metrics.redeliveries.labels("applied").inc()
+        log.info("redeliver %s (request %s): pending again", key, request.request_id)
 
     # -- grants and lifecycle ------------------------------------------------------------
 

@@ -27,6 +27,7 @@ class DeliveryMetrics:
     dead_letters: Counter  # labels: reason
     suppressions: Counter  # labels: reason
     cancellations: Counter
+    redeliveries: Counter  # labels: result (applied | ignored)
     purges: Counter
     in_flight: Gauge
     repeat_risk: Counter  # labels: adapter
@@ -74,6 +75,12 @@ def _create(registry: CollectorRegistry) -> DeliveryMetrics:
             "vigil_delivery_suppressions",
             "Entries settled without sending, by reason.",
             ["reason"],
+            registry=registry,
+        ),
+        redeliveries=Counter(
+            "vigil_delivery_redeliveries",
+            "Redeliver requests, by result: applied (pending again) or ignored.",
+            ["result"],
             registry=registry,
         ),
         cancellations=Counter(

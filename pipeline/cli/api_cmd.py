@@ -35,8 +35,10 @@ from pipeline.control.http.auth import TokenDirectory
 from pipeline.control.http.backend import ClientPool, LedgerStore
 from pipeline.control.http.metrics import RequestMetrics
 from pipeline.control.run import RunStarted
+from pipeline.control.status import StatusReader
 from pipeline.crypto import KeyEncryptionKeys, generate_kek_text
 from pipeline.records.event import EventLine
+from pipeline.redis.budgets import RedisBudgets
 from pipeline.rules.authz import Principal, Role
 from pipeline.rules.errors import BrokerError, ConfigError, DefinitionError
 from producers.publish.publisher import EventPublisher
@@ -118,6 +120,7 @@ def build_services(
         return Dispatcher(subject, commands=commands, agent=not_here, runner=not_here, clock=clock)
 
     events = SdkEvents(config)
+    budgets = RedisBudgets.from_url(config.redis.url.get_secret_value())
     services = ApiServices(
         tokens=TokenDirectory.from_config(config.principals),
         commands=commands,
@@ -130,12 +133,14 @@ def build_services(
             for name, p in config.principals.items()
             if p.role is Role.PUBLISHER
         },
+        status=StatusReader(bootstrap, topology, clock, budgets),
     )
 
     def close() -> None:
         commands.close()
         ledger.close()
         events.close()
+        budgets.close()
 
     return services, close
 

@@ -31,6 +31,7 @@ _TOPICS: Final = (
     Topic.LIFECYCLE,
     Topic.DEFINITION_LOG,
     Topic.OUTBOX,
+    Topic.REDELIVERIES,
     Topic.DEAD_LETTER,
     Topic.SCHEMAS,
     Topic.KEYS,

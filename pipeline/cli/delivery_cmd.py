@@ -36,6 +36,7 @@ __all__ = ["delivery"]
 _TOPICS = (
     Topic.OUTBOX,
     Topic.DELIVERY_STATE,
+    Topic.REDELIVERIES,
     Topic.LIFECYCLE,
     Topic.GRANTS,
     Topic.NOTIFICATIONS,

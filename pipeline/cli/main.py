@@ -59,6 +59,7 @@ COMMANDS: Final[dict[str, str]] = {
     "mcp": "pipeline.cli.api_cmd:mcp",
     "replay": "pipeline.cli.replay_cmd:replay_command",
     "explain": "pipeline.cli.explain_cmd:explain",
+    "deliveries": "pipeline.cli.deliveries_cmd:deliveries",
     "dev": "pipeline.cli.dev_cmd:dev",
     "keys": "pipeline.cli.keys_cmd:keys",
     "doctor": "pipeline.cli.doctor_cmd:doctor",

@@ -337,8 +337,12 @@ class Tail:
         """Read ``topic[partition]`` from ``offset``, or from its current end; returns where
         reading starts (follow from it again to read the same records again)."""
         if self._consumer is None:
+            # A short fetch wait: the broker answers a connection's requests in order, so a
+            # fetch held for the default 500 ms would hold the next follow()'s offset query too.
             self._consumer = table_consumer(
-                self._bootstrap, self._name, **{"enable.partition.eof": False}
+                self._bootstrap,
+                self._name,
+                **{"enable.partition.eof": False, "fetch.wait.max.ms": 10},
             )
         tp = confluent_kafka.TopicPartition(topic, partition)
         deadline = time.monotonic() + self._timeout_s
@@ -357,7 +361,10 @@ class Tail:
         """The records that arrived (errors skipped: a reply channel reads only records)."""
         assert self._consumer is not None, "follow() a partition first"
         try:
-            batch = self._consumer.consume(100, timeout_s)
+            # poll() returns at the first record; consume() would wait out its whole timeout
+            # for a full batch. What else is already here comes without waiting.
+            first = self._consumer.poll(timeout_s)
+            batch = [] if first is None else [first, *self._consumer.consume(99, 0)]
         except KafkaException as exc:
             raise translate(exc, "read a reply channel") from exc
         return [msg for msg in batch if msg.error() is None]

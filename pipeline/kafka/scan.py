@@ -225,7 +225,11 @@ def _drain(
     seen = 0
     idle_since = time.monotonic()
     while open_parts:
-        batch = consumer.consume(1000, 0.5)
+        # poll() returns at the first record; consume() would wait out its whole timeout for
+        # a full batch (a scan of a few records would take half a second). The rest of what is
+        # already fetched comes without waiting.
+        first = consumer.poll(0.5)
+        batch = [] if first is None else [first, *consumer.consume(999, 0)]
         if not batch:
             if time.monotonic() - idle_since > _IDLE_LIMIT_S:
                 raise BrokerError(f"reading {topic} stalled before its end offsets")

@@ -79,6 +79,7 @@ class Topic(StrEnum):
     WATCHER_STATE = "watcher-state"
     OUTBOX = "outbox"
     DELIVERY_STATE = "delivery-state"
+    REDELIVERIES = "redeliveries"
     RECEIPTS = "receipts"
     DEFINITION_LOG = "definition-log"
     LIFECYCLE = "lifecycle"
@@ -236,6 +237,8 @@ SPECS: Final[Mapping[Topic, TopicSpec]] = MappingProxyType(
             _compact(Topic.WATCHER_STATE, KeyKind.WATCHER_KEY, _BY_SOURCE, _SRC),
             _compact(Topic.OUTBOX, KeyKind.DELIVERY_KEY, group=_DLV, sealed=True),
             _compact(Topic.DELIVERY_STATE, KeyKind.DELIVERY_KEY, group=_DLV),
+            # A redeliver command's request, for the delivery member that holds the key.
+            _delete(Topic.REDELIVERIES, KeyKind.DELIVERY_KEY, 7 * _DAY, group=_DLV),
             _delete(
                 Topic.RECEIPTS,
                 KeyKind.WATCHER_KEY,

@@ -1,4 +1,4 @@
-"""The ``command`` record (``schemas/command.v3.avsc``; v1 and v2 still read): one command as an
+"""The ``command`` record (``schemas/command.v4.avsc``; v1 to v3 still read): one command as an
 authenticated edge asserts it, keyed by subject on ``commands``. JSON bodies (a definition, a
 grant) travel as RFC 8785 canonical text.
 

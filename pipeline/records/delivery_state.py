@@ -1,5 +1,5 @@
-"""The ``delivery-state`` record (``schemas/delivery_state.v1.avsc``): the auditable receipt
-of a delivery decision (DESIGN §11), keyed by delivery key.
+"""The ``delivery-state`` record (``schemas/delivery_state.v2.avsc``; v1 still read): the
+auditable receipt of a delivery decision (DESIGN §11), keyed by delivery key.
 
 Owns :class:`DeliveryRecord` — a :class:`~pipeline.rules.dispatch.DeliveryState` plus the few
 fields of its outbox entry that delivery needs without decoding the entry (subject, watcher,
@@ -94,6 +94,7 @@ def encode_record(codec: Codec, record: DeliveryRecord) -> bytes:
             "settled_at": state.settled_at,
             "delivery_retention_micros": micros(record.delivery_retention),
             "outbox_offset": record.outbox_offset,
+            "redeliveries": state.redeliveries,
         },
     )
 
@@ -127,6 +128,7 @@ def _from_value(value: dict[str, Any]) -> DeliveryRecord:
         last_error=None if error is None else ErrorCode(error),
         delivered_at=value["delivered_at"],
         settled_at=value["settled_at"],
+        redeliveries=value.get("redeliveries", 0),
     )
     return DeliveryRecord(
         state=state,

@@ -235,6 +235,35 @@ class RedisBudgets:
         pairs = zip(Dimension, values, strict=True)
         return {d: int(_text(v)) if v is not None else 0 for d, v in pairs}
 
+    def subject_usage(
+        self, tenant_id: str, user_id: str, now: datetime, *, max_keys: int = 10_000
+    ) -> dict[Dimension, int]:
+        """What the subject's watchers have used in the windows that hold ``now``, summed per
+        dimension (at most ``max_keys`` window keys read: a bounded figure for a status line)."""
+        now_s = utc(now).timestamp()
+        pattern = f"{self.subject_prefix(tenant_id, user_id)}*"
+        fields = [f"c:{d.value}" for d in Dimension]
+        totals = dict.fromkeys(Dimension, 0)
+        with _translated("read a subject's budget usage"):
+            current: list[bytes | str] = []
+            for n, key in enumerate(self._client.scan_iter(match=pattern, count=_ERASE_BATCH)):
+                if n >= max_keys:
+                    break
+                parts = _text(key).rsplit(":", 2)  # …:<window seconds>:<window start>
+                try:
+                    length, begin = int(parts[-2]), int(parts[-1])
+                except (ValueError, IndexError):
+                    continue
+                if begin <= now_s < begin + length:
+                    current.append(key)
+            pipe = self._client.pipeline(transaction=False)
+            for key in current:
+                pipe.hmget(key, fields)
+            for values in pipe.execute():
+                for dimension, value in zip(Dimension, values, strict=True):
+                    totals[dimension] += int(_text(value)) if value is not None else 0
+        return totals
+
     def erase_subject(self, tenant_id: str, user_id: str) -> int:
         """Delete every budget key of exactly this subject; returns how many were deleted."""
         pattern = f"{self.subject_prefix(tenant_id, user_id)}*"

@@ -89,6 +89,7 @@ class Verb(StrEnum):
     QUERY = "query"
     RUN = "run"
     GRANT = "grant"
+    REDELIVER = "redeliver"  # a dead-lettered or suppressed delivery sent again
 
 
 class Grant(BaseModel):
@@ -241,6 +242,7 @@ _OWNER_VERBS = frozenset(
         Verb.PROMPT,
         Verb.QUERY,
         Verb.RUN,
+        Verb.REDELIVER,
     }
 )
 _ROLE_VERBS: dict[Role, frozenset[Verb]] = {

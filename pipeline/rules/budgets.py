@@ -262,9 +262,12 @@ def window_end(t: datetime, length: timedelta) -> datetime:
     return window_start(t, length) + length
 
 
-def attempt_token(delivery_key: str, attempt: int) -> str:
-    """The idempotency token of one delivery attempt (DESIGN.md §10)."""
-    return f"attempt:{delivery_key}:{attempt}"
+def attempt_token(delivery_key: str, attempt: int, redeliveries: int = 0) -> str:
+    """The idempotency token of one delivery attempt (DESIGN.md §10); ``redeliveries`` counts
+    the redeliver commands before it (before any, the original token)."""
+    if redeliveries == 0:
+        return f"attempt:{delivery_key}:{attempt}"
+    return f"attempt:{delivery_key}:r{redeliveries}:{attempt}"
 
 
 def offset_token(topic: str, partition: int, offset: int) -> str:

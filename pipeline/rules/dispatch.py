@@ -2,15 +2,17 @@
 
 ``pending → dispatching → delivered | pending (retry) | dead_letter``, and from ``pending``:
 deferral (still ``pending``, later due time, a reason), ``suppressed`` or ``cancelled``. A
-restart turns ``dispatching`` back into ``pending`` with the same key and attempt count. This
-module owns the states' record, the transition table (an illegal move raises
-:class:`TransitionError` naming both states), the retry ceiling and backoff due times, and
-:func:`plan_attempt`, the ordered checks before each attempt.
+restart turns ``dispatching`` back into ``pending`` with the same key and attempt count. A
+``redeliver`` command turns ``dead_letter`` or ``suppressed`` back into ``pending``: the same
+key (receivers still dedupe), a fresh attempt count, one more ``redeliveries`` (so its budget
+charges are new ones, not replays of the first one's). This module owns the states' record, the
+transition table (an illegal move raises :class:`TransitionError` naming both states), the retry
+ceiling and backoff due times, and :func:`plan_attempt`, the ordered checks before each attempt.
 
-Leaves out persistence and fencing (the delivery consumer writes each state to
-``delivery-state`` in a Kafka transaction), calling destinations (adapters), and where verdicts
-come from: authorization (``pipeline.rules.authz``), quiet hours (``pipeline.rules.quiet_hours``)
-and budgets (``pipeline.rules.budgets`` rules, ``pipeline.redis.budgets`` counters).
+Leaves out persistence and fencing (the delivery consumer writes each state to ``delivery-state``
+in a Kafka transaction), calling destinations (adapters), and where verdicts come from:
+authorization (``pipeline.rules.authz``), quiet hours (``pipeline.rules.quiet_hours``) and
+budgets (``pipeline.rules.budgets`` rules, ``pipeline.redis.budgets`` counters).
 """
 
 from __future__ import annotations
@@ -42,10 +44,12 @@ __all__ = [
     "defer",
     "fail",
     "give_up",
+    "is_redeliverable",
     "is_settled",
     "pending",
     "plan_attempt",
     "purge_due",
+    "redeliver",
     "restore",
     "succeed",
     "suppress",
@@ -76,6 +80,7 @@ class DispatchEvent(StrEnum):
     DEFER = "defer"
     SUPPRESS = "suppress"
     CANCEL = "cancel"
+    REDELIVER = "redeliver"
 
 
 _S = DeliveryStatus
@@ -91,6 +96,8 @@ _TABLE: dict[tuple[DeliveryStatus, DispatchEvent], DeliveryStatus] = {
     (_S.DISPATCHING, _E.RETRY): _S.PENDING,
     (_S.DISPATCHING, _E.DEAD_LETTER): _S.DEAD_LETTER,
     (_S.DISPATCHING, _E.RESTORE): _S.PENDING,
+    (_S.DEAD_LETTER, _E.REDELIVER): _S.PENDING,
+    (_S.SUPPRESSED, _E.REDELIVER): _S.PENDING,
 }
 
 # The target of each event, so an illegal move can name where it tried to go.
@@ -113,6 +120,7 @@ class DeliveryState:
     last_error: ErrorCode | None = None
     delivered_at: datetime | None = None
     settled_at: datetime | None = None
+    redeliveries: int = 0  # redeliver commands applied: each starts a fresh attempt count
 
 
 def _move(state: DeliveryState, event: DispatchEvent, **changes: Any) -> DeliveryState:
@@ -219,6 +227,30 @@ def cancel(state: DeliveryState, now: datetime) -> DeliveryState:
     return _move(state, _E.CANCEL, updated_at=now, settled_at=now)
 
 
+def redeliver(state: DeliveryState, now: datetime) -> DeliveryState:
+    """A dead-lettered or suppressed entry due again now: attempt count back to zero, one more
+    redelivery counted, the old error and reason cleared (any other state raises
+    :class:`TransitionError`)."""
+    now = utc(now)
+    return _move(
+        state,
+        _E.REDELIVER,
+        attempt=0,
+        redeliveries=state.redeliveries + 1,
+        due_at=now,
+        updated_at=now,
+        reason=None,
+        last_error=None,
+        delivered_at=None,
+        settled_at=None,
+    )
+
+
+def is_redeliverable(state: DeliveryState) -> bool:
+    """Whether a ``redeliver`` command applies to ``state`` (dead-lettered or suppressed)."""
+    return (state.status, _E.REDELIVER) in _TABLE
+
+
 def is_settled(state: DeliveryState) -> bool:
     return state.status in _SETTLED
 
@@ -248,8 +280,9 @@ def attempt_cost(state: DeliveryState) -> dict[Dimension, int]:
 
 
 def attempt_token_for(state: DeliveryState) -> str:
-    """The idempotency token of the next attempt's charge (delivery key + attempt, §10)."""
-    return attempt_token(state.delivery_key, state.attempt + 1)
+    """The idempotency token of the next attempt's charge (delivery key, redeliveries, attempt,
+    §10): a redelivery's first attempt is charged again, a replayed claim is not."""
+    return attempt_token(state.delivery_key, state.attempt + 1, state.redeliveries)
 
 
 class DispatchAction(StrEnum):

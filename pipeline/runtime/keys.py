@@ -5,23 +5,26 @@ Owns :func:`read_keys`, which fills a :class:`~pipeline.crypto.ring.KeyRing` fro
 subject) or of every subject — read to the end the broker has now, so that a key shredded before
 the call is shredded in the ring too. Readers call it per request (the API) or per run
 (``vigil explain``, ``vigil replay``): what they show after an erasure is erased, never a cached
-key's plaintext. Stream apps hold ``keys`` as a global table instead
-(:class:`~pipeline.runtime.views.KeyView`).
+key's plaintext. :class:`FollowedKeys` does the same incrementally for a long-lived reader (the
+API): one ring, each partition read from where the last request stopped to its end now — the
+same freshness, without re-reading a subject's every watcher-version key per request. Stream
+apps hold ``keys`` as a global table instead (:class:`~pipeline.runtime.views.KeyView`).
 
 Leaves out the ring itself (``pipeline.crypto``) and deciding what to read (callers).
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable
 
 from pipeline.crypto.ring import KeyRing
 from pipeline.kafka.partitioner import partition_for
-from pipeline.kafka.scan import scan
+from pipeline.kafka.scan import Bound, scan
 from pipeline.kafka.topics import Topic, Topology
 from pipeline.rules.keys import subject_key
 
-__all__ = ["read_keys"]
+__all__ = ["FollowedKeys", "read_keys"]
 
 
 def read_keys(
@@ -51,3 +54,29 @@ def read_keys(
         ring.apply(key, msg.value())
         read += 1
     return read
+
+
+class FollowedKeys:
+    """One ring over the ``keys`` partitions asked for so far, caught up to each partition's
+    end on every :meth:`ring_for` (a key shredded before the call is shredded in the ring)."""
+
+    def __init__(self, bootstrap: str, topology: Topology, ring: KeyRing) -> None:
+        self._bootstrap = bootstrap
+        self._topology = topology
+        self._ring = ring
+        self._next: dict[int, int] = {}  # partition → the first offset not read yet
+        self._lock = threading.Lock()
+
+    def ring_for(self, tenant_id: str, user_id: str) -> KeyRing:
+        """The ring, with the subject's partition read to its end now."""
+        topic = self._topology.name(Topic.KEYS)
+        count = self._topology.partitions_for(Topic.KEYS)
+        partition = partition_for(subject_key(tenant_id, user_id), count)
+        with self._lock:
+            start = self._next.get(partition, 0)
+            begin = Bound(offsets={(topic, partition): start})
+            for msg in scan(self._bootstrap, topic, start=begin, partitions=(partition,)):
+                self._ring.apply((msg.key() or b"").decode("utf-8", "replace"), msg.value())
+                start = max(start, (msg.offset() or 0) + 1)
+            self._next[partition] = start
+        return self._ring

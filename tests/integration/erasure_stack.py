@@ -98,9 +98,11 @@ class _Threads:
 class Stack:
     """Every vigil process of one deployment, on threads, and the ways to look at it."""
 
-    def __init__(self, bootstrap: str, redis_url: str, receiver: Receiver) -> None:
+    def __init__(
+        self, bootstrap: str, redis_url: str, receiver: Receiver, name: str = "erase"
+    ) -> None:
         self.bootstrap = bootstrap
-        self.topology = Topology(f"t-erase-{uuid.uuid4().hex[:8]}.", PARTITIONS)
+        self.topology = Topology(f"t-{name}-{uuid.uuid4().hex[:8]}.", PARTITIONS)
         ensure_topics(connect_admin(bootstrap), self.topology)
         self.clock = ManualClock(datetime.now(UTC).replace(microsecond=0))
         self.tool_answer: dict[str, Any] = {"state": "quiet"}

@@ -1,14 +1,15 @@
 """The HTTP API: a thin FastAPI adapter over the control plane (DESIGN.md §9, seed 003).
 
 Owns :func:`create_app`: the edge guard (``guard``: authentication before any body is read, a 1 MiB
-body bound), the routes of DESIGN.md §9's table (``watches``, ``ledger``, ``grants``), the probes
-(``/healthz``; ``/readyz``: the broker answers and the topics exist — one shared client, its answer
-cached for seconds), the served OpenAPI document, and one error shape for every refusal —
-``{"error": {"code", "message", "field"}}`` — whether a route refused, a parameter failed validation
-(422 ``invalid``; the protocol header's failure is 400 ``protocol_version``) or no route matched
-(404 ``not_found``). Every ``/v1`` request names ``Vigil-Protocol-Version: 1`` and bears a
-configured principal's token; the routes assert that principal on commands and the command processor
-decides, so HTTP, MCP, the socket and the CLI govern alike.
+body bound), the routes of DESIGN.md §9's table (``watches``, ``ledger``, ``grants``,
+``deliveries``), the console under ``/ui/`` (``console``: server-rendered, cookie sessions, CSRF,
+strict CSP), the probes (``/healthz``; ``/readyz``: the broker answers and the topics exist — one
+shared client, its answer cached for seconds), the served OpenAPI document, and one error shape for
+every refusal — ``{"error": {"code", "message", "field"}}`` — whether a route refused, a parameter
+failed validation (422 ``invalid``; the protocol header's failure is 400 ``protocol_version``) or no
+route matched (404 ``not_found``). Every ``/v1`` request names ``Vigil-Protocol-Version: 1`` and
+bears a configured principal's token; the routes assert that principal on commands and the command
+processor decides, so HTTP, MCP, the socket and the CLI govern alike.
 
 Watch routes act on the caller's own subject; a manager names another user of its tenant with
 ``?user_id=``, an operator any subject with ``?tenant_id=&user_id=``.
@@ -25,6 +26,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from pipeline.control.http import deliveries as http_deliveries
 from pipeline.control.http import events as http_events
 from pipeline.control.http import grants as http_grants
 from pipeline.control.http import ledger as http_ledger
@@ -36,6 +38,7 @@ from pipeline.control.http.common import (
     SchedulePort,
     Services,
 )
+from pipeline.control.http.console import install_console
 from pipeline.control.http.guard import EdgeGuard
 from pipeline.control.http.models import ErrorBody, Health
 
@@ -57,8 +60,9 @@ def create_app(services: ApiServices) -> FastAPI:
     app.state.services = services
     app.add_middleware(EdgeGuard, tokens=services.tokens, max_body=services.max_body)
     _install_error_handlers(app)
-    for module in (http_watches, http_ledger, http_grants, http_events):
+    for module in (http_watches, http_ledger, http_grants, http_events, http_deliveries):
         app.include_router(module.router)
+    install_console(app, services, status=services.status)
 
     @app.get("/healthz", response_model=Health, summary="Liveness")
     def healthz() -> Health:

@@ -5,13 +5,15 @@ concurrent requests reach the command processor concurrently — one client seri
 trips), :class:`LedgerStore` (reads the newest ``max_scan`` records of one partition of
 ``receipts`` or ``notifications`` — never a whole partition — and folds them: a watcher's
 receipts newest first; a subject's ledger deduped on delivery key, ``wake`` records skipped,
-acknowledgements applied), the acknowledgement record (kind ``ack`` on ``notifications``, keyed
-by subject like its notification, so it lives and is erased exactly as long as the ledger does)
-and the readiness probe (one shared producer's metadata, its answer cached for
-:data:`READY_CACHE_S` so probes cost nothing).
+acknowledgements applied; a subject's deliveries from ``delivery-state``,
+``pipeline.control.deliveries``), the acknowledgement record (kind ``ack`` on
+``notifications``, keyed by subject like its notification, so it lives and is erased exactly
+as long as the ledger does) and the readiness probe (one shared producer's metadata, its
+answer cached for :data:`READY_CACHE_S` so probes cost nothing).
 
 Sealed fields are opened with the subject's data keys read afresh for every request
-(:func:`~pipeline.runtime.keys.read_keys`), so the moment a key is shredded its records stop
+(:class:`~pipeline.runtime.keys.FollowedKeys`: the subject's ``keys`` partition read on from
+where the last request stopped, to its end now), so the moment a key is shredded its records stop
 showing: a receipt or notification that no longer opens is left out and counted as ``erased``
 (DESIGN §10), never shown. Records past their ``retain_until`` (the watcher's evidence or
 delivery retention) are left out too, whatever the topic still holds.
@@ -32,6 +34,12 @@ from typing import Any, Final
 
 from pipeline.clock import Clock
 from pipeline.control.client import CommandClient
+from pipeline.control.deliveries import (
+    delivery_state_filter,
+    delivery_view,
+    read_deliveries,
+    read_delivery,
+)
 from pipeline.crypto import KeyEncryptionKeys, KeyRing
 from pipeline.kafka.clients import Producer
 from pipeline.kafka.partitioner import partition_for
@@ -51,7 +59,7 @@ from pipeline.rules.instants import rfc3339_micros, utc
 from pipeline.rules.keys import subject_key, watcher_key
 from pipeline.rules.receipts import Receipt
 from pipeline.rules.retention import retained
-from pipeline.runtime.keys import read_keys
+from pipeline.runtime.keys import FollowedKeys
 
 __all__ = ["DEFAULT_MAX_SCAN", "READY_CACHE_S", "ClientPool", "LedgerStore"]
 
@@ -125,6 +133,8 @@ class LedgerStore:
         self._max_scan = max_scan
         self._ready: tuple[float, str | None] | None = None
         self._ready_lock = threading.Lock()
+        ring = KeyRing(self._keks, self._schemas, cache_size=4096)
+        self._keys = FollowedKeys(bootstrap, topology, ring)
 
     # -- receipts ---------------------------------------------------------------------------
 
@@ -216,11 +226,40 @@ class LedgerStore:
         self._produce(topic, partition, subject, value)
         return {"delivery_key": delivery_key, "acked_at": rfc3339_micros(now), "already": False}
 
+    # -- deliveries ---------------------------------------------------------------------------
+
+    def deliveries(
+        self, tenant_id: str, user_id: str, state: str | None, watcher_id: str | None
+    ) -> list[dict[str, Any]]:
+        """The subject's deliveries (``state`` a status or ``dead``), newest first."""
+        records = read_deliveries(
+            self._bootstrap,
+            self._topology,
+            tenant_id,
+            user_id,
+            state=delivery_state_filter(state),
+            watcher_id=watcher_id,
+            schemas=self._schemas,
+            max_scan=self._max_scan,
+        )
+        return [delivery_view(r) for r in records]
+
+    def delivery(self, tenant_id: str, user_id: str, delivery_key: str) -> dict[str, Any] | None:
+        """One of the subject's deliveries; None for a missing or another subject's key."""
+        record = read_delivery(
+            self._bootstrap,
+            self._topology,
+            tenant_id,
+            user_id,
+            delivery_key,
+            schemas=self._schemas,
+            max_scan=self._max_scan,
+        )
+        return None if record is None else delivery_view(record)
+
     def _ring(self, tenant_id: str, user_id: str) -> KeyRing:
-        """The subject's data keys as ``keys`` holds them now (never cached across requests)."""
-        ring = KeyRing(self._keks, self._schemas, cache_size=1024)
-        read_keys(self._bootstrap, self._topology, ring, [(tenant_id, user_id)])
-        return ring
+        """The data keys as ``keys`` holds them now (the subject's partition caught up)."""
+        return self._keys.ring_for(tenant_id, user_id)
 
     # -- readiness --------------------------------------------------------------------------
 

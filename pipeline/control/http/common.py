@@ -1,13 +1,13 @@
 """What every HTTP route shares: the services behind the API, the caller, one command round trip.
 
-Owns :class:`ApiServices` (the ports the routes use: tokens, the command processor, the ledger,
-the dispatch core for schedules, the body bound), the :data:`Caller` dependency (the principal
-the edge guard authenticated — ``Vigil-Protocol-Version: 1`` and a configured bearer token,
-checked in that order, 400 then 401, before the body is read), :func:`run_command` (a
-command asserted by the caller and decided by the command processor; its refusal becomes the
-API error of the same code), :func:`subject_of` (the caller's own subject unless a manager or
-operator names another — the processor decides whether it may), and the parameter types and
-documented error responses the route modules reuse.
+Owns :class:`ApiServices` (the ports the routes use: tokens, the command processor, the ledger, the
+dispatch core for schedules, the body bound, the console's status header), the :data:`Caller`
+dependency (the principal the edge guard authenticated — ``Vigil-Protocol-Version: 1`` and a
+configured bearer token, checked in that order, 400 then 401, before the body is read),
+:func:`run_command` (a command asserted by the caller and decided by the command processor; its
+refusal becomes the API error of the same code), :func:`subject_of` (the caller's own subject unless
+a manager or operator names another — the processor decides whether it may), and the parameter types
+and documented error responses the route modules reuse.
 
 Left out: the routes (``watches``, ``ledger``, ``grants``) and the app
 (``api``).
@@ -46,6 +46,7 @@ __all__ = [
     "LedgerPort",
     "SchedulePort",
     "Services",
+    "StatusPort",
     "TenantQ",
     "UserQ",
     "documented",
@@ -70,6 +71,14 @@ class LedgerPort(Protocol):
 
     def ack(self, tenant_id: str, user_id: str, delivery_key: str) -> dict[str, Any] | None: ...
 
+    def deliveries(
+        self, tenant_id: str, user_id: str, state: str | None, watcher_id: str | None
+    ) -> list[dict[str, Any]]: ...
+
+    def delivery(
+        self, tenant_id: str, user_id: str, delivery_key: str
+    ) -> dict[str, Any] | None: ...
+
     def ready(self) -> str | None: ...
 
 
@@ -87,6 +96,13 @@ class EventsPort(Protocol):
     def publish(self, events: Sequence[tuple[EventLine, datetime]]) -> list[str | None]: ...
 
 
+class StatusPort(Protocol):
+    """The console's status header: processes ready, consumer lag, budgets used in this window
+    (:class:`~pipeline.control.status.StatusReader`); None when nothing is known."""
+
+    def header(self, principal: Principal) -> dict[str, Any] | None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class ApiServices:
     tokens: TokenDirectory
@@ -96,6 +112,7 @@ class ApiServices:
     max_body: int = DEFAULT_MAX_BODY
     events: EventsPort | None = None  # None: this API takes no events
     publishers: Mapping[str, frozenset[str]] = field(default_factory=dict)  # name → source ids
+    status: StatusPort | None = None  # the console's header (None: not shown)
 
 
 def _services(request: Request) -> ApiServices:

@@ -249,6 +249,50 @@ class AckView(_View):
     already: bool = Field(description="True when it had been acknowledged before.")
 
 
+# --- deliveries --------------------------------------------------------------------------
+
+
+class DeliveryView(_View):
+    """One delivery as ``delivery-state`` holds it: categorical codes only, never a body."""
+
+    delivery_key: str
+    tenant_id: str
+    user_id: str
+    watcher_id: str
+    watcher_version: int
+    target: str
+    state: Literal["pending", "dispatching", "delivered", "dead_letter", "suppressed", "cancelled"]
+    attempts: int = Field(description="Attempts in the current round (a redelivery restarts it).")
+    redeliveries: int = Field(description="Redeliver commands applied to this key.")
+    next_attempt_at: str | None = Field(description="When a pending delivery is tried next.")
+    reason: str | None = Field(
+        description="Why it waits or was suppressed (a reason code: docs/reason-codes.md)."
+    )
+    detail: str | None = Field(description="A categorical detail of the reason.")
+    last_error: str | None = Field(
+        description="The receiver's last answer as a categorical code (http_410, timeout, …)."
+    )
+    created_at: str | None
+    updated_at: str | None
+    delivered_at: str | None
+    settled_at: str | None
+    redeliverable: bool = Field(description="Dead-lettered or suppressed: redeliver applies.")
+
+
+class DeliveryList(_View):
+    deliveries: list[DeliveryView]
+
+
+class RedeliverView(_View):
+    delivery_key: str
+    tenant_id: str
+    user_id: str
+    requested: bool = Field(
+        description="The command processor accepted the request; delivery sends the entry "
+        "again if it is dead-lettered or suppressed (same key, fresh attempt count)."
+    )
+
+
 # --- grants ------------------------------------------------------------------------------
 
 

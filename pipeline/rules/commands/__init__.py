@@ -5,8 +5,9 @@ every record the command processor writes in one transaction (:class:`CommandOut
 models are ``model``; the checks every verb shares ``context``; what a change writes
 ``versions``; the limits on what a subject holds ``limits``; the grant verbs ``grants``; the
 immediate ``send`` ``send`` with its outbox entries in ``immediate``; the control plane's
-schedules ``schedules``; the daemon's own verbs ``control``; the commands vigil's own processes
-issue (the evaluator's ``close``) ``system``. This module says what is public.
+schedules ``schedules``; the daemon's own verbs ``control``; ``redeliver`` ``redeliver``; the
+commands vigil's own processes issue (the evaluator's ``close``) ``system``. This module says
+what is public.
 """
 
 from pipeline.rules.commands.apply import apply, refused
@@ -21,6 +22,7 @@ from pipeline.rules.commands.model import (
     GrantRecord,
     GrantSpec,
     LifecycleChange,
+    Redelivery,
     RegistryEntry,
     ResultCode,
     Shred,
@@ -45,6 +47,7 @@ __all__ = [
     "GrantSpec",
     "LifecycleChange",
     "Limits",
+    "Redelivery",
     "RegistryEntry",
     "ResultCode",
     "Shred",

@@ -60,6 +60,7 @@ from pipeline.rules.commands.model import (
     fingerprint,
     watcher_view,
 )
+from pipeline.rules.commands.redeliver import redeliver
 from pipeline.rules.commands.schedules import schedule
 from pipeline.rules.commands.send import send
 from pipeline.rules.commands.versions import accept, forget, move
@@ -323,7 +324,8 @@ def _show(ctx: CommandContext) -> CommandOutcome:
 
 
 def _list(ctx: CommandContext) -> CommandOutcome:
-    """Live watchers by default (closed ones stop showing, §10); ``state`` filters exactly.
+    """Live watchers by default (closed ones stop showing, §10); ``state``, ``session_id`` and
+    ``source_id`` filter exactly; ``offset``/``limit`` return one page (by id) and the total.
     Only watchers a grant lets the subject manage are listed (none at all: ``denied``); an agent
     sees only the schedules its session created, a scoped chat only its session's watches."""
     command = ctx.command
@@ -333,6 +335,8 @@ def _list(ctx: CommandContext) -> CommandOutcome:
     bound = principal.role in (Role.AGENT, Role.SCOPED_CHAT)
     if bound:
         session = principal.session_id
+
+    source = command.source_id
 
     def wanted(entry: RegistryEntry) -> bool:
         if command.state is not None:
@@ -344,10 +348,17 @@ def _list(ctx: CommandContext) -> CommandOutcome:
             return False
         if session is not None and entry.session_id != session:
             return False
+        if source is not None and entry.source_id != source:
+            return False
         return covered(ctx, entry, Action.MANAGE)
 
     entries = sorted((e for e in ctx.view.values() if wanted(e)), key=lambda e: e.watcher_id)
-    return ctx.ok({"watchers": [watcher_view(e) for e in entries]})
+    if command.limit is None and command.offset is None:
+        return ctx.ok({"watchers": [watcher_view(e) for e in entries]})
+    start = command.offset or 0
+    end = len(entries) if command.limit is None else start + command.limit
+    page = entries[start:end]
+    return ctx.ok({"watchers": [watcher_view(e) for e in page], "total": len(entries)})
 
 
 _HANDLERS: Final[dict[CommandVerb, Callable[[CommandContext], CommandOutcome]]] = {
@@ -372,4 +383,5 @@ _HANDLERS: Final[dict[CommandVerb, Callable[[CommandContext], CommandOutcome]]] 
     CommandVerb.QUERY: authorize_control,
     CommandVerb.PROMPT: authorize_control,
     CommandVerb.KEY: _key,
+    CommandVerb.REDELIVER: redeliver,
 }

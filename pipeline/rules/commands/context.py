@@ -15,7 +15,7 @@ reading the named watcher or the submitted definition. The verbs themselves are
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final
 
@@ -36,11 +36,13 @@ from pipeline.rules.commands.model import (
     CommandResult,
     CommandVerb,
     GrantRecord,
+    GrantScope,
     RegistryEntry,
     ResultCode,
+    grant_scope,
 )
 from pipeline.rules.definition import WatcherDefinition
-from pipeline.rules.errors import DefinitionError, VigilError
+from pipeline.rules.errors import VigilError
 from pipeline.rules.lifecycle import WatcherStatus
 from pipeline.rules.sources import PollingSource
 
@@ -88,6 +90,7 @@ _ROLE_VERB: Final[dict[CommandVerb, Verb]] = {
     CommandVerb.QUERY: Verb.QUERY,
     CommandVerb.PROMPT: Verb.PROMPT,
     CommandVerb.KEY: Verb.SEND,  # every role that sends the subject content (agents too)
+    CommandVerb.REDELIVER: Verb.REDELIVER,
 }
 # Verbs on one existing object: someone else's object is "not found", never "denied".
 _OBJECT_VERBS: Final = frozenset(
@@ -98,6 +101,7 @@ _OBJECT_VERBS: Final = frozenset(
         CommandVerb.RESUME,
         CommandVerb.CANCEL,
         CommandVerb.SHOW,
+        CommandVerb.REDELIVER,
     }
 )
 _HIDDEN: Final = frozenset({_Deny.TENANT_MISMATCH, _Deny.USER_MISMATCH, _Deny.SESSION_MISMATCH})
@@ -122,6 +126,8 @@ class CommandContext:
     now: datetime
     limits: Limits = DEFAULT_LIMITS
     ceilings: BudgetCeilings = NO_CEILINGS  # the operator's [budgets.ceilings]
+    # Grant verdicts already reached in this command, by scope: a subject's watchers share few.
+    verdicts: dict[tuple[str, str, GrantScope, Action], bool] = field(default_factory=dict)
 
     @property
     def subject(self) -> Subject:
@@ -164,6 +170,8 @@ def check_role(ctx: CommandContext) -> None:
     decision = may(command.principal, role_verb(command), ctx.subject)
     if decision.allowed:
         return
+    if command.verb is CommandVerb.REDELIVER and decision.reason in _HIDDEN:
+        raise Refusal(ResultCode.NOT_FOUND, f"no delivery {command.delivery_key!r}", "delivery_key")
     if command.verb in _OBJECT_VERBS and decision.reason in _HIDDEN:
         raise Refusal(ResultCode.NOT_FOUND, f"no watcher {command.watcher_id!r}", "watcher_id")
     raise Refusal(ResultCode.DENIED, decision.detail)
@@ -194,11 +202,26 @@ def check_grant(ctx: CommandContext, definition: WatcherDefinition, action: Acti
 def covered(ctx: CommandContext, entry: RegistryEntry, action: Action) -> bool:
     """Whether a grant covers ``action`` on a stored watcher; one whose stored definition no
     longer parses is covered by nothing (fail-closed)."""
-    try:
-        definition = entry.definition()
-    except DefinitionError:
+    scope = grant_scope(entry.definition_json)
+    if scope is None:
         return False
-    return bool(_decide(ctx, definition, action).allowed)
+    memo = (entry.tenant_id, entry.user_id, scope, action)
+    known = ctx.verdicts.get(memo)
+    if known is not None:
+        return known
+    decision = authorize(
+        (record.grant for record in ctx.grants.values()),
+        tenant_id=entry.tenant_id,
+        user_id=entry.user_id,
+        purpose=scope.purpose,
+        action=action,
+        source_id=scope.source_id,
+        tool=scope.tool,
+        target=scope.target,
+        now=ctx.now,
+    )
+    ctx.verdicts[memo] = decision.allowed
+    return decision.allowed
 
 
 def check_subject_grant(ctx: CommandContext, action: Action) -> None:

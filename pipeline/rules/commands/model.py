@@ -28,7 +28,7 @@ from pipeline.rules.instants import Instant, rfc3339_micros
 from pipeline.rules.keys import canonical_json, subject_key
 from pipeline.rules.lifecycle import CloseReason, WatcherStatus
 from pipeline.rules.outbox import OutboxEntry
-from pipeline.rules.sources import checked_ref
+from pipeline.rules.sources import PollingSource, checked_ref
 
 __all__ = [
     "Command",
@@ -37,14 +37,17 @@ __all__ = [
     "CommandResult",
     "CommandVerb",
     "GrantRecord",
+    "GrantScope",
     "GrantSpec",
     "LifecycleChange",
+    "Redelivery",
     "RegistryEntry",
     "ResultCode",
     "Shred",
     "WatcherWrite",
     "fingerprint",
     "grant_id_for",
+    "grant_scope",
     "grant_view",
     "watcher_view",
 ]
@@ -52,6 +55,7 @@ __all__ = [
 # Grants name sources, targets and tools; a pinned tool key carries its version (``x@v1``).
 _GRANT_REF = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@\-]*")
 _REQUEST_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:\-]{0,127}")
+_DELIVERY_KEY = re.compile(r"[0-9a-f]{64}")
 
 
 class CommandVerb(StrEnum):
@@ -76,6 +80,7 @@ class CommandVerb(StrEnum):
     QUERY = "query"
     PROMPT = "prompt"  # the agent step of an immediate prompt
     KEY = "key"  # make sure the subject has a data key (before a sealed command, §10)
+    REDELIVER = "redeliver"  # send a dead-lettered or suppressed delivery again (same key)
 
 
 class ResultCode(StrEnum):
@@ -141,6 +146,16 @@ class Command(_Model):
     target: str | None = None
     text: str | None = None
     answer_to: str | None = None
+    delivery_key: str | None = None
+    offset: int | None = Field(default=None, ge=0, le=2**31)  # list: one page of the matches
+    limit: int | None = Field(default=None, ge=0, le=10_000)
+
+    @field_validator("delivery_key")
+    @classmethod
+    def _delivery_key(cls, value: str | None) -> str | None:
+        if value is not None and _DELIVERY_KEY.fullmatch(value) is None:
+            raise ValueError("a delivery key is 64 lowercase hex characters")
+        return value
 
     @field_validator("request_id", "answer_to")
     @classmethod
@@ -213,6 +228,30 @@ def _parse_definition(text: str) -> WatcherDefinition:
 
 
 @dataclass(frozen=True, slots=True)
+class GrantScope:
+    """What a grant must name for a stored watcher (``authz.authorize``'s fields)."""
+
+    purpose: str
+    source_id: str
+    tool: str | None
+    target: str
+
+
+@lru_cache(maxsize=32_768)
+def grant_scope(definition_json: str) -> GrantScope | None:
+    """The grant scope of a stored definition (None when it no longer validates). Cached by
+    its text, far more entries than parsed definitions: listing a subject's 10,000 watchers
+    checks every one against the grants without parsing them again."""
+    try:
+        definition = _parse_definition(definition_json)
+    except DefinitionError:
+        return None
+    source = definition.source
+    tool = source.governed_tool if isinstance(source, PollingSource) else None
+    return GrantScope(definition.purpose, definition.source_id, tool, definition.delivery.target)
+
+
+@dataclass(frozen=True, slots=True)
 class GrantRecord:
     """A stored grant: the authz :class:`Grant` plus who added it and when."""
 
@@ -252,6 +291,18 @@ class Shred:
 
 
 @dataclass(frozen=True, slots=True)
+class Redelivery:
+    """A ``redeliveries`` record: send ``delivery_key`` again if delivery holds it dead-lettered
+    or suppressed for this subject (delivery decides; anything else is ignored there)."""
+
+    delivery_key: str
+    tenant_id: str
+    user_id: str
+    request_id: str
+    requested_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
 class CommandOutcome:
     """Everything one command writes, in one transaction with its input offset. Data keys the
     writes need (the subject's, each new watcher version's) are the processor's to make."""
@@ -264,6 +315,7 @@ class CommandOutcome:
     grants: tuple[tuple[str, GrantRecord | None], ...] = ()
     outbox: tuple[OutboxEntry, ...] = ()
     shred: tuple[Shred, ...] = ()
+    redeliveries: tuple[Redelivery, ...] = ()
 
 
 def watcher_view(entry: RegistryEntry) -> dict[str, Any]:

@@ -41,10 +41,12 @@ DESIGN_TABLE = [
     ("dead-letter", KeyKind.ORIGINAL_KEY, "hash(key)", "delete"),
     ("schemas", KeyKind.FINGERPRINT, "hash(key)", "compact"),
     ("keys", KeyKind.KEY_OWNER, "hash(subject)", "compact"),
+    # Issue 18's extension: a redeliver command's request, for the member holding the key.
+    ("redeliveries", KeyKind.DELIVERY_KEY, "hash(key)", "delete"),
 ]
 
 SOURCES = {"watchers", "events", "ticks", "ticker-state", "watcher-state", "receipts"}
-DELIVERIES = {"outbox", "delivery-state"}
+DELIVERIES = {"outbox", "delivery-state", "redeliveries"}
 SEVEN_DAYS_MS = str(7 * 24 * 3600 * 1000)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -26,6 +27,7 @@ from pipeline.rules.dispatch import (
     pending,
     plan_attempt,
     purge_due,
+    redeliver,
     restore,
     succeed,
     suppress,
@@ -314,3 +316,39 @@ def test_retry_policy_reads_duration_text_and_refuses_cap_below_base() -> None:
     assert (policy.base, policy.cap) == (timedelta(seconds=10), timedelta(minutes=2))
     with pytest.raises(DefinitionError, match="base <= cap"):
         RetryPolicy.model_validate({"base": "1h", "cap": "1m"})
+
+
+# --- redeliver ------------------------------------------------------------------------------
+
+
+def _dead() -> DeliveryState:
+    state = fresh()
+    for _ in range(2):
+        state = fail(claim(state, T0), ErrorCode.HTTP_5XX, T0, policy=POLICY)
+        state = replace(state, due_at=T0)
+    return fail(claim(state, T0), ErrorCode.HTTP_410, T0, policy=POLICY)
+
+
+def test_redeliver_makes_a_dead_letter_pending_now_with_a_fresh_attempt_count_same_key() -> None:
+    dead = _dead()
+    assert dead.status is DeliveryStatus.DEAD_LETTER and dead.attempt == 3
+    now = T0 + HOUR
+    again = redeliver(dead, now)
+    assert again.status is DeliveryStatus.PENDING
+    assert (again.delivery_key, again.attempt, again.redeliveries) == (KEY, 0, 1)
+    assert (again.due_at, again.updated_at) == (now, now)
+    assert again.last_error is None and again.settled_at is None and again.reason is None
+    assert again.created_at == dead.created_at
+    assert attempt_cost(again) == {Dimension.ATTEMPTS: 1, Dimension.DELIVERIES: 1}
+    assert attempt_token_for(again) != attempt_token_for(fresh()), "charged afresh"
+    claimed = claim(again, now)
+    assert claimed.attempt == 1 and claimed.redeliveries == 1
+
+
+def test_redeliver_applies_to_a_suppressed_entry_and_to_nothing_unsettled_or_delivered() -> None:
+    suppressed = suppress(fresh(), SuppressReason.BUDGET_EXHAUSTED, T0)
+    assert redeliver(suppressed, T0).status is DeliveryStatus.PENDING
+    delivered = succeed(claim(fresh(), T0), T0)
+    for state in (fresh(), claim(fresh(), T0), delivered, cancel(fresh(), T0)):
+        with pytest.raises(TransitionError, match="cannot redeliver"):
+            redeliver(state, T0)

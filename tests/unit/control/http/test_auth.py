@@ -172,6 +172,12 @@ class NoLedger:
     def ack(self, tenant_id: str, user_id: str, delivery_key: str) -> dict[str, Any] | None:
         return None
 
+    def deliveries(self, *args: Any) -> list[dict[str, Any]]:
+        return []
+
+    def delivery(self, *args: Any) -> dict[str, Any] | None:
+        return None
+
     def ready(self) -> str | None:
         return "no broker in unit tests"
 
