@@ -409,8 +409,13 @@ def _settle_heap() -> None:
 
     These views live as long as the assignment, yet each full collection walked all of them
     again: with 10,000 watchers that was a tenth of the evaluator's CPU. Objects made later
-    are collected as usual; frozen ones are still freed by reference counting when dropped.
+    are collected as usual; frozen ones are still freed by reference counting when dropped,
+    but a frozen cycle never is: so the views an earlier assignment froze are unfrozen and
+    collected first (one full collection per rebuild, not per batch), or every rebalance would
+    leak the tables and indexes it replaced.
     """
+    gc.unfreeze()
+    gc.collect()
     gc.freeze()
 
 
