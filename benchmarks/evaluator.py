@@ -69,7 +69,7 @@ from pipeline.rules.budgets import BudgetCaps
 from pipeline.rules.commands import GrantRecord
 from pipeline.rules.data_keys import KeyOwner, evidence_owner, subject_owner
 from pipeline.rules.definition import WatcherDefinition
-from pipeline.rules.keys import canonical_json, watcher_key
+from pipeline.rules.keys import canonical_json, subject_key, watcher_key
 
 __all__ = ["main"]
 
@@ -152,6 +152,30 @@ class _Loader:
         key = watcher_key(self.tenant, user, watcher_id)
         value = _REGISTRY.encode("watcher", record)
         self._send(Topic.WATCHERS, key, value, partition_for(source_id, PARTITIONS))
+        logged = {  # what replay reads the definition from (``vigil replay`` on a kept run)
+            "tenant_id": self.tenant,
+            "user_id": user,
+            "watcher_id": watcher_id,
+            "version": 1,
+            "revision": 1,
+            "request_id": f"bench-{watcher_id}",
+            "principal": user,
+            "role": "user",
+            "at": NOW,
+            "definition": None,
+            "sealed": seal_definition(
+                self.ring,
+                "definition_log",
+                self.tenant,
+                user,
+                watcher_id,
+                1,
+                canonical_json(body).decode(),
+            ),
+        }
+        value = _REGISTRY.encode("definition_log", logged)
+        subject = subject_key(self.tenant, user)
+        self._send(Topic.DEFINITION_LOG, key, value, partition_for(subject, PARTITIONS))
 
     def grant(self, user: str, sources: list[str]) -> None:
         grant = Grant(

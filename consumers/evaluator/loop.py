@@ -68,7 +68,7 @@ from pipeline.rules.keys import watcher_key
 from pipeline.rules.outcomes import Outcome, Reason
 from pipeline.rules.retention import retain_until
 from pipeline.rules.watcher_state import WatcherState
-from pipeline.runtime.app import InputRecord, ProcessContext, StreamApp
+from pipeline.runtime.app import GroupProtocol, InputRecord, ProcessContext, StreamApp
 from pipeline.runtime.processing import Message
 from pipeline.runtime.recovery import run_steps
 from pipeline.runtime.tables import Table, TableKind, TableSpec
@@ -106,6 +106,8 @@ class EvaluatorSettings:
     commit_interval_ms: int = 100
     static_membership: bool = False  # a restart with the same instance id keeps its partitions
     consumer_overrides: dict[str, Any] = field(default_factory=dict)
+    # consumer (KIP-848): rebalances move and restore only what moves; classic works everywhere
+    group_protocol: GroupProtocol = GroupProtocol.CLASSIC
 
     @property
     def group(self) -> str:
@@ -451,6 +453,7 @@ def evaluator_app(
         commit_interval_ms=settings.commit_interval_ms,
         static_membership=settings.static_membership,
         consumer_overrides=overrides,
+        group_protocol=settings.group_protocol,
         registry=registry,
         schemas_topic=topology.name(Topic.SCHEMAS),
         schema_registry=evaluator.schemas,

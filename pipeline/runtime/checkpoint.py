@@ -190,9 +190,13 @@ class InputPositions:
         for tp in starts:
             self._starts[(tp.topic, tp.partition)] = tp.offset
 
-    def forget(self) -> None:
-        """The partitions left: nothing is known about where the next ones resume."""
-        self._starts.clear()
+    def forget(self, partitions: Iterable[tuple[str, int]] | None = None) -> None:
+        """``partitions`` (default: all) left: where they resume is no longer known."""
+        if partitions is None:
+            self._starts.clear()
+            return
+        for where in partitions:
+            self._starts.pop(where, None)
 
     def current(self, consumer: Consumer, assigned: list[TopicPartition]) -> list[TopicPartition]:
         """The assigned inputs' offsets to commit (at least one when any is assigned). Raises

@@ -29,6 +29,7 @@ class RuntimeMetrics:
     unknown_schema: Counter  # labels: group, topic
     paused_partitions: Gauge  # labels: group
     resyncs: Counter  # labels: group
+    restored_partitions: Counter  # labels: group
 
 
 def runtime_metrics(registry: CollectorRegistry = REGISTRY) -> RuntimeMetrics:
@@ -86,6 +87,12 @@ def _create(registry: CollectorRegistry) -> RuntimeMetrics:
             "vigil_runtime_resyncs",
             "Resyncs after a broker failure left a transaction's outcome unknown (producer "
             "rebuilt, tables restored, inputs rewound).",
+            ["group"],
+            registry=registry,
+        ),
+        restored_partitions=Counter(
+            "vigil_runtime_restored_partitions",
+            "Partition numbers whose tables a rebalance restored from their changelogs.",
             ["group"],
             registry=registry,
         ),
