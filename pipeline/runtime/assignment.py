@@ -90,6 +90,8 @@ class Assignment:
         def request_resync(self, reason: BaseException | str) -> None: ...
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Restore the tables of ``partitions`` and resume them (classic: the whole new
+        assignment; KIP-848: what it adds)."""
         if self._protocol is GroupProtocol.CONSUMER:
             self._on_assign_incremental(consumer, partitions)
             return
@@ -143,30 +145,28 @@ class Assignment:
         log.info("assigned %s", sorted((tp.topic, tp.partition) for tp in starts))
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        if self._protocol is GroupProtocol.CONSUMER:
-            self._on_revoke_incremental(consumer, partitions)
+        """Commit, then give up ``partitions`` (classic: all of them; KIP-848: what moves)."""
+        if not partitions and self._protocol is GroupProtocol.CONSUMER:
             return
         self._metrics.rebalances.labels(self.group_id, "revoked").inc()
         try:
             self.commit(rewind=False)
         except (BrokerError, KafkaException) as exc:  # the next owner redoes what was open
             self.request_resync(f"commit on revoke failed: {exc}")
-        self._state.drop({tp.partition for tp in partitions})
-        self._quarantine.forget(partitions)
-        self._isolation.forget(partitions)
-        self._positions.forget()
-        self._assigned = []
-        self._group_metadata = None
+        self._release(partitions)
 
-    def _on_revoke_incremental(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        """KIP-848: commit, then give up exactly ``partitions``; the rest stay as they are."""
-        if not partitions:
-            return
-        self._metrics.rebalances.labels(self.group_id, "revoked").inc()
+    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._metrics.rebalances.labels(self.group_id, "lost").inc()
         try:
-            self.commit(rewind=False)
-        except (BrokerError, KafkaException) as exc:  # the next owner redoes what was open
-            self.request_resync(f"commit on revoke failed: {exc}")
+            self._abort(restore=False)
+        except (BrokerError, KafkaException) as exc:
+            self.request_resync(f"abort on loss failed: {exc}")
+        self._release(partitions)
+
+    def _release(self, partitions: list[TopicPartition]) -> None:
+        """Drop the tables, pauses and positions of ``partitions``; the rest stay. A partition
+        number still held through another input makes the member resync (its tables were
+        dropped with the number)."""
         gone = {(tp.topic, tp.partition) for tp in partitions}
         numbers = {tp.partition for tp in partitions}
         self._state.drop(numbers)
@@ -177,20 +177,6 @@ class Assignment:
         self._group_metadata = None
         if numbers & {tp.partition for tp in self._assigned}:  # p of another input stays
             self.request_resync(f"partitions {sorted(numbers)} left one input at a time")
-
-    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        self._metrics.rebalances.labels(self.group_id, "lost").inc()
-        try:
-            self._abort(restore=False)
-        except (BrokerError, KafkaException) as exc:
-            self.request_resync(f"abort on loss failed: {exc}")
-        self._state.drop({tp.partition for tp in partitions})
-        self._quarantine.forget(partitions)
-        self._isolation.forget(partitions)
-        gone = {(tp.topic, tp.partition) for tp in partitions}
-        self._positions.forget(gone)
-        self._assigned = [tp for tp in self._assigned if (tp.topic, tp.partition) not in gone]
-        self._group_metadata = None
 
     def assignment(self) -> list[tuple[str, int]]:
         """The input partitions this member holds now."""
