@@ -6,8 +6,8 @@ cost a broker round trip each: never commit per record). Committing writes each 
 changed keys once, tagged with the input positions they reflect, then the consumed offsets
 (``send_offsets_to_transaction`` with the group metadata in every transaction of a member that
 holds partitions, KIP-447), then ends the transaction. :class:`InputPositions` gives those
-offsets even for inputs that delivered nothing since they were assigned, so a transaction no
-input record started fences a zombie too. :func:`start_offsets` decides where a partition's
+offsets, at least one even when no input delivered anything since it was assigned, so a
+transaction no input record started fences a zombie too. :func:`start_offsets` decides where a partition's
 input resumes after a restore.
 
 Leaves out recovery decisions (``pipeline.runtime.app`` turns the ``KafkaException`` it gets into
