@@ -7,8 +7,8 @@ changed keys once, tagged with the input positions they reflect, then the consum
 (``send_offsets_to_transaction`` with the group metadata in every transaction of a member that
 holds partitions, KIP-447), then ends the transaction. :class:`InputPositions` gives those
 offsets, at least one even when no input delivered anything since it was assigned, so a
-transaction no input record started fences a zombie too. :func:`start_offsets` decides where a partition's
-input resumes after a restore.
+transaction no input record started fences a zombie too. :func:`start_offsets` decides where
+a partition's input resumes after a restore.
 
 Leaves out recovery decisions (``pipeline.runtime.app`` turns the ``KafkaException`` it gets into
 abort, rewind or rebuild) and the clock: it reads ``time.monotonic`` only for the cadence.
