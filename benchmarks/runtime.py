@@ -24,9 +24,10 @@ import os
 import statistics
 import time
 import uuid
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
@@ -61,8 +62,15 @@ def _load(bootstrap: str, topic: str, n: int) -> None:
     producer.flush(60)
 
 
-def bare(bootstrap: str, source: str, sink: str, n: int) -> tuple[float, float]:
-    """The hand-written passthrough: the baseline the runtime is held to."""
+Fanout = Callable[[int, Message], Iterable[tuple[str, bytes, bytes, int]]]
+"""What a passthrough writes for its i-th input: ``(topic, key, value, partition)`` records."""
+
+
+def bare(
+    bootstrap: str, source: str, sink: str, n: int, fanout: Fanout | None = None
+) -> tuple[float, float]:
+    """The hand-written passthrough: the baseline the runtime is held to. Each input is copied
+    to ``sink``, or, with ``fanout``, replaced by the records it names (the same cadence)."""
     run = uuid.uuid4().hex[:8]
     consumer = Consumer(consumer_config(bootstrap, f"bench-bare-{run}"))
     producer = Producer(producer_config(bootstrap, transactional_id=f"bench-bare-{run}"))
@@ -79,8 +87,13 @@ def bare(bootstrap: str, source: str, sink: str, n: int) -> tuple[float, float]:
             if not in_txn:
                 producer.begin_transaction()
                 in_txn, due = True, time.monotonic() + COMMIT_INTERVAL_S
-            for msg in messages:
-                producer.produce(sink, msg.value(), msg.key(), msg.partition() or 0)
+            if fanout is None:
+                for msg in messages:
+                    producer.produce(sink, msg.value(), msg.key(), msg.partition() or 0)
+            else:
+                for i, msg in enumerate(messages, done):
+                    for topic, key, value, partition in fanout(i, msg):
+                        _produce(producer, topic, key, value, partition)
             since += len(messages)
             done += len(messages)
         if in_txn and (since >= COMMIT_EVERY or time.monotonic() >= due or done >= n):
@@ -95,6 +108,15 @@ def bare(bootstrap: str, source: str, sink: str, n: int) -> tuple[float, float]:
                 consumer.close()
                 return elapsed
         producer.poll(0)
+
+
+def _produce(producer: Producer, topic: str, key: bytes, value: bytes, partition: int) -> None:
+    while True:
+        try:
+            producer.produce(topic, value, key, partition)
+            return
+        except BufferError:  # more records per input than the queue holds: let it drain
+            producer.poll(0.05)
 
 
 def runtime(bootstrap: str, source: str, sink: str, n: int) -> tuple[float, float]:

@@ -68,7 +68,7 @@ from pipeline.rules.keys import watcher_key
 from pipeline.rules.outcomes import Outcome, Reason
 from pipeline.rules.retention import retain_until
 from pipeline.rules.watcher_state import WatcherState
-from pipeline.runtime.app import InputRecord, ProcessContext, StreamApp
+from pipeline.runtime.app import GroupProtocol, InputRecord, ProcessContext, StreamApp
 from pipeline.runtime.processing import Message
 from pipeline.runtime.recovery import run_steps
 from pipeline.runtime.tables import Table, TableKind, TableSpec
@@ -106,6 +106,8 @@ class EvaluatorSettings:
     commit_interval_ms: int = 100
     static_membership: bool = False  # a restart with the same instance id keeps its partitions
     consumer_overrides: dict[str, Any] = field(default_factory=dict)
+    # consumer (KIP-848): rebalances move and restore only what moves; classic works everywhere
+    group_protocol: GroupProtocol = GroupProtocol.CLASSIC
 
     @property
     def group(self) -> str:
@@ -409,8 +411,13 @@ def _settle_heap() -> None:
 
     These views live as long as the assignment, yet each full collection walked all of them
     again: with 10,000 watchers that was a tenth of the evaluator's CPU. Objects made later
-    are collected as usual; frozen ones are still freed by reference counting when dropped.
+    are collected as usual; frozen ones are still freed by reference counting when dropped,
+    but a frozen cycle never is: so the views an earlier assignment froze are unfrozen and
+    collected first (one full collection per rebuild, not per batch), or every rebalance would
+    leak the tables and indexes it replaced.
     """
+    gc.unfreeze()
+    gc.collect()
     gc.freeze()
 
 
@@ -446,6 +453,7 @@ def evaluator_app(
         commit_interval_ms=settings.commit_interval_ms,
         static_membership=settings.static_membership,
         consumer_overrides=overrides,
+        group_protocol=settings.group_protocol,
         registry=registry,
         schemas_topic=topology.name(Topic.SCHEMAS),
         schema_registry=evaluator.schemas,

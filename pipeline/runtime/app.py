@@ -1,7 +1,8 @@
 """The exactly-once stream runtime every vigil consumer runs on (DESIGN §2, §4, §10).
 
 One :class:`StreamApp` per process instance: a group member subscribed to co-partitioned inputs
-(classic protocol, range assignor: partition *p* of every input lands on the same member), one
+(a range assignor: partition *p* of every input lands on the same member; the classic protocol
+by default, KIP-848's incremental one on request, see ``assignment``), one
 transactional producer with the stable id ``<group>-<instance>``, and keyed in-memory tables.
 Each transaction holds the outputs, the changelog of what the tables became and the consumed
 offsets; it commits every ``commit_every`` records or ``commit_interval_ms``. This module is the
@@ -55,7 +56,7 @@ from pipeline.kafka.clients import Producer as PlainProducer
 from pipeline.kafka.schema_catalog import SchemaCatalog, register_schemas
 from pipeline.kafka.serde import SchemaRegistry
 from pipeline.rules.errors import BrokerError, BudgetStoreError, UnknownSchemaError
-from pipeline.runtime.assignment import Assignment
+from pipeline.runtime.assignment import Assignment, GroupProtocol, group_protocol_config
 from pipeline.runtime.checkpoint import (
     Checkpoint,
     InputPositions,
@@ -79,6 +80,7 @@ from pipeline.runtime.transactions import TIMEOUT_S, Transactions
 __all__ = [
     "DLQ_HEADERS",
     "Decoder",
+    "GroupProtocol",
     "InputRecord",
     "ProcessContext",
     "Processor",
@@ -122,12 +124,15 @@ class StreamApp(Transactions, Assignment):
         schemas_topic: str | None = None,
         schema_registry: SchemaRegistry | None = None,
         judged: Collection[str] | None = None,
+        group_protocol: GroupProtocol = GroupProtocol.CLASSIC,
     ) -> None:
         """``schemas_topic``: the ``schemas`` topic, read whole to tell a newer writer's schema
         from garbage (without it an unknown fingerprint always pauses); ``schema_registry``:
         the schemas this app writes, registered there at :meth:`start`; ``judged``: the inputs
         whose undecodable records this app dead-letters (default all) — another app's inputs
-        it merely skips, so a record shared by two groups is dead-lettered once."""
+        it merely skips, so a record shared by two groups is dead-lettered once;
+        ``group_protocol``: ``consumer`` (KIP-848) rebalances incrementally, ``classic``
+        (eager) works on every broker (``pipeline.runtime.assignment``)."""
         self.group_id = group_id
         self.instance_id = instance_id
         self.inputs = list(inputs)
@@ -145,8 +150,10 @@ class StreamApp(Transactions, Assignment):
         extra: dict[str, Any] = {"client.id": client_id}
         if static_membership:
             extra["group.instance.id"] = client_id
-        self._consumer_config = consumer_config(
-            bootstrap, group_id, **extra, **(consumer_overrides or {})
+        self._protocol = group_protocol
+        self._consumer_config = group_protocol_config(
+            consumer_config(bootstrap, group_id, **extra, **(consumer_overrides or {})),
+            group_protocol,
         )
         reader = TableReader(table_consumer_config(bootstrap, client_id))
         self._placement = Placement(self._topic_partitions)

@@ -9,12 +9,24 @@ broker cannot answer one (it is restarting or stalled), the partitions are taken
 the member resyncs on its next step (``transactions``), before any of their records is
 processed. :class:`Assignment` is one seam of :class:`~pipeline.runtime.app.StreamApp`, which
 mixes it in.
+
+Two group protocols (:class:`GroupProtocol`). ``classic`` with the client-side ``range``
+assignor is eager: every rebalance revokes every partition of every member, and each restores
+all its tables again. ``consumer`` (KIP-848, Kafka 4.x brokers) with the server-side ``range``
+assignor is incremental: a rebalance revokes and assigns only what moves, so a member restores
+only the partition numbers it gains and keeps the tables of those it holds; the ``range``
+assignor still gives partition *p* of every input to one member. Should *p* of one input arrive
+(or leave) without *p* of another, the member resyncs (restores every number it holds from the
+changelogs and rewinds to the committed offsets) before it processes anything more: no table is
+ever served from two owners' writes. Brokers without KIP-848 (Tansu, Kafka before 4.0) need
+``classic``.
 """
 
 from __future__ import annotations
 
+import enum
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
@@ -26,15 +38,41 @@ from pipeline.runtime.poison import Quarantine
 from pipeline.runtime.state import TaskState
 from pipeline.runtime.transactions import TIMEOUT_S
 
-__all__ = ["Assignment"]
+__all__ = ["Assignment", "GroupProtocol", "group_protocol_config"]
 
 log = logging.getLogger(__name__)
+
+
+class GroupProtocol(enum.StrEnum):
+    """How a member's group rebalances (``group.protocol``)."""
+
+    CLASSIC = "classic"  # eager: every rebalance revokes everything (client-side range)
+    CONSUMER = "consumer"  # KIP-848: incremental, server-side range assignor
+
+
+# Settings of the classic protocol that a KIP-848 member must not send (the broker owns them).
+_CLASSIC_ONLY: Final = (
+    "partition.assignment.strategy",
+    "session.timeout.ms",
+    "heartbeat.interval.ms",
+)
+
+
+def group_protocol_config(config: dict[str, Any], protocol: GroupProtocol) -> dict[str, Any]:
+    """``config`` (a member's consumer settings) for ``protocol``: classic keeps the range
+    assignor; consumer asks the broker for its ``range`` assignor and drops what it owns."""
+    if protocol is GroupProtocol.CLASSIC:
+        return {**config, "group.protocol": "classic"}
+    found = {k: v for k, v in config.items() if k not in _CLASSIC_ONLY}
+    found.update({"group.protocol": "consumer", "group.remote.assignor": "range"})
+    return found
 
 
 class Assignment:
     """The rebalance callbacks of a member and what it holds now."""
 
     group_id: str
+    _protocol: GroupProtocol
     _state: TaskState
     _positions: InputPositions
     _quarantine: Quarantine
@@ -52,6 +90,11 @@ class Assignment:
         def request_resync(self, reason: BaseException | str) -> None: ...
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Restore the tables of ``partitions`` and resume them (classic: the whole new
+        assignment; KIP-848: what it adds)."""
+        if self._protocol is GroupProtocol.CONSUMER:
+            self._on_assign_incremental(consumer, partitions)
+            return
         self._metrics.rebalances.labels(self.group_id, "assigned").inc()
         self._group_metadata = None
         self._assigned = [TopicPartition(tp.topic, tp.partition) for tp in partitions]
@@ -67,20 +110,50 @@ class Assignment:
         starts = start_offsets(committed, reflected)
         consumer.assign(starts)
         self._positions.resumed(starts)
+        self._metrics.restored_partitions.labels(self.group_id).inc(
+            len({tp.partition for tp in starts})
+        )
+        log.info("assigned %s", sorted((tp.topic, tp.partition) for tp in starts))
+
+    def _on_assign_incremental(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """KIP-848: ``partitions`` join what the member holds; only their numbers restore."""
+        if not partitions:
+            return
+        self._metrics.rebalances.labels(self.group_id, "assigned").inc()
+        self._group_metadata = None
+        added = [TopicPartition(tp.topic, tp.partition) for tp in partitions]
+        numbers = {tp.partition for tp in added}
+        split = numbers & {tp.partition for tp in self._assigned}
+        if split:  # p of another input is held already: serve p from the changelog again
+            consumer.incremental_assign(added)
+            self._assigned = [*self._assigned, *added]
+            self.request_resync(f"partitions {sorted(split)} arrived one input at a time")
+            return
+        try:
+            committed = committed_offsets(consumer, added, TIMEOUT_S)
+            reflected = self._state.restore(numbers)
+        except (BrokerError, KafkaException) as exc:
+            consumer.incremental_assign(added)
+            self._assigned = [*self._assigned, *added]
+            self.request_resync(f"assignment not restored: {exc}")
+            return
+        starts = start_offsets(committed, reflected)
+        consumer.incremental_assign(starts)
+        self._positions.resumed(starts)
+        self._metrics.restored_partitions.labels(self.group_id).inc(len(numbers))
+        self._assigned = [*self._assigned, *added]
         log.info("assigned %s", sorted((tp.topic, tp.partition) for tp in starts))
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Commit, then give up ``partitions`` (classic: all of them; KIP-848: what moves)."""
+        if not partitions and self._protocol is GroupProtocol.CONSUMER:
+            return
         self._metrics.rebalances.labels(self.group_id, "revoked").inc()
         try:
             self.commit(rewind=False)
         except (BrokerError, KafkaException) as exc:  # the next owner redoes what was open
             self.request_resync(f"commit on revoke failed: {exc}")
-        self._state.drop({tp.partition for tp in partitions})
-        self._quarantine.forget(partitions)
-        self._isolation.forget(partitions)
-        self._positions.forget()
-        self._assigned = []
-        self._group_metadata = None
+        self._release(partitions)
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self._metrics.rebalances.labels(self.group_id, "lost").inc()
@@ -88,12 +161,22 @@ class Assignment:
             self._abort(restore=False)
         except (BrokerError, KafkaException) as exc:
             self.request_resync(f"abort on loss failed: {exc}")
-        self._state.drop({tp.partition for tp in partitions})
+        self._release(partitions)
+
+    def _release(self, partitions: list[TopicPartition]) -> None:
+        """Drop the tables, pauses and positions of ``partitions``; the rest stay. A partition
+        number still held through another input makes the member resync (its tables were
+        dropped with the number)."""
+        gone = {(tp.topic, tp.partition) for tp in partitions}
+        numbers = {tp.partition for tp in partitions}
+        self._state.drop(numbers)
         self._quarantine.forget(partitions)
         self._isolation.forget(partitions)
-        self._positions.forget()
-        self._assigned = []
+        self._positions.forget(gone)
+        self._assigned = [tp for tp in self._assigned if (tp.topic, tp.partition) not in gone]
         self._group_metadata = None
+        if numbers & {tp.partition for tp in self._assigned}:  # p of another input stays
+            self.request_resync(f"partitions {sorted(numbers)} left one input at a time")
 
     def assignment(self) -> list[tuple[str, int]]:
         """The input partitions this member holds now."""

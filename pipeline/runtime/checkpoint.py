@@ -6,9 +6,9 @@ cost a broker round trip each: never commit per record). Committing writes each 
 changed keys once, tagged with the input positions they reflect, then the consumed offsets
 (``send_offsets_to_transaction`` with the group metadata in every transaction of a member that
 holds partitions, KIP-447), then ends the transaction. :class:`InputPositions` gives those
-offsets even for inputs that delivered nothing since they were assigned, so a transaction no
-input record started fences a zombie too. :func:`start_offsets` decides where a partition's
-input resumes after a restore.
+offsets, at least one even when no input delivered anything since it was assigned, so a
+transaction no input record started fences a zombie too. :func:`start_offsets` decides where
+a partition's input resumes after a restore.
 
 Leaves out recovery decisions (``pipeline.runtime.app`` turns the ``KafkaException`` it gets into
 abort, rewind or rebuild) and the clock: it reads ``time.monotonic`` only for the cadence.
@@ -167,9 +167,16 @@ class InputPositions:
     transaction: a retry falls due, a tick is due) it reports none, and a transaction that sends
     no offsets carries no group metadata: a zombie's would commit (KIP-447 fences only through
     ``send_offsets_to_transaction``, DESIGN.md §4). Such a partition commits where it resumed
-    instead: the offset it was assigned or rewound to or, when nothing was committed or
-    reflected there, its low watermark (where ``auto.offset.reset=earliest`` starts it), looked
-    up once per assignment.
+    instead: the offset it was assigned or rewound to.
+
+    A partition with neither (nothing committed, nothing delivered: an empty input such as
+    ``ticks`` in a world without polls) is left out of the offsets while another one carries
+    them: the group metadata fences all the same, and left uncommitted it resumes where
+    ``auto.offset.reset=earliest`` starts it, exactly where an offset of its low watermark
+    would. Only when no partition has an offset is one low watermark looked up (once per
+    assignment) — from the consumer's cache when it has one, since an uncached lookup queues
+    behind the consumer's own long-polling fetch on the same connection (``fetch.wait.max.ms``:
+    half a second, on every commit that needed one).
     """
 
     __slots__ = ("_starts", "timeout_s")
@@ -183,20 +190,31 @@ class InputPositions:
         for tp in starts:
             self._starts[(tp.topic, tp.partition)] = tp.offset
 
-    def forget(self) -> None:
-        """The partitions left: nothing is known about where the next ones resume."""
-        self._starts.clear()
+    def forget(self, partitions: Iterable[tuple[str, int]] | None = None) -> None:
+        """``partitions`` (default: all) left: where they resume is no longer known."""
+        if partitions is None:
+            self._starts.clear()
+            return
+        for where in partitions:
+            self._starts.pop(where, None)
 
     def current(self, consumer: Consumer, assigned: list[TopicPartition]) -> list[TopicPartition]:
-        """Every assigned input's offset to commit. Raises ``KafkaException`` on failure."""
+        """The assigned inputs' offsets to commit (at least one when any is assigned). Raises
+        ``KafkaException`` on failure."""
         positions = resume_positions(consumer.position(assigned), self._starts)
-        for tp in positions:
-            if tp.offset < 0:
-                low, _ = consumer.get_watermark_offsets(
-                    TopicPartition(tp.topic, tp.partition), timeout=self.timeout_s, cached=False
-                )
-                tp.offset = self._starts[(tp.topic, tp.partition)] = low
-        return positions
+        known = [tp for tp in positions if tp.offset >= 0]
+        if known or not positions:
+            return known
+        tp = positions[0]
+        tp.offset = self._starts[(tp.topic, tp.partition)] = self._low(consumer, tp)
+        return [tp]
+
+    def _low(self, consumer: Consumer, tp: TopicPartition) -> int:
+        where = TopicPartition(tp.topic, tp.partition)
+        low, _ = consumer.get_watermark_offsets(where, cached=True)
+        if low < 0:
+            low, _ = consumer.get_watermark_offsets(where, timeout=self.timeout_s, cached=False)
+        return int(low)
 
 
 def resume_positions(

@@ -7,6 +7,7 @@ hot loop pays one call per topic per batch. Leaves out serving them (``pipeline/
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -28,6 +29,7 @@ class RuntimeMetrics:
     unknown_schema: Counter  # labels: group, topic
     paused_partitions: Gauge  # labels: group
     resyncs: Counter  # labels: group
+    restored_partitions: Counter  # labels: group
 
 
 def runtime_metrics(registry: CollectorRegistry = REGISTRY) -> RuntimeMetrics:
@@ -88,20 +90,28 @@ def _create(registry: CollectorRegistry) -> RuntimeMetrics:
             ["group"],
             registry=registry,
         ),
+        restored_partitions=Counter(
+            "vigil_runtime_restored_partitions",
+            "Partition numbers whose tables a rebalance restored from their changelogs.",
+            ["group"],
+            registry=registry,
+        ),
     )
 
 
 def per_registry(create: Callable[[CollectorRegistry], T]) -> Callable[[CollectorRegistry], T]:
     """``create`` run once per registry, then its result reused: prometheus refuses a second
-    registration of a name, and tests build many apps and workers on one registry."""
+    registration of a name, and tests build many apps and workers on one registry. Held by the
+    registry itself (weakly), never by its ``id``: a registry made after another was freed can
+    take its id, and would be handed metrics registered in the dead one."""
     lock = threading.Lock()
-    made: dict[int, T] = {}
+    made: weakref.WeakKeyDictionary[CollectorRegistry, T] = weakref.WeakKeyDictionary()
 
     def get(registry: CollectorRegistry = REGISTRY) -> T:
         with lock:
-            found = made.get(id(registry))
+            found = made.get(registry)
             if found is None:
-                found = made[id(registry)] = create(registry)
+                found = made[registry] = create(registry)
             return found
 
     return get

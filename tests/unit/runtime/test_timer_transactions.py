@@ -8,7 +8,7 @@ from prometheus_client import CollectorRegistry
 
 from pipeline.rules.errors import BrokerError
 from pipeline.runtime.app import InputRecord, ProcessContext, StreamApp
-from pipeline.runtime.checkpoint import OFFSET_INVALID, resume_positions
+from pipeline.runtime.checkpoint import OFFSET_INVALID, InputPositions, resume_positions
 
 pytestmark = pytest.mark.unit
 
@@ -38,3 +38,44 @@ def test_context_outside_a_transaction_is_refused() -> None:
     with pytest.raises(BrokerError, match="no transaction is open"):
         app.context(0)
     assert app.aborts == 0
+
+
+class _Consumer:
+    """The two calls :class:`InputPositions` makes, with the watermark lookups recorded."""
+
+    def __init__(self, positions: list[TopicPartition], cached_low: int) -> None:
+        self.positions = positions
+        self.cached_low = cached_low
+        self.lookups: list[bool] = []  # cached?
+
+    def position(self, assigned: list[TopicPartition]) -> list[TopicPartition]:
+        return [TopicPartition(tp.topic, tp.partition, tp.offset) for tp in self.positions]
+
+    def get_watermark_offsets(
+        self, tp: TopicPartition, timeout: float = 0, cached: bool = False
+    ) -> tuple[int, int]:
+        self.lookups.append(cached)
+        return (self.cached_low, 9) if cached else (3, 9)
+
+
+def test_input_with_nothing_committed_or_delivered_is_left_out_while_another_fences() -> None:
+    consumer = _Consumer([TopicPartition("ticks", 0), TopicPartition("events", 0, 12)], -1)
+    positions = InputPositions().current(consumer, consumer.positions)  # type: ignore[arg-type]
+    assert _offsets(positions) == {("events", 0): 12}
+    assert consumer.lookups == []
+
+
+def test_no_input_with_an_offset_commits_one_low_watermark_looked_up_once() -> None:
+    consumer = _Consumer([TopicPartition("ticks", 0), TopicPartition("ticks", 1)], -1)
+    tracked = InputPositions()
+    first = tracked.current(consumer, consumer.positions)  # type: ignore[arg-type]
+    again = tracked.current(consumer, consumer.positions)  # type: ignore[arg-type]
+    assert _offsets(first) == _offsets(again) == {("ticks", 0): 3}
+    assert consumer.lookups == [True, False]  # the cache first; it knew nothing
+
+
+def test_low_watermark_comes_from_the_consumers_cache_when_it_has_one() -> None:
+    consumer = _Consumer([TopicPartition("ticks", 0)], 5)
+    positions = InputPositions().current(consumer, consumer.positions)  # type: ignore[arg-type]
+    assert _offsets(positions) == {("ticks", 0): 5}
+    assert consumer.lookups == [True]
