@@ -19,9 +19,8 @@ from typing import Any
 import click
 
 from pipeline.cli.context import CliState, pass_state
-from pipeline.cli.options import subject_option
+from pipeline.cli.options import subject_option, timeout_option
 from pipeline.cli.watch_cmd import report, send_command
-from pipeline.control.client import DEFAULT_TIMEOUT_S
 from pipeline.control.deliveries import (
     delivery_state_filter,
     delivery_view,
@@ -65,13 +64,7 @@ def _one(state: CliState, tenant: str, user: str, key: str) -> dict[str, Any]:
 
 
 @click.group()
-@click.option(
-    "--timeout",
-    type=click.FloatRange(min=0.1),
-    default=DEFAULT_TIMEOUT_S,
-    show_default=True,
-    help="Seconds to wait for the command processor's answer.",
-)
+@timeout_option
 @click.pass_context
 def deliveries(ctx: click.Context, timeout: float) -> None:
     """List deliveries and dead letters; redeliver one under the same key.

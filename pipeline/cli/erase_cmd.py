@@ -22,9 +22,8 @@ from typing import Any, Final
 import click
 
 from pipeline.cli.context import CliState, pass_state
-from pipeline.cli.options import subject_option
+from pipeline.cli.options import subject_option, timeout_option
 from pipeline.cli.watch_cmd import report, send_command
-from pipeline.control.client import DEFAULT_TIMEOUT_S
 from pipeline.kafka.topics import SPECS, Topic
 from pipeline.rules.commands import CommandVerb
 from pipeline.rules.durations import format_duration
@@ -90,13 +89,7 @@ _REACH: Final = frozenset(
 @subject_option(required=True, help="The subject to erase.")
 @click.option("--yes", is_flag=True, help="Erase without asking for confirmation.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-@click.option(
-    "--timeout",
-    type=click.FloatRange(min=0.1),
-    default=DEFAULT_TIMEOUT_S,
-    show_default=True,
-    help="Seconds to wait for the command processor's answer.",
-)
+@timeout_option
 @click.pass_context
 @pass_state
 def erase(

@@ -17,9 +17,8 @@ from typing import Any
 import click
 
 from pipeline.cli.context import CliState, pass_state
-from pipeline.cli.options import subject_option
+from pipeline.cli.options import subject_option, timeout_option
 from pipeline.cli.watch_cmd import report, send_command
-from pipeline.control.client import DEFAULT_TIMEOUT_S
 from pipeline.rules.authz import Action
 from pipeline.rules.commands import CommandVerb, GrantSpec
 from pipeline.rules.durations import parse_duration
@@ -63,13 +62,7 @@ def _row(view: dict[str, Any]) -> str:
 
 
 @click.group()
-@click.option(
-    "--timeout",
-    type=click.FloatRange(min=0.1),
-    default=DEFAULT_TIMEOUT_S,
-    show_default=True,
-    help="Seconds to wait for the command processor's answer.",
-)
+@timeout_option
 @click.pass_context
 def grant(ctx: click.Context, timeout: float) -> None:
     """Add, list and revoke grants (operators: vigil --as-operator grant …).

@@ -26,6 +26,7 @@ from typing import Any, Final, TypeVar
 import click
 
 from pipeline.cli.context import CliState
+from pipeline.control.client import DEFAULT_TIMEOUT_S
 
 __all__ = [
     "CONTEXT_SETTINGS",
@@ -36,6 +37,7 @@ __all__ = [
     "spread_from",
     "spread_group_options",
     "subject_option",
+    "timeout_option",
     "verbose_option",
 ]
 
@@ -107,6 +109,19 @@ def spread_from(group: click.Group, command: click.Command) -> None:
     """Give ``command`` (a subcommand of ``group``) and everything under it ``group``'s options."""
     own = tuple(p for p in group.params if isinstance(p, click.Option) and p.name in _APPLY)
     spread_group_options(command, own)
+
+
+def timeout_option(command: F) -> F:
+    """``--timeout S`` of the commands that wait for the command processor's answer (one
+    definition; the command stores it where ``watch_cmd`` reads it, and it spreads to
+    subcommands like the other group options)."""
+    return click.option(
+        "--timeout",
+        type=click.FloatRange(min=0.1),
+        default=DEFAULT_TIMEOUT_S,
+        show_default=True,
+        help="Seconds to wait for the command processor's answer.",
+    )(command)
 
 
 def parse_subject(text: str) -> tuple[str, str]:

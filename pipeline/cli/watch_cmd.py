@@ -26,7 +26,7 @@ from click.shell_completion import CompletionItem
 from pipeline.cli.completion_cmd import ASK_TIMEOUT_S, cli_state, matching
 from pipeline.cli.context import CliState, pass_state
 from pipeline.cli.identity import cli_principal
-from pipeline.cli.options import subject_option
+from pipeline.cli.options import subject_option, timeout_option
 from pipeline.control.client import DEFAULT_TIMEOUT_S, CommandClient
 from pipeline.ops.validate import check_definition_text, load_definition
 from pipeline.rules.authz import Principal
@@ -157,13 +157,7 @@ def _table(result: dict[str, Any]) -> str:
 
 
 @click.group()
-@click.option(
-    "--timeout",
-    type=click.FloatRange(min=0.1),
-    default=DEFAULT_TIMEOUT_S,
-    show_default=True,
-    help="Seconds to wait for the command processor's answer.",
-)
+@timeout_option
 @click.pass_context
 def watch(ctx: click.Context, timeout: float) -> None:
     """Create, inspect and change watchers (through the command processor).
