@@ -96,6 +96,8 @@ SCHEMAS_TABLE = "vigil.schemas"
 # and propagate, and the caller backs off and retries the same records.
 _NOT_THE_RECORDS = (BrokerError, BudgetStoreError)
 
+_RETIRE_S = 10.0  # how long a replaced consumer may take to leave its group
+
 
 class StreamApp(Transactions, Assignment):
     """An exactly-once consume → process → produce loop over co-partitioned inputs and tables.
@@ -194,11 +196,49 @@ class StreamApp(Transactions, Assignment):
         self._new_producer()
         self._register_schemas()
         self._state.load_globals()
+        self._new_consumer()
+
+    def _new_consumer(self) -> None:
+        """Join the group with a new consumer. Its callbacks act only while it is the member's
+        consumer: one being retired (``_replace_consumer``) gives its partitions up silently."""
         consumer = Consumer(self._consumer_config)
-        consumer.subscribe(
-            self.inputs, on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
-        )
+
+        def current(callback: Callable[[Consumer, list[TopicPartition]], None]) -> Any:
+            def call(member: Consumer, partitions: list[TopicPartition]) -> None:
+                if member is self._consumer:
+                    callback(member, partitions)
+
+            return call
+
         self._consumer = consumer
+        consumer.subscribe(
+            self.inputs,
+            on_assign=current(self._on_assign),
+            on_revoke=current(self._on_revoke),
+            on_lost=current(self._on_lost),
+        )
+
+    def _replace_consumer(self, reason: BaseException) -> None:
+        """Retire a consumer that gets no answer from its group and join with a new one: what
+        the member held is given up (tables, positions), as if the partitions were lost, and
+        comes back through the new consumer's assignment. The old one leaves the group on a
+        thread of its own, abandoned if it does not within ``_RETIRE_S``."""
+        log.warning(
+            "%s/%s replaces its consumer (no answer from its group): %s",
+            self.group_id,
+            self.instance_id,
+            reason,
+        )
+        self._metrics.consumer_replacements.labels(self.group_id).inc()
+        old = self._consumer
+        self._release(list(self._assigned))
+        self._new_consumer()
+        if old is not None:
+            closing = threading.Thread(target=old.close, name="retire-consumer", daemon=True)
+            closing.start()
+            closing.join(_RETIRE_S)
+            if closing.is_alive():
+                log.warning("%s: the retired consumer did not close; abandoned", self.group_id)
 
     def close(self, commit: bool = True) -> None:
         """Commit (or abort), leave the group, release clients. A member left uncertain by a

@@ -29,6 +29,7 @@ class RuntimeMetrics:
     unknown_schema: Counter  # labels: group, topic
     paused_partitions: Gauge  # labels: group
     resyncs: Counter  # labels: group
+    consumer_replacements: Counter  # labels: group
     restored_partitions: Counter  # labels: group
 
 
@@ -87,6 +88,13 @@ def _create(registry: CollectorRegistry) -> RuntimeMetrics:
             "vigil_runtime_resyncs",
             "Resyncs after a broker failure left a transaction's outcome unknown (producer "
             "rebuilt, tables restored, inputs rewound).",
+            ["group"],
+            registry=registry,
+        ),
+        consumer_replacements=Counter(
+            "vigil_runtime_consumer_replacements",
+            "Consumers replaced because their group stopped answering while the broker did "
+            "(partitions given up and taken again through a new join).",
             ["group"],
             registry=registry,
         ),

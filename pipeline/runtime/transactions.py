@@ -11,7 +11,10 @@ assigned partitions restored from their changelogs; every input rewound to where
 resumes. Nothing is trusted from memory, so whatever the broker did with the last transaction,
 state and offsets agree again. While the broker cannot answer, a resync raises a retriable
 :class:`~pipeline.kafka.clients.BrokerFailure` and the process loop backs off and tries again
-(``pipeline.runtime.recovery``).
+(``pipeline.runtime.recovery``). Should the broker answer the new producer but the consumer's
+committed-offsets read get no answer at all, the consumer is the one stuck (it can keep a group
+coordinator the broker restart took away): the member replaces it, gives up what it held and
+takes its partitions again through a fresh join (``StreamApp._replace_consumer``).
 
 :class:`Transactions` is one seam of :class:`~pipeline.runtime.app.StreamApp` (which mixes it
 in, with :class:`~pipeline.runtime.assignment.Assignment`): it reads and writes the member's
@@ -53,6 +56,9 @@ log = logging.getLogger(__name__)
 
 TIMEOUT_S = 30.0
 
+# A group call that got no answer at all: the consumer, not the broker, is the one stuck.
+_STUCK = frozenset({"_TIMED_OUT", "_TIMED_OUT_QUEUE"})
+
 
 class Transactions:
     """Commit, abort and recovery of the member's one open transaction."""
@@ -79,6 +85,8 @@ class Transactions:
         def _new_producer(self) -> None: ...
 
         def _drop_producer(self) -> None: ...
+
+        def _replace_consumer(self, reason: BaseException) -> None: ...
 
     def commit(self, rewind: bool = True) -> bool:
         """Commit the open transaction with the consumed offsets. False if it was aborted.
@@ -187,7 +195,17 @@ class Transactions:
             return
         was, self._resync = self._resync, True
         consumer = self._require_consumer()
-        committed = committed_offsets(consumer, self._assigned, TIMEOUT_S)
+        try:
+            committed = committed_offsets(consumer, self._assigned, TIMEOUT_S)
+        except BrokerFailure as exc:
+            if exc.code not in _STUCK:
+                raise
+            # The producer just reached the broker (a rebuild or an abort answered), yet the
+            # consumer's group coordinator does not: a client stuck on a coordinator it lost
+            # (librdkafka #5511, after a broker restart). A new consumer finds it again.
+            self._replace_consumer(exc)
+            self._resync = False
+            return
         starts = start_offsets(committed, reflected or {})
         for tp in starts:
             if tp.offset == OFFSET_INVALID:

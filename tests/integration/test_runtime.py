@@ -13,10 +13,11 @@ import pytest
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
 from prometheus_client import CollectorRegistry
 
-from pipeline.kafka.clients import consumer_config, producer_config
+from pipeline.kafka.clients import BrokerFailure, ErrorKind, consumer_config, producer_config
 from pipeline.kafka.partitioner import partition_for
 from pipeline.kafka.serde import MAGIC, default_registry
 from pipeline.rules.errors import SerdeError, UnknownSchemaError
+from pipeline.runtime import transactions
 from pipeline.runtime.app import (
     DLQ_HEADERS,
     InputRecord,
@@ -515,6 +516,51 @@ def test_fenced_producer_is_rebuilt_and_output_stays_exact(
     app.close()
 
     assert rebuilt and total == 100
+    assert_counts_exact(read_all(kafka_bootstrap, t["out"]), sent)
+    truth = Counter(k for k, _ in sent)
+    assert read_table(kafka_bootstrap, t["changelog"]) == {
+        k: str(v).encode() for k, v in truth.items()
+    }
+
+
+def test_resync_whose_consumer_gets_no_answer_replaces_it_and_output_stays_exact(
+    kafka_bootstrap: str,
+    topology: dict[str, str],
+    apps: list[StreamApp],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """After a broker restart a consumer can keep asking a group coordinator it lost (librdkafka
+    #5511): its committed-offsets read times out while the broker answers everyone else. The
+    resync then replaces the consumer; its partitions come back through a new join, once."""
+    t = topology
+    sent = inputs(100)
+    produce_inputs(kafka_bootstrap, t["a"], PARTITIONS, sent[:50])
+    app = make_app(kafka_bootstrap, [t["a"]], t["out"], t["changelog"], t["group"], "one")
+    apps.append(app)
+    run_until(app, counting(app, 50))
+    app.commit()
+
+    real = transactions.committed_offsets
+    stuck = [1]  # the first read after the resync gets no answer, like the stuck consumer
+
+    def committed(consumer: Consumer, partitions: list[TopicPartition], timeout_s: float) -> Any:
+        if stuck[0]:
+            stuck[0] -= 1
+            raise BrokerFailure(
+                "committed offsets: Local: Timed out", code="_TIMED_OUT", kind=ErrorKind.RETRIABLE
+            )
+        return real(consumer, partitions, timeout_s)
+
+    monkeypatch.setattr(transactions, "committed_offsets", committed)
+    retired = app._consumer
+    app.request_resync("test: the broker restarted")
+    produce_inputs(kafka_bootstrap, t["a"], PARTITIONS, sent[50:])
+    app.run_for(60, until=lambda: _table_total(app) == 100 and app.assignment() != [])
+    app.run_for(0.5)
+    replaced, total, stuck_left = app._consumer is not retired, _table_total(app), stuck[0]
+    app.close()
+
+    assert stuck_left == 0 and replaced and total == 100
     assert_counts_exact(read_all(kafka_bootstrap, t["out"]), sent)
     truth = Counter(k for k, _ in sent)
     assert read_table(kafka_bootstrap, t["changelog"]) == {
