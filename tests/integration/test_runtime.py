@@ -17,7 +17,6 @@ from pipeline.kafka.clients import BrokerFailure, ErrorKind, consumer_config, pr
 from pipeline.kafka.partitioner import partition_for
 from pipeline.kafka.serde import MAGIC, default_registry
 from pipeline.rules.errors import SerdeError, UnknownSchemaError
-from pipeline.runtime import transactions
 from pipeline.runtime.app import (
     DLQ_HEADERS,
     InputRecord,
@@ -25,6 +24,7 @@ from pipeline.runtime.app import (
     StreamApp,
     TransactionEnd,
 )
+from pipeline.runtime.checkpoint import committed_offsets
 from pipeline.runtime.tables import TableKind, TableSpec
 from tests.integration.runtime_helpers import create_topics, produce_inputs, read_all, read_table
 from tests.integration.toy_counter import count_processor, make_app
@@ -540,7 +540,7 @@ def test_resync_whose_consumer_gets_no_answer_replaces_it_and_output_stays_exact
     run_until(app, counting(app, 50))
     app.commit()
 
-    real = transactions.committed_offsets
+    real = committed_offsets
     stuck = [1]  # the first read after the resync gets no answer, like the stuck consumer
 
     def committed(consumer: Consumer, partitions: list[TopicPartition], timeout_s: float) -> Any:
@@ -551,7 +551,7 @@ def test_resync_whose_consumer_gets_no_answer_replaces_it_and_output_stays_exact
             )
         return real(consumer, partitions, timeout_s)
 
-    monkeypatch.setattr(transactions, "committed_offsets", committed)
+    monkeypatch.setattr("pipeline.runtime.transactions.committed_offsets", committed)
     retired = app._consumer
     app.request_resync("test: the broker restarted")
     produce_inputs(kafka_bootstrap, t["a"], PARTITIONS, sent[50:])
