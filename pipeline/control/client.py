@@ -8,10 +8,11 @@ the record keyed by that request id arrives or the timeout passes (a clear
 socket and HTTP adapters of the control-plane issue serve the same core.
 
 Commands carry their subject content sealed (DESIGN §10 "Erasure's reach"): before sending a
-definition or a text, the client reads the subject's data keys afresh from ``keys`` (a key
-shredded by an erasure is never used again; when the subject has none, it asks the processor for
-one with verb ``key``); results are opened with the same ring, re-read once when they name a key
-the client has not seen.
+definition or a text, the client reads the subject's ``keys`` partition to its end now, from
+where its last read stopped (:class:`~pipeline.runtime.keys.FollowedKeys`: a key shredded by an
+erasure is never used again, and a long-lived client does not re-read every key per command;
+when the subject has none, it asks the processor for one with verb ``key``); results are opened
+with the same ring, read again once when they name a key the client has not seen.
 
 Left out: deciding commands (``pipeline.rules.commands.apply``, run by ``consumers.commands``) and
 authenticating callers (the principal is asserted by whoever builds the command).
@@ -37,7 +38,7 @@ from pipeline.rules.authz import Principal, Role
 from pipeline.rules.commands import Command, CommandResult, CommandVerb
 from pipeline.rules.data_keys import subject_owner
 from pipeline.rules.errors import BrokerError, ErasedError, SerdeError
-from pipeline.runtime.keys import read_keys
+from pipeline.runtime.keys import FollowedKeys
 from pipeline.runtime.processing import Message
 
 __all__ = ["DEFAULT_TIMEOUT_S", "CommandClient", "new_request_id", "operator_principal"]
@@ -86,6 +87,7 @@ class CommandClient:
         self._clock = clock or SystemClock()
         self._schemas = schemas or default_registry()
         self._ring = KeyRing(keks or KeyEncryptionKeys.load(), self._schemas, cache_size=4096)
+        self._keys = FollowedKeys(bootstrap, topology, self._ring)
         self._producer = Producer(bootstrap)
         self._results = Tail(bootstrap, "vigil-cli", min(timeout_s, _METADATA_TIMEOUT_S))
         self._lock = threading.Lock()
@@ -163,10 +165,8 @@ class CommandClient:
         return None
 
     def _load_keys(self, command: Command) -> None:
-        """The subject's keys as ``keys`` holds them now (what was cached is dropped first)."""
-        subject = (command.tenant_id, command.user_id)
-        self._ring.forget(*subject)
-        read_keys(self._bootstrap, self._topology, self._ring, [subject])
+        """The subject's keys as ``keys`` holds them now (its partition read to the end)."""
+        self._keys.ring_for(command.tenant_id, command.user_id)
 
     def _round_trip(self, command: Command, retries: int) -> CommandResult:
         results = self._topology.name(Topic.COMMAND_RESULTS)

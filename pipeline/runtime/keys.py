@@ -16,6 +16,7 @@ Leaves out the ring itself (``pipeline.crypto``) and deciding what to read (call
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterable
 
 from pipeline.crypto.ring import KeyRing
@@ -56,15 +57,23 @@ def read_keys(
     return read
 
 
+# A partition not read for this long is read again from its start: a tombstone older than the
+# topic's delete.retention.ms (7 days) may have been compacted away, and following from an old
+# offset would then keep a shredded key.
+REREAD_AFTER_S = 24 * 3600.0
+
+
 class FollowedKeys:
     """One ring over the ``keys`` partitions asked for so far, caught up to each partition's
-    end on every :meth:`ring_for` (a key shredded before the call is shredded in the ring)."""
+    end on every :meth:`ring_for` (a key shredded before the call is shredded in the ring); a
+    partition left unread for :data:`REREAD_AFTER_S` is forgotten and read from its start."""
 
     def __init__(self, bootstrap: str, topology: Topology, ring: KeyRing) -> None:
         self._bootstrap = bootstrap
         self._topology = topology
         self._ring = ring
         self._next: dict[int, int] = {}  # partition → the first offset not read yet
+        self._read_at: dict[int, float] = {}  # partition → when it was last read (monotonic)
         self._lock = threading.Lock()
 
     def ring_for(self, tenant_id: str, user_id: str) -> KeyRing:
@@ -73,6 +82,13 @@ class FollowedKeys:
         count = self._topology.partitions_for(Topic.KEYS)
         partition = partition_for(subject_key(tenant_id, user_id), count)
         with self._lock:
+            now = time.monotonic()
+            if now - self._read_at.get(partition, now) > REREAD_AFTER_S:
+                for tenant, user in {(r.owner.tenant_id, r.owner.user_id) for r in self._ring}:
+                    if partition_for(subject_key(tenant, user), count) == partition:
+                        self._ring.forget(tenant, user)
+                self._next.pop(partition, None)
+            self._read_at[partition] = now
             start = self._next.get(partition, 0)
             begin = Bound(offsets={(topic, partition): start})
             for msg in scan(self._bootstrap, topic, start=begin, partitions=(partition,)):
