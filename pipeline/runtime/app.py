@@ -172,6 +172,7 @@ class StreamApp(Transactions, Assignment):
         self._isolation = Isolation()
         self._state = TaskState(specs, reader, self._placement.count)
         self._metrics = runtime_metrics(registry)
+        self._metrics.group_protocol.labels(group_id, group_protocol.value).set(1)
         self._quarantine = Quarantine(group_id, dead_letter_topic, self._metrics)
         self._producer: Producer | None = None
         self._consumer: Consumer | None = None

@@ -30,6 +30,7 @@ class RuntimeMetrics:
     paused_partitions: Gauge  # labels: group
     resyncs: Counter  # labels: group
     restored_partitions: Counter  # labels: group
+    group_protocol: Gauge  # labels: group, protocol (classic | consumer): 1 for the one in use
 
 
 def runtime_metrics(registry: CollectorRegistry = REGISTRY) -> RuntimeMetrics:
@@ -94,6 +95,12 @@ def _create(registry: CollectorRegistry) -> RuntimeMetrics:
             "vigil_runtime_restored_partitions",
             "Partition numbers whose tables a rebalance restored from their changelogs.",
             ["group"],
+            registry=registry,
+        ),
+        group_protocol=Gauge(
+            "vigil_runtime_group_protocol",
+            "The consumer group protocol this member runs (1): classic or consumer (KIP-848).",
+            ["group", "protocol"],
             registry=registry,
         ),
     )
