@@ -183,25 +183,29 @@ def subject_option(*, required: bool = False, help: str) -> Callable[[F], F]:
     return decorate
 
 
-def _remember_level(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
-    if value is not None:
-        ctx.find_root().meta[_LEVEL_KEY] = value
-
-
 def _remember_verbose(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
     if value:
         ctx.find_root().meta.setdefault(_LEVEL_KEY + ".verbose", True)
 
 
+def _remembered_choice(flag: str, choices: tuple[str, ...], key: str, help: str) -> Any:
+    """An option whose value is kept in the root context's ``meta[key]`` (not passed on)."""
+
+    def remember(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+        if value is not None:
+            ctx.find_root().meta[key] = value
+
+    return click.option(
+        flag, type=click.Choice(choices), expose_value=False, callback=remember, help=help
+    )
+
+
 def log_level_option(command: F) -> F:
     """``--log-level debug|info|warning|error`` for a process that has ``-v`` only."""
-    return click.option(
-        "--log-level",
-        type=click.Choice(LOG_LEVELS),
-        expose_value=False,
-        callback=_remember_level,
-        help="Log at this level (wins over -v).",
-    )(command)
+    option = _remembered_choice(
+        "--log-level", LOG_LEVELS, _LEVEL_KEY, "Log at this level (wins over -v)."
+    )
+    return option(command)  # type: ignore[no-any-return]
 
 
 def verbose_option(command: F) -> F:
@@ -227,21 +231,16 @@ def chosen_level(default: str) -> str:
     return "info" if meta.get(_LEVEL_KEY + ".verbose") else default
 
 
-def _remember_protocol(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
-    if value is not None:
-        ctx.find_root().meta[_PROTOCOL_KEY] = value
-
-
 def group_protocol_option(command: F) -> F:
     """``--group-protocol auto|consumer|classic`` for a stream process."""
-    return click.option(
+    option = _remembered_choice(
         "--group-protocol",
-        type=click.Choice(GROUP_PROTOCOLS),
-        expose_value=False,
-        callback=_remember_protocol,
-        help="Consumer group protocol (wins over [kafka] group_protocol): classic + range, "
+        GROUP_PROTOCOLS,
+        _PROTOCOL_KEY,
+        "Consumer group protocol (wins over [kafka] group_protocol): classic + range, "
         "KIP-848 (consumer), or auto (KIP-848 where the broker serves it).",
-    )(command)
+    )
+    return option(command)  # type: ignore[no-any-return]
 
 
 def chosen_group_protocol(configured: str) -> str:
