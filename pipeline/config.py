@@ -192,6 +192,10 @@ class KafkaConfig(_Section):
     topic_prefix: str = Field(default=DEFAULT_PREFIX, pattern=r"^[A-Za-z0-9._-]{0,200}$")
     partitions: int = Field(default=DEFAULT_PARTITIONS, ge=1)
     replication_factor: int = Field(default=-1, ge=-1, description="-1: the broker's default")
+    group_protocol: Literal["auto", "consumer", "classic"] = Field(
+        default="classic",
+        description="consumer groups: classic + range, KIP-848 (consumer), or auto (probe)",
+    )
     client: Annotated[Properties, Field(max_length=200), _properties("client")] = {}
     producer: Annotated[Properties, Field(max_length=200), _properties("producer")] = {}
     consumer: Annotated[Properties, Field(max_length=200), _properties("consumer")] = {}

@@ -77,7 +77,7 @@ from pipeline.rules.errors import (
 )
 from pipeline.rules.keys import subject_key, watcher_key
 from pipeline.rules.lifecycle import is_live
-from pipeline.runtime.app import StreamApp
+from pipeline.runtime.app import GroupProtocol, StreamApp
 from pipeline.runtime.processing import InputRecord, Message, ProcessContext
 from pipeline.runtime.recovery import run_steps
 from pipeline.runtime.tables import Table, TableKind, TableSpec
@@ -115,6 +115,7 @@ class CommandProcessor:
         limits: Limits = DEFAULT_LIMITS,
         ceilings: BudgetCeilings = NO_CEILINGS,
         static_membership: bool = False,
+        group_protocol: GroupProtocol = GroupProtocol.CLASSIC,
     ) -> None:
         """``keks`` default to ``$VIGIL_MASTER_KEYS`` (none there: a ``ConfigError``)."""
         by_subject = {
@@ -152,6 +153,7 @@ class CommandProcessor:
             commit_interval_ms=0,
             max_batch=200,
             static_membership=static_membership,
+            group_protocol=group_protocol,
             consumer_overrides=consumer_overrides,
             registry=metrics,
             schemas_topic=self._topics[Topic.SCHEMAS],

@@ -81,7 +81,7 @@ from pipeline.rules.dispatch import BUDGET_UNAVAILABLE_RETRY, is_redeliverable, 
 from pipeline.rules.errors import BrokerError, SerdeError
 from pipeline.rules.outbox import OutboxEntry
 from pipeline.rules.outcomes import DeliveryStatus
-from pipeline.runtime.app import InputRecord, ProcessContext
+from pipeline.runtime.app import GroupProtocol, InputRecord, ProcessContext
 from pipeline.runtime.processing import Message
 from pipeline.runtime.recovery import run_steps
 from pipeline.runtime.tables import Table, TableKind, TableSpec
@@ -123,6 +123,7 @@ class DeliverySettings:
     drain_timeout_s: float = 30.0  # on stop: how long to wait for sends in flight
     commit_interval_ms: int = 100
     consumer_overrides: dict[str, object] = field(default_factory=dict)
+    group_protocol: GroupProtocol = GroupProtocol.CLASSIC
 
 
 class DeliveryWorker:
@@ -172,6 +173,7 @@ class DeliveryWorker:
             dead_letter_topic=self._dlq_topic,
             commit_interval_ms=settings.commit_interval_ms,
             consumer_overrides=dict(settings.consumer_overrides),
+            group_protocol=settings.group_protocol,
             registry=registry,
             schemas_topic=topology.name(Topic.SCHEMAS),
             schema_registry=self._schemas,

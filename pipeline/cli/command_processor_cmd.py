@@ -16,7 +16,7 @@ import click
 
 from consumers.commands.loop import CommandProcessor
 from pipeline.cli.context import CliState, pass_state
-from pipeline.cli.options import log_level_option
+from pipeline.cli.options import group_protocol_option, log_level_option
 from pipeline.cli.process import start
 from pipeline.kafka.topics import Topic
 
@@ -48,6 +48,7 @@ _TOPICS: Final = (
 @click.option("--no-metrics", is_flag=True, help="Do not serve /metrics.")
 @click.option("-v", "--verbose", is_flag=True, help="Log at INFO instead of WARNING.")
 @log_level_option
+@group_protocol_option
 @pass_state
 def command_processor(
     state: CliState, instance: str | None, static_membership: bool, no_metrics: bool, verbose: bool
@@ -78,6 +79,7 @@ def command_processor(
         key_cache=process.config.privacy.key_cache,
         clock=process.clock,
         static_membership=static_membership,
+        group_protocol=process.group_protocol,
     )
     process.watch(processor.app)
     click.echo(

@@ -23,7 +23,7 @@ from consumers.delivery.adapters import build_adapters
 from consumers.delivery.adapters.verbs import SocketAgent, VerbExecutor
 from consumers.delivery.loop import DeliverySettings, DeliveryWorker
 from pipeline.cli.context import CliState, pass_state
-from pipeline.cli.options import log_level_option
+from pipeline.cli.options import group_protocol_option, log_level_option
 from pipeline.cli.process import start
 from pipeline.control.run import ScriptRunner
 from pipeline.control.socket.server import default_socket_path
@@ -62,6 +62,7 @@ _TOPICS = (
 @click.option("--no-metrics", is_flag=True, help="Do not serve /metrics.")
 @click.option("-v", "--verbose", is_flag=True, help="Log at INFO instead of WARNING.")
 @log_level_option
+@group_protocol_option
 @pass_state
 def delivery(
     state: CliState,
@@ -97,6 +98,7 @@ def delivery(
         budget_ceilings=process.ceilings,
         senders=senders,
         max_in_flight=max_in_flight,
+        group_protocol=process.group_protocol,
     )
     socket = default_socket_path(socket_path, config.rpc.socket_path)
     ring = KeyRing(process.keks, default_registry(), cache_size=config.privacy.key_cache)

@@ -15,7 +15,7 @@ import click
 
 from consumers.evaluator.loop import Evaluator, EvaluatorSettings, evaluator_app, run
 from pipeline.cli.context import CliState, pass_state
-from pipeline.cli.options import log_level_option
+from pipeline.cli.options import group_protocol_option, log_level_option
 from pipeline.cli.process import start
 from pipeline.kafka.topics import Topic
 from producers.ticker.tools import REGISTERED
@@ -48,6 +48,7 @@ _TOPICS = (
 @click.option("--no-metrics", is_flag=True, help="Do not serve /metrics.")
 @click.option("-v", "--verbose", is_flag=True, help="Log at INFO instead of WARNING.")
 @log_level_option
+@group_protocol_option
 @pass_state
 def evaluator(
     state: CliState,
@@ -87,6 +88,7 @@ def evaluator(
         instance_id=process.instance_id,
         group_id=process.group("evaluator"),
         static_membership=static_membership,
+        group_protocol=process.group_protocol,
     )
     app = evaluator_app(settings, processor)
     process.watch(app)

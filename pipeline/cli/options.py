@@ -9,6 +9,9 @@
   ``["tenant","user"]``), with the old ``--tenant``/``--user`` as hidden aliases; the command
   receives ``tenant`` and ``user`` as before.
 - **``-h``** is ``--help`` everywhere (:data:`CONTEXT_SETTINGS`, inherited by subcommands).
+- **Group protocol.** Every stream process takes ``--group-protocol auto|consumer|classic``
+  (:func:`group_protocol_option`), which wins over ``[kafka] group_protocol``
+  (:func:`chosen_group_protocol`).
 - **Logging.** Every long-running process takes ``-v/--verbose`` (INFO) and ``--log-level``
   (which wins): :func:`log_level_option` and :func:`verbose_option` add the one it lacks,
   :func:`chosen_level` is what the process then logs at.
@@ -31,7 +34,9 @@ from pipeline.control.client import DEFAULT_TIMEOUT_S
 __all__ = [
     "CONTEXT_SETTINGS",
     "LOG_LEVELS",
+    "chosen_group_protocol",
     "chosen_level",
+    "group_protocol_option",
     "log_level_option",
     "parse_subject",
     "spread_from",
@@ -46,6 +51,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 CONTEXT_SETTINGS: Final[dict[str, Any]] = {"help_option_names": ["-h", "--help"]}
 LOG_LEVELS: Final = ("debug", "info", "warning", "error")
 _LEVEL_KEY: Final = "vigil.log_level"
+_PROTOCOL_KEY: Final = "vigil.group_protocol"
+GROUP_PROTOCOLS: Final = ("auto", "consumer", "classic")
 _SPREAD_MARK: Final = "_vigil_spread"
 
 
@@ -176,25 +183,29 @@ def subject_option(*, required: bool = False, help: str) -> Callable[[F], F]:
     return decorate
 
 
-def _remember_level(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
-    if value is not None:
-        ctx.find_root().meta[_LEVEL_KEY] = value
-
-
 def _remember_verbose(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
     if value:
         ctx.find_root().meta.setdefault(_LEVEL_KEY + ".verbose", True)
 
 
+def _remembered_choice(flag: str, choices: tuple[str, ...], key: str, help: str) -> Any:
+    """An option whose value is kept in the root context's ``meta[key]`` (not passed on)."""
+
+    def remember(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+        if value is not None:
+            ctx.find_root().meta[key] = value
+
+    return click.option(
+        flag, type=click.Choice(choices), expose_value=False, callback=remember, help=help
+    )
+
+
 def log_level_option(command: F) -> F:
     """``--log-level debug|info|warning|error`` for a process that has ``-v`` only."""
-    return click.option(
-        "--log-level",
-        type=click.Choice(LOG_LEVELS),
-        expose_value=False,
-        callback=_remember_level,
-        help="Log at this level (wins over -v).",
-    )(command)
+    option = _remembered_choice(
+        "--log-level", LOG_LEVELS, _LEVEL_KEY, "Log at this level (wins over -v)."
+    )
+    return option(command)  # type: ignore[no-any-return]
 
 
 def verbose_option(command: F) -> F:
@@ -218,3 +229,23 @@ def chosen_level(default: str) -> str:
     if isinstance(level, str):
         return level
     return "info" if meta.get(_LEVEL_KEY + ".verbose") else default
+
+
+def group_protocol_option(command: F) -> F:
+    """``--group-protocol auto|consumer|classic`` for a stream process."""
+    option = _remembered_choice(
+        "--group-protocol",
+        GROUP_PROTOCOLS,
+        _PROTOCOL_KEY,
+        "Consumer group protocol (wins over [kafka] group_protocol): classic + range, "
+        "KIP-848 (consumer), or auto (KIP-848 where the broker serves it).",
+    )
+    return option(command)  # type: ignore[no-any-return]
+
+
+def chosen_group_protocol(configured: str) -> str:
+    """``--group-protocol`` when given, else ``configured`` (``[kafka] group_protocol``)."""
+    ctx = click.get_current_context(silent=True)
+    meta = ctx.find_root().meta if ctx is not None else {}
+    chosen = meta.get(_PROTOCOL_KEY)
+    return chosen if isinstance(chosen, str) else configured

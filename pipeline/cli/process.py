@@ -22,7 +22,7 @@ from prometheus_client import REGISTRY
 
 from pipeline.cli import shutdown
 from pipeline.cli.context import CliState
-from pipeline.cli.options import chosen_level
+from pipeline.cli.options import chosen_group_protocol, chosen_level
 from pipeline.clock import Clock, clock_from_env
 from pipeline.config import VigilConfig
 from pipeline.crypto import KeyEncryptionKeys
@@ -36,6 +36,7 @@ from pipeline.redis.reach import probe_redis
 from pipeline.rules.budgets import NO_CEILINGS, BudgetCaps, BudgetCeilings
 from pipeline.rules.errors import ConfigError, UnavailableError
 from pipeline.rules.namespace import Namespace
+from pipeline.runtime.assignment import GroupProtocol, resolve_group_protocol
 
 __all__ = ["Process", "serve_health", "start", "watch_app"]
 
@@ -55,6 +56,7 @@ class Process:
     clock: Clock
     ceilings: BudgetCeilings = NO_CEILINGS  # the most any window may allow ([budgets.ceilings])
     health: HealthServer | None = None  # /metrics, /healthz, /readyz (None: --no-metrics)
+    group_protocol: GroupProtocol = GroupProtocol.CLASSIC  # resolved once, at start
 
     def watch(self, app: Any) -> None:
         """Add ``app``'s readiness (assigned, caught up) to this process's ``/readyz``."""
@@ -95,7 +97,9 @@ def start(
 ) -> Process:
     """Log at INFO with ``-v`` (else WARNING; librdkafka's own lines only with ``-v``), check
     that the broker (and with ``redis``, Redis) answers within seconds, check ``topics``, serve
-    ``/metrics`` on ``[metrics] listen`` unless told not to, and arm the stop event."""
+    ``/metrics`` on ``[metrics] listen`` unless told not to, choose the group protocol
+    (``--group-protocol`` or ``[kafka] group_protocol``; ``auto`` asks the broker once) and
+    arm the stop event."""
     level = chosen_level("info" if verbose else "warning")
     logging.basicConfig(
         level=level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s"
@@ -108,6 +112,11 @@ def start(
     if redis:
         probe_redis(config.redis.url.get_secret_value())
     check_topology(connect_admin(config.kafka.bootstrap_servers), topology, tuple(topics))
+    protocol = resolve_group_protocol(
+        chosen_group_protocol(config.kafka.group_protocol),
+        config.kafka.bootstrap_servers,
+        properties.active().for_consumer(),
+    )
     stop = shutdown.catch()
     instance_id = instance or config.instance.resolved_id()
     health = serve_health(config, name, instance_id, redis=redis) if metrics else None
@@ -121,6 +130,7 @@ def start(
         clock_from_env(os.environ),
         config.budgets.ceilings.ceilings(),
         health,
+        protocol,
     )
 
 

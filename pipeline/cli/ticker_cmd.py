@@ -16,7 +16,7 @@ from datetime import timedelta
 import click
 
 from pipeline.cli.context import CliState, pass_state
-from pipeline.cli.options import log_level_option
+from pipeline.cli.options import group_protocol_option, log_level_option
 from pipeline.cli.process import start
 from pipeline.kafka.topics import Topic
 from producers.ticker.loop import PollTicker, TickerSettings
@@ -59,6 +59,7 @@ _TOPICS = (
 @click.option("--no-metrics", is_flag=True, help="Do not serve /metrics.")
 @click.option("-v", "--verbose", is_flag=True, help="Log at INFO instead of WARNING.")
 @log_level_option
+@group_protocol_option
 @pass_state
 def ticker(
     state: CliState,
@@ -92,6 +93,7 @@ def ticker(
         grace=timedelta(seconds=grace),
         concurrency=concurrency,
         static_membership=static_membership,
+        group_protocol=process.group_protocol,
     )
     poll_ticker = PollTicker(
         settings,

@@ -35,6 +35,7 @@ __all__ = [
     "is_transient",
     "producer_config",
     "raise_for_message",
+    "ready_batch",
     "table_consumer",
     "table_consumer_config",
     "translate",
@@ -323,6 +324,24 @@ class Producer:
             raise failure
 
 
+def ready_batch(
+    consumer: confluent_kafka.Consumer, limit: int, timeout_s: float, linger_s: float = 0.0
+) -> list[Message]:
+    """Up to ``limit`` records (or events): waits at most ``timeout_s`` for the first, then at
+    most ``linger_s`` for more; what is already fetched comes without waiting.
+
+    ``consume(limit, timeout)`` alone waits out its whole timeout unless ``limit`` records
+    arrive, which puts a fixed wait on every record of a quiet stream. Raises
+    ``KafkaException`` as ``poll`` and ``consume`` do.
+    """
+    first = consumer.poll(timeout_s)
+    if first is None:
+        return []
+    if limit <= 1:
+        return [first]
+    return [first, *consumer.consume(limit - 1, linger_s)]
+
+
 class Tail:
     """Follows one partition from its end at the time of :meth:`follow`: a reply channel (the
     command results a client waits for). No network until :meth:`follow`."""
@@ -361,10 +380,7 @@ class Tail:
         """The records that arrived (errors skipped: a reply channel reads only records)."""
         assert self._consumer is not None, "follow() a partition first"
         try:
-            # poll() returns at the first record; consume() would wait out its whole timeout
-            # for a full batch. What else is already here comes without waiting.
-            first = self._consumer.poll(timeout_s)
-            batch = [] if first is None else [first, *self._consumer.consume(99, 0)]
+            batch = ready_batch(self._consumer, 100, timeout_s)
         except KafkaException as exc:
             raise translate(exc, "read a reply channel") from exc
         return [msg for msg in batch if msg.error() is None]

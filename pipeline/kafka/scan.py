@@ -22,7 +22,7 @@ from typing import Final, TextIO
 
 from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 
-from pipeline.kafka.clients import is_partition_eof, table_consumer, translate
+from pipeline.kafka.clients import is_partition_eof, ready_batch, table_consumer, translate
 from pipeline.rules.errors import BrokerError, ConfigError, DefinitionError
 from pipeline.rules.instants import parse_instant, utc
 
@@ -225,11 +225,7 @@ def _drain(
     seen = 0
     idle_since = time.monotonic()
     while open_parts:
-        # poll() returns at the first record; consume() would wait out its whole timeout for
-        # a full batch (a scan of a few records would take half a second). The rest of what is
-        # already fetched comes without waiting.
-        first = consumer.poll(0.5)
-        batch = [] if first is None else [first, *consumer.consume(999, 0)]
+        batch = ready_batch(consumer, 1000, 0.5)
         if not batch:
             if time.monotonic() - idle_since > _IDLE_LIMIT_S:
                 raise BrokerError(f"reading {topic} stalled before its end offsets")

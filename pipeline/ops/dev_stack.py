@@ -205,7 +205,9 @@ def write_config(state: Path, ports: DevPorts, token: str, partitions: int) -> P
     keys = dev_master_keys(state)
     base = (
         f'[kafka]\nbootstrap_servers = "127.0.0.1:{ports.kafka}"\ntopic_prefix = "vigil."\n'
-        f"partitions = {partitions}\nreplication_factor = 1\n\n"
+        f"partitions = {partitions}\nreplication_factor = 1\n"
+        # KIP-848 where the broker serves it (Kafka 4.x), classic + range on Tansu.
+        'group_protocol = "auto"\n\n'
         f'[redis]\nurl = "redis://127.0.0.1:{ports.redis}/0"\n\n'
         f'[subject]\ntenant_id = "local"\nuser_id = "me"\ntimezone = "UTC"\n\n'
         f'[operator]\nname = "dev"\n\n'

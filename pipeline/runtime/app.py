@@ -169,6 +169,7 @@ class StreamApp(Transactions, Assignment):
         self._isolation = Isolation()
         self._state = TaskState(specs, reader, self._placement.count)
         self._metrics = runtime_metrics(registry)
+        self._metrics.group_protocol.labels(group_id, group_protocol.value).set(1)
         self._quarantine = Quarantine(group_id, dead_letter_topic, self._metrics)
         self._producer: Producer | None = None
         self._consumer: Consumer | None = None
@@ -300,6 +301,9 @@ class StreamApp(Transactions, Assignment):
         if isolating and self._checkpoint.open:
             self.commit()
         try:
+            # A batch fills for up to ``timeout`` (a window, not a wait per record): returning
+            # at the first record instead made batches small and per-batch work (table
+            # catch-up, the budget round trip) cost ~7% more CPU per event in the benchmark.
             messages = consumer.consume(1 if isolating else self._max_batch, timeout)
         except KafkaException as exc:
             raise translate(exc, "consume") from exc

@@ -19,17 +19,22 @@ assignor still gives partition *p* of every input to one member. Should *p* of o
 (or leave) without *p* of another, the member resyncs (restores every number it holds from the
 changelogs and rewinds to the committed offsets) before it processes anything more: no table is
 ever served from two owners' writes. Brokers without KIP-848 (Tansu, Kafka before 4.0) need
-``classic``.
+``classic``. Which one a process runs is ``[kafka] group_protocol``: ``classic`` (the default),
+``consumer``, or ``auto`` — :func:`resolve_group_protocol` asks the broker once, at start,
+whether it serves KIP-848's heartbeat (``pipeline.kafka.api_versions``) and takes ``consumer``
+where it does, ``classic`` where it does not or cannot be asked (:func:`choose_group_protocol`).
 """
 
 from __future__ import annotations
 
 import enum
 import logging
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+from pipeline.kafka.api_versions import ProbeError, offers_consumer_groups
 from pipeline.rules.errors import BrokerError
 from pipeline.runtime.checkpoint import InputPositions, committed_offsets, start_offsets
 from pipeline.runtime.isolation import Isolation
@@ -38,7 +43,14 @@ from pipeline.runtime.poison import Quarantine
 from pipeline.runtime.state import TaskState
 from pipeline.runtime.transactions import TIMEOUT_S
 
-__all__ = ["Assignment", "GroupProtocol", "group_protocol_config"]
+__all__ = [
+    "Assignment",
+    "GroupProtocol",
+    "ProtocolChoice",
+    "choose_group_protocol",
+    "group_protocol_config",
+    "resolve_group_protocol",
+]
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +60,34 @@ class GroupProtocol(enum.StrEnum):
 
     CLASSIC = "classic"  # eager: every rebalance revokes everything (client-side range)
     CONSUMER = "consumer"  # KIP-848: incremental, server-side range assignor
+
+
+ProtocolChoice = Literal["auto", "consumer", "classic"]
+"""``[kafka] group_protocol``: a protocol, or ``auto`` (whatever the broker serves)."""
+
+
+def choose_group_protocol(choice: str, broker_offers: bool | None) -> GroupProtocol:
+    """The protocol for ``choice`` given whether the broker serves KIP-848 (``None``: it could
+    not be asked). ``auto`` takes ``consumer`` only on a yes: ``classic`` works everywhere."""
+    if choice == "auto":
+        return GroupProtocol.CONSUMER if broker_offers is True else GroupProtocol.CLASSIC
+    return GroupProtocol(choice)  # ValueError for anything but the two names
+
+
+def resolve_group_protocol(
+    choice: str, bootstrap: str, properties: Mapping[str, Any] | None = None
+) -> GroupProtocol:
+    """:func:`choose_group_protocol`, asking the broker only when ``choice`` is ``auto``."""
+    if choice != "auto":
+        return choose_group_protocol(choice, None)
+    try:
+        offers: bool | None = offers_consumer_groups(bootstrap, properties)
+    except ProbeError as exc:
+        log.warning("cannot ask %s for its group protocols (%s): using classic", bootstrap, exc)
+        offers = None
+    chosen = choose_group_protocol(choice, offers)
+    log.info("group protocol: %s (auto; the broker serves KIP-848: %s)", chosen, offers)
+    return chosen
 
 
 # Settings of the classic protocol that a KIP-848 member must not send (the broker owns them).

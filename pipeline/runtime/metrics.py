@@ -31,6 +31,7 @@ class RuntimeMetrics:
     resyncs: Counter  # labels: group
     consumer_replacements: Counter  # labels: group
     restored_partitions: Counter  # labels: group
+    group_protocol: Gauge  # labels: group, protocol (classic | consumer): 1 for the one in use
 
 
 def runtime_metrics(registry: CollectorRegistry = REGISTRY) -> RuntimeMetrics:
@@ -102,6 +103,12 @@ def _create(registry: CollectorRegistry) -> RuntimeMetrics:
             "vigil_runtime_restored_partitions",
             "Partition numbers whose tables a rebalance restored from their changelogs.",
             ["group"],
+            registry=registry,
+        ),
+        group_protocol=Gauge(
+            "vigil_runtime_group_protocol",
+            "The consumer group protocol this member runs (1): classic or consumer (KIP-848).",
+            ["group", "protocol"],
             registry=registry,
         ),
     )

@@ -31,6 +31,7 @@ from pipeline.kafka.clients import (
     classify,
     is_partition_eof,
     raise_for_message,
+    ready_batch,
     translate,
 )
 from pipeline.rules.errors import BrokerError
@@ -183,7 +184,7 @@ class TableReader:
             while pending:
                 if time.monotonic() > deadline:
                     raise _late(f"restore of {sorted(pending)} did not reach the end")
-                for msg in consumer.consume(1000, 0.2):
+                for msg in ready_batch(consumer, 1000, 0.2):
                     tp = (msg.topic() or "", msg.partition() or 0)
                     table = by_tp.get(tp)
                     if table is None or _passing(msg):  # left over, or the broker is away
@@ -230,10 +231,11 @@ class TableReader:
         consumer = self._reader()
         deadline = time.monotonic() + self._timeout_s
         try:
-            while any(self._reached.get(tp, -1) < end for tp, end in targets.items()):
+            behind = self._behind(targets)
+            while behind:
                 if time.monotonic() > deadline:
                     raise _late("tables did not catch up to their end in time")
-                for msg in consumer.consume(1000, 0.05):
+                for msg in ready_batch(consumer, 1000, 0.05):
                     tp = (msg.topic() or "", msg.partition() or 0)
                     if _passing(msg):
                         continue
@@ -245,6 +247,10 @@ class TableReader:
                     if table is not None:
                         table.apply((msg.key() or b"").decode(), msg.value())
                     self._reached[tp] = (msg.offset() or 0) + 1
+                behind = self._behind(targets)
+                if behind:
+                    self._past_markers(consumer, behind)
+                    behind = self._behind(targets)
         except KafkaException as exc:
             raise translate(exc, "table catch-up") from exc
 
@@ -252,6 +258,20 @@ class TableReader:
         if self._consumer is not None:
             self._consumer.close()
             self._consumer = None
+
+    def _behind(self, targets: dict[tuple[str, int], int]) -> list[tuple[str, int]]:
+        return [tp for tp, end in targets.items() if self._reached.get(tp, -1) < end]
+
+    def _past_markers(self, consumer: Consumer, partitions: list[tuple[str, int]]) -> None:
+        """Count as reached what the consumer's position has passed: a transaction's commit
+        marker takes the last offset before the end, and librdkafka moves the position past
+        it once every record before it was returned. Waiting for the end-of-partition event
+        instead costs a whole empty fetch (``fetch.wait.max.ms``, 500 ms by default) per
+        catch-up of a table whose writer commits transactions."""
+        for found in consumer.position([TopicPartition(t, p) for t, p in partitions]):
+            if found.error is None and found.offset >= 0:
+                tp = (found.topic, found.partition)
+                self._reached[tp] = max(self._reached.get(tp, -1), found.offset)
 
     # -- internals -----------------------------------------------------------------------
 

@@ -49,7 +49,7 @@ from pipeline.rules.lifecycle import is_closed
 from pipeline.rules.outcomes import ErrorCode
 from pipeline.rules.retention import retain_until
 from pipeline.rules.ticker import DEFAULT_GRACE, WatcherPlan, plan_watcher
-from pipeline.runtime.app import ProcessContext, StreamApp, TransactionEnd
+from pipeline.runtime.app import GroupProtocol, ProcessContext, StreamApp, TransactionEnd
 from pipeline.runtime.recovery import run_steps
 from pipeline.runtime.tables import TableKind, TableSpec
 from pipeline.runtime.views import GrantIndex, KeyView
@@ -81,6 +81,7 @@ class TickerSettings:
     poll_timeout_s: float = 0.05
     commit_interval_ms: int = 100
     static_membership: bool = False  # a restart with the same instance id keeps its partitions
+    group_protocol: GroupProtocol = GroupProtocol.CLASSIC
     consumer_overrides: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -167,6 +168,7 @@ class PollTicker:
             dead_letter_topic=topology.name(Topic.DEAD_LETTER),
             commit_interval_ms=settings.commit_interval_ms,
             static_membership=settings.static_membership,
+            group_protocol=settings.group_protocol,
             consumer_overrides=settings.consumer_overrides,
             registry=metrics_registry,
             schemas_topic=topology.name(Topic.SCHEMAS),

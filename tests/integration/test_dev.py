@@ -172,6 +172,10 @@ def test_dev_on_fresh_state_dir_gets_ready_delivers_demo_runs_the_tour_and_stops
         assert set(urls) == {"command-processor", "evaluator", "ticker", "delivery"}
         assert _metric(urls["evaluator"], "vigil_evaluator_evaluations_total") > 0
         assert _metric(urls["delivery"], "vigil_delivery_results_total", 'result="delivered"') > 0
+        # group_protocol = "auto": KIP-848 where the broker serves it, classic on Tansu.
+        protocol = "consumer" if java else "classic"
+        for name, url in urls.items():
+            assert _metric(url, "vigil_runtime_group_protocol", f'protocol="{protocol}"') == 1, name
         assert _answers(kafka_port) and _answers(redis_port)
         delivered = (state / "logs" / "delivery.log").read_text()
         assert "demo-build-failed" in delivered

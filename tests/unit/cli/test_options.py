@@ -12,7 +12,9 @@ from click.testing import CliRunner
 
 from pipeline.cli.main import vigil
 from pipeline.cli.options import (
+    chosen_group_protocol,
     chosen_level,
+    group_protocol_option,
     log_level_option,
     parse_subject,
     spread_group_options,
@@ -182,3 +184,29 @@ def test_verbose_and_log_level_choose_the_level(args: list[str], level: str) -> 
 def test_every_long_running_process_takes_v_and_log_level(process: str) -> None:
     shown = CliRunner().invoke(vigil, [process, "-h"]).output
     assert "-v, --verbose" in shown and "--log-level" in shown
+
+
+@pytest.mark.parametrize(
+    ("args", "chosen"),
+    [
+        ([], "classic"),
+        (["--group-protocol", "auto"], "auto"),
+        (["--group-protocol", "consumer"], "consumer"),
+    ],
+)
+def test_group_protocol_flag_wins_over_the_configured_one(args: list[str], chosen: str) -> None:
+    seen: list[str] = []
+
+    @click.command()
+    @group_protocol_option
+    def worker() -> None:
+        seen.append(chosen_group_protocol("classic"))
+
+    assert CliRunner().invoke(worker, args).exit_code == 0
+    assert seen == [chosen]
+    assert CliRunner().invoke(worker, ["--group-protocol", "range"]).exit_code == 2
+
+
+@pytest.mark.parametrize("process", ["command-processor", "evaluator", "ticker", "delivery"])
+def test_every_stream_process_takes_group_protocol(process: str) -> None:
+    assert "--group-protocol" in CliRunner().invoke(vigil, [process, "-h"]).output

@@ -4,10 +4,12 @@ of issue 14 is now a named refusal, and what is accepted writes back as it reads
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from pipeline.records.codec import parse_json as record_json
 from pipeline.records.event import payload_object
@@ -198,3 +200,23 @@ def test_budget_window_longer_than_ten_years_is_refused() -> None:
     with pytest.raises(DefinitionError) as caught:
         definition(budgets={"window": "4000d"})
     assert caught.value.field == "budgets.window"
+
+
+def _strftime_micros(at: datetime) -> str:
+    """The former strftime form of ``rfc3339_micros``: the reference the fast one must match."""
+    at = at.astimezone(UTC)
+    return f"{at.year:04d}{at.strftime('-%m-%dT%H:%M:%S.%fZ')}"
+
+
+@given(
+    st.datetimes(
+        min_value=datetime(1, 1, 2),
+        max_value=datetime(9999, 12, 30),
+        timezones=st.sampled_from(
+            [UTC, timezone(timedelta(hours=5, minutes=30)), timezone(-timedelta(hours=11))]
+        ),
+    )
+)
+def test_rfc3339_forms_match_strftime_for_every_aware_instant(at: datetime) -> None:
+    assert rfc3339_micros(at) == _strftime_micros(at)
+    assert rfc3339_seconds(at) == _strftime_micros(at)[:19] + "Z"
