@@ -409,7 +409,7 @@ class CommandProcessor:
             if keys.ring.record(owner) is None:
                 topic_key, raw = keys.ring.create(owner, now)
                 keys.table.set(topic_key, raw)
-        for owner in keys.ring.owners(command.tenant_id, command.user_id):
+        for owner in keys.ring.older_owners(command.tenant_id, command.user_id):
             renewed = keys.ring.rewrapped(owner)  # None unless an older KEK wraps it
             if renewed is not None:
                 keys.table.set(*renewed)

@@ -126,6 +126,7 @@ def build_services(
         commands=commands,
         ledger=ledger,
         schedules=schedules,
+        chats=chats,
         max_body=config.api.max_body,
         events=events,
         publishers={

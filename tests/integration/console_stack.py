@@ -77,6 +77,7 @@ class ConsoleStack(Stack):
                     "partitions": PARTITIONS,
                 },
                 "subject": {"tenant_id": TENANT, "user_id": USER, "timezone": "UTC"},
+                "chats": {"me": {"kind": "console"}},
                 "redis": {"url": redis_url},
                 "principals": principals_table(),
             }

@@ -27,7 +27,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, Final
@@ -150,7 +150,7 @@ class LedgerStore:
         now = self._clock.now()
         found: list[Receipt] = []
         erased = 0
-        for msg in scan(self._bootstrap, topic, partitions=(partition,)):
+        for msg in scan(self._bootstrap, topic, partitions=(partition,), tail=self._max_scan):
             raw = msg.value()
             if msg.key() != wanted or raw is None:
                 continue
@@ -166,6 +166,39 @@ class LedgerStore:
             found.append(receipt)
         found.sort(key=lambda r: r.evaluated_at, reverse=True)
         return [_evaluation(r, source_id) for r in found[:limit]], erased
+
+    def latest(
+        self, tenant_id: str, user_id: str, source_ids: Iterable[str]
+    ) -> dict[str, dict[str, Any]]:
+        """The newest readable receipt of each of the subject's watchers on ``source_ids``'
+        partitions of ``receipts`` (the newest ``max_scan`` records of each), by watcher id:
+        one read per page, never one per row."""
+        topic = self._topology.name(Topic.RECEIPTS)
+        count = self._topology.partitions_for(Topic.RECEIPTS)
+        sources = set(source_ids)
+        partitions = sorted({partition_for(source, count) for source in sources})
+        if not partitions:
+            return {}
+        mine = (subject_key(tenant_id, user_id)[:-1] + ",").encode("utf-8")  # ["t","u",…
+        ring = self._ring(tenant_id, user_id)
+        now = self._clock.now()
+        newest: dict[str, Receipt] = {}
+        for msg in scan(self._bootstrap, topic, partitions=partitions, tail=self._max_scan):
+            raw, key = msg.value(), msg.key() or b""
+            if raw is None or not key.startswith(mine):
+                continue
+            try:
+                receipt, _ = decode_receipt(self._schemas, ring, raw)
+            except (SerdeError, ValueError):
+                continue
+            if (receipt.tenant_id, receipt.user_id) != (tenant_id, user_id):
+                continue
+            if receipt.erased or not retained(receipt.retain_until, now):
+                continue
+            seen = newest.get(receipt.watcher_id)
+            if seen is None or receipt.evaluated_at >= seen.evaluated_at:
+                newest[receipt.watcher_id] = receipt
+        return {wid: _evaluation(r, "") for wid, r in newest.items()}
 
     # -- the ledger -------------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ Left out: the routes (``watches``, ``ledger``, ``grants``) and the app
 (``api``).
 """
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Annotated, Any, Final, Literal, Protocol
@@ -67,6 +67,10 @@ class LedgerPort(Protocol):
         self, tenant_id: str, user_id: str, watcher_id: str, source_id: str, limit: int
     ) -> tuple[list[dict[str, Any]], int]: ...
 
+    def latest(
+        self, tenant_id: str, user_id: str, source_ids: Iterable[str]
+    ) -> dict[str, dict[str, Any]]: ...
+
     def notifications(self, tenant_id: str, user_id: str) -> tuple[list[dict[str, Any]], int]: ...
 
     def ack(self, tenant_id: str, user_id: str, delivery_key: str) -> dict[str, Any] | None: ...
@@ -113,6 +117,7 @@ class ApiServices:
     events: EventsPort | None = None  # None: this API takes no events
     publishers: Mapping[str, frozenset[str]] = field(default_factory=dict)  # name → source ids
     status: StatusPort | None = None  # the console's header (None: not shown)
+    chats: tuple[str, ...] = ()  # the configured chats, whose schedules the console shows
 
 
 def _services(request: Request) -> ApiServices:

@@ -1,5 +1,5 @@
 """The console's pages under ``/ui/`` (DESIGN.md §9): watches, a watcher, proposals,
-deliveries; sign in and out; every form guarded by its CSRF token.
+schedules, deliveries; sign in and out; every form guarded by its CSRF token.
 
 Every page acts for the signed-in principal's own subject, through the same ports as the API
 (:class:`~pipeline.control.http.common.ApiServices`): lists and changes are commands the command
@@ -32,6 +32,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from pipeline.control.http.auth import ApiCode, ApiError
 from pipeline.control.http.common import ApiServices, StatusPort, guarded, run_command
 from pipeline.control.http.console.render import environment, proposal_words
+from pipeline.control.http.console.schedules import cancel_schedule, chat_schedules
 from pipeline.control.http.console.sessions import (
     SESSION_COOKIE,
     SIGN_IN_COOKIE,
@@ -436,6 +437,37 @@ def _routes(router: APIRouter, console: Console) -> None:
             )
 
         return _guard(console, request, page)
+
+    # -- schedules ---------------------------------------------------------------------------
+
+    @router.get("/ui/schedules")
+    def schedules(request: Request) -> Response:
+        def page() -> Response:
+            session = console.session(request)
+            chats, notice = chat_schedules(
+                services, console.pool, session.principal, _READ_TIMEOUT_S
+            )
+            return console.render("schedules.html", session, chats=chats, notice=notice)
+
+        return _guard(console, request, page)
+
+    @router.post("/ui/schedules/cancel")
+    async def cancel(request: Request) -> Response:
+        session: Session | None = None
+        try:
+            session, form = await console.posted(request)
+            await run_in_threadpool(
+                cancel_schedule,
+                services,
+                session.principal,
+                form.get("chat", ""),
+                form.get("name", ""),
+            )
+        except _Refused as refused:
+            return console.error(None, refused.status, refused.message)
+        except ApiError as exc:
+            return console.error(session, exc.status, exc.message)
+        return secure_headers(RedirectResponse("/ui/schedules", status_code=303))
 
     # -- deliveries --------------------------------------------------------------------------
 
