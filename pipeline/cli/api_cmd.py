@@ -127,6 +127,7 @@ def build_services(
         ledger=ledger,
         schedules=schedules,
         chats=chats,
+        clock=clock,
         max_body=config.api.max_body,
         events=events,
         publishers={

@@ -127,6 +127,16 @@ def test_a_proposal_an_agent_made_is_approved_from_the_console_and_shows_active(
     page = owner.get("/ui/watches/aw-ui")
     assert '<span class="state state-active" id="watch-state">active</span>' in page.text
     assert 'id="proposal-aw-ui"' not in owner.get("/ui/proposals").text
+    history = page.text.split('id="lifecycle"')[1].split("</table>")[0]
+    moves = re.findall(r'class="lifecycle-record".*?state-(\w+)', history)
+    assert moves == ["proposed", "active"], history  # the lifecycle records, oldest first
+    listed = owner.get("/ui/watches").text
+    row = listed[listed.index('href="/ui/watches/aw-ui"') :].split("</tr>")[0]
+    now = stack.clock.now()
+    due = now.replace(second=0, microsecond=0) + timedelta(minutes=1)
+    while due.minute % 5:  # its cadence, 5m: the next whole five minutes
+        due += timedelta(minutes=1)
+    assert f'class="next-poll">{due:%Y-%m-%dT%H:%M:%S}Z<' in row, row
 
 
 def _dead_letter(stack: ConsoleStack, receiver: Receiver, watcher_id: str) -> dict[str, Any]:
@@ -152,6 +162,9 @@ def test_the_watcher_page_shows_the_evaluation_and_a_dead_letter_is_redelivered_
     assert "condition_true" in page.text and "satisfied" in page.text
     assert key[:12] in page.text and "dead_letter" in page.text
     assert "status=failed" in page.text, "the allowlisted evidence"
+    listed = owner.get("/ui/watches").text
+    row = listed[listed.index('href="/ui/watches/w-ui"') :].split("</tr>")[0]
+    assert "state-satisfied" in row and "condition_true" in row, "the row's last outcome"
     dead = owner.get("/ui/deliveries?state=dead")
     assert f'id="delivery-{key}"' in dead.text and "http_410" in dead.text
 

@@ -2,9 +2,11 @@
 
 Owns :class:`ClientPool` (several :class:`~pipeline.control.client.CommandClient` s, so
 concurrent requests reach the command processor concurrently — one client serializes its round
-trips), :class:`LedgerStore` (reads the newest ``max_scan`` records of one partition of
-``receipts`` or ``notifications`` — never a whole partition — and folds them: a watcher's
-receipts newest first; a subject's ledger deduped on delivery key, ``wake`` records skipped,
+trips), :class:`LedgerStore` (reads the newest ``max_scan`` records of a partition of
+``receipts``, ``lifecycle`` or ``notifications`` — never a whole partition — and folds them: a
+watcher's receipts newest first; the newest receipt of each of a subject's watchers (the
+console's last outcomes and last fires); a watcher's lifecycle records still in the compacted
+log; a subject's ledger deduped on delivery key, ``wake`` records skipped,
 acknowledgements applied; a subject's deliveries from ``delivery-state``,
 ``pipeline.control.deliveries``), the acknowledgement record (kind ``ack`` on
 ``notifications``, keyed by subject like its notification, so it lives and is erased exactly
@@ -46,6 +48,7 @@ from pipeline.kafka.partitioner import partition_for
 from pipeline.kafka.scan import scan
 from pipeline.kafka.serde import SchemaRegistry, default_registry
 from pipeline.kafka.topics import Topic, Topology
+from pipeline.records.lifecycle import decode_lifecycle
 from pipeline.records.notification import (
     NotificationKind,
     decode_notification,
@@ -168,15 +171,17 @@ class LedgerStore:
         return [_evaluation(r, source_id) for r in found[:limit]], erased
 
     def latest(
-        self, tenant_id: str, user_id: str, source_ids: Iterable[str]
+        self, tenant_id: str, user_id: str, source_ids: Iterable[str] | None = None
     ) -> dict[str, dict[str, Any]]:
         """The newest readable receipt of each of the subject's watchers on ``source_ids``'
-        partitions of ``receipts`` (the newest ``max_scan`` records of each), by watcher id:
-        one read per page, never one per row."""
+        partitions of ``receipts`` (None: every partition; the newest ``max_scan`` records of
+        each), by watcher id: one read per page, never one per row."""
         topic = self._topology.name(Topic.RECEIPTS)
         count = self._topology.partitions_for(Topic.RECEIPTS)
-        sources = set(source_ids)
-        partitions = sorted({partition_for(source, count) for source in sources})
+        if source_ids is None:
+            partitions = list(range(count))
+        else:
+            partitions = sorted({partition_for(source, count) for source in source_ids})
         if not partitions:
             return {}
         mine = (subject_key(tenant_id, user_id)[:-1] + ",").encode("utf-8")  # ["t","u",…
@@ -199,6 +204,39 @@ class LedgerStore:
             if seen is None or receipt.evaluated_at >= seen.evaluated_at:
                 newest[receipt.watcher_id] = receipt
         return {wid: _evaluation(r, "") for wid, r in newest.items()}
+
+    def lifecycle(self, tenant_id: str, user_id: str, watcher_id: str) -> list[dict[str, Any]]:
+        """The watcher's ``lifecycle`` records still in the log (the topic is compacted: the
+        newest always, older ones until compaction), oldest first."""
+        topic = self._topology.name(Topic.LIFECYCLE)
+        key = watcher_key(tenant_id, user_id, watcher_id)
+        partition = partition_for(key, self._topology.partitions_for(Topic.LIFECYCLE))
+        wanted = key.encode("utf-8")
+        found: list[dict[str, Any]] = []
+        for msg in scan(self._bootstrap, topic, partitions=(partition,), tail=self._max_scan):
+            raw = msg.value()
+            if msg.key() != wanted or raw is None:
+                continue
+            try:
+                record = decode_lifecycle(self._schemas, raw)
+            except (SerdeError, ValueError, KeyError):
+                continue
+            if (record.tenant_id, record.user_id, record.watcher_id) != (
+                tenant_id,
+                user_id,
+                watcher_id,
+            ):
+                continue
+            found.append(
+                {
+                    "at": rfc3339_micros(record.at),
+                    "status": record.status,
+                    "version": record.version,
+                    "revision": record.revision,
+                    "reason": record.reason,
+                }
+            )
+        return found
 
     # -- the ledger -------------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ from fastapi import Depends, Header, Query, Request
 from fastapi.security import HTTPBearer
 from pydantic import ValidationError
 
+from pipeline.clock import Clock, SystemClock
 from pipeline.control.core import CommandPort
 from pipeline.control.http.auth import (
     PROTOCOL_HEADER,
@@ -68,8 +69,10 @@ class LedgerPort(Protocol):
     ) -> tuple[list[dict[str, Any]], int]: ...
 
     def latest(
-        self, tenant_id: str, user_id: str, source_ids: Iterable[str]
+        self, tenant_id: str, user_id: str, source_ids: Iterable[str] | None = None
     ) -> dict[str, dict[str, Any]]: ...
+
+    def lifecycle(self, tenant_id: str, user_id: str, watcher_id: str) -> list[dict[str, Any]]: ...
 
     def notifications(self, tenant_id: str, user_id: str) -> tuple[list[dict[str, Any]], int]: ...
 
@@ -118,6 +121,7 @@ class ApiServices:
     publishers: Mapping[str, frozenset[str]] = field(default_factory=dict)  # name → source ids
     status: StatusPort | None = None  # the console's header (None: not shown)
     chats: tuple[str, ...] = ()  # the configured chats, whose schedules the console shows
+    clock: Clock = field(default_factory=SystemClock)  # the console's "now" (next polls)
 
 
 def _services(request: Request) -> ApiServices:

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline.control.schedules import last_fire, schedule_view, timing_source
+from pipeline.control.schedules import last_fire, next_look, schedule_view, timing_source
 from pipeline.control.verbs import ScheduleRequest
 from pipeline.rules.errors import DefinitionError
 from pipeline.rules.zones import load_zone
@@ -95,3 +95,22 @@ def test_a_fire_within_the_tickers_grace_is_on_time_and_one_past_it_is_late() ->
 def test_last_fire_of_any_shape_is_a_fire_or_none(receipt: Any) -> None:
     shown = last_fire(receipt if isinstance(receipt, dict) else {"trigger": receipt})
     assert shown is None or set(shown) == {"due_at", "fired_at", "late", "outcome"}
+
+
+def test_next_look_of_a_cadence_a_cron_an_at_and_an_event() -> None:
+    polling = {"kind": "polling", "source_id": "run:r-1", "tool": "workflow.run.status@v1"}
+    cadence = {"source": {**polling, "target": "r-1", "cadence": "5m", "max_age": "2m"}}
+    assert next_look(cadence, NOW) == "2026-03-28T12:05:00Z"
+    cron = {"source": {"kind": "schedule", "cron": "0 9 * * *", "timezone": "Europe/Berlin"}}
+    assert next_look(cron, NOW) == "2026-03-29T07:00:00Z"  # 09:00 in Berlin, summer time
+    assert next_look({"source": {"kind": "schedule", "at": "2026-03-28T13:00:00Z"}}, NOW) == (
+        "2026-03-28T13:00:00Z"
+    )
+    assert next_look({"source": {"kind": "schedule", "at": "2026-03-28T11:00:00Z"}}, NOW) is None
+    assert next_look({"source": {"kind": "event", "source_id": "s"}}, NOW) is None
+
+
+@given(st.recursive(st.none() | st.text() | st.integers(), lambda c: st.dictionaries(st.text(), c)))
+def test_next_look_of_any_shape_is_an_instant_or_none(source: Any) -> None:
+    found = next_look({"source": source}, NOW)
+    assert found is None or found.endswith("Z")

@@ -7,7 +7,11 @@ processor decides (so roles, grants and the cap hold exactly as over ``/v1``; an
 watcher or delivery is "not found", a 404 page), reads of receipts and deliveries come after
 the same checks the API makes. Agents (and scoped chats) see no proposals page and cannot
 approve: the page is a 404 for them and the processor refuses the command anyway. Lists are
-filtered and paginated on the server (:data:`PAGE_SIZE` rows).
+filtered and paginated on the server (:data:`PAGE_SIZE` rows). A page's reads of the log run
+beside its command round trip, never after it, and are shown only once the command answered:
+the watches list's last outcomes (one read, not one per row), a watcher's lifecycle records,
+deliveries and — when its source is known from an earlier page (:class:`KnownSources`, a hint
+the answer checks) — its receipts.
 
 A ``GET`` without a session goes to the sign-in page; a ``POST`` without a session or without
 its session's CSRF token is refused (403) before anything is decided. Bodies are URL-encoded
@@ -18,9 +22,11 @@ and templates (``render``), the API routes (``pipeline.control.http``).
 from __future__ import annotations
 
 import secrets
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from importlib import resources
 from typing import Any, Final
 from urllib.parse import parse_qs, urlencode
@@ -43,6 +49,7 @@ from pipeline.control.http.console.sessions import (
     set_cookie,
 )
 from pipeline.control.http.deliveries import may_read, read_one
+from pipeline.control.schedules import next_look
 from pipeline.rules.authz import Principal, Role
 from pipeline.rules.commands.context import AGENT_CAP
 from pipeline.rules.commands.model import CommandVerb
@@ -50,6 +57,7 @@ from pipeline.rules.commands.model import CommandVerb
 __all__ = ["MAX_FORM", "PAGE_SIZE", "Console", "install_console"]
 
 PAGE_SIZE: Final = 50
+_KNOWN_SOURCES: Final = 65_536
 _READ_TIMEOUT_S: Final = 30.0
 MAX_FORM: Final = 16_384
 _FORM_TYPE: Final = "application/x-www-form-urlencoded"
@@ -96,6 +104,30 @@ def _paged(rows: list[Any], page: int) -> tuple[list[Any], int]:
     return rows[(page - 1) * PAGE_SIZE : page * PAGE_SIZE], pages
 
 
+class KnownSources:
+    """The source id of each watcher a page has shown, by (tenant, user, watcher id), at most
+    ``size`` (oldest out first): a hint only — where a watcher page may start reading its
+    receipts before ``show`` answers; the answer's source decides what is shown."""
+
+    def __init__(self, size: int = _KNOWN_SOURCES) -> None:
+        self._size = size
+        self._known: dict[tuple[str, str, str], str] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[str, str, str]) -> str | None:
+        return self._known.get(key)
+
+    def remember(self, tenant_id: str, user_id: str, view: dict[str, Any]) -> None:
+        watcher_id, source_id = view.get("watcher_id"), view.get("source_id")
+        if not isinstance(watcher_id, str) or not isinstance(source_id, str):
+            return
+        with self._lock:
+            self._known.pop((tenant_id, user_id, watcher_id), None)
+            self._known[(tenant_id, user_id, watcher_id)] = source_id
+            while len(self._known) > self._size:
+                del self._known[next(iter(self._known))]
+
+
 class Console:
     """The pages over ``services``; sessions live in this process."""
 
@@ -110,6 +142,7 @@ class Console:
         self.sessions = sessions or SessionStore()
         self.status = status
         self.pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="console-read")
+        self.sources = KnownSources()
         self.env = environment()
         self.css = (
             resources.files("pipeline.control.http.console")
@@ -198,10 +231,13 @@ class Console:
             limit=size,
             **filters,
         )
-        return list(result.get("watchers", [])), int(result.get("total", 0))
+        shown = list(result.get("watchers", []))
+        for view in shown:
+            self.sources.remember(who.tenant_id, who.user_id, view)
+        return shown, int(result.get("total", 0))
 
     def watcher(self, who: Principal, watcher_id: str) -> dict[str, Any]:
-        return run_command(
+        view: dict[str, Any] = run_command(
             self.services,
             CommandVerb.SHOW,
             who,
@@ -209,6 +245,8 @@ class Console:
             who.user_id,
             watcher_id=watcher_id,
         )
+        self.sources.remember(who.tenant_id, who.user_id, view)
+        return view
 
 
 def install_console(
@@ -302,15 +340,31 @@ def _routes(router: APIRouter, console: Console) -> None:
             chat = _query(request, "session")
             notice = None
             page_number = _page_number(request)
+            # Each row's last outcome is its newest receipt: one read of the receipts the
+            # rows can be on, beside the ``list`` round trip (shown only for the rows listed).
+            outcomes = console.pool.submit(
+                services.ledger.latest,
+                who.tenant_id,
+                who.user_id,
+                None if source is None else [source],
+            )
             try:
                 shown, total = console.page_of(
                     who, page_number, state=state, session_id=chat, source_id=source
                 )
             except ApiError as exc:
+                outcomes.cancel()
                 if exc.code is not ApiCode.DENIED:
                     raise
                 shown, total = [], 0
                 notice = exc.message  # no grant to manage anything: nothing to list
+            else:
+                now = services.clock.now()
+                last: dict[str, dict[str, Any]] = guarded(partial(outcomes.result, _READ_TIMEOUT_S))
+                for row in shown:
+                    live = row.get("status") == "active"
+                    row["next_look"] = next_look(row.get("definition") or {}, now) if live else None
+                    row["last"] = last.get(row.get("watcher_id", ""))
             pages = max(1, -(-total // PAGE_SIZE))
             filters = {k: v for k, v in (("state", state), ("source", source), ("session", chat))}
             return console.render(
@@ -338,7 +392,8 @@ def _routes(router: APIRouter, console: Console) -> None:
             if len(watcher_id) > 200:
                 raise ApiError(ApiCode.NOT_FOUND, "no such watcher")
             tenant, user = who.tenant_id, who.user_id
-            # The watcher's deliveries are read while the command processor answers ``show``
+            # The watcher's deliveries, and its receipts when its source (their partition) is
+            # known from an earlier page, are read while the command processor answers ``show``
             # (they are the subject's own, filtered by subject; shown only once it answered).
             reading = None
             if who.role not in _NO_PROPOSALS:
@@ -346,20 +401,34 @@ def _routes(router: APIRouter, console: Console) -> None:
                 reading = console.pool.submit(
                     services.ledger.deliveries, tenant, user, None, watcher_id
                 )
+            guess = console.sources.get((tenant, user, watcher_id))
+            early = None
+            if guess is not None:
+                early = console.pool.submit(
+                    services.ledger.evaluations, tenant, user, watcher_id, guess, PAGE_SIZE
+                )
+            moves = console.pool.submit(services.ledger.lifecycle, tenant, user, watcher_id)
             try:
                 view = console.watcher(who, watcher_id)
             except BaseException:
-                if reading is not None:
-                    reading.cancel()
+                for pending in (reading, early, moves):
+                    if pending is not None:
+                        pending.cancel()
                 raise
-            evaluations, erased = guarded(
-                lambda: services.ledger.evaluations(
-                    tenant, user, watcher_id, view["source_id"], PAGE_SIZE
+            source = view["source_id"]
+            if early is not None and guess == source:
+                evaluations, erased = guarded(partial(early.result, _READ_TIMEOUT_S))
+            else:  # not known yet, or the source moved: read its partition now
+                if early is not None:
+                    early.cancel()
+                read = services.ledger.evaluations
+                evaluations, erased = guarded(
+                    partial(read, tenant, user, watcher_id, source, PAGE_SIZE)
                 )
-            )
             deliveries: list[dict[str, Any]] = (
-                [] if reading is None else guarded(lambda: reading.result(_READ_TIMEOUT_S))
+                [] if reading is None else guarded(partial(reading.result, _READ_TIMEOUT_S))
             )
+            history: list[dict[str, Any]] = guarded(partial(moves.result, _READ_TIMEOUT_S))
             by_key = {d["delivery_key"]: d for d in deliveries}
             for evaluation in evaluations:
                 evaluation["delivery"] = by_key.get(evaluation.get("delivery_key") or "")
@@ -369,6 +438,7 @@ def _routes(router: APIRouter, console: Console) -> None:
                 watch=view,
                 words=proposal_words(view["definition"]),
                 evaluations=evaluations,
+                history=history,
                 erased=erased,
                 deliveries=deliveries[:PAGE_SIZE],
             )
