@@ -22,7 +22,6 @@ and templates (``render``), the API routes (``pipeline.control.http``).
 from __future__ import annotations
 
 import secrets
-import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -48,6 +47,7 @@ from pipeline.control.http.console.sessions import (
     secure_headers,
     set_cookie,
 )
+from pipeline.control.http.console.sources import KnownSources
 from pipeline.control.http.deliveries import may_read, read_one
 from pipeline.control.schedules import next_look
 from pipeline.rules.authz import Principal, Role
@@ -57,7 +57,6 @@ from pipeline.rules.commands.model import CommandVerb
 __all__ = ["MAX_FORM", "PAGE_SIZE", "Console", "install_console"]
 
 PAGE_SIZE: Final = 50
-_KNOWN_SOURCES: Final = 65_536
 _READ_TIMEOUT_S: Final = 30.0
 MAX_FORM: Final = 16_384
 _FORM_TYPE: Final = "application/x-www-form-urlencoded"
@@ -102,30 +101,6 @@ def _paged(rows: list[Any], page: int) -> tuple[list[Any], int]:
     pages = max(1, -(-len(rows) // PAGE_SIZE))
     page = min(page, pages)
     return rows[(page - 1) * PAGE_SIZE : page * PAGE_SIZE], pages
-
-
-class KnownSources:
-    """The source id of each watcher a page has shown, by (tenant, user, watcher id), at most
-    ``size`` (oldest out first): a hint only — where a watcher page may start reading its
-    receipts before ``show`` answers; the answer's source decides what is shown."""
-
-    def __init__(self, size: int = _KNOWN_SOURCES) -> None:
-        self._size = size
-        self._known: dict[tuple[str, str, str], str] = {}
-        self._lock = threading.Lock()
-
-    def get(self, key: tuple[str, str, str]) -> str | None:
-        return self._known.get(key)
-
-    def remember(self, tenant_id: str, user_id: str, view: dict[str, Any]) -> None:
-        watcher_id, source_id = view.get("watcher_id"), view.get("source_id")
-        if not isinstance(watcher_id, str) or not isinstance(source_id, str):
-            return
-        with self._lock:
-            self._known.pop((tenant_id, user_id, watcher_id), None)
-            self._known[(tenant_id, user_id, watcher_id)] = source_id
-            while len(self._known) > self._size:
-                del self._known[next(iter(self._known))]
 
 
 class Console:
