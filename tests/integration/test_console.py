@@ -21,7 +21,6 @@ from fastapi.testclient import TestClient
 
 from pipeline.control.http.console import CSP
 from pipeline.rules.commands import CommandVerb
-from pipeline.rules.commands.immediate import daemon_grant
 from tests.integration.console_stack import (
     TENANT,
     USER,
@@ -219,15 +218,7 @@ def test_the_status_header_shows_processes_ready_lag_and_this_windows_budgets(
 def test_the_schedules_page_shows_next_and_last_fire_and_cancels_through_the_dispatch_core(
     stack: ConsoleStack,
 ) -> None:
-    _, spec = daemon_grant(TENANT, USER, ["me"])
-    stack.ok(CommandVerb.GRANT_ADD, TENANT, USER, grant=spec)
-    schedule = {
-        "watcher_id": "schedule:me:standup",
-        "purpose": spec.purpose,
-        "source": {"kind": "schedule", "cron": "* * * * *", "timezone": "UTC"},
-        "delivery": {"target": "me", "verb": "send", "text": "standup"},
-    }
-    assert stack.call("POST", "/v1/watches", json=schedule).status_code == 201
+    stack.chat_schedule("standup", "* * * * *", "standup")
     owner, csrf = signed_in(stack, "owner")
     page = owner.get("/ui/schedules")
     assert 'id="schedule-me-standup"' in page.text and "<code>send standup</code>" in page.text

@@ -23,7 +23,6 @@ import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
 
 from pipeline.rules.commands import CommandVerb
-from pipeline.rules.commands.immediate import daemon_grant
 from tests.integration.api_harness import serve
 from tests.integration.console_stack import (
     TENANT,
@@ -164,15 +163,7 @@ def test_the_console_in_chromium_approve_see_the_evaluation_redeliver_a_dead_let
     assert [r.status for r in sent] == [410, 200]
 
     # A chat's schedule: its next fire, then cancelled from the page.
-    _, spec = daemon_grant(TENANT, USER, ["me"])
-    stack.ok(CommandVerb.GRANT_ADD, TENANT, USER, grant=spec)
-    schedule = {
-        "watcher_id": "schedule:me:digest",
-        "purpose": spec.purpose,
-        "source": {"kind": "schedule", "cron": "0 9 * * 1-5", "timezone": "UTC"},
-        "delivery": {"target": "me", "verb": "send", "text": "daily digest"},
-    }
-    assert stack.call("POST", "/v1/watches", json=schedule).status_code == 201
+    stack.chat_schedule("digest", "0 9 * * 1-5", "daily digest")
     page.goto("/ui/schedules")
     row = page.locator("#schedule-me-digest")
     assert "send daily digest" in row.inner_text() and "T09:00:00Z" in row.inner_text()
