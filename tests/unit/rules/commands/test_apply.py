@@ -790,4 +790,5 @@ def test_the_subject_view_decodes_only_changed_values_and_follows_rollbacks() ->
     table.delete(k1)
     table.committed()
     assert dict(index.view(table, mine, decode)) == {}
-    assert decoded == [b"one", b"two", b"erased", b"one"]
+    assert decoded[0] == b"one" and decoded[3:] == [b"one"] and len(decoded) == 4
+    assert sorted(decoded[1:3]) == [b"erased", b"two"], "only the changed values, once each"
