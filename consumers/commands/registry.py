@@ -12,8 +12,8 @@ it stays as large as the table.
 :meth:`SubjectIndex.view` is the subject's decoded view kept incrementally: each entry is held
 with the very bytes object it was decoded from, and a command's view re-decodes only the keys
 whose value in the table is no longer that object (written, restored or rolled back since) —
-one pass of identity checks instead of sorting and decoding the subject's watchers per command
-(about 50 ms per command at 10,000 watchers before). The view is the same dict from command to
+one pass of identity checks instead of sorting the subject's keys, hashing each value into a
+decode cache and building a new dict per command. The view is the same dict from command to
 command, updated in place; :func:`pipeline.rules.commands.apply.apply` only reads it.
 
 Left out: how an entry is decoded (the processor passes its decoder) and deciding anything
