@@ -2,10 +2,11 @@
 
 ``python -m benchmarks.console [--watchers N] [--rounds R]`` prints one JSON object: for each
 console page — the watches list (first page, a late page, filtered by source and by state), a
-watcher's page, proposals, deliveries (all, and dead letters only) — the median, p95 and worst
-server time of R requests (the FastAPI app in process, through its TestClient, signed in with a
-session cookie, against the real command processor on the real broker), the same for a subject
-with 10 watchers in the same run (the baseline), and their ratio.
+watcher's page, proposals, schedules (one chat), deliveries (all, and dead letters only) — the
+median, p95 and worst server time of R requests (the FastAPI app in process, through its
+TestClient, signed in with a session cookie, against the real command processor on the real
+broker), the same for a subject with 10 watchers in the same run (the baseline), and their
+ratio.
 
 The watchers are made through the command processor (operator ``create`` commands produced at
 once, every result awaited; the subject's limit raised to N). Needs the broker of
@@ -173,6 +174,7 @@ def pages(watchers: int) -> dict[str, str]:
         "watches_by_state": "/ui/watches?state=active&page=2",
         "watch": f"/ui/watches/w-{min(watchers - 1, 4321):05d}",
         "proposals": "/ui/proposals",
+        "schedules": "/ui/schedules",
         "deliveries": "/ui/deliveries",
         "dead_letters": "/ui/deliveries?state=dead",
     }
@@ -221,6 +223,7 @@ def main() -> None:
                     "partitions": PARTITIONS,
                 },
                 "principals": principals,
+                "chats": {"me": {"kind": "console"}},
             }
         )
         services, close = build_services(config, pool_size=4, keks=keks)

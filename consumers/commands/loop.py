@@ -31,8 +31,8 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Mapping
 from datetime import datetime
-from functools import lru_cache
 from typing import Any, Final
 
 from prometheus_client import REGISTRY, CollectorRegistry
@@ -135,7 +135,6 @@ class CommandProcessor:
         self._topics = {topic: topology.name(topic) for topic in Topic}
         self._pending_grants: dict[str, bytes | None] = {}
         self._grant_cache: dict[str, tuple[bytes, GrantRecord]] = {}
-        self._decode_entry = lru_cache(maxsize=65_536)(self._entry)
         self._index = SubjectIndex()
         self.app = StreamApp(
             bootstrap,
@@ -268,24 +267,21 @@ class CommandProcessor:
         error = outcome.result.error
         self._counter.labels(command.verb.value, "ok" if error is None else error.code).inc()
 
-    def _view(self, registry: Table, ring: KeyRing, command: Command) -> dict[str, RegistryEntry]:
-        """The subject's watchers by id, through the subject index (not a partition scan). An
-        entry whose sealed definition no longer opens is erased: left out."""
-        view: dict[str, RegistryEntry] = {}
-        for key in self._index.keys(registry, command.subject_key):
-            raw = registry.get(key)
-            if raw is None:
-                continue
-            try:
-                entry = self._decode_entry(raw, ring)
-            except ErasedError:
-                log.warning("registry entry %s is erased: left out", key)
-                continue
-            view[entry.watcher_id] = entry
-        return view
+    def _view(
+        self, registry: Table, ring: KeyRing, command: Command
+    ) -> Mapping[str, RegistryEntry]:
+        """The subject's watchers by id, kept by the subject index (not a partition scan, and
+        only changed entries decoded again). An entry whose sealed definition no longer opens
+        is erased: left out."""
 
-    def _entry(self, raw: bytes, ring: KeyRing) -> RegistryEntry:
-        return decode_entry(self._schemas, ring, raw)
+        def decode(raw: bytes) -> RegistryEntry | None:
+            try:
+                return decode_entry(self._schemas, ring, raw)
+            except ErasedError:
+                log.warning("a registry entry of %s is erased: left out", command.subject_key)
+                return None
+
+        return self._index.view(registry, command.subject_key, decode)
 
     def _grants(self, table: Table | None) -> dict[str, GrantRecord]:
         """Every grant: the global table, decoded once per value, with this step's overlay."""
@@ -411,7 +407,7 @@ class CommandProcessor:
             if keys.ring.record(owner) is None:
                 topic_key, raw = keys.ring.create(owner, now)
                 keys.table.set(topic_key, raw)
-        for owner in keys.ring.owners(command.tenant_id, command.user_id):
+        for owner in keys.ring.older_owners(command.tenant_id, command.user_id):
             renewed = keys.ring.rewrapped(owner)  # None unless an older KEK wraps it
             if renewed is not None:
                 keys.table.set(*renewed)

@@ -126,6 +126,8 @@ def build_services(
         commands=commands,
         ledger=ledger,
         schedules=schedules,
+        chats=chats,
+        clock=clock,
         max_body=config.api.max_body,
         events=events,
         publishers={

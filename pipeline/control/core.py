@@ -52,7 +52,7 @@ from pipeline.control.verbs import (
     parse_request,
 )
 from pipeline.rules.authz import Principal, Role, Subject, Verb, may
-from pipeline.rules.commands.immediate import CONTROL_PURPOSE
+from pipeline.rules.commands.immediate import CONTROL_PURPOSE, schedule_source
 from pipeline.rules.commands.model import Command, CommandResult, CommandVerb, ResultCode
 from pipeline.rules.errors import BrokerError, ConfigError, DefinitionError, VigilError
 from pipeline.rules.keys import request_delivery_key
@@ -301,7 +301,9 @@ class Dispatcher:
         return VerbResponse.success(**view, updated=(result.result or {}).get("version", 1) > 1)
 
     def _list(self, principal: Principal, chat: str) -> VerbResponse:
-        result = self._round_trip(CommandVerb.LIST, principal)
+        # The chat's schedules only (their source is the chat's): the processor filters, so a
+        # subject with thousands of watchers answers with just these.
+        result = self._round_trip(CommandVerb.LIST, principal, source_id=schedule_source(chat))
         if result.error is not None:
             return _failure(result)
         now = self._clock.now()

@@ -4,24 +4,31 @@ schedule watcher → the ``list --json`` entry (seed 001, DESIGN.md §5, §8, §
 Pure: ``now`` and the subject's zone are parameters. ``--in`` counts from ``now`` (whole
 seconds, rounded up, since a fire's identity is its UTC second); ``--at`` and ``--cron`` are
 local wall-clock time in the subject's zone (an ambiguous ``--at`` is its first occurrence, a
-nonexistent one an error); an ``--at`` already past is refused. Left out: creating and
-cancelling the watchers (``dispatch`` through the command processor).
+nonexistent one an error); an ``--at`` already past is refused. :func:`last_fire` reads a
+schedule's newest receipt as its last fire, late when it fired past the ticker's grace (the
+same rule the ticker flags one-shots with); :func:`next_look` is when a polling watcher or a
+schedule next comes due by its definition's cron or cadence (the one cron rule,
+``pipeline.rules.cron``). Left out: creating and cancelling the watchers
+(``dispatch`` through the command processor) and reading receipts (``http.backend``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
 from pipeline.control.verbs import ScheduleRequest, action_argv, parse_action
-from pipeline.rules.cron import CronSchedule, next_fire
+from pipeline.rules.cron import CronSchedule, OneShot, next_fire, one_shot_status
 from pipeline.rules.durations import parse_duration
 from pipeline.rules.errors import DefinitionError
 from pipeline.rules.instants import parse_instant, rfc3339_seconds, utc
+from pipeline.rules.sources import PollingSource
+from pipeline.rules.ticker import DEFAULT_GRACE
 from pipeline.rules.zones import parse_at
 
-__all__ = ["schedule_id", "schedule_view", "timing_source"]
+__all__ = ["last_fire", "next_look", "schedule_id", "schedule_view", "timing_source"]
 
 
 def schedule_id(chat: str, name: str) -> str:
@@ -76,6 +83,51 @@ def schedule_view(watcher: dict[str, Any], now: datetime) -> dict[str, Any] | No
         "created_at": watcher.get("created_at"),
         "next_fire": None if fire is None else rfc3339_seconds(fire),
     }
+
+
+def last_fire(receipt: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A schedule's newest receipt (as the API shows receipts) as its last fire: ``{due_at,
+    fired_at, late, outcome}``; None when there is none or it names no due instant."""
+    if receipt is None:
+        return None
+    trigger = receipt.get("trigger")
+    due_text = trigger.get("scheduled_at") if isinstance(trigger, Mapping) else None
+    try:
+        due = parse_instant(str(due_text), "scheduled_at")
+        fired = parse_instant(str(receipt.get("observed_at")), "observed_at")
+    except DefinitionError:
+        return None
+    return {
+        "due_at": rfc3339_seconds(due),
+        "fired_at": rfc3339_seconds(fired),
+        "late": one_shot_status(due, fired, grace=DEFAULT_GRACE) is OneShot.LATE,
+        "outcome": receipt.get("outcome"),
+    }
+
+
+def next_look(definition: Mapping[str, Any], now: datetime) -> str | None:
+    """When a watcher next looks by its definition: a polling source's next cron or cadence
+    instant, a schedule's next fire (an ``at`` still ahead, or the cron's next); None for
+    events (they look on each one) and anything that does not parse."""
+    source = definition.get("source")
+    if not isinstance(source, Mapping):
+        return None
+    fire: datetime | None
+    try:
+        match source.get("kind"):
+            case "polling":
+                fire = next_fire(PollingSource.model_validate(source).schedule, now)
+            case "schedule" if source.get("cron"):
+                zone = str(source.get("timezone") or "UTC")
+                fire = next_fire(CronSchedule.parse(str(source["cron"]), zone), now)
+            case "schedule":
+                at = parse_instant(str(source.get("at")), "at")
+                fire = at if at > now else None
+            case _:
+                fire = None
+    except (DefinitionError, ValueError):  # pydantic's ValidationError is a ValueError
+        return None
+    return None if fire is None else rfc3339_seconds(fire)
 
 
 def _ceil_second(instant: datetime) -> datetime:

@@ -65,6 +65,7 @@ class KeyRing:
         "_codec",
         "_keks",
         "_lock",
+        "_older",
         "_raw",
         "_records",
         "_sealing",
@@ -83,6 +84,7 @@ class KeyRing:
         self._records: dict[str, DataKeyRecord] = {}  # topic key → record
         self._by_id: dict[bytes, str] = {}  # key id → topic key
         self._by_subject: dict[tuple[str, str], set[str]] = {}
+        self._older: dict[tuple[str, str], set[str]] = {}  # wrapped under an older KEK
         self._raw: dict[bytes, bytes] = {}  # bounded: unwrapped keys by key id
         self._aeads: dict[bytes, AESGCM] = {}  # bounded, smaller: their ciphers
         self._sealing: dict[KeyOwner, bytes] = {}  # bounded: owner → key id
@@ -121,6 +123,8 @@ class KeyRing:
         self._by_id[record.key_id] = topic_key
         owner = record.owner
         self._by_subject.setdefault((owner.tenant_id, owner.user_id), set()).add(topic_key)
+        if record.kek_id != self._keks.newest:
+            self._older.setdefault((owner.tenant_id, owner.user_id), set()).add(topic_key)
 
     def forget(self, tenant_id: str, user_id: str) -> None:
         """Drop every key of one subject (before reading its keys afresh)."""
@@ -138,11 +142,13 @@ class KeyRing:
         self._raw.pop(record.key_id, None)
         self._sealing.pop(record.owner, None)
         owner = record.owner
-        keys = self._by_subject.get((owner.tenant_id, owner.user_id))
-        if keys is not None:
-            keys.discard(owner.topic_key)
-            if not keys:
-                del self._by_subject[(owner.tenant_id, owner.user_id)]
+        subject, topic_key = (owner.tenant_id, owner.user_id), owner.topic_key
+        for index in (self._by_subject, self._older):
+            keys = index.get(subject)
+            if keys is not None:
+                keys.discard(topic_key)
+                if not keys:
+                    del index[subject]
 
     def __len__(self) -> int:
         return len(self._records)
@@ -157,6 +163,14 @@ class KeyRing:
         if watcher_id is not None:
             found = [o for o in found if o.watcher_id == watcher_id]
         return sorted(found, key=lambda o: o.topic_key)
+
+    def older_owners(self, tenant_id: str, user_id: str) -> list[KeyOwner]:
+        """The owners under this subject whose key an older KEK wraps (what
+        :meth:`rewrapped` renews), by topic key: kept as records come and go, so a subject
+        with thousands of keys costs nothing once they are all under the newest KEK."""
+        with self._lock:
+            keys = sorted(self._older.get((tenant_id, user_id), ()))
+            return [self._records[k].owner for k in keys]
 
     def __iter__(self) -> Iterator[DataKeyRecord]:
         return iter(self._records.values())

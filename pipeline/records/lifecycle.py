@@ -54,6 +54,8 @@ class LifecycleRecord:
     version: int
     status: str  # a WatcherStatus value, or ERASED
     at: datetime
+    revision: int = 0
+    reason: str | None = None  # why it closed (a CloseReason value), if it did
 
     @property
     def erasure(self) -> bool:
@@ -95,4 +97,6 @@ def decode_lifecycle(codec: Codec, data: bytes) -> LifecycleRecord:
         version=value["version"],
         status=value["status"],
         at=value["at"],
+        revision=value.get("revision") or 0,
+        reason=value.get("reason"),
     )

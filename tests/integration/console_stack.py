@@ -24,6 +24,7 @@ from pipeline.control.http.api import create_app
 from pipeline.control.status import StatusReader
 from pipeline.rules.authz import Action
 from pipeline.rules.commands import CommandVerb, GrantSpec
+from pipeline.rules.commands.immediate import daemon_grant
 from tests.integration.api_harness import (
     RUNS,
     TENANT,
@@ -77,6 +78,7 @@ class ConsoleStack(Stack):
                     "partitions": PARTITIONS,
                 },
                 "subject": {"tenant_id": TENANT, "user_id": USER, "timezone": "UTC"},
+                "chats": {"me": {"kind": "console"}},
                 "redis": {"url": redis_url},
                 "principals": principals_table(),
             }
@@ -104,6 +106,20 @@ class ConsoleStack(Stack):
             until=until,
         )
         self.ok(CommandVerb.GRANT_ADD, TENANT, USER, grant=spec)
+
+    def chat_schedule(self, name: str, cron: str, text: str) -> None:
+        """A cron schedule ``send TEXT`` in chat ``me`` (UTC), made over ``/v1`` by the owner
+        under the daemon's grant (added here)."""
+        _, spec = daemon_grant(TENANT, USER, ["me"])
+        self.ok(CommandVerb.GRANT_ADD, TENANT, USER, grant=spec)
+        schedule = {
+            "watcher_id": f"schedule:me:{name}",
+            "purpose": spec.purpose,
+            "source": {"kind": "schedule", "cron": cron, "timezone": "UTC"},
+            "delivery": {"target": "me", "verb": "send", "text": text},
+        }
+        made = self.call("POST", "/v1/watches", json=schedule)
+        assert made.status_code == 201, made.text
 
     def call(self, method: str, path: str, who: str = "owner", **kwargs: Any) -> Any:
         """One ``/v1`` request as principal ``who``."""

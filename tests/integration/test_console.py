@@ -3,14 +3,17 @@ stack (broker, Redis, command processor, evaluator, delivery, a webhook receiver
 into an HttpOnly, SameSite=Strict session cookie; every form needs its CSRF token; a strict CSP
 on every page; another tenant's objects are 404s; agents see no proposals and cannot approve; a
 proposal approved from the console goes active; an event's evaluation and delivery show on the
-watcher page; a dead letter is redelivered from the deliveries page under the same key.
+watcher page; a dead letter is redelivered from the deliveries page under the same key; a chat's
+schedule shows its next and last fire and is cancelled from the schedules page.
 """
 
 from __future__ import annotations
 
 import re
+import time
 import uuid
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -123,6 +126,16 @@ def test_a_proposal_an_agent_made_is_approved_from_the_console_and_shows_active(
     page = owner.get("/ui/watches/aw-ui")
     assert '<span class="state state-active" id="watch-state">active</span>' in page.text
     assert 'id="proposal-aw-ui"' not in owner.get("/ui/proposals").text
+    history = page.text.split('id="lifecycle"')[1].split("</table>")[0]
+    moves = re.findall(r'class="lifecycle-record".*?state-(\w+)', history)
+    assert moves == ["proposed", "active"], history  # the lifecycle records, oldest first
+    listed = owner.get("/ui/watches").text
+    row = listed[listed.index('href="/ui/watches/aw-ui"') :].split("</tr>")[0]
+    now = stack.clock.now()
+    due = now.replace(second=0, microsecond=0) + timedelta(minutes=1)
+    while due.minute % 5:  # its cadence, 5m: the next whole five minutes
+        due += timedelta(minutes=1)
+    assert f'class="next-poll">{due:%Y-%m-%dT%H:%M:%S}Z<' in row, row
 
 
 def _dead_letter(stack: ConsoleStack, receiver: Receiver, watcher_id: str) -> dict[str, Any]:
@@ -148,6 +161,9 @@ def test_the_watcher_page_shows_the_evaluation_and_a_dead_letter_is_redelivered_
     assert "condition_true" in page.text and "satisfied" in page.text
     assert key[:12] in page.text and "dead_letter" in page.text
     assert "status=failed" in page.text, "the allowlisted evidence"
+    listed = owner.get("/ui/watches").text
+    row = listed[listed.index('href="/ui/watches/w-ui"') :].split("</tr>")[0]
+    assert "state-satisfied" in row and "condition_true" in row, "the row's last outcome"
     dead = owner.get("/ui/deliveries?state=dead")
     assert f'id="delivery-{key}"' in dead.text and "http_410" in dead.text
 
@@ -197,3 +213,50 @@ def test_the_status_header_shows_processes_ready_lag_and_this_windows_budgets(
     assert re.fullmatch(
         r"evaluations \d+ · deliveries [1-9]\d* · attempts [1-9]\d*", shown["budgets"]
     )
+
+
+def test_the_schedules_page_shows_next_and_last_fire_and_cancels_through_the_dispatch_core(
+    stack: ConsoleStack,
+) -> None:
+    stack.chat_schedule("standup", "* * * * *", "standup")
+    owner, csrf = signed_in(stack, "owner")
+    page = owner.get("/ui/schedules")
+    assert 'id="schedule-me-standup"' in page.text and "<code>send standup</code>" in page.text
+    assert (stack.clock.now().replace(second=0) + timedelta(minutes=1)).strftime(
+        "%Y-%m-%dT%H:%M:00Z"
+    ) in page.text, "the next fire"
+
+    # The ticker fires it on time (the clock a second past a whole minute, moved on to the next
+    # one while no fire shows); its receipt is the last fire.
+    moved = [0.0]
+
+    def fired() -> dict[str, Any] | None:
+        found = stack.ledger.latest(TENANT, USER, ["schedule:me"]).get("schedule:me:standup")
+        if found is None and time.monotonic() - moved[0] > 5:
+            stack.clock.set(stack.clock.now().replace(second=1) + timedelta(minutes=1))
+            moved[0] = time.monotonic()
+        return found
+
+    last = stack.wait("the schedule's fire", fired)
+    due = last["trigger"]["scheduled_at"]
+    shown = owner.get("/ui/schedules").text
+    row = shown[shown.index('id="schedule-me-standup"') :].split("</tr>")[0]
+    assert due[:19] in row and "late" not in row, row
+
+    agent, _ = signed_in(stack, "agent")
+    assert 'id="schedule-me-standup"' not in agent.get("/ui/schedules").text, "not its session's"
+    chat, _ = signed_in(stack, "chat")
+    assert 'id="notice"' in chat.get("/ui/schedules").text, "a scoped chat lists none"
+    stranger, stranger_csrf = signed_in(stack, "stranger")
+    assert "standup" not in stranger.get("/ui/schedules").text
+    across = stranger.post(
+        "/ui/schedules/cancel", data={"csrf": stranger_csrf, "chat": "me", "name": "standup"}
+    )
+    assert across.status_code == 404, across.text
+
+    forged = owner.post("/ui/schedules/cancel", data={"chat": "me", "name": "standup"})
+    assert forged.status_code == 403 and "CSRF" in forged.text
+    done = owner.post("/ui/schedules/cancel", data={"csrf": csrf, "chat": "me", "name": "standup"})
+    assert done.status_code == 303 and done.headers["location"] == "/ui/schedules", done.text
+    assert 'id="schedule-me-standup"' not in owner.get("/ui/schedules").text
+    assert stack.call("GET", "/v1/schedules").json()["schedules"] == []

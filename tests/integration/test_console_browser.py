@@ -6,8 +6,9 @@ local webhook receiver.
 One walk through: sign in with a bearer token; see the proposal an agent made and approve it,
 then see it active; publish an event and see its evaluation and delivery on the watcher page;
 the receiver answers 410, the dead letter shows, the receiver recovers, Redeliver, and it is
-delivered under the same ``Idempotency-Key``. Another tenant's watcher URL is a 404 page; an
-agent has no proposals page. Each page is screenshot into ``tests/artifacts/console/``.
+delivered under the same ``Idempotency-Key``; a chat's schedule shows its next fire and is
+cancelled from the schedules page. Another tenant's watcher URL is a 404 page; an agent has no
+proposals page. Each page is screenshot into ``tests/artifacts/console/``.
 """
 
 from __future__ import annotations
@@ -122,7 +123,6 @@ def test_the_console_in_chromium_approve_see_the_evaluation_redeliver_a_dead_let
     )
     assert proposed.status_code == 201, proposed.text
     page = sign_in(browser, base_url, "owner")
-    shot(page, "watches")
 
     # A proposal an agent made: read in words, approved, active.
     page.goto("/ui/proposals")
@@ -145,6 +145,9 @@ def test_the_console_in_chromium_approve_see_the_evaluation_redeliver_a_dead_let
     assert "condition_true" in evaluations and key[:12] in evaluations
     assert "status=failed" in evaluations
     shot(page, "watch")
+    page.goto("/ui/watches")  # each row: next poll, last outcome
+    assert "satisfied" in page.inner_text("#watches tr:has(a[href='/ui/watches/w-browser'])")
+    shot(page, "watches")
 
     # The dead letter, redelivered once the receiver has recovered: same key.
     page.goto("/ui/deliveries?state=dead")
@@ -158,6 +161,16 @@ def test_the_console_in_chromium_approve_see_the_evaluation_redeliver_a_dead_let
     shot(page, "delivered")
     sent = [r for r in receiver.requests if r.idempotency_key == key]
     assert [r.status for r in sent] == [410, 200]
+
+    # A chat's schedule: its next fire, then cancelled from the page.
+    stack.chat_schedule("digest", "0 9 * * 1-5", "daily digest")
+    page.goto("/ui/schedules")
+    row = page.locator("#schedule-me-digest")
+    assert "send daily digest" in row.inner_text() and "T09:00:00Z" in row.inner_text()
+    shot(page, "schedules")
+    row.locator("button.cancel").click()
+    page.wait_for_url("**/ui/schedules")
+    assert page.locator("#schedule-me-digest").count() == 0
 
     # Another tenant: the same URL is a 404 page. An agent: no proposals page.
     stranger = sign_in(browser, base_url, "stranger")

@@ -2,9 +2,11 @@
 
 Owns :class:`ClientPool` (several :class:`~pipeline.control.client.CommandClient` s, so
 concurrent requests reach the command processor concurrently — one client serializes its round
-trips), :class:`LedgerStore` (reads the newest ``max_scan`` records of one partition of
-``receipts`` or ``notifications`` — never a whole partition — and folds them: a watcher's
-receipts newest first; a subject's ledger deduped on delivery key, ``wake`` records skipped,
+trips), :class:`LedgerStore` (reads the newest ``max_scan`` records of a partition of
+``receipts``, ``lifecycle`` or ``notifications`` — never a whole partition — and folds them: a
+watcher's receipts newest first; the newest receipt of each of a subject's watchers (the
+console's last outcomes and last fires); a watcher's lifecycle records still in the compacted
+log; a subject's ledger deduped on delivery key, ``wake`` records skipped,
 acknowledgements applied; a subject's deliveries from ``delivery-state``,
 ``pipeline.control.deliveries``), the acknowledgement record (kind ``ack`` on
 ``notifications``, keyed by subject like its notification, so it lives and is erased exactly
@@ -27,7 +29,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, Final
@@ -46,6 +48,7 @@ from pipeline.kafka.partitioner import partition_for
 from pipeline.kafka.scan import scan
 from pipeline.kafka.serde import SchemaRegistry, default_registry
 from pipeline.kafka.topics import Topic, Topology
+from pipeline.records.lifecycle import decode_lifecycle
 from pipeline.records.notification import (
     NotificationKind,
     decode_notification,
@@ -150,7 +153,7 @@ class LedgerStore:
         now = self._clock.now()
         found: list[Receipt] = []
         erased = 0
-        for msg in scan(self._bootstrap, topic, partitions=(partition,)):
+        for msg in scan(self._bootstrap, topic, partitions=(partition,), tail=self._max_scan):
             raw = msg.value()
             if msg.key() != wanted or raw is None:
                 continue
@@ -166,6 +169,74 @@ class LedgerStore:
             found.append(receipt)
         found.sort(key=lambda r: r.evaluated_at, reverse=True)
         return [_evaluation(r, source_id) for r in found[:limit]], erased
+
+    def latest(
+        self, tenant_id: str, user_id: str, source_ids: Iterable[str] | None = None
+    ) -> dict[str, dict[str, Any]]:
+        """The newest readable receipt of each of the subject's watchers on ``source_ids``'
+        partitions of ``receipts`` (None: every partition; the newest ``max_scan`` records of
+        each), by watcher id: one read per page, never one per row."""
+        topic = self._topology.name(Topic.RECEIPTS)
+        count = self._topology.partitions_for(Topic.RECEIPTS)
+        if source_ids is None:
+            partitions = list(range(count))
+        else:
+            partitions = sorted({partition_for(source, count) for source in source_ids})
+        if not partitions:
+            return {}
+        mine = (subject_key(tenant_id, user_id)[:-1] + ",").encode("utf-8")  # ["t","u",…
+        ring = self._ring(tenant_id, user_id)
+        now = self._clock.now()
+        newest: dict[str, Receipt] = {}
+        for msg in scan(self._bootstrap, topic, partitions=partitions, tail=self._max_scan):
+            raw, key = msg.value(), msg.key() or b""
+            if raw is None or not key.startswith(mine):
+                continue
+            try:
+                receipt, _ = decode_receipt(self._schemas, ring, raw)
+            except (SerdeError, ValueError):
+                continue
+            if (receipt.tenant_id, receipt.user_id) != (tenant_id, user_id):
+                continue
+            if receipt.erased or not retained(receipt.retain_until, now):
+                continue
+            seen = newest.get(receipt.watcher_id)
+            if seen is None or receipt.evaluated_at >= seen.evaluated_at:
+                newest[receipt.watcher_id] = receipt
+        return {wid: _evaluation(r, "") for wid, r in newest.items()}
+
+    def lifecycle(self, tenant_id: str, user_id: str, watcher_id: str) -> list[dict[str, Any]]:
+        """The watcher's ``lifecycle`` records still in the log (the topic is compacted: the
+        newest always, older ones until compaction), oldest first."""
+        topic = self._topology.name(Topic.LIFECYCLE)
+        key = watcher_key(tenant_id, user_id, watcher_id)
+        partition = partition_for(key, self._topology.partitions_for(Topic.LIFECYCLE))
+        wanted = key.encode("utf-8")
+        found: list[dict[str, Any]] = []
+        for msg in scan(self._bootstrap, topic, partitions=(partition,), tail=self._max_scan):
+            raw = msg.value()
+            if msg.key() != wanted or raw is None:
+                continue
+            try:
+                record = decode_lifecycle(self._schemas, raw)
+            except (SerdeError, ValueError, KeyError):
+                continue
+            if (record.tenant_id, record.user_id, record.watcher_id) != (
+                tenant_id,
+                user_id,
+                watcher_id,
+            ):
+                continue
+            found.append(
+                {
+                    "at": rfc3339_micros(record.at),
+                    "status": record.status,
+                    "version": record.version,
+                    "revision": record.revision,
+                    "reason": record.reason,
+                }
+            )
+        return found
 
     # -- the ledger -------------------------------------------------------------------------
 

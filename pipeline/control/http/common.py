@@ -13,7 +13,7 @@ Left out: the routes (``watches``, ``ledger``, ``grants``) and the app
 (``api``).
 """
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Annotated, Any, Final, Literal, Protocol
@@ -22,6 +22,7 @@ from fastapi import Depends, Header, Query, Request
 from fastapi.security import HTTPBearer
 from pydantic import ValidationError
 
+from pipeline.clock import Clock, SystemClock
 from pipeline.control.core import CommandPort
 from pipeline.control.http.auth import (
     PROTOCOL_HEADER,
@@ -66,6 +67,12 @@ class LedgerPort(Protocol):
     def evaluations(
         self, tenant_id: str, user_id: str, watcher_id: str, source_id: str, limit: int
     ) -> tuple[list[dict[str, Any]], int]: ...
+
+    def latest(
+        self, tenant_id: str, user_id: str, source_ids: Iterable[str] | None = None
+    ) -> dict[str, dict[str, Any]]: ...
+
+    def lifecycle(self, tenant_id: str, user_id: str, watcher_id: str) -> list[dict[str, Any]]: ...
 
     def notifications(self, tenant_id: str, user_id: str) -> tuple[list[dict[str, Any]], int]: ...
 
@@ -113,6 +120,8 @@ class ApiServices:
     events: EventsPort | None = None  # None: this API takes no events
     publishers: Mapping[str, frozenset[str]] = field(default_factory=dict)  # name → source ids
     status: StatusPort | None = None  # the console's header (None: not shown)
+    chats: tuple[str, ...] = ()  # the configured chats, whose schedules the console shows
+    clock: Clock = field(default_factory=SystemClock)  # the console's "now" (next polls)
 
 
 def _services(request: Request) -> ApiServices:

@@ -24,6 +24,7 @@ from fastapi.responses import JSONResponse
 from pipeline.control.http.auth import ApiCode, ApiError
 from pipeline.control.http.common import (
     MAX_LONG,
+    ApiServices,
     Caller,
     Services,
     TenantQ,
@@ -48,7 +49,7 @@ from pipeline.rules.authz import Principal, Role
 from pipeline.rules.commands.model import CommandVerb
 from pipeline.rules.lifecycle import WatcherStatus
 
-__all__ = ["router"]
+__all__ = ["router", "schedule_verb"]
 
 router = APIRouter()
 
@@ -294,7 +295,9 @@ def evaluations(
 # --- schedules (the dispatch core) ------------------------------------------------------------
 
 
-def _verb(services: Services, who: Principal, body: dict[str, Any]) -> dict[str, Any]:
+def schedule_verb(services: ApiServices, who: Principal, body: dict[str, Any]) -> dict[str, Any]:
+    """One dispatch-core verb (``list``, ``cancel``) for ``who``; its refusal as an API error
+    (the console's schedules page goes through here too)."""
     response = services.schedules(who).handle(body, who)
     if response.error is not None:
         code = _KIND_CODES.get(response.error.code, ApiCode.UNAVAILABLE)
@@ -309,7 +312,7 @@ def _verb(services: Services, who: Principal, body: dict[str, Any]) -> dict[str,
     summary="The caller's schedules in one chat",
 )
 def list_schedules(who: Caller, services: Services, chat: ChatQ = None) -> ScheduleList:
-    return ScheduleList.model_validate(_verb(services, who, {"verb": "list", "chat": chat}))
+    return ScheduleList.model_validate(schedule_verb(services, who, {"verb": "list", "chat": chat}))
 
 
 @router.post(
@@ -324,5 +327,5 @@ def cancel_schedule(
     services: Services,
     chat: ChatQ = None,
 ) -> ScheduleCancelled:
-    result = _verb(services, who, {"verb": "cancel", "name": name, "chat": chat})
+    result = schedule_verb(services, who, {"verb": "cancel", "name": name, "chat": chat})
     return ScheduleCancelled.model_validate(result)

@@ -84,8 +84,10 @@ def stale_proposals(
 ) -> tuple[RegistryEntry, ...]:
     """The subject's proposals proposed ``ttl`` or longer before ``now``, by id: no longer
     approvable, counted or listed; the command processor forgets them."""
-    return tuple(
+    stale = [
         entry
-        for _, entry in sorted(view.items())
+        for entry in view.values()
         if entry.status is WatcherStatus.PROPOSED and now >= entry.created_at + ttl
-    )
+    ]
+    stale.sort(key=lambda entry: entry.watcher_id)  # few, or none: sorted after the filter
+    return tuple(stale)

@@ -1,12 +1,16 @@
-"""Timing flags → a schedule source in the subject's zone, and a watcher → its list entry."""
+"""Timing flags → a schedule source in the subject's zone, a watcher → its list entry, and its
+newest receipt → its last fire (late past the ticker's grace)."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from pipeline.control.schedules import schedule_view, timing_source
+from pipeline.control.schedules import last_fire, next_look, schedule_view, timing_source
 from pipeline.control.verbs import ScheduleRequest
 from pipeline.rules.errors import DefinitionError
 from pipeline.rules.zones import load_zone
@@ -68,3 +72,45 @@ def test_schedule_view_of_a_cron_watcher_shows_its_next_fire_across_dst() -> Non
 
 def test_schedule_view_ignores_watchers_that_are_not_schedules() -> None:
     assert schedule_view({"watcher_id": "release-build-failed", "definition": {}}, NOW) is None
+
+
+def _receipt(due: str, fired: str) -> dict[str, Any]:
+    trigger = {"kind": "schedule", "scheduled_at": due}
+    return {"trigger": trigger, "observed_at": fired, "outcome": "satisfied"}
+
+
+def test_a_fire_within_the_tickers_grace_is_on_time_and_one_past_it_is_late() -> None:
+    on_time = last_fire(_receipt("2026-03-28T12:00:00Z", "2026-03-28T12:00:05Z"))
+    assert on_time == {
+        "due_at": "2026-03-28T12:00:00Z",
+        "fired_at": "2026-03-28T12:00:05Z",
+        "late": False,
+        "outcome": "satisfied",
+    }
+    late = last_fire(_receipt("2026-03-28T12:00:00Z", "2026-03-28T12:00:06Z"))
+    assert late is not None and late["late"] is True
+
+
+@given(st.recursive(st.none() | st.text() | st.integers(), lambda c: st.dictionaries(st.text(), c)))
+def test_last_fire_of_any_shape_is_a_fire_or_none(receipt: Any) -> None:
+    shown = last_fire(receipt if isinstance(receipt, dict) else {"trigger": receipt})
+    assert shown is None or set(shown) == {"due_at", "fired_at", "late", "outcome"}
+
+
+def test_next_look_of_a_cadence_a_cron_an_at_and_an_event() -> None:
+    polling = {"kind": "polling", "source_id": "run:r-1", "tool": "workflow.run.status@v1"}
+    cadence = {"source": {**polling, "target": "r-1", "cadence": "5m", "max_age": "2m"}}
+    assert next_look(cadence, NOW) == "2026-03-28T12:05:00Z"
+    cron = {"source": {"kind": "schedule", "cron": "0 9 * * *", "timezone": "Europe/Berlin"}}
+    assert next_look(cron, NOW) == "2026-03-29T07:00:00Z"  # 09:00 in Berlin, summer time
+    assert next_look({"source": {"kind": "schedule", "at": "2026-03-28T13:00:00Z"}}, NOW) == (
+        "2026-03-28T13:00:00Z"
+    )
+    assert next_look({"source": {"kind": "schedule", "at": "2026-03-28T11:00:00Z"}}, NOW) is None
+    assert next_look({"source": {"kind": "event", "source_id": "s"}}, NOW) is None
+
+
+@given(st.recursive(st.none() | st.text() | st.integers(), lambda c: st.dictionaries(st.text(), c)))
+def test_next_look_of_any_shape_is_an_instant_or_none(source: Any) -> None:
+    found = next_look({"source": source}, NOW)
+    assert found is None or found.endswith("Z")

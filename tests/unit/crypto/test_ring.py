@@ -106,9 +106,30 @@ def test_kek_rotation_keeps_old_records_readable_and_wraps_new_keys_under_the_ne
     assert renewed is not None and renewed[0] == topic_key
     assert decode_data_key(default_registry(), renewed[1]).kek_id == "k2"
     assert after.rewrapped(ANN) is None, "already under the newest"
+    assert after.older_owners("acme", "ann") == [], "rewrapped: nothing older left"
     only_k2 = ring(K2)
     only_k2.apply(*renewed)
     assert only_k2.open(b"a", old) == b"sealed under k1's wrap", "same key, same id"
+
+
+def test_older_owners_are_exactly_the_subjects_keys_an_older_kek_wraps() -> None:
+    before = ring(K1)
+    old = [before.create(owner, NOW) for owner in (ANN, evidence_owner("acme", "ann", "w-1", 1))]
+    after = ring(f"{K1},{K2}")
+    for topic_key, raw in old:
+        after.apply(topic_key, raw)
+    after.create(evidence_owner("acme", "ann", "w-2", 1), NOW)  # under k2 already
+    after.create(BOB, NOW)
+    older = after.older_owners("acme", "ann")
+    assert older == sorted(
+        (o for o in after.owners("acme", "ann") if after.rewrapped(o) is not None),
+        key=lambda o: o.topic_key,
+    )
+    assert {o.watcher_id for o in older} == {None, "w-1"}
+    assert after.older_owners("acme", "ann") == [], "each one rewrapped, none older now"
+    assert after.older_owners("acme", "bob") == []
+    after.apply(old[1][0], None)  # a tombstone leaves both indexes
+    assert after.older_owners("acme", "ann") == []
 
 
 def test_a_key_whose_kek_is_missing_reads_as_erased_and_the_log_names_no_key(

@@ -1,5 +1,5 @@
 """The console's pages under ``/ui/`` (DESIGN.md §9): watches, a watcher, proposals,
-deliveries; sign in and out; every form guarded by its CSRF token.
+schedules, deliveries; sign in and out; every form guarded by its CSRF token.
 
 Every page acts for the signed-in principal's own subject, through the same ports as the API
 (:class:`~pipeline.control.http.common.ApiServices`): lists and changes are commands the command
@@ -7,7 +7,11 @@ processor decides (so roles, grants and the cap hold exactly as over ``/v1``; an
 watcher or delivery is "not found", a 404 page), reads of receipts and deliveries come after
 the same checks the API makes. Agents (and scoped chats) see no proposals page and cannot
 approve: the page is a 404 for them and the processor refuses the command anyway. Lists are
-filtered and paginated on the server (:data:`PAGE_SIZE` rows).
+filtered and paginated on the server (:data:`PAGE_SIZE` rows). A page's reads of the log run
+beside its command round trip, never after it, and are shown only once the command answered:
+the watches list's last outcomes (one read, not one per row), a watcher's lifecycle records,
+deliveries and — when its source is known from an earlier page (:class:`KnownSources`, a hint
+the answer checks) — its receipts.
 
 A ``GET`` without a session goes to the sign-in page; a ``POST`` without a session or without
 its session's CSRF token is refused (403) before anything is decided. Bodies are URL-encoded
@@ -21,6 +25,7 @@ import secrets
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from importlib import resources
 from typing import Any, Final
 from urllib.parse import parse_qs, urlencode
@@ -32,6 +37,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from pipeline.control.http.auth import ApiCode, ApiError
 from pipeline.control.http.common import ApiServices, StatusPort, guarded, run_command
 from pipeline.control.http.console.render import environment, proposal_words
+from pipeline.control.http.console.schedules import cancel_schedule, chat_schedules
 from pipeline.control.http.console.sessions import (
     SESSION_COOKIE,
     SIGN_IN_COOKIE,
@@ -41,7 +47,9 @@ from pipeline.control.http.console.sessions import (
     secure_headers,
     set_cookie,
 )
+from pipeline.control.http.console.sources import KnownSources
 from pipeline.control.http.deliveries import may_read, read_one
+from pipeline.control.schedules import next_look
 from pipeline.rules.authz import Principal, Role
 from pipeline.rules.commands.context import AGENT_CAP
 from pipeline.rules.commands.model import CommandVerb
@@ -109,6 +117,7 @@ class Console:
         self.sessions = sessions or SessionStore()
         self.status = status
         self.pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="console-read")
+        self.sources = KnownSources()
         self.env = environment()
         self.css = (
             resources.files("pipeline.control.http.console")
@@ -197,10 +206,13 @@ class Console:
             limit=size,
             **filters,
         )
-        return list(result.get("watchers", [])), int(result.get("total", 0))
+        shown = list(result.get("watchers", []))
+        for view in shown:
+            self.sources.remember(who.tenant_id, who.user_id, view)
+        return shown, int(result.get("total", 0))
 
     def watcher(self, who: Principal, watcher_id: str) -> dict[str, Any]:
-        return run_command(
+        view: dict[str, Any] = run_command(
             self.services,
             CommandVerb.SHOW,
             who,
@@ -208,6 +220,8 @@ class Console:
             who.user_id,
             watcher_id=watcher_id,
         )
+        self.sources.remember(who.tenant_id, who.user_id, view)
+        return view
 
 
 def install_console(
@@ -301,15 +315,31 @@ def _routes(router: APIRouter, console: Console) -> None:
             chat = _query(request, "session")
             notice = None
             page_number = _page_number(request)
+            # Each row's last outcome is its newest receipt: one read of the receipts the
+            # rows can be on, beside the ``list`` round trip (shown only for the rows listed).
+            outcomes = console.pool.submit(
+                services.ledger.latest,
+                who.tenant_id,
+                who.user_id,
+                None if source is None else [source],
+            )
             try:
                 shown, total = console.page_of(
                     who, page_number, state=state, session_id=chat, source_id=source
                 )
             except ApiError as exc:
+                outcomes.cancel()
                 if exc.code is not ApiCode.DENIED:
                     raise
                 shown, total = [], 0
                 notice = exc.message  # no grant to manage anything: nothing to list
+            else:
+                now = services.clock.now()
+                last: dict[str, dict[str, Any]] = guarded(partial(outcomes.result, _READ_TIMEOUT_S))
+                for row in shown:
+                    live = row.get("status") == "active"
+                    row["next_look"] = next_look(row.get("definition") or {}, now) if live else None
+                    row["last"] = last.get(row.get("watcher_id", ""))
             pages = max(1, -(-total // PAGE_SIZE))
             filters = {k: v for k, v in (("state", state), ("source", source), ("session", chat))}
             return console.render(
@@ -337,7 +367,8 @@ def _routes(router: APIRouter, console: Console) -> None:
             if len(watcher_id) > 200:
                 raise ApiError(ApiCode.NOT_FOUND, "no such watcher")
             tenant, user = who.tenant_id, who.user_id
-            # The watcher's deliveries are read while the command processor answers ``show``
+            # The watcher's deliveries, and its receipts when its source (their partition) is
+            # known from an earlier page, are read while the command processor answers ``show``
             # (they are the subject's own, filtered by subject; shown only once it answered).
             reading = None
             if who.role not in _NO_PROPOSALS:
@@ -345,20 +376,34 @@ def _routes(router: APIRouter, console: Console) -> None:
                 reading = console.pool.submit(
                     services.ledger.deliveries, tenant, user, None, watcher_id
                 )
+            guess = console.sources.get((tenant, user, watcher_id))
+            early = None
+            if guess is not None:
+                early = console.pool.submit(
+                    services.ledger.evaluations, tenant, user, watcher_id, guess, PAGE_SIZE
+                )
+            moves = console.pool.submit(services.ledger.lifecycle, tenant, user, watcher_id)
             try:
                 view = console.watcher(who, watcher_id)
             except BaseException:
-                if reading is not None:
-                    reading.cancel()
+                for pending in (reading, early, moves):
+                    if pending is not None:
+                        pending.cancel()
                 raise
-            evaluations, erased = guarded(
-                lambda: services.ledger.evaluations(
-                    tenant, user, watcher_id, view["source_id"], PAGE_SIZE
+            source = view["source_id"]
+            if early is not None and guess == source:
+                evaluations, erased = guarded(partial(early.result, _READ_TIMEOUT_S))
+            else:  # not known yet, or the source moved: read its partition now
+                if early is not None:
+                    early.cancel()
+                read = services.ledger.evaluations
+                evaluations, erased = guarded(
+                    partial(read, tenant, user, watcher_id, source, PAGE_SIZE)
                 )
-            )
             deliveries: list[dict[str, Any]] = (
-                [] if reading is None else guarded(lambda: reading.result(_READ_TIMEOUT_S))
+                [] if reading is None else guarded(partial(reading.result, _READ_TIMEOUT_S))
             )
+            history: list[dict[str, Any]] = guarded(partial(moves.result, _READ_TIMEOUT_S))
             by_key = {d["delivery_key"]: d for d in deliveries}
             for evaluation in evaluations:
                 evaluation["delivery"] = by_key.get(evaluation.get("delivery_key") or "")
@@ -368,6 +413,7 @@ def _routes(router: APIRouter, console: Console) -> None:
                 watch=view,
                 words=proposal_words(view["definition"]),
                 evaluations=evaluations,
+                history=history,
                 erased=erased,
                 deliveries=deliveries[:PAGE_SIZE],
             )
@@ -436,6 +482,37 @@ def _routes(router: APIRouter, console: Console) -> None:
             )
 
         return _guard(console, request, page)
+
+    # -- schedules ---------------------------------------------------------------------------
+
+    @router.get("/ui/schedules")
+    def schedules(request: Request) -> Response:
+        def page() -> Response:
+            session = console.session(request)
+            chats, notice = chat_schedules(
+                services, console.pool, session.principal, _READ_TIMEOUT_S
+            )
+            return console.render("schedules.html", session, chats=chats, notice=notice)
+
+        return _guard(console, request, page)
+
+    @router.post("/ui/schedules/cancel")
+    async def cancel(request: Request) -> Response:
+        session: Session | None = None
+        try:
+            session, form = await console.posted(request)
+            await run_in_threadpool(
+                cancel_schedule,
+                services,
+                session.principal,
+                form.get("chat", ""),
+                form.get("name", ""),
+            )
+        except _Refused as refused:
+            return console.error(None, refused.status, refused.message)
+        except ApiError as exc:
+            return console.error(session, exc.status, exc.message)
+        return secure_headers(RedirectResponse("/ui/schedules", status_code=303))
 
     # -- deliveries --------------------------------------------------------------------------
 

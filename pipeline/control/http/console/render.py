@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any, Final
 
-from jinja2 import Environment, PackageLoader, select_autoescape
+from jinja2 import Environment, PackageLoader, Undefined, select_autoescape
 
 __all__ = [
     "cadence_text",
@@ -30,11 +30,14 @@ _MAX_DEPTH: Final = 64
 
 
 def _literal(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, sort_keys=True)
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
 
 
 def condition_text(condition: Any, depth: int = 0) -> str:
-    """``condition`` (DESIGN.md §9's grammar) in words; anything else as compact JSON."""
+    """``condition`` (DESIGN.md §9's grammar) in words; none (a schedule has none) as a dash;
+    anything else as compact JSON."""
+    if condition is None or isinstance(condition, Undefined):
+        return "—"
     if depth > _MAX_DEPTH or not isinstance(condition, dict) or len(condition) != 1:
         return _literal(condition)
     ((op, arg),) = condition.items()

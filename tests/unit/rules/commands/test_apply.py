@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -758,3 +759,36 @@ def test_the_subject_index_survives_a_rollback_and_rebuilds_for_a_new_table() ->
     fresh.apply(watcher_key(TENANT, USER, "w-9"), b"4")
     assert index.keys(fresh, mine) == [watcher_key(TENANT, USER, "w-9")]
     assert index.keys(fresh, theirs) == []
+
+
+def test_the_subject_view_decodes_only_changed_values_and_follows_rollbacks() -> None:
+    mine = subject_key(TENANT, USER)
+    table = Table(TableSpec("registry", "t.registry"), 0)
+    k1, k2 = watcher_key(TENANT, USER, "w-1"), watcher_key(TENANT, USER, "w-2")
+    table.apply(k1, b"one")
+    table.apply(watcher_key(TENANT, "u-7", "w-1"), b"theirs")
+    decoded: list[bytes] = []
+    subject = Subject()
+    subject.ok(CommandVerb.CREATE, definition=definition())
+    made = subject.view["w-1"]
+
+    def decode(raw: bytes) -> RegistryEntry | None:
+        decoded.append(raw)
+        if raw == b"erased":
+            return None
+        return replace(made, watcher_id=raw.decode())
+
+    index = SubjectIndex()
+    assert set(index.view(table, mine, decode)) == {"one"}
+    assert set(index.view(table, mine, decode)) == {"one"} and decoded == [b"one"], "held"
+    table.set(k2, b"two")
+    index.add(table, k2)
+    table.set(k1, b"erased")
+    assert set(index.view(table, mine, decode)) == {"two"}, "an entry that no longer opens"
+    table.rollback()
+    assert set(index.view(table, mine, decode)) == {"one"}, "the rollback's values again"
+    table.delete(k1)
+    table.committed()
+    assert dict(index.view(table, mine, decode)) == {}
+    assert decoded[0] == b"one" and decoded[3:] == [b"one"] and len(decoded) == 4
+    assert sorted(decoded[1:3]) == [b"erased", b"two"], "only the changed values, once each"

@@ -69,6 +69,12 @@ def test_templates_escape_what_tenants_wrote() -> None:
     assert "<script>" not in html and "&lt;script&gt;" in html
 
 
+def test_a_definition_without_a_condition_a_schedule_renders_as_a_dash() -> None:
+    row = environment().from_string("{{ d.condition | condition }}").render(d={"source": {}})
+    assert row == "—"
+    assert proposal_words({"source": {"kind": "schedule", "cron": "0 9 * * *"}})["condition"] == "—"
+
+
 def test_sessions_expire_are_evicted_oldest_first_and_tokens_compare_exactly() -> None:
     now = [0.0]
     store = SessionStore(ttl_s=10, max_sessions=2, clock=lambda: now[0])

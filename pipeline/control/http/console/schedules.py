@@ -1,0 +1,61 @@
+"""What the console's schedules page shows and does: each configured chat's schedules with their
+next fire and last fire (late or not), and cancelling one (DESIGN.md §9; seed 001).
+
+Listing and cancelling go through the dispatch core exactly as ``GET /v1/schedules`` and
+``POST /v1/schedules/{name}:cancel`` do (``watches.schedule_verb``): the same role check, the
+same ``list``/``cancel`` commands the command processor decides (an agent sees and cancels only
+the schedules its session created; a scoped chat token none: ``denied``). The last fires are
+each chat's newest receipts, read beside the ``list`` round trip and shown only for what the
+list returned. Left out: the routes, sessions and CSRF (``pages``), the words (``render``).
+"""
+
+from __future__ import annotations
+
+import re
+from concurrent.futures import Executor
+from functools import partial
+from typing import Any, Final
+
+from pipeline.control.http.auth import ApiCode, ApiError
+from pipeline.control.http.common import ApiServices, guarded
+from pipeline.control.http.watches import schedule_verb
+from pipeline.control.schedules import last_fire, schedule_id
+from pipeline.control.verbs import NAME_PATTERN
+from pipeline.rules.authz import Principal
+from pipeline.rules.commands.immediate import schedule_source
+
+__all__ = ["cancel_schedule", "chat_schedules"]
+
+_NAME: Final = re.compile(NAME_PATTERN)
+
+
+def chat_schedules(
+    services: ApiServices, pool: Executor, who: Principal, timeout_s: float
+) -> tuple[list[dict[str, Any]], str | None]:
+    """Per configured chat ``{chat, schedules}`` (each schedule as ``list --json`` shows it,
+    with ``last``: its last fire or None), and a notice when ``who`` may list none."""
+    tenant, user = who.tenant_id, who.user_id
+    shown: list[dict[str, Any]] = []
+    for chat in services.chats:
+        reading = pool.submit(services.ledger.latest, tenant, user, [schedule_source(chat)])
+        try:
+            listed = schedule_verb(services, who, {"verb": "list", "chat": chat})
+        except ApiError as exc:
+            reading.cancel()
+            if exc.code is not ApiCode.DENIED:
+                raise
+            return [], exc.message
+        fires: dict[str, dict[str, Any]] = guarded(partial(reading.result, timeout_s))
+        rows = [
+            {**entry, "last": last_fire(fires.get(schedule_id(chat, entry["name"])))}
+            for entry in listed.get("schedules", [])
+        ]
+        shown.append({"chat": chat, "schedules": rows})
+    return shown, None
+
+
+def cancel_schedule(services: ApiServices, who: Principal, chat: str, name: str) -> None:
+    """Cancel ``name`` in ``chat`` for ``who`` (an unknown chat or name: not found)."""
+    if chat not in services.chats or not _NAME.fullmatch(name):
+        raise ApiError(ApiCode.NOT_FOUND, "no such schedule", "name")
+    schedule_verb(services, who, {"verb": "cancel", "name": name, "chat": chat})
