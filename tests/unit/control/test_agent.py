@@ -37,7 +37,7 @@ def test_each_call_is_a_fresh_process(tmp_path: Path) -> None:
 
 def test_agent_that_outlives_its_timeout_is_killed_with_its_children(tmp_path: Path) -> None:
     marker = tmp_path / "child.pid"
-    runner, _ = _runner(tmp_path, f"sleep 30 & echo $! > {marker}\nwait\n", timeout_s=0.5)
+    runner, _ = _runner(tmp_path, f"sleep 30 & echo $! > {marker}\nwait\n", timeout_s=2.0)
     with pytest.raises(VigilError, match="did not answer within"):
         runner.ask("x", "me")
     child = int(marker.read_text())
