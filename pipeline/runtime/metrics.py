@@ -30,6 +30,7 @@ class RuntimeMetrics:
     paused_partitions: Gauge  # labels: group
     resyncs: Counter  # labels: group
     restored_partitions: Counter  # labels: group
+    batches_cut: Counter  # labels: group
 
 
 def runtime_metrics(registry: CollectorRegistry = REGISTRY) -> RuntimeMetrics:
@@ -93,6 +94,13 @@ def _create(registry: CollectorRegistry) -> RuntimeMetrics:
         restored_partitions=Counter(
             "vigil_runtime_restored_partitions",
             "Partition numbers whose tables a rebalance restored from their changelogs.",
+            ["group"],
+            registry=registry,
+        ),
+        batches_cut=Counter(
+            "vigil_runtime_batches_cut",
+            "Batches cut short to commit within the transaction timeout (the rest read again "
+            "by the next step): frequent cuts mean records that are slow to process.",
             ["group"],
             registry=registry,
         ),
