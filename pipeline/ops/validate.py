@@ -93,6 +93,8 @@ def _parse(text: str) -> Any:
             raise _SyntaxProblem(exc.lineno, exc.colno, f"not JSON: {exc.msg}") from None
     except ValueError as exc:
         raise _SyntaxProblem(1, 1, f"not JSON: {exc}") from None
+    except RecursionError:  # the C decoder gives up on deep nesting this way, not as a ValueError
+        raise _SyntaxProblem(1, 1, "nested too deeply") from None
     try:
         return yaml.load(text, Loader=_Loader)
     except yaml.YAMLError as exc:

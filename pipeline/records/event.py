@@ -17,7 +17,7 @@ from typing import Any, Final
 from pydantic import BaseModel, ConfigDict, StrictStr, ValidationError
 
 from pipeline.records.codec import parse_json
-from pipeline.rules.bounds import SAFE_JSON_INT, check_instant
+from pipeline.rules.bounds import SAFE_JSON_INT, check_instant, check_json
 from pipeline.rules.errors import DefinitionError, SerdeError
 from pipeline.rules.evidence import Evidence, EvidenceKind
 from pipeline.rules.instants import parse_instant, utc
@@ -62,9 +62,14 @@ def event_record(
     cursor: str | None = None,
     envelope_id: str | None = None,
 ) -> dict[str, Any]:
-    """The Avro ``event`` value of one event, or :class:`DefinitionError` naming the field."""
+    """The Avro ``event`` value of one event, or :class:`DefinitionError` naming the field.
+    The payload is held to what every reader takes (:func:`payload_object`): a JSON object
+    within the bounds of DESIGN.md §10, so an event accepted here is never dead-lettered there."""
     if not isinstance(observed_at, datetime) or observed_at.utcoffset() is None:
         raise DefinitionError("must be an aware datetime (with a time zone)", "observed_at")
+    if not isinstance(payload, Mapping):  # what every reader takes (payload_object)
+        raise DefinitionError("must be a JSON object", "payload")
+    check_json(payload, "payload", max_int=SAFE_JSON_INT)  # before any recursive walk
     body = canonical_json(payload, "payload")
     if len(body) > MAX_PAYLOAD_BYTES:
         raise DefinitionError(f"canonical JSON is larger than {MAX_PAYLOAD_BYTES} bytes", "payload")
