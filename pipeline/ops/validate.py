@@ -23,7 +23,7 @@ from typing import Any, Final
 import yaml
 from pydantic import ValidationError
 
-from pipeline.records.event import EventLine, event_record
+from pipeline.records.event import EventLine, line_record
 from pipeline.rules.bounds import MAX_DURATION
 from pipeline.rules.definition_check import Problem, definition_problems, is_proposal
 from pipeline.rules.durations import format_duration
@@ -243,15 +243,7 @@ def _event_problems(text: str) -> tuple[list[Problem], tuple[EventLine, datetime
         return [_event_problem(error) for error in exc.errors()], None
     try:
         observed_at = parse_instant(line.observed_at, "observed_at")
-        event_record(
-            line.source_id,
-            line.event_type,
-            line.event_id,
-            line.payload,
-            observed_at,
-            line.cursor,
-            line.envelope_id,
-        )
+        line_record(line, observed_at)
     except DefinitionError as exc:
         return [Problem(exc.field, exc.message)], None
     return [], (line, observed_at)

@@ -34,6 +34,7 @@ __all__ = [
     "event_line",
     "event_record",
     "evidence_from_event",
+    "line_record",
     "payload_object",
 ]
 
@@ -82,6 +83,19 @@ def event_record(
         "observed_at": utc(observed_at),
         "payload": body.decode("utf-8"),
     }
+
+
+def line_record(line: EventLine, observed_at: datetime) -> dict[str, Any]:
+    """:func:`event_record` of an event as a publisher wrote it (:func:`event_line`)."""
+    return event_record(
+        line.source_id,
+        line.event_type,
+        line.event_id,
+        line.payload,
+        observed_at,
+        line.cursor,
+        line.envelope_id,
+    )
 
 
 class SharedEvidence(Evidence):

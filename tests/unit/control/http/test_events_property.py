@@ -25,7 +25,7 @@ from pipeline.control.http.api import ApiServices, create_app
 from pipeline.control.http.auth import ApiCode, TokenDirectory
 from pipeline.control.http.events import MAX_BATCH
 from pipeline.kafka.serde import default_registry
-from pipeline.records.event import EVENT, EventLine, event_line, event_record
+from pipeline.records.event import EVENT, EventLine, event_line, line_record
 from pipeline.rules.errors import DefinitionError
 from tests.unit.control.http.test_auth import MemoryProcessor, NoLedger, refuse_schedules
 from tests.unit.rules.commands.test_hostile_commands import HOSTILE, nested
@@ -78,15 +78,7 @@ class CheckingEvents:
         verdicts: list[str | None] = []
         for line, observed_at in events:
             try:
-                record = event_record(
-                    line.source_id,
-                    line.event_type,
-                    line.event_id,
-                    line.payload,
-                    observed_at,
-                    line.cursor,
-                    line.envelope_id,
-                )
+                record = line_record(line, observed_at)
             except DefinitionError as exc:
                 verdicts.append(str(exc))
                 continue
@@ -173,15 +165,7 @@ def expected_verdict(item: Any) -> str:
         line, observed_at = event_line(item)
         if line.source_id != SOURCE:
             return "rejected"
-        event_record(
-            line.source_id,
-            line.event_type,
-            line.event_id,
-            line.payload,
-            observed_at,
-            line.cursor,
-            line.envelope_id,
-        )
+        line_record(line, observed_at)
     except DefinitionError:
         return "rejected"
     return "accepted"
