@@ -49,7 +49,13 @@ def _text(value: object, field: str, limit: int, *, optional: bool = False) -> s
         return None
     if not isinstance(value, str) or not value:
         raise DefinitionError("must be a non-empty string", field)
-    if len(value.encode("utf-8", "surrogatepass")) > limit:
+    if len(value) > limit:  # a character is at least one byte: bounded before encoding
+        raise DefinitionError(f"longer than {limit} bytes", field)
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError:  # a lone surrogate: no record can carry it
+        raise DefinitionError("is not valid Unicode text (a lone surrogate)", field) from None
+    if size > limit:
         raise DefinitionError(f"longer than {limit} bytes", field)
     return value
 

@@ -97,6 +97,8 @@ def canonical_json(value: Any, field: str | None = None) -> bytes:
         raise DefinitionError(f"not canonical JSON: {exc}", field) from exc
     except RecursionError as exc:
         raise DefinitionError("not canonical JSON: nested too deeply", field) from exc
+    except UnicodeError as exc:  # rfc8785 sorts keys as UTF-16: a lone surrogate key fails there
+        raise DefinitionError("not canonical JSON: a lone surrogate in a key", field) from exc
 
 
 class _NotPlain(Exception):

@@ -51,7 +51,8 @@ EVENT_ITEM: Final[dict[str, Any]] = {
 ITEM_HOSTILITY: Final[dict[str, list[Any]]] = {
     "source_id": ["other.source", "", "a" * 10_000, 7, None],
     "event_type": ["", "a" * 10_000, "build finished", None],
-    "event_id": ["", "e" * 1_000, 12, None],
+    "event_id": ["", "e" * 1_000, 12, None, "e-\ud800"],
+    "cursor": ["", "c" * 2_000, "c-\ud800", 5],
     "observed_at": ["0001-01-01T00:00:00Z", "9999-12-31T23:59:59-01:00", "yesterday", 0],
     "payload": [
         nested(70),
@@ -61,6 +62,8 @@ ITEM_HOSTILITY: Final[dict[str, list[Any]]] = {
         [1, 2],
         "text",
         {"s": "x" * 200_000},
+        {"\ud800": 1},
+        {"s": "\udfff"},
     ],
 }
 
@@ -210,6 +213,14 @@ def test_the_generator_reaches_accepted_items_rejected_items_and_whole_refusals(
         ("accepted", None),
         ("rejected", "invalid"),
         ("rejected", "denied"),
+    ]
+    surrogates = [{**EVENT_ITEM, "cursor": "c-\ud800"}, {**EVENT_ITEM, "payload": {"\ud800": 1}}]
+    answer = client.post(
+        "/v1/events", content=json.dumps({"events": surrogates}), headers=HEADERS
+    ).json()  # a lone surrogate once made the encoder raise: a 500
+    assert [(r["status"], r["message"].split(":")[0]) for r in answer["results"]] == [
+        ("rejected", "cursor"),
+        ("rejected", "payload"),
     ]
     deep = client.post("/v1/events", content=b"[" * 100_000, headers=HEADERS)
     assert deep.status_code == 400 and deep.json()["error"]["code"] == "invalid"
