@@ -21,7 +21,12 @@ key of the subject. Every subject field written here is sealed with the partitio
 
 Every step commits (commands are few and callers wait for them), so the grants this processor
 wrote are in the global table by the next step; grants written earlier in the same step are
-overlaid until then. A record that is not Avro goes to ``dead-letter``; a command that decodes
+overlaid until then. A step whose commands are slow is cut where its transaction has used a
+third of its timeout (the runtime's batch budget, 16 commands at a time): it commits what ran and
+reads the rest again, so a burst of creates never overruns the timeout. A fenced producer
+(overrun anyway, or a newer instance with this one's id) resyncs like every stage's
+(``pipeline.runtime.recovery``): new producer, tables restored, inputs rewound.
+A record that is not Avro goes to ``dead-letter``; a command that decodes
 but breaks a rule gets an ``invalid`` result.
 
 Left out: the rules (``pipeline.rules.commands.apply``) and the process entry point (``cli``).
@@ -88,6 +93,9 @@ __all__ = ["CommandProcessor"]
 log = logging.getLogger(__name__)
 
 _MAX_REQUEST_ID: Final = 128
+# Commands per processor call: where a batch of slow ones (a subject with thousands of watchers)
+# may be cut to commit within the transaction timeout (``StreamApp``, slice_records).
+_SLICE: Final = 16
 _VERBS: Final = frozenset(verb.value for verb in CommandVerb)
 REGISTRY_TABLE: Final = "registry"
 KEYS_TABLE: Final = "keys"
@@ -112,6 +120,7 @@ class CommandProcessor:
         key_cache: int = 65_536,
         metrics: CollectorRegistry = REGISTRY,
         consumer_overrides: dict[str, Any] | None = None,
+        producer_overrides: dict[str, Any] | None = None,
         limits: Limits = DEFAULT_LIMITS,
         ceilings: BudgetCeilings = NO_CEILINGS,
         static_membership: bool = False,
@@ -151,9 +160,11 @@ class CommandProcessor:
             dead_letter_topic=self._topics[Topic.DEAD_LETTER],
             commit_interval_ms=0,
             max_batch=200,
+            slice_records=_SLICE,
             static_membership=static_membership,
             group_protocol=group_protocol,
             consumer_overrides=consumer_overrides,
+            producer_overrides=producer_overrides,
             registry=metrics,
             schemas_topic=self._topics[Topic.SCHEMAS],
             schema_registry=self._schemas,

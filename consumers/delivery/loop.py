@@ -22,7 +22,9 @@ DESIGN.md §4 and seed 000's dispatch sequence, on the exactly-once runtime
   request for a key this member holds ``dead_letter`` or ``suppressed`` (for the same subject)
   makes it ``pending`` again, due now, with a fresh attempt count under the same key
   (:func:`~pipeline.rules.dispatch.redeliver`); it is then decided like any due entry —
-  lifecycle, grants and budgets rechecked. Any other request is ignored (logged, counted).
+  lifecycle, grants and budgets rechecked. Any other request is ignored (logged, counted); a
+  record that is no request keyed by its delivery key (no value, another key, out of bounds) is
+  dead-lettered.
 - ``keys`` is read whole too: entries are opened with its :class:`~pipeline.crypto.ring.KeyRing`,
   ledger texts sealed with it; an entry that no longer opens (its subject erased) is never sent,
   only ``cancelled`` and purged.
@@ -327,14 +329,24 @@ class DeliveryWorker:
 
     def _decode(self, msg: Message) -> OutboxEntry | Redelivery | None:
         value = msg.value()
+        if msg.topic() == self._redeliveries_topic:
+            return self._redelivery(msg.key(), value)
         if value is None:
             return None  # a tombstone (a purge): nothing to deliver
-        if msg.topic() == self._redeliveries_topic:
-            return decode_redelivery(self._schemas, value)
         try:
             return decode_outbox_entry(self._schemas, self.ring, value)
         except (ValidationError, KeyError, TypeError, ValueError) as exc:
             raise SerdeError(f"not an outbox entry: {exc}") from exc
+
+    def _redelivery(self, key: bytes | None, value: bytes | None) -> Redelivery:
+        """A ``redeliveries`` record, keyed by its delivery key as the command processor writes
+        it; anything else (no value, another key) raises and is dead-lettered."""
+        if value is None:
+            raise SerdeError("a redelivery request has no value")
+        request = decode_redelivery(self._schemas, value)
+        if key != request.delivery_key.encode():
+            raise SerdeError("the record key is not the request's delivery key")
+        return request
 
     def _on_outbox(self, batch: list[InputRecord], ctx: ProcessContext) -> None:
         """New entries become ``pending``; a key already known never starts over. (An entry

@@ -24,6 +24,7 @@ from pipeline.kafka.properties import LOG, active
 from pipeline.rules.errors import BrokerError
 
 __all__ = [
+    "FATAL_CODES",
     "TRANSIENT_CODES",
     "BrokerFailure",
     "ErrorKind",
@@ -179,10 +180,17 @@ class BrokerFailure(BrokerError):
         self.kind = kind
 
 
+# A producer that already failed fatally (fenced: a transaction that overran its timeout was
+# aborted by the coordinator, or a newer instance took its transactional id) refuses every
+# later produce with ``_FATAL`` — without setting the fatal flag on that error.
+FATAL_CODES: Final = frozenset({KafkaError._FATAL})
+
+
 def classify(error: KafkaError) -> ErrorKind:
-    """The kind of a librdkafka error: from the flags librdkafka sets on it, and
-    :data:`TRANSIENT_CODES` (a broker restarting or stalled) retriable whatever the flags."""
-    if error.fatal():
+    """The kind of a librdkafka error: from the flags librdkafka sets on it,
+    :data:`FATAL_CODES` fatal and :data:`TRANSIENT_CODES` (a broker restarting or stalled)
+    retriable whatever the flags."""
+    if error.fatal() or error.code() in FATAL_CODES:
         return ErrorKind.FATAL
     if error.txn_requires_abort():
         return ErrorKind.ABORTABLE

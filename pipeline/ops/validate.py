@@ -23,7 +23,7 @@ from typing import Any, Final
 import yaml
 from pydantic import ValidationError
 
-from pipeline.records.event import EventLine, event_record
+from pipeline.records.event import EventLine, line_record
 from pipeline.rules.bounds import MAX_DURATION
 from pipeline.rules.definition_check import Problem, definition_problems, is_proposal
 from pipeline.rules.durations import format_duration
@@ -93,6 +93,8 @@ def _parse(text: str) -> Any:
             raise _SyntaxProblem(exc.lineno, exc.colno, f"not JSON: {exc.msg}") from None
     except ValueError as exc:
         raise _SyntaxProblem(1, 1, f"not JSON: {exc}") from None
+    except RecursionError:  # the C decoder gives up on deep nesting this way, not as a ValueError
+        raise _SyntaxProblem(1, 1, "nested too deeply") from None
     try:
         return yaml.load(text, Loader=_Loader)
     except yaml.YAMLError as exc:
@@ -241,15 +243,7 @@ def _event_problems(text: str) -> tuple[list[Problem], tuple[EventLine, datetime
         return [_event_problem(error) for error in exc.errors()], None
     try:
         observed_at = parse_instant(line.observed_at, "observed_at")
-        event_record(
-            line.source_id,
-            line.event_type,
-            line.event_id,
-            line.payload,
-            observed_at,
-            line.cursor,
-            line.envelope_id,
-        )
+        line_record(line, observed_at)
     except DefinitionError as exc:
         return [Problem(exc.field, exc.message)], None
     return [], (line, observed_at)

@@ -17,7 +17,7 @@ from typing import Any, Final
 from pydantic import BaseModel, ConfigDict, StrictStr, ValidationError
 
 from pipeline.records.codec import parse_json
-from pipeline.rules.bounds import SAFE_JSON_INT, check_instant
+from pipeline.rules.bounds import SAFE_JSON_INT, check_instant, check_json
 from pipeline.rules.errors import DefinitionError, SerdeError
 from pipeline.rules.evidence import Evidence, EvidenceKind
 from pipeline.rules.instants import parse_instant, utc
@@ -34,6 +34,7 @@ __all__ = [
     "event_line",
     "event_record",
     "evidence_from_event",
+    "line_record",
     "payload_object",
 ]
 
@@ -48,7 +49,13 @@ def _text(value: object, field: str, limit: int, *, optional: bool = False) -> s
         return None
     if not isinstance(value, str) or not value:
         raise DefinitionError("must be a non-empty string", field)
-    if len(value.encode("utf-8", "surrogatepass")) > limit:
+    if len(value) > limit:  # a character is at least one byte: bounded before encoding
+        raise DefinitionError(f"longer than {limit} bytes", field)
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError:  # a lone surrogate: no record can carry it
+        raise DefinitionError("is not valid Unicode text (a lone surrogate)", field) from None
+    if size > limit:
         raise DefinitionError(f"longer than {limit} bytes", field)
     return value
 
@@ -62,9 +69,14 @@ def event_record(
     cursor: str | None = None,
     envelope_id: str | None = None,
 ) -> dict[str, Any]:
-    """The Avro ``event`` value of one event, or :class:`DefinitionError` naming the field."""
+    """The Avro ``event`` value of one event, or :class:`DefinitionError` naming the field.
+    The payload is held to what every reader takes (:func:`payload_object`): a JSON object
+    within the bounds of DESIGN.md §10, so an event accepted here is never dead-lettered there."""
     if not isinstance(observed_at, datetime) or observed_at.utcoffset() is None:
         raise DefinitionError("must be an aware datetime (with a time zone)", "observed_at")
+    if not isinstance(payload, Mapping):  # what every reader takes (payload_object)
+        raise DefinitionError("must be a JSON object", "payload")
+    check_json(payload, "payload", max_int=SAFE_JSON_INT)  # before any recursive walk
     body = canonical_json(payload, "payload")
     if len(body) > MAX_PAYLOAD_BYTES:
         raise DefinitionError(f"canonical JSON is larger than {MAX_PAYLOAD_BYTES} bytes", "payload")
@@ -77,6 +89,19 @@ def event_record(
         "observed_at": utc(observed_at),
         "payload": body.decode("utf-8"),
     }
+
+
+def line_record(line: EventLine, observed_at: datetime) -> dict[str, Any]:
+    """:func:`event_record` of an event as a publisher wrote it (:func:`event_line`)."""
+    return event_record(
+        line.source_id,
+        line.event_type,
+        line.event_id,
+        line.payload,
+        observed_at,
+        line.cursor,
+        line.envelope_id,
+    )
 
 
 class SharedEvidence(Evidence):

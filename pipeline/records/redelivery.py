@@ -1,8 +1,11 @@
 """The ``redeliveries`` record (``schemas/redelivery.v1.avsc``): a ``redeliver`` command's
 request, keyed by delivery key, written by the command processor and read by delivery.
 
-Owns its Avro mapping to and from :class:`~pipeline.rules.commands.model.Redelivery`. Whether
-the request applies is delivery's to decide (``pipeline.rules.dispatch.redeliver``).
+Owns its Avro mapping to and from :class:`~pipeline.rules.commands.model.Redelivery`, and the
+bounds of a decoded one (DESIGN.md §10 "Hostile input": a delivery key's shape, the subject's
+ids of at most 256 characters, a request id of at most 128, an instant in years 1970..9999):
+anything else is a :class:`SerdeError`, which dead-letters the record. Whether the request
+applies is delivery's to decide (``pipeline.rules.dispatch.redeliver``).
 """
 
 from __future__ import annotations
@@ -10,12 +13,17 @@ from __future__ import annotations
 from typing import Final
 
 from pipeline.records.codec import Codec, decoded
+from pipeline.records.event import checked_instant
+from pipeline.rules.bounds import bounded_text
 from pipeline.rules.commands.model import Redelivery
-from pipeline.rules.errors import SerdeError
+from pipeline.rules.errors import DefinitionError, SerdeError
+from pipeline.rules.keys import check_delivery_key
 
 __all__ = ["REDELIVERY", "decode_redelivery", "encode_redelivery"]
 
 REDELIVERY: Final = "redelivery"
+_MAX_REQUEST_ID: Final = 128
+_MAX_ID: Final = 256  # a subject's ids: commands bound nothing finer (the key check is exact)
 
 
 def encode_redelivery(codec: Codec, request: Redelivery) -> bytes:
@@ -36,11 +44,11 @@ def decode_redelivery(codec: Codec, data: bytes) -> Redelivery:
     value = decoded(codec, REDELIVERY, data)
     try:
         return Redelivery(
-            delivery_key=str(value["delivery_key"]),
-            tenant_id=str(value["tenant_id"]),
-            user_id=str(value["user_id"]),
-            request_id=str(value["request_id"]),
-            requested_at=value["requested_at"],
+            delivery_key=check_delivery_key(value["delivery_key"]),
+            tenant_id=bounded_text(value["tenant_id"], "tenant_id", _MAX_ID),
+            user_id=bounded_text(value["user_id"], "user_id", _MAX_ID),
+            request_id=bounded_text(value["request_id"], "request_id", _MAX_REQUEST_ID),
+            requested_at=checked_instant(value["requested_at"], "requested_at"),
         )
-    except KeyError as exc:
+    except (KeyError, DefinitionError) as exc:
         raise SerdeError(f"redelivery record is not valid: {exc}") from exc

@@ -35,6 +35,7 @@ __all__ = [
     "RequestTrigger",
     "Trigger",
     "canonical_json",
+    "check_delivery_key",
     "delivery_key",
     "delivery_key_from",
     "delivery_key_prefix",
@@ -96,6 +97,8 @@ def canonical_json(value: Any, field: str | None = None) -> bytes:
         raise DefinitionError(f"not canonical JSON: {exc}", field) from exc
     except RecursionError as exc:
         raise DefinitionError("not canonical JSON: nested too deeply", field) from exc
+    except UnicodeError as exc:  # rfc8785 sorts keys as UTF-16: a lone surrogate key fails there
+        raise DefinitionError("not canonical JSON: a lone surrogate in a key", field) from exc
 
 
 class _NotPlain(Exception):
@@ -255,14 +258,20 @@ def request_delivery_key(*, tenant_id: str, user_id: str, verb: str, request_id:
     )
 
 
+def check_delivery_key(value: object, field: str = "delivery_key") -> str:
+    """``value`` if it is a delivery key (64 lowercase hex characters), else a refusal."""
+    if not isinstance(value, str) or len(value) != 64 or _HEX_KEY.fullmatch(value) is None:
+        raise DefinitionError("a delivery key is 64 lowercase hex characters", field)
+    return value
+
+
 def derived_delivery_key(parent_key: str, step: str) -> str:
     """A key derived from another for a follow-up of one delivery (a prompt's ``send``, a
     notification's ``wake``): hex SHA-256 of length-prefixed ``"vigil.derived.v1"``,
     ``parent_key``, ``step``. Deterministic, so a retried parent derives the same follow-up
     and the follow-up dedupes like any outbox entry; the prefix keeps it disjoint from v1 keys.
     """
-    if not isinstance(parent_key, str) or _HEX_KEY.fullmatch(parent_key) is None:
-        raise DefinitionError("a delivery key is 64 lowercase hex characters", "parent_key")
+    check_delivery_key(parent_key, "parent_key")
     if not isinstance(step, str) or not step:
         raise DefinitionError("a derived key needs a step name", "step")
     return _sha256_hex((DERIVED_KEY_V1, parent_key, step))

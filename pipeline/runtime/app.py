@@ -95,6 +95,8 @@ SCHEMAS_TABLE = "vigil.schemas"
 # Failures that are not the record's: the broker's and the budget store's. They abort, rewind
 # and propagate, and the caller backs off and retries the same records.
 _NOT_THE_RECORDS = (BrokerError, BudgetStoreError)
+# A transaction stops taking records after this share of its timeout: the rest commits in time.
+_BUDGET_SHARE = 3
 
 _RETIRE_S = 10.0  # how long a replaced consumer may take to leave its group
 
@@ -119,6 +121,7 @@ class StreamApp(Transactions, Assignment):
         commit_every: int = 1000,
         commit_interval_ms: int = 100,
         max_batch: int = 500,
+        slice_records: int | None = None,
         static_membership: bool = False,
         producer_overrides: dict[str, Any] | None = None,
         consumer_overrides: dict[str, Any] | None = None,
@@ -134,21 +137,27 @@ class StreamApp(Transactions, Assignment):
         whose undecodable records this app dead-letters (default all) — another app's inputs
         it merely skips, so a record shared by two groups is dead-lettered once;
         ``group_protocol``: ``consumer`` (KIP-848) rebalances incrementally, ``classic``
-        (eager) works on every broker (``pipeline.runtime.assignment``)."""
+        (eager) works on every broker (``pipeline.runtime.assignment``); ``slice_records``:
+        how many records of a task partition the processor gets per call (default all of the
+        batch's), the points where a batch may be cut to fit the transaction timeout."""
         self.group_id = group_id
         self.instance_id = instance_id
         self.inputs = list(inputs)
         self._processor = processor
         self._decode = decode
         self._max_batch = max_batch
-        self._checkpoint = Checkpoint(commit_every, commit_interval_ms / 1000, TIMEOUT_S)
-        self._positions = InputPositions(TIMEOUT_S)
-        self._aborts = 0
-        self._resync = False
+        self._slice = slice_records or max_batch
         client_id = f"{group_id}-{instance_id}"
         self._producer_config = producer_config(
             bootstrap, transactional_id=client_id, **(producer_overrides or {})
         )
+        budget_s = int(self._producer_config["transaction.timeout.ms"]) / 1000 / _BUDGET_SHARE
+        self._checkpoint = Checkpoint(
+            commit_every, commit_interval_ms / 1000, TIMEOUT_S, budget_s=budget_s
+        )
+        self._positions = InputPositions(TIMEOUT_S)
+        self._aborts = 0
+        self._resync = False
         extra: dict[str, Any] = {"client.id": client_id}
         if static_membership:
             extra["group.instance.id"] = client_id
@@ -325,10 +334,12 @@ class StreamApp(Transactions, Assignment):
 
     def _process(self, messages: list[Message], isolating: bool = False) -> tuple[int, bool]:
         """Decode, group by task partition, catch tables up, run the processor. Returns the
-        number of input records and whether they were settled (not rolled back)."""
+        number of input records settled (not put back for the next step) and whether they were
+        settled (not rolled back)."""
         groups: dict[int, list[InputRecord]] = {}
         per_topic = len(self.inputs) > 1
         consumed: dict[str, int] = {}
+        rejected: list[tuple[Message, str, Cause]] = []  # dead-lettered unless put back
         decode, paused = self._decode, self._quarantine.paused
         caught_up = False
         try:
@@ -359,10 +370,11 @@ class StreamApp(Transactions, Assignment):
                         self._quarantine.pause(self._require_consumer(), msg, exc)
                         continue
                     reason = f"{exc}: registered by no writer (garbage)"
-                    value = self._reject(msg, reason, Cause.UNREGISTERED_SCHEMA)
+                    rejected.append((msg, reason, Cause.UNREGISTERED_SCHEMA))
+                    value = _DEAD
                 except Exception as exc:  # whatever a decoder raises, the record is to blame
-                    reason = str(exc) or type(exc).__name__
-                    value = self._reject(msg, reason, Cause.UNDECODABLE)
+                    rejected.append((msg, str(exc) or type(exc).__name__, Cause.UNDECODABLE))
+                    value = _DEAD
             total += 1
             if per_topic:
                 topic = msg.topic() or ""
@@ -374,29 +386,61 @@ class StreamApp(Transactions, Assignment):
                 groups[partition] = [InputRecord(msg, value)]
             else:
                 group.append(InputRecord(msg, value))
-        if groups and not self._run_processor(groups, isolating):
+        rest = self._run_processor(groups, isolating) if groups else []
+        if rest is None:
             return total, False  # rolled back: rewound, or the record to blame dead-lettered
+        cut = self._cut(rest)
+        try:
+            for msg, reason, cause in rejected:
+                if _put_back(msg, cut):
+                    rest.append(InputRecord(msg, _DEAD))
+                else:
+                    self._reject(msg, reason, cause)
+        except KafkaException as exc:
+            self._recover(exc, "dead letter")
+            return total, False
         if not per_topic:
             consumed[self.inputs[0]] = total
+        for record in rest:  # counted when they are read again
+            consumed[record.topic] -= 1
+        total -= len(rest)
         for topic, count in consumed.items():
             self._metrics.consumed.labels(self.group_id, topic).inc(count)
         self._checkpoint.records += total
         return total, True
 
-    def _run_processor(self, groups: dict[int, list[InputRecord]], isolating: bool) -> bool:
-        """Run the processor on each task partition's records; False if it rolled back."""
+    def _run_processor(
+        self, groups: dict[int, list[InputRecord]], isolating: bool
+    ) -> list[InputRecord] | None:
+        """Run the processor on each task partition's records, ``slice_records`` at a time.
+        Returns the records put back (not run), or None if it rolled back.
+
+        Once the transaction is :meth:`~pipeline.runtime.checkpoint.Checkpoint.overdue`, the
+        slices not run yet are put back — each input sought to its first record not run, read
+        again by the next step — so the transaction commits before its timeout aborts it (and
+        fences the producer) and no batch, however slow its records, is redone forever."""
         self._state.catch_up()
         producer = self._require_producer()
         table, partition_of = self._state.table, self._placement.partition_of
+        size = self._slice
+        slices = [
+            (partition, records[start : start + size])
+            for partition, records in groups.items()
+            for start in range(0, len(records), size)
+        ]
+        cut_at = len(slices)
         try:
-            for partition, records in groups.items():
+            for n, (partition, records) in enumerate(slices):
+                if n and self._checkpoint.overdue():
+                    cut_at = n
+                    break
                 ctx = ProcessContext(
                     partition, producer.produce, producer.poll, table, partition_of
                 )
                 self._processor(records, ctx)
         except KafkaException as exc:  # from produce: the producer failed, not the processor
             self._recover(exc, "produce")
-            return False
+            return None
         except _NOT_THE_RECORDS:
             log.exception("processor failed: aborting the transaction")
             self._abort()
@@ -404,8 +448,32 @@ class StreamApp(Transactions, Assignment):
             raise
         except Exception as exc:
             self._processing_failed(groups, exc, isolating)
-            return False
-        return True
+            return None
+        return [record for _, rest in slices[cut_at:] for record in rest]
+
+    def _cut(self, rest: list[InputRecord]) -> dict[tuple[str, int], int]:
+        """Seek each input back to its first record of ``rest``; where each was cut."""
+        cut: dict[tuple[str, int], int] = {}
+        for record in rest:
+            where = (record.topic, record.partition)
+            cut[where] = min(record.offset, cut.get(where, record.offset))
+        if not cut:
+            return cut
+        consumer = self._require_consumer()
+        for (topic, partition), offset in cut.items():
+            try:
+                consumer.seek(TopicPartition(topic, partition, offset))
+            except KafkaException as exc:
+                raise self._uncertain(exc, f"seek {topic}[{partition}]") from exc
+        self._metrics.batches_cut.labels(self.group_id).inc()
+        log.info(
+            "%s: batch cut after %.1fs to commit within the transaction timeout; "
+            "%d records put back",
+            self.group_id,
+            self._checkpoint.budget_s,
+            len(rest),
+        )
+        return cut
 
     # -- poison and unknown records ------------------------------------------------------
 
@@ -527,3 +595,9 @@ class StreamApp(Transactions, Assignment):
 
 
 _DEAD: Any = object()
+
+
+def _put_back(msg: Message, cut: dict[tuple[str, int], int]) -> bool:
+    """Whether ``msg`` is read again: at or past where its input was cut."""
+    at = cut.get((msg.topic() or "", msg.partition() or 0))
+    return at is not None and (msg.offset() or 0) >= at

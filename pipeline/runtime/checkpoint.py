@@ -2,7 +2,10 @@
 
 A :class:`Checkpoint` begins a transaction at the first record after the last commit and is due
 after ``commit_every`` records or ``interval_s``, whichever comes first (back-to-back commits
-cost a broker round trip each: never commit per record). Committing writes each owned table's
+cost a broker round trip each: never commit per record), and at once when it has been open its
+``budget_s`` (a third of the transaction timeout: the app stops processing and commits, so a
+batch of slow records never overruns the timeout and gets its producer fenced).
+Committing writes each owned table's
 changed keys once, tagged with the input positions they reflect, then the consumed offsets
 (``send_offsets_to_transaction`` with the group metadata in every transaction of a member that
 holds partitions, KIP-447), then ends the transaction. :class:`InputPositions` gives those
@@ -60,15 +63,32 @@ class TransactionEnd(enum.Enum):
 class Checkpoint:
     """The transaction cadence and commit sequence of one transactional producer."""
 
-    __slots__ = ("_due_at", "commit_every", "interval_s", "open", "records", "timeout_s")
+    __slots__ = (
+        "_begun",
+        "_due_at",
+        "budget_s",
+        "commit_every",
+        "interval_s",
+        "open",
+        "records",
+        "timeout_s",
+    )
 
-    def __init__(self, commit_every: int, interval_s: float, timeout_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        commit_every: int,
+        interval_s: float,
+        timeout_s: float = 30.0,
+        budget_s: float = float("inf"),
+    ) -> None:
         self.commit_every = commit_every
         self.interval_s = interval_s
         self.timeout_s = timeout_s
+        self.budget_s = budget_s
         self.open = False
         self.records = 0
         self._due_at = 0.0
+        self._begun = 0.0
 
     def begin(self, producer: Producer) -> None:
         if self.open:
@@ -79,10 +99,18 @@ class Checkpoint:
             raise translate(exc, "begin transaction") from exc
         self.open = True
         self.records = 0
-        self._due_at = time.monotonic() + self.interval_s
+        self._begun = time.monotonic()
+        self._due_at = self._begun + self.interval_s
 
     def due(self) -> bool:
-        return self.open and (self.records >= self.commit_every or time.monotonic() >= self._due_at)
+        return self.open and (
+            self.records >= self.commit_every
+            or time.monotonic() >= min(self._due_at, self._begun + self.budget_s)
+        )
+
+    def overdue(self) -> bool:
+        """Open for its whole budget: process nothing more in it, commit it now."""
+        return self.open and time.monotonic() - self._begun >= self.budget_s
 
     def commit(
         self,

@@ -32,6 +32,7 @@ class RuntimeMetrics:
     consumer_replacements: Counter  # labels: group
     restored_partitions: Counter  # labels: group
     group_protocol: Gauge  # labels: group, protocol (classic | consumer): 1 for the one in use
+    batches_cut: Counter  # labels: group
 
 
 def runtime_metrics(registry: CollectorRegistry = REGISTRY) -> RuntimeMetrics:
@@ -109,6 +110,13 @@ def _create(registry: CollectorRegistry) -> RuntimeMetrics:
             "vigil_runtime_group_protocol",
             "The consumer group protocol this member runs (1): classic or consumer (KIP-848).",
             ["group", "protocol"],
+            registry=registry,
+        ),
+        batches_cut=Counter(
+            "vigil_runtime_batches_cut",
+            "Batches cut short to commit within the transaction timeout (the rest read again "
+            "by the next step): frequent cuts mean records that are slow to process.",
+            ["group"],
             registry=registry,
         ),
     )

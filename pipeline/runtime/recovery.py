@@ -2,8 +2,10 @@
 
 Every long-running stage steps its stream app in :func:`run_steps`. A transient broker failure
 (:func:`~pipeline.kafka.clients.is_transient`: the broker away, a leader moving, a coordinator
-loading, a commit whose outcome is unknown) raised anywhere in a step marks the member to
-resync — its next step rebuilds the producer, restores the tables and rewinds the inputs
+loading, a commit whose outcome is unknown) or a fenced producer (fatal: a newer instance took
+its transactional id, or the coordinator aborted a transaction that overran its timeout) raised
+anywhere in a step marks the member to resync — its next step rebuilds the producer, restores
+the tables and rewinds the inputs
 (:meth:`~pipeline.runtime.transactions.Transactions.resync`) — and the loop waits before that
 step, doubling from 0.2 s up to 5 s while failures last and starting over after a step that
 succeeds. Failures a stage names as its own transient ones (the evaluator's budget store) wait
@@ -20,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from pipeline.kafka.clients import is_transient
+from pipeline.kafka.clients import BrokerFailure, ErrorKind, is_transient
 
 __all__ = ["Backoff", "Resyncable", "run_steps"]
 
@@ -72,7 +74,7 @@ def run_steps(
         try:
             step()
         except Exception as exc:
-            if is_transient(exc):
+            if is_transient(exc) or _fenced(exc):
                 app.request_resync(exc)
             elif not isinstance(exc, also):
                 raise
@@ -84,3 +86,9 @@ def run_steps(
             stop.wait(wait)
             continue
         backoff.reset()
+
+
+def _fenced(exc: Exception) -> bool:
+    """A fatal producer failure: the resync's new producer is the cure (a consumer's fatal
+    failure is raised as permanent: nothing here rebuilds a consumer)."""
+    return isinstance(exc, BrokerFailure) and exc.kind is ErrorKind.FATAL

@@ -6,10 +6,11 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Final
 
 import pytest
 from confluent_kafka import Producer
@@ -99,17 +100,38 @@ class Plane:
         raise AssertionError(f"no {key} on {topic} in {seconds}s")
 
 
+class SlowProcessor(CommandProcessor):
+    """A processor whose every command takes ``slow_s`` more: what a subject with thousands
+    of watchers costs (a view rebuilt per command), without making thousands."""
+
+    slow_s = 0.0
+
+    def _one(self, *args: Any, **kwargs: Any) -> None:
+        time.sleep(self.slow_s)
+        super()._one(*args, **kwargs)
+
+
 class Running:
     """A command processor in a thread; :meth:`stop` commits and leaves the group."""
 
-    def __init__(self, bootstrap: str, topology: Topology) -> None:
-        self.processor = CommandProcessor(
+    def __init__(
+        self,
+        bootstrap: str,
+        topology: Topology,
+        *,
+        slow_s: float = 0.0,
+        producer_overrides: dict[str, Any] | None = None,
+    ) -> None:
+        self.metrics = CollectorRegistry()
+        self.processor = SlowProcessor(
             bootstrap,
             topology,
             instance_id="test",
-            metrics=CollectorRegistry(),
+            metrics=self.metrics,
             consumer_overrides={"session.timeout.ms": 6000, "heartbeat.interval.ms": 500},
+            producer_overrides=producer_overrides,
         )
+        self.processor.slow_s = slow_s
         self.failures: list[BaseException] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="command-processor", daemon=True)
@@ -120,6 +142,10 @@ class Running:
             self.processor.run(self._stop)
         except BaseException as exc:  # surfaced by stop()
             self.failures.append(exc)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
 
     def stop(self) -> None:
         self._stop.set()
@@ -436,3 +462,88 @@ def test_a_client_waiting_out_a_stopped_processor_gets_the_one_answer_on_a_retry
     assert len(answers) == 1 and answers[0].ok, answers
     results = [k for _, k, _ in plane.records(Topic.COMMAND_RESULTS) if k == command.request_id]
     assert results == [command.request_id]  # applied once: the command was produced once
+
+
+# A transaction timeout of one second (its batch budget a third of that): 200 commands of 40 ms
+# each cannot fit one transaction, nor even 25 of them.
+SHORT_TRANSACTIONS: Final = {"transaction.timeout.ms": 1000, "message.timeout.ms": 900}
+
+
+@pytest.fixture
+def slow_plane(kafka_bootstrap: str) -> Iterator[Plane]:
+    """A plane whose processor takes 40 ms per command under one-second transactions."""
+    topology = Topology(f"t-cmd-{uuid.uuid4().hex[:8]}.", PARTITIONS)
+    ensure_topics(connect_admin(kafka_bootstrap), topology)
+    client = CommandClient(kafka_bootstrap, topology, timeout_s=30)
+    running = Running(kafka_bootstrap, topology, slow_s=0.04, producer_overrides=SHORT_TRANSACTIONS)
+    found = Plane(topology, client, kafka_bootstrap, running)
+    try:
+        yield found
+    finally:
+        client.close()
+        found.running.stop()
+
+
+def burst(plane: Plane, count: int) -> list[str]:
+    """``count`` ``key`` commands, one per subject, produced at once (one batch for the
+    processor); their request ids."""
+    schemas, ring = default_registry(), plane.ring()
+    producer = Producer(producer_config(plane.bootstrap))
+    ids = []
+    for n in range(count):
+        user = f"burst-{n}"
+        principal = operator_principal(TENANT, user)
+        command = plane.client.command(CommandVerb.KEY, principal, TENANT, user)
+        key = command.subject_key
+        value = encode_command(schemas, ring, command)
+        producer.produce(plane.topic(Topic.COMMANDS), value, key, partition_for(key, PARTITIONS))
+        ids.append(command.request_id)
+    assert producer.flush(30) == 0
+    return ids
+
+
+def answers(plane: Plane, ids: list[str], seconds: float = 90) -> Counter[str]:
+    """How many committed results each of ``ids`` has, once each has one (or time is up)."""
+    wanted = set(ids)
+    deadline = time.monotonic() + seconds
+    while True:
+        got = Counter(k for _, k, _ in plane.records(Topic.COMMAND_RESULTS) if k in wanted)
+        if len(got) == len(wanted) or time.monotonic() > deadline:
+            return got
+        assert not plane.running.failures, plane.running.failures
+        time.sleep(0.5)
+
+
+def test_a_batch_too_slow_for_one_transaction_commits_in_slices_each_command_answered_once(
+    slow_plane: Plane,
+) -> None:
+    """200 commands × 40 ms in one batch against a one-second transaction timeout: without the
+    cut the coordinator aborts the transaction, fences the producer and the batch is redone
+    forever (the processor used to die of it). Cut at the budget, it commits in slices."""
+    ids = burst(slow_plane, 200)
+    got = answers(slow_plane, ids)
+    app = slow_plane.running.processor.app
+    cuts = slow_plane.running.metrics.get_sample_value(
+        "vigil_runtime_batches_cut_total", {"group": app.group_id}
+    )
+    assert len(got) == 200 and set(got.values()) == {1}
+    assert cuts is not None and cuts >= 2
+    assert app.aborts == 0  # never fenced, nothing redone
+
+
+def test_a_fenced_processor_resyncs_and_answers_every_command_once(slow_plane: Plane) -> None:
+    """A second producer with the processor's transactional id fences it mid-stream (a
+    zombie's view): every produce after that is refused with ``_FATAL``, which once stopped
+    the processor. It must rebuild its producer and answer each command exactly once."""
+    first = burst(slow_plane, 5)
+    assert set(answers(slow_plane, first).values()) == {1}
+    app = slow_plane.running.processor.app
+    rival = Producer(
+        producer_config(slow_plane.bootstrap, transactional_id=f"{app.group_id}-{app.instance_id}")
+    )
+    rival.init_transactions(30)
+    ids = burst(slow_plane, 40)
+    got = answers(slow_plane, ids)
+    assert len(got) == 40 and set(got.values()) == {1}
+    assert app.aborts >= 1  # it was fenced, and rebuilt
+    assert slow_plane.running.alive and not slow_plane.running.failures

@@ -6,6 +6,8 @@ worker committed to ``delivery-state`` (``read_committed``) and what the receive
 
 from __future__ import annotations
 
+import os
+from collections import Counter
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -18,9 +20,11 @@ from consumers.delivery.adapters.signing import Verification
 from consumers.delivery.adapters.verbs import VerbExecutor
 from pipeline.clock import ManualClock
 from pipeline.control.run import ScriptRunner
-from pipeline.kafka.topics import DLQ_REASON, DLQ_TOPIC, Topic
+from pipeline.kafka.partitioner import partition_for
+from pipeline.kafka.topics import DLQ_OFFSET, DLQ_PARTITION, DLQ_REASON, DLQ_TOPIC, Topic
 from pipeline.records.delivery_state import DeliveryRecord
 from pipeline.records.notification import decode_notification
+from pipeline.records.outbox_entry import encode_outbox_entry
 from pipeline.rules.backoff import backoff_wait
 from pipeline.rules.budgets import BudgetCaps, window_end, window_start
 from pipeline.rules.commands.immediate import ANSWER_STEP
@@ -28,7 +32,7 @@ from pipeline.rules.dispatch import BUDGET_UNAVAILABLE_RETRY, DeferReason
 from pipeline.rules.keys import derived_delivery_key
 from pipeline.rules.outcomes import DeliveryStatus, ErrorCode, SuppressReason
 from pipeline.rules.quiet_hours import QuietHours, next_allowed
-from tests.integration.delivery_harness import BOT_TOKEN, SECRET, Harness, poll_until
+from tests.integration.delivery_harness import BOT_TOKEN, SECRET, Harness, poll_until, test_key
 from tests.receiver import Receiver
 
 pytestmark = pytest.mark.integration
@@ -538,3 +542,100 @@ def test_fired_prompt_runs_once_and_its_answer_is_delivered_as_a_send(
     assert [m["text"] for m in receiver.messages()] == ["answer to 'status?' in me"]
     assert harness.metric("vigil_delivery_results_total", result="delivered", adapter="prompt") == 1
     assert harness.metric("vigil_delivery_results_total", result="delivered", adapter="chat") == 1
+
+
+def test_hostile_redelivery_requests_are_dead_lettered_or_ignored_and_good_ones_flow(
+    harness: Harness, receiver: Receiver
+) -> None:
+    """Forged bytes, records of the wrong type, mis-keyed and out-of-bounds requests on
+    ``redeliveries`` go through the real worker: each dead-lettered once with its reason; a
+    well-formed request of another subject, or for a key this worker does not hold, is ignored
+    and counted (DESIGN.md §9); nothing pauses, and the good request and new entries flow."""
+    harness.grant("g-1")
+    receiver.fail(1, 410)
+    (gone,) = harness.publish([harness.entry("gone")])
+    key, absent = gone.delivery_key, test_key(f"{harness.name}:absent")
+    now = datetime.now(UTC)
+
+    def request(**overrides: Any) -> bytes:
+        value = {
+            "delivery_key": key,
+            "tenant_id": gone.tenant_id,
+            "user_id": gone.user_id,
+            "request_id": "r-1",
+            "requested_at": now,
+            **overrides,
+        }
+        return bytes(harness.schemas.encode("redelivery", value))
+
+    good = request()
+    outbox_value = encode_outbox_entry(harness.schemas, harness.ring, gone)
+    hostile: list[tuple[str, bytes | None, str]] = [  # record key, value, reason fragment
+        *((key, b"\xc3\x01" + os.urandom(8 + n), "registered by no writer") for n in range(5)),
+        *((key, b"\x00" + os.urandom(20), "single-object") for _ in range(5)),
+        *((key, good[: 10 + n], "undecodable") for n in range(5)),
+        (key, good + b"\x00\x00", "trailing bytes"),
+        (key, outbox_value, "expected a redelivery record"),
+        (key, None, "has no value"),
+        (absent, good, "not the request's delivery key"),
+        ("x" * 300, request(delivery_key="x" * 300), "64 lowercase hex"),
+        (key, request(request_id="r" * 10_000), "longer than 128"),
+        (key, request(tenant_id="t" * 100_000), "longer than 256"),
+        (key, request(requested_at=datetime(1, 1, 1, tzinfo=UTC)), "outside the years"),
+    ]
+    ignored = [(key, request(tenant_id="other")), (absent, request(delivery_key=absent))]
+    topic = harness.topology.name(Topic.REDELIVERIES)
+    partitions = harness.topology.partitions_for(Topic.REDELIVERIES)
+    expected: dict[tuple[int, int], str] = {}  # (partition, offset) → reason fragment
+    offsets: Counter[int] = Counter()  # a fresh topic: offsets from 0
+
+    def produce(record_key: str, value: bytes | None) -> int:
+        partition = partition_for(record_key, partitions)
+        harness.produce(Topic.REDELIVERIES, record_key, value)
+        offsets[partition] += 1
+        return partition
+
+    with harness.adapters() as adapters, harness.running(harness.worker(adapters)) as worker:
+        poll_until("the dead letter", _settled(harness, {key}))
+        for record_key, value, why in hostile:
+            partition = produce(record_key, value)
+            expected[(partition, offsets[partition] - 1)] = why
+        for record_key, value in ignored:
+            produce(record_key, value)
+        produce(key, good)
+        harness.flush()
+        (fresh,) = harness.publish([harness.entry("fresh")])
+
+        def delivered() -> bool:
+            latest = harness.latest()
+            states = [latest.get(k) for k in (key, fresh.delivery_key)]
+            return all(r is not None and r.state.status is DeliveryStatus.DELIVERED for r in states)
+
+        poll_until("the redelivery and the fresh entry delivered", delivered, 60)
+        poll_until(
+            "every request read",
+            lambda: (
+                harness.metric(
+                    "vigil_runtime_records_consumed_total", group=worker.app.group_id, topic=topic
+                )
+                >= sum(offsets.values())
+            ),
+        )
+        paused = worker.app.paused
+
+    letters: list[tuple[int, int, str]] = []
+    for msg in harness.read(Topic.DEAD_LETTER):
+        headers = {n: v.decode() for n, v in msg.headers() or []}
+        if headers[DLQ_TOPIC] == topic:
+            origin = int(headers[DLQ_PARTITION]), int(headers[DLQ_OFFSET])
+            letters.append((*origin, headers[DLQ_REASON]))
+    reasons = {(partition, offset): reason for partition, offset, reason in letters}
+    assert len(reasons) == len(letters), "a request was dead-lettered twice"
+    assert reasons.keys() == expected.keys()
+    for origin, why in expected.items():
+        assert why in reasons[origin], (origin, why, reasons[origin])
+    assert paused == frozenset()
+    assert harness.metric("vigil_delivery_redeliveries_total", result="ignored") == 2
+    assert harness.metric("vigil_delivery_redeliveries_total", result="applied") == 1
+    final = harness.latest()[key]
+    assert final is not None and final.state.attempt == 1  # fresh attempts, same key

@@ -69,8 +69,7 @@ def publish_events(body: EventBatch, who: Caller, services: Services) -> EventAn
     answers: list[EventAnswer | None] = []
     accepted: list[tuple[int, tuple[EventLine, datetime]]] = []
     for index, item in enumerate(body.events):
-        found = item.get("event_id")
-        event_id = found if isinstance(found, str) and len(found) <= _ECHO_MAX else None
+        event_id = _echo(item.get("event_id"))
         try:
             parsed = event_line(item)
         except DefinitionError as exc:
@@ -97,6 +96,18 @@ def publish_events(body: EventBatch, who: Caller, services: Services) -> EventAn
     return EventAnswers(accepted=done, rejected=len(results) - done, results=results)
 
 
+def _echo(event_id: object) -> str | None:
+    """The event id to answer with: one no valid id could be longer than, or that no JSON
+    answer can carry (a lone surrogate), is left out."""
+    if not isinstance(event_id, str) or len(event_id) > _ECHO_MAX:
+        return None
+    try:
+        event_id.encode("utf-8")
+    except UnicodeEncodeError:
+        return None
+    return event_id
+
+
 def _rejected(
     index: int,
     event_id: str | None,
@@ -105,5 +116,10 @@ def _rejected(
     field: str | None,
 ) -> EventAnswer:
     return EventAnswer(
-        index=index, event_id=event_id, status="rejected", code=code, message=message, field=field
+        index=index,
+        event_id=_echo(event_id),
+        status="rejected",
+        code=code,
+        message=message,
+        field=field,
     )

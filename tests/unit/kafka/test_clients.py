@@ -45,6 +45,14 @@ def test_flags_decide_before_the_code_list() -> None:
     assert not is_transient(translate(KafkaException(fatal)))
 
 
+def test_a_produce_on_a_fenced_producer_is_fatal_without_the_flag() -> None:
+    """What a produce answers after the coordinator aborted an overrun transaction: rebuild
+    the producer (never surfaced as permanent, which stopped the command processor)."""
+    error = KafkaError(KafkaError._FATAL, "Unable to produce message: Local: Fatal error")
+    assert not error.fatal()
+    assert classify(error) is ErrorKind.FATAL
+
+
 def test_a_misconfiguration_stays_permanent() -> None:
     denied = KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED, "denied")
     assert KafkaError.TOPIC_AUTHORIZATION_FAILED not in TRANSIENT_CODES

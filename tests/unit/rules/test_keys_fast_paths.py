@@ -57,8 +57,8 @@ def reference(value: Any) -> bytes | type[Exception]:
     """What the rfc8785-only implementation gave: its bytes, or the error it raised."""
     try:
         return rfc8785.dumps(value)
-    except (rfc8785.CanonicalizationError, RecursionError):
-        return DefinitionError
+    except (rfc8785.CanonicalizationError, RecursionError, UnicodeError):
+        return DefinitionError  # a lone surrogate key breaks rfc8785's UTF-16 sort: refused
     except Exception as exc:
         return type(exc)
 

@@ -68,6 +68,14 @@ def test_a_transient_broker_failure_asks_for_a_resync_and_the_loop_goes_on() -> 
     assert len(waits) == 2
 
 
+def test_a_fenced_producer_resyncs_and_the_loop_goes_on() -> None:
+    """A fatal producer failure (fenced) is cured by the resync's new producer: never an exit."""
+    app, stop = _App(), threading.Event()
+    fenced = BrokerFailure("produce", code="_FATAL", kind=ErrorKind.FATAL)
+    run_steps(app, _steps(fenced, None, stop=stop), stop, backoff=_quick())
+    assert app.resyncs == [fenced]
+
+
 def test_a_stage_failure_named_transient_waits_without_a_resync() -> None:
     app, stop = _App(), threading.Event()
     run_steps(

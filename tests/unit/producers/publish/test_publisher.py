@@ -27,17 +27,27 @@ def test_event_record_canonicalizes_payload_and_normalizes_instant() -> None:
     assert decoded == record
 
 
+def _nested(depth: int) -> dict[str, object]:
+    value: dict[str, object] = {}
+    for _ in range(depth - 1):
+        value = {"a": value}
+    return value
+
+
 @pytest.mark.parametrize(
     ("payload", "why"),
     [
-        ({"x": float("nan")}, "nan"),
-        ({"x": float("inf")}, "inf"),
-        ({"x": 2**53 + 1}, "safe integer"),
-        ({1: "int key"}, "keys must be strings"),
+        ({"x": float("nan")}, "not finite"),
+        ({"x": float("inf")}, "not finite"),
+        ({"x": 2**53 + 1}, "larger than 9007199254740991"),
+        ({1: "int key"}, "key is not a string"),
         ({"x": b"bytes"}, "unsupported type"),
+        (_nested(65), "nested deeper than 64"),
+        ([1, 2], "must be a JSON object"),
+        ("text", "must be a JSON object"),
     ],
 )
-def test_payload_that_rfc8785_cannot_canonicalize_is_refused(payload: object, why: str) -> None:
+def test_payload_that_no_reader_would_take_is_refused(payload: object, why: str) -> None:
     with pytest.raises(DefinitionError, match=why) as caught:
         event_record("s", "t", "e", payload, AT)
     assert caught.value.field == "payload"

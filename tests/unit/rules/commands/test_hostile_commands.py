@@ -4,14 +4,18 @@ A hypothesis property over more than 10,000 generated and mutated definitions an
 taken through what the command processor does with a record it decoded: read the command
 (:func:`~pipeline.records.command.command_from_value`), then decide it
 (:func:`~pipeline.rules.commands.apply`) against the subject's registry so far. The property:
-nothing raises; every command is accepted or refused with a reason code; and every definition
-that was accepted survives the ticker's and delivery's planning at ``now`` and ``now ± 100 y``.
+nothing raises; every command is accepted or refused with a reason code; every definition
+that was accepted survives the ticker's and delivery's planning at ``now`` and ``now ± 100 y``;
+and a ``redeliver`` is accepted only from the subject, a manager or an operator with a
+well-formed delivery key (agents, scoped chats, the system, strangers and malformed keys are
+refused), asking delivery for exactly that key of that subject.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import re
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -21,7 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pipeline.records.command import command_from_value
-from pipeline.rules.authz import Action, Grant
+from pipeline.rules.authz import Action, Grant, Role
 from pipeline.rules.budgets import (
     BudgetCaps,
     BudgetCeilings,
@@ -30,8 +34,11 @@ from pipeline.rules.budgets import (
     window_end,
 )
 from pipeline.rules.commands import (
+    Command,
     CommandOutcome,
+    CommandVerb,
     GrantRecord,
+    Redelivery,
     RegistryEntry,
     ResultCode,
     apply,
@@ -59,6 +66,7 @@ from tests.keyring import OpenRing
 
 pytestmark = pytest.mark.unit
 
+_HEX_KEY = re.compile(r"[0-9a-f]{64}")
 RING = OpenRing()  # a command value without sealed content reads as written
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
@@ -314,6 +322,7 @@ VERBS = [
     "grant_revoke",
     "grant_list",
     "send",
+    *["redeliver"] * 3,
     "fly",
 ]
 _DEFINING = ("create", "update", "propose", "schedule", "schedule_update")
@@ -333,6 +342,22 @@ PRINCIPALS: list[dict[str, Any]] = [
     {"name": "other", "role": "user", "tenant_id": "evil", "user_id": "x", "session_id": None},
     {"name": "odd", "role": "wizard", "tenant_id": TENANT, "user_id": USER, "session_id": None},
 ]
+GOOD_KEY = "ab" * 32
+DELIVERY_KEYS: list[Any] = [
+    *[GOOD_KEY] * 6,
+    None,
+    "",
+    "AB" * 32,
+    "ab" * 31 + "a",
+    "ab" * 32 + "a",
+    "a" * 1_000_000,
+    "zz" * 32,
+    "ab" * 31 + "\n" + "a",
+    12,
+]
+# Who may ask for a redelivery (DESIGN.md §9): the subject itself, a manager of its tenant, an
+# operator. Never an agent or a scoped chat, nor the system or a stranger.
+REDELIVERERS = frozenset({Role.USER, Role.MANAGER, Role.OPERATOR})
 INSTANTS = [
     NOW,
     datetime(1, 1, 1, tzinfo=UTC),
@@ -386,7 +411,9 @@ def command_values(draw: st.DrawFn, known_ids: list[str]) -> dict[str, Any]:
     three places (or as text, cut or made of brackets)."""
     data = draw(st.data())
     verb = draw(st.sampled_from(VERBS))
-    principal = dict(draw(st.sampled_from([PRINCIPALS[0]] * 7 + [PRINCIPALS[2]] * 2 + PRINCIPALS)))
+    weighted = [PRINCIPALS[0]] * 7 + [PRINCIPALS[2]] * 2 + PRINCIPALS
+    # A redelivery's oracle is about who asks: every role equally often.
+    principal = dict(draw(st.sampled_from(PRINCIPALS if verb == "redeliver" else weighted)))
     if draw(st.integers(0, 7)) == 0:
         principal[draw(st.sampled_from(list(principal)))] = draw(
             st.sampled_from(["", "a" * 500, "s-2", TENANT, USER, None])
@@ -431,6 +458,8 @@ def command_values(draw: st.DrawFn, known_ids: list[str]) -> dict[str, Any]:
         "text": "hello" if verb == "send" else None,
         "answer_to": None,
     }
+    if verb == "redeliver":
+        value["delivery_key"] = draw(st.sampled_from(DELIVERY_KEYS))
     if draw(st.integers(0, 2)) == 0:
         name = draw(st.sampled_from(sorted(ENVELOPE_HOSTILITY)))
         value[name] = draw(st.sampled_from(ENVELOPE_HOSTILITY[name]))
@@ -504,6 +533,8 @@ class Processor:
         self.decided = 0
         self.accepted_definitions = 0
         self.refused = 0
+        self.redelivered: set[Role] = set()  # who had a redelivery accepted
+        self.refused_redeliveries: set[Role | str] = set()  # who was refused; "key": malformed
 
     def decide(self, value: dict[str, Any]) -> None:
         self.decided += 1
@@ -513,9 +544,35 @@ class Processor:
             result = refused(str(value["request_id"]), str(value["verb"]), exc, NOW)
             assert result.error is not None and result.error.code is ResultCode.INVALID
             self.refused += 1
+            if value["verb"] == "redeliver" and value.get("delivery_key") != GOOD_KEY:
+                self.refused_redeliveries.add("key")
             return
         outcome = apply(command, self.view, self.grants, NOW, ceilings=CEILINGS)
         self.check(outcome)
+        self.check_redelivery(command, outcome)
+
+    def check_redelivery(self, command: Command, outcome: CommandOutcome) -> None:
+        """The ``redeliver`` oracle: only the subject, a manager or an operator, only a
+        well-formed key (a malformed one never gets past :func:`command_from_value`), and
+        exactly one request for the subject; no other verb asks for one."""
+        if command.verb is not CommandVerb.REDELIVER:
+            assert outcome.redeliveries == ()
+            return
+        role = command.principal.role
+        if role not in REDELIVERERS:
+            assert not outcome.result.ok, (role, outcome.result)
+            self.refused_redeliveries.add(role)
+        if not outcome.result.ok:
+            assert outcome.redeliveries == ()
+            return
+        assert command.delivery_key is not None and _HEX_KEY.fullmatch(command.delivery_key)
+        assert role in REDELIVERERS
+        if role is Role.USER:
+            assert (command.principal.tenant_id, command.principal.user_id) == (TENANT, USER)
+        assert outcome.redeliveries == (
+            Redelivery(command.delivery_key, TENANT, USER, command.request_id, NOW),
+        )
+        self.redelivered.add(role)
 
     def check(self, outcome: CommandOutcome) -> None:
         result = outcome.result
@@ -545,6 +602,8 @@ def test_hostile_commands_never_raise_are_decided_with_a_reason_and_plan_for_two
     None
 ):
     totals = {"commands": 0, "accepted": 0, "refused": 0}
+    redelivered: set[Role] = set()
+    refused_redeliveries: set[Role | str] = set()
     known = [
         f"{t['watcher_id']}{n}"
         if str(t["watcher_id"]).startswith("schedule:")
@@ -568,6 +627,8 @@ def test_hostile_commands_never_raise_are_decided_with_a_reason_and_plan_for_two
         totals["commands"] += processor.decided
         totals["accepted"] += processor.accepted_definitions
         totals["refused"] += processor.refused
+        redelivered.update(processor.redelivered)
+        refused_redeliveries.update(processor.refused_redeliveries)
 
     run()
     assert totals["commands"] >= 10_000
@@ -575,6 +636,8 @@ def test_hostile_commands_never_raise_are_decided_with_a_reason_and_plan_for_two
     # (1,093 accepted and 9,048 refused here; the margin keeps a generator that shifts a little
     # under a busy machine's health checks from failing a run that still reaches both sides.)
     assert totals["accepted"] >= 500 and totals["refused"] >= 500, totals
+    assert redelivered == REDELIVERERS  # each allowed role was accepted at least once
+    assert {Role.AGENT, Role.SCOPED_CHAT, "key"} <= refused_redeliveries  # and refusals reached
 
 
 def test_reproduced_failures_are_refusals_with_their_field() -> None:
