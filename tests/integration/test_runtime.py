@@ -116,11 +116,7 @@ def test_restart_restores_table_and_counts_continue_without_double_apply(
     run_until(again, counting(again, 200))
     again.close()
 
-    assert_counts_exact(read_all(kafka_bootstrap, t["out"]), first + second)
-    truth = Counter(k for k, _ in first + second)
-    assert read_table(kafka_bootstrap, t["changelog"]) == {
-        k: str(v).encode() for k, v in truth.items()
-    }
+    _assert_exact(kafka_bootstrap, t, first + second)
 
 
 def test_restore_resumes_past_reflected_inputs_when_group_offsets_are_gone(
@@ -459,11 +455,7 @@ def test_processor_failure_aborts_rolls_back_and_reprocesses_exactly_once(
     app.close()
     assert failed[0]
     assert read_all(kafka_bootstrap, t["dlq"]) == []
-    assert_counts_exact(read_all(kafka_bootstrap, t["out"]), sent)
-    truth = Counter(k for k, _ in sent)
-    assert read_table(kafka_bootstrap, t["changelog"]) == {
-        k: str(v).encode() for k, v in truth.items()
-    }
+    _assert_exact(kafka_bootstrap, t, sent)
 
 
 def _table_total(app: StreamApp) -> int:
@@ -493,16 +485,31 @@ def _wait(condition: Callable[[], bool], seconds: float = 30.0) -> None:
     raise AssertionError("condition not met in time")
 
 
+def _assert_exact(bootstrap: str, t: dict[str, str], sent: list[tuple[str, bytes]]) -> None:
+    """Every input counted once in the output, and the changelog holds the true counts."""
+    assert_counts_exact(read_all(bootstrap, t["out"]), sent)
+    truth = Counter(k for k, _ in sent)
+    assert read_table(bootstrap, t["changelog"]) == {k: str(v).encode() for k, v in truth.items()}
+
+
+def _half_done(
+    bootstrap: str, t: dict[str, str], apps: list[StreamApp], sent: list[tuple[str, bytes]]
+) -> StreamApp:
+    """An app that has processed and committed the first half of ``sent`` (one input)."""
+    produce_inputs(bootstrap, t["a"], PARTITIONS, sent[: len(sent) // 2])
+    app = make_app(bootstrap, [t["a"]], t["out"], t["changelog"], t["group"], "one")
+    apps.append(app)
+    run_until(app, counting(app, len(sent) // 2))
+    app.commit()
+    return app
+
+
 def test_fenced_producer_is_rebuilt_and_output_stays_exact(
     kafka_bootstrap: str, topology: dict[str, str], apps: list[StreamApp]
 ) -> None:
     t = topology
     sent = inputs(100)
-    produce_inputs(kafka_bootstrap, t["a"], PARTITIONS, sent[:50])
-    app = make_app(kafka_bootstrap, [t["a"]], t["out"], t["changelog"], t["group"], "one")
-    apps.append(app)
-    run_until(app, counting(app, 50))
-    app.commit()
+    app = _half_done(kafka_bootstrap, t, apps, sent)
 
     # Another producer with the app's transactional.id fences the app's producer (a zombie's
     # view of the world); the app must rebuild it, restore its tables and carry on exactly once.
@@ -516,11 +523,7 @@ def test_fenced_producer_is_rebuilt_and_output_stays_exact(
     app.close()
 
     assert rebuilt and total == 100
-    assert_counts_exact(read_all(kafka_bootstrap, t["out"]), sent)
-    truth = Counter(k for k, _ in sent)
-    assert read_table(kafka_bootstrap, t["changelog"]) == {
-        k: str(v).encode() for k, v in truth.items()
-    }
+    _assert_exact(kafka_bootstrap, t, sent)
 
 
 def test_resync_whose_consumer_gets_no_answer_replaces_it_and_output_stays_exact(
@@ -534,11 +537,7 @@ def test_resync_whose_consumer_gets_no_answer_replaces_it_and_output_stays_exact
     resync then replaces the consumer; its partitions come back through a new join, once."""
     t = topology
     sent = inputs(100)
-    produce_inputs(kafka_bootstrap, t["a"], PARTITIONS, sent[:50])
-    app = make_app(kafka_bootstrap, [t["a"]], t["out"], t["changelog"], t["group"], "one")
-    apps.append(app)
-    run_until(app, counting(app, 50))
-    app.commit()
+    app = _half_done(kafka_bootstrap, t, apps, sent)
 
     real = committed_offsets
     stuck = [1]  # the first read after the resync gets no answer, like the stuck consumer
@@ -561,11 +560,7 @@ def test_resync_whose_consumer_gets_no_answer_replaces_it_and_output_stays_exact
     app.close()
 
     assert stuck_left == 0 and replaced and total == 100
-    assert_counts_exact(read_all(kafka_bootstrap, t["out"]), sent)
-    truth = Counter(k for k, _ in sent)
-    assert read_table(kafka_bootstrap, t["changelog"]) == {
-        k: str(v).encode() for k, v in truth.items()
-    }
+    _assert_exact(kafka_bootstrap, t, sent)
 
 
 def test_timer_transaction_without_input_position_still_fences_a_zombie(
