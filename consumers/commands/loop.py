@@ -185,9 +185,8 @@ class CommandProcessor:
     def run(self, stop: threading.Event) -> None:
         """Process until ``stop`` is set, then commit and leave the group; a broker outage
         waits and resyncs (``pipeline.runtime.recovery``)."""
-        self.start()
         try:
-            run_steps(self.app, self.step, stop)
+            run_steps(self.app, self.step, stop, start=self.start)
         finally:
             self.close()
 

@@ -238,10 +238,10 @@ class DeliveryWorker:
 
     def run(self, stop: threading.Event) -> None:
         """Deliver until ``stop`` is set; then wait for sends in flight, record, commit, leave."""
-        self.start()
         try:
-            run_steps(self.app, self.step, stop)
-            self.drain()
+            run_steps(self.app, self.step, stop, start=self.start)
+            if self._started:
+                self.drain()
         finally:
             self.close()
 

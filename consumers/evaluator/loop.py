@@ -477,8 +477,7 @@ def run(app: StreamApp, stop: threading.Event, metrics: EvaluatorMetrics) -> Non
         else:
             log.warning("broker unavailable, resyncing in %.1fs: %s", wait, exc)
 
-    app.start()
     try:
-        run_steps(app, app.step, stop, also=(BudgetStoreError,), on_failure=failed)
+        run_steps(app, app.step, stop, start=app.start, also=(BudgetStoreError,), on_failure=failed)
     finally:
         app.close()

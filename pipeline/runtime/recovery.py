@@ -60,16 +60,31 @@ def run_steps(
     step: Callable[[], object],
     stop: threading.Event,
     *,
+    start: Callable[[], object] | None = None,
     also: tuple[type[Exception], ...] = (),
     on_failure: Callable[[Exception, float], None] | None = None,
     backoff: Backoff | None = None,
 ) -> None:
     """Call ``step`` until ``stop`` is set, riding out transient failures (module docstring).
 
+    ``start``: called first, again after the same waits while it fails transiently (a broker
+    still starting or electing leaders when the process starts: it waits, it does not exit).
     ``also``: a stage's own transient failures (waited out, no resync asked: the stage's step
     already rolled back). ``on_failure(exc, wait_s)`` runs before each wait (metrics, logs).
     """
     backoff = backoff or Backoff()
+    while start is not None and not stop.is_set():
+        try:
+            start()
+        except Exception as exc:
+            if not (is_transient(exc) or isinstance(exc, also)):
+                raise
+            wait = backoff.wait()
+            log.warning("%s: start failed, retrying in %.1fs: %s", app.group_id, wait, exc)
+            stop.wait(wait)
+            continue
+        backoff.reset()
+        break
     while not stop.is_set():
         try:
             step()

@@ -196,9 +196,8 @@ class PollTicker:
     def run(self, stop: threading.Event) -> None:
         """Step until ``stop``; a budget store outage defers single watchers, never the loop; a
         broker outage waits and resyncs (``pipeline.runtime.recovery``)."""
-        self.start()
         try:
-            run_steps(self.app, self.step, stop)
+            run_steps(self.app, self.step, stop, start=self.start)
         finally:
             self.close()
 

@@ -76,6 +76,32 @@ def test_a_fenced_producer_resyncs_and_the_loop_goes_on() -> None:
     assert app.resyncs == [fenced]
 
 
+def test_a_start_that_fails_transiently_is_tried_again_and_a_permanent_one_surfaces() -> None:
+    """A process started before its broker answers waits for it instead of exiting."""
+    app, stop = _App(), threading.Event()
+    late = BrokerFailure("restore did not reach the end", code="_TIMED_OUT",
+                         kind=ErrorKind.RETRIABLE)  # fmt: skip
+    starts: list[BaseException | None] = [late, late, None]
+    tried: list[object] = []
+
+    def start() -> None:
+        tried.append(starts[0])
+        outcome = starts.pop(0)
+        if outcome is not None:
+            raise outcome
+
+    run_steps(app, _steps(None, stop=stop), stop, start=start, backoff=_quick())
+    assert tried == [late, late, None] and stop.is_set() and app.resyncs == []
+
+    denied = BrokerFailure("denied", code="TOPIC_AUTHORIZATION_FAILED", kind=ErrorKind.PERMANENT)
+
+    def refused() -> None:
+        raise denied
+
+    with pytest.raises(BrokerFailure):
+        run_steps(app, lambda: None, threading.Event(), start=refused, backoff=_quick())
+
+
 def test_a_stage_failure_named_transient_waits_without_a_resync() -> None:
     app, stop = _App(), threading.Event()
     run_steps(
