@@ -101,10 +101,17 @@ class DevPorts:
     def choose(cls, kafka: int | None = None, redis: int | None = None) -> DevPorts:
         taken: set[int] = set()
         k = _pick(kafka, 9092, taken)
-        c = _pick(None, 9093 if k == 9092 else 0, taken)
+        # A stack on the usual broker port takes the usual ports when free; any other (a second
+        # stack, one whose ports were chosen) takes free ones for everything, so two stacks
+        # started at once never both find 9464 free and then fight over it.
+        usual = k == 9092
+        c = _pick(None, 9093 if usual else 0, taken)
         r = _pick(redis, 6379, taken)
-        a = _pick(None, 8088, taken)
-        metrics = {name: _pick(None, 9464 + i, taken) for i, name in enumerate(METRIC_PROCESSES)}
+        a = _pick(None, 8088 if usual else 0, taken)
+        metrics = {
+            name: _pick(None, 9464 + i if usual else 0, taken)
+            for i, name in enumerate(METRIC_PROCESSES)
+        }
         return cls(k, c, r, a, metrics)
 
 
