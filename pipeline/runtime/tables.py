@@ -17,6 +17,7 @@ import enum
 import json
 import time
 from collections.abc import Iterable, Iterator
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -301,8 +302,14 @@ class TableReader:
                 request_timeout=self._timeout_s,
             )
             return {
-                (tp.topic, tp.partition): future.result().offset for tp, future in futures.items()
+                (tp.topic, tp.partition): future.result(timeout=self._timeout_s + 5).offset
+                for tp, future in futures.items()
             }
+        except FutureTimeout:  # the client never answered its own request: start a new one
+            self._admin = None
+            raise BrokerFailure(
+                "list offsets: no answer", code="_TIMED_OUT", kind=ErrorKind.RETRIABLE
+            ) from None
         except KafkaException as exc:
             # A restarted broker answers a stale client FENCED_LEADER_EPOCH until its metadata
             # is fresh, and an admin client does not refresh on that answer: start a new one.

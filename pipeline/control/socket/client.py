@@ -12,6 +12,7 @@ printing.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import time
@@ -63,7 +64,9 @@ def _call_once(path: Path, request: dict[str, Any], timeout_s: float) -> VerbRes
             raise ConfigError(f"cannot reach the vigil daemon at {path}: {exc.strerror}") from None
         line = json.dumps(request, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
         try:
-            sock.sendall(line + b"\n")
+            # A refused peer is answered and closed before the daemon reads: read that answer.
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                sock.sendall(line + b"\n")
             data = _read_line(sock)
         except TimeoutError:
             raise VigilError(f"the vigil daemon did not answer within {timeout_s:g}s") from None
