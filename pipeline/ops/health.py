@@ -25,6 +25,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -215,6 +216,10 @@ class HealthServer:
                     entry.error = None
                 except VigilError as exc:
                     entry.error = f"lag unknown: {exc}"
+                    continue
+                except FutureTimeout:  # the admin client never answered: measure again later
+                    entry.error = "lag unknown: the broker did not answer in time"
+                    admin = connect_admin(self._bootstrap)
                     continue
                 for (topic, partition), lag in entry.lag.items():
                     self._lag.labels(entry.group, topic, str(partition)).set(lag)
