@@ -138,7 +138,10 @@ class ErrorKind(enum.Enum):
 # these retriable (a list-offsets request to a restarted broker's stale leader is
 # FENCED_LEADER_EPOCH; a position asked while metadata is missing is _UNKNOWN_PARTITION; "no
 # leaders found" is _NOENT), yet each passes once the broker is back: a process backs off and
-# tries again instead of exiting.
+# tries again instead of exiting. _STATE ("erroneous state") is what a client answers while it is
+# between states a stall left it in: a seek while a new assignment is still being applied, a
+# produce from a producer whose transaction the coordinator aborted under it. Both pass after
+# the member's resync (a new producer, inputs rewound), so they are retried, not surfaced.
 TRANSIENT_CODES: Final = frozenset(
     {
         KafkaError._TRANSPORT,
@@ -151,6 +154,7 @@ TRANSIENT_CODES: Final = frozenset(
         KafkaError._WAIT_COORD,
         KafkaError._RESOLVE,
         KafkaError._PREV_IN_PROGRESS,
+        KafkaError._STATE,
         KafkaError.NOT_LEADER_FOR_PARTITION,
         KafkaError.LEADER_NOT_AVAILABLE,
         KafkaError.FENCED_LEADER_EPOCH,

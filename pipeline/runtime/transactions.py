@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from pipeline.kafka.clients import BrokerFailure, ErrorKind, classify, translate
 from pipeline.rules.errors import BrokerError
@@ -213,12 +213,9 @@ class Transactions:
             try:
                 consumer.seek(tp)
             except KafkaException as exc:
-                # _STATE: the partition's new assignment is still being applied (a rebalance
-                # met the resync): the member stays marked and the next resync seeks again.
-                error = exc.args[0] if exc.args else None
-                late = isinstance(error, KafkaError) and error.code() == KafkaError._STATE
-                kind = ErrorKind.RETRIABLE if late else None
-                raise translate(exc, f"seek {tp.topic}[{tp.partition}]", kind) from exc
+                # _STATE (retriable): the partition's new assignment is still being applied (a
+                # rebalance met the resync): the member stays marked and the next resync seeks.
+                raise translate(exc, f"seek {tp.topic}[{tp.partition}]") from exc
         self._positions.resumed(starts)
         self._resync = was
 

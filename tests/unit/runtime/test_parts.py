@@ -160,3 +160,13 @@ def test_empty_global_table_is_found_for_every_partition() -> None:
     state = TaskState([spec], TableReader({"bootstrap.servers": "unused:1"}), lambda _: 1)
     state._globals["grants"] = Table(spec, -1)  # loaded, still empty
     assert state.table("grants", 3) is state._globals["grants"]
+
+
+@pytest.mark.parametrize(
+    "code", [KafkaError._STATE, KafkaError._UNKNOWN_PARTITION, KafkaError.NOT_COORDINATOR]
+)
+def test_what_a_stalled_or_restarting_broker_leaves_behind_is_retriable(code: int) -> None:
+    # _STATE came from produce after a 30 s broker stall (the coordinator had aborted the
+    # transaction); it must resync the member, not end the process.
+    assert classify(KafkaError(code, "x")) is ErrorKind.RETRIABLE
+    assert translate(KafkaException(KafkaError(code)), "produce").kind is ErrorKind.RETRIABLE
