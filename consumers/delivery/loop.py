@@ -24,7 +24,7 @@ DESIGN.md §4 and seed 000's dispatch sequence, on the exactly-once runtime
   (:func:`~pipeline.rules.dispatch.redeliver`); it is then decided like any due entry —
   lifecycle, grants and budgets rechecked. Any other request is ignored (logged, counted); a
   record that is no request keyed by its delivery key (no value, another key, out of bounds) is
-  dead-lettered.
+  dead-lettered, as is an ``outbox`` record keyed by anything but its entry's delivery key.
 - ``keys`` is read whole too: entries are opened with its :class:`~pipeline.crypto.ring.KeyRing`,
   ledger texts sealed with it; an entry that no longer opens (its subject erased) is never sent,
   only ``cancelled`` and purged.
@@ -334,9 +334,14 @@ class DeliveryWorker:
         if value is None:
             return None  # a tombstone (a purge): nothing to deliver
         try:
-            return decode_outbox_entry(self._schemas, self.ring, value)
+            entry = decode_outbox_entry(self._schemas, self.ring, value)
         except (ValidationError, KeyError, TypeError, ValueError) as exc:
             raise SerdeError(f"not an outbox entry: {exc}") from exc
+        if msg.key() != entry.delivery_key.encode():
+            # The evaluator keys each entry by its delivery key; another key is a foreign or
+            # forged record (it would dodge the key's dedupe and its partition's claims).
+            raise SerdeError("the record key is not the entry's delivery key")
+        return entry
 
     def _redelivery(self, key: bytes | None, value: bytes | None) -> Redelivery:
         """A ``redeliveries`` record, keyed by its delivery key as the command processor writes
@@ -364,10 +369,7 @@ class DeliveryWorker:
                 self._redeliver(entry, ctx.partition, states, now)
                 continue
             assert isinstance(entry, OutboxEntry)
-            key = (record.key or b"").decode()
-            if key != entry.delivery_key:
-                log.error("outbox record keyed %r holds entry %s: skipped", key, entry.delivery_key)
-                continue
+            key = entry.delivery_key  # the record's key too (checked at decode)
             if key in states:
                 continue
             first = first_record(entry, record.offset, now)

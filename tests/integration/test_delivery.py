@@ -639,3 +639,38 @@ def test_hostile_redelivery_requests_are_dead_lettered_or_ignored_and_good_ones_
     assert harness.metric("vigil_delivery_redeliveries_total", result="applied") == 1
     final = harness.latest()[key]
     assert final is not None and final.state.attempt == 1  # fresh attempts, same key
+
+
+def test_outbox_entry_under_another_key_is_dead_lettered_and_never_sent(
+    harness: Harness, receiver: Receiver
+) -> None:
+    """An outbox record whose key is not its entry's delivery key (a foreign or forged record:
+    it would dodge that key's dedupe) is dead-lettered with its reason; the good one flows."""
+    harness.grant("g-1")
+    forged, good = harness.entry("forged"), harness.entry("good")
+    wrong_key = test_key(f"{harness.name}:elsewhere")
+    harness.produce(
+        Topic.OUTBOX, wrong_key, encode_outbox_entry(harness.schemas, harness.ring, forged)
+    )
+    harness.flush()
+    harness.publish([good])
+    with harness.adapters() as adapters, harness.running(harness.worker(adapters)):
+        poll_until("the good entry settled", _settled(harness, {good.delivery_key}))
+        outbox = harness.topology.name(Topic.OUTBOX)
+        letters = poll_until(
+            "the forged record dead-lettered",
+            lambda: [
+                h
+                for h in (
+                    {n: v.decode() for n, v in m.headers() or []}
+                    for m in harness.read(Topic.DEAD_LETTER)
+                )
+                if h[DLQ_TOPIC] == outbox
+            ],
+        )
+    (letter,) = letters
+    assert "not the entry's delivery key" in letter[DLQ_REASON]
+    latest = harness.latest()
+    assert forged.delivery_key not in latest and wrong_key not in latest
+    assert latest[good.delivery_key] is not None
+    assert len(receiver.requests) == 1
