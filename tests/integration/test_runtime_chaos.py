@@ -26,6 +26,7 @@ PARTITIONS = 4
 TOTAL = 20_000
 KEYS = 200
 KILL_PHASE_S = 60.0
+MIN_KILLS = 15  # the phase runs on (up to twice as long) until this many kills happened
 FINISH_S = 120.0
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -109,7 +110,14 @@ def test_two_processes_killed_every_few_seconds_count_each_input_exactly_once(
     feeder.start()
     try:
         end_of_kills = time.monotonic() + KILL_PHASE_S
-        while time.monotonic() < end_of_kills:
+        give_up = end_of_kills + KILL_PHASE_S  # a loaded machine restarts toys slowly
+
+        def killing() -> bool:
+            now = time.monotonic()
+            few = sum(t.kills for t in toys) < MIN_KILLS
+            return now < end_of_kills or (few and now < give_up)
+
+        while killing():
             time.sleep(rng.uniform(0.5, 2.0))
             toy = rng.choice(toys)
             if rng.random() < 0.08:
@@ -141,6 +149,6 @@ def test_two_processes_killed_every_few_seconds_count_each_input_exactly_once(
     assert all(sorted(c) == list(range(1, len(c) + 1)) for c in per_key.values())
     truth = Counter(key for key, _ in sent)
     assert read_table(kafka_bootstrap, changelog) == {k: str(v).encode() for k, v in truth.items()}
-    assert sum(t.kills for t in toys) >= 15, "the chaos did not happen"
+    assert sum(t.kills for t in toys) >= MIN_KILLS, "the chaos did not happen"
     # Kills landed inside open transactions: their outputs exist, aborted, and stay invisible.
     assert len(read_all(kafka_bootstrap, out, max_s=30, committed=False)) > TOTAL
