@@ -25,7 +25,7 @@ pytestmark = pytest.mark.unit
 
 
 class _PrefixFields(TypedDict):
-    """The keyword arguments of ``delivery_key_prefix`` (and of ``delivery_key`` but its trigger)."""
+    """The keywords of ``delivery_key_prefix`` (``delivery_key``'s, but its trigger)."""
 
     tenant_id: str
     user_id: str
