@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -54,9 +54,9 @@ def directory() -> TokenDirectory:
     return TokenDirectory.from_config(config.principals)
 
 
-def refusal(call: object, *args: object) -> ApiError:
+def refusal(call: Callable[..., object], *args: object) -> ApiError:
     with pytest.raises(ApiError) as caught:
-        call(*args)  # type: ignore[operator]
+        call(*args)
     return caught.value
 
 
