@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Callable
 from contextlib import ExitStack
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import redis
 from confluent_kafka import Producer
@@ -55,7 +55,8 @@ from tests.receiver import Receiver
 __all__ = ["Stack", "same_partition_user"]
 
 PARTITIONS = 2
-FAST_GROUP = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 500}
+T = TypeVar("T")
+FAST_GROUP: dict[str, object] = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 500}
 
 
 def same_partition_user(tenant: str, user: str, prefix: str) -> str:
@@ -115,7 +116,9 @@ class Stack:
         self.keks = KeyEncryptionKeys.load()
         prefix = self.topology.prefix
         self._redis = redis.Redis.from_url(redis_url)
-        self.budgets = lambda: RedisBudgets(self._redis, key_prefix=f"{prefix}budget:")
+        self.budgets: Callable[[], RedisBudgets] = lambda: RedisBudgets(
+            self._redis, key_prefix=f"{prefix}budget:"
+        )
         self._start(redis_url)
         self.client = CommandClient(bootstrap, self.topology, timeout_s=60, keks=self.keks)
         self._exit.callback(self.client.close)
@@ -252,7 +255,8 @@ class Stack:
         read_keys(self.bootstrap, self.topology, ring, list(subjects) or None)
         return ring
 
-    def wait(self, what: str, check: Callable[[], Any], seconds: float = 90) -> Any:
+    def wait(self, what: str, check: Callable[[], T | None], seconds: float = 90) -> T:
+        """What ``check`` first returns truthy, polled until ``seconds`` pass."""
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             found = check()

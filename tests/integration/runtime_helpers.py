@@ -13,7 +13,7 @@ from confluent_kafka.cimpl import NewTopic
 from pipeline.kafka.clients import producer_config, table_consumer_config
 from pipeline.kafka.partitioner import partition_for
 
-__all__ = ["create_topics", "produce_inputs", "read_all", "read_table"]
+__all__ = ["create_topics", "header_pairs", "produce_inputs", "read_all", "read_table"]
 
 
 def create_topics(bootstrap: str, partitions: int, *names: str, compact: bool = False) -> None:
@@ -79,6 +79,13 @@ def read_all(
     finally:
         consumer.close()
     return out
+
+
+def header_pairs(msg: Message) -> list[tuple[str, str | bytes | None]]:
+    """A consumed record's headers as (name, value) pairs: the client types them as a list or a
+    dict (its type serves producing too); a consumed record's are a list, or None when absent."""
+    raw = msg.headers() or []
+    return list(raw.items()) if isinstance(raw, dict) else raw
 
 
 def read_table(bootstrap: str, topic: str) -> dict[str, bytes]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypedDict
 
 import httpx
 import pytest
@@ -76,12 +76,18 @@ def test_an_agent_token_cannot_create_a_schedule_or_an_active_watcher_over_http(
         )
 
 
+class _Body(TypedDict, total=False):
+    """What one attempt sends besides its method and path (nothing, or a JSON body)."""
+
+    json: dict[str, Any]
+
+
 def test_an_agent_token_never_updates_pauses_cancels_approves_or_grants(plane: Plane) -> None:
     made = plane.call("POST", "/v1/watches", "owner", json=watch("owned"))
     assert made.status_code == 201, made.text
     proposal = plane.call("POST", "/v1/watches:propose", "agent", json=agent_watch("agents-own"))
     assert proposal.status_code == 201, proposal.text
-    attempts = [
+    attempts: list[tuple[str, str, _Body]] = [
         ("PUT", "/v1/watches/owned", {"json": {**watch("owned"), "expected_revision": 1}}),
         ("POST", "/v1/watches/owned:pause", {}),
         ("POST", "/v1/watches/owned:cancel", {}),

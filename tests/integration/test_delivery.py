@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import redis
+from confluent_kafka import Message
 
 from consumers.delivery.adapters.signing import Verification
 from consumers.delivery.adapters.verbs import VerbExecutor
@@ -33,6 +34,7 @@ from pipeline.rules.keys import derived_delivery_key
 from pipeline.rules.outcomes import DeliveryStatus, ErrorCode, SuppressReason
 from pipeline.rules.quiet_hours import QuietHours, next_allowed
 from tests.integration.delivery_harness import BOT_TOKEN, SECRET, Harness, poll_until, test_key
+from tests.integration.runtime_helpers import header_pairs
 from tests.receiver import Receiver
 
 pytestmark = pytest.mark.integration
@@ -102,15 +104,14 @@ def test_receiver_failing_three_times_gets_four_signed_attempts_with_backoff_due
     assert harness.metric("vigil_delivery_in_flight") == 0
 
 
+def _headers(msg: Message) -> dict[str, str]:
+    """A consumed record's headers, decoded."""
+    return {n: v.decode() if isinstance(v, bytes) else str(v) for n, v in header_pairs(msg)}
+
+
 def _dead_letters(harness: Harness) -> dict[str, dict[str, str]]:
     """Dead-letter records by key, with their headers decoded."""
-    out: dict[str, dict[str, str]] = {}
-    for msg in harness.read(Topic.DEAD_LETTER):
-        raw = msg.headers() or []
-        pairs = raw.items() if isinstance(raw, dict) else raw
-        headers = {n: v.decode() if isinstance(v, bytes) else str(v) for n, v in pairs}
-        out[(msg.key() or b"").decode()] = headers
-    return out
+    return {(msg.key() or b"").decode(): _headers(msg) for msg in harness.read(Topic.DEAD_LETTER)}
 
 
 def test_retry_ceiling_dead_letters_and_a_410_is_terminal_at_once(
@@ -625,7 +626,7 @@ def test_hostile_redelivery_requests_are_dead_lettered_or_ignored_and_good_ones_
 
     letters: list[tuple[int, int, str]] = []
     for msg in harness.read(Topic.DEAD_LETTER):
-        headers = {n: v.decode() for n, v in msg.headers() or []}
+        headers = _headers(msg)
         if headers[DLQ_TOPIC] == topic:
             origin = int(headers[DLQ_PARTITION]), int(headers[DLQ_OFFSET])
             letters.append((*origin, headers[DLQ_REASON]))
@@ -661,10 +662,7 @@ def test_outbox_entry_under_another_key_is_dead_lettered_and_never_sent(
             "the forged record dead-lettered",
             lambda: [
                 h
-                for h in (
-                    {n: v.decode() for n, v in m.headers() or []}
-                    for m in harness.read(Topic.DEAD_LETTER)
-                )
+                for h in (_headers(m) for m in harness.read(Topic.DEAD_LETTER))
                 if h[DLQ_TOPIC] == outbox
             ],
         )

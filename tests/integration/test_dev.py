@@ -158,7 +158,9 @@ def test_dev_on_fresh_state_dir_gets_ready_delivers_demo_runs_the_tour_and_stops
         text=True,
     )
     lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")))  # type: ignore[union-attr]
+    stdout = proc.stdout
+    assert stdout is not None  # stdout=PIPE
+    reader = threading.Thread(target=lambda: lines.extend(iter(stdout.readline, "")))
     reader.start()
     try:
         ready = "vigil dev: ready\n"

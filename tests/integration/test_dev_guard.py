@@ -29,7 +29,9 @@ def test_dev_killed_with_sigkill_takes_its_children_and_servers_with_it(tmp_path
         argv, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
     )
     lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")))  # type: ignore[union-attr]
+    stdout = proc.stdout
+    assert stdout is not None  # stdout=PIPE
+    reader = threading.Thread(target=lambda: lines.extend(iter(stdout.readline, "")))
     reader.start()
     try:
         _wait(lambda: "vigil dev: ready\n" in lines or proc.poll() is not None, 300, "ready")

@@ -39,7 +39,7 @@ from pipeline.rules.errors import SerdeError
 from pipeline.rules.replay import SkipReason, replay
 from pipeline.runtime.keys import read_keys
 from tests.integration.erasure_stack import FAST_GROUP, Stack, same_partition_user
-from tests.integration.runtime_helpers import read_all
+from tests.integration.runtime_helpers import header_pairs, read_all
 from tests.receiver import Receiver
 
 pytestmark = pytest.mark.integration
@@ -122,16 +122,18 @@ def raw_records(stack: Stack, topic: Topic) -> list[tuple[bytes, bytes, bytes]]:
     """(key, value, headers) of every record in the log, aborted transactions' included."""
     out = []
     for msg in read_all(stack.bootstrap, stack.topology.name(topic), committed=False):
-        headers = b"".join(
-            (name.encode() + (value or b"")) for name, value in (msg.headers() or [])
-        )
+        headers = b"".join(name.encode() + _raw(value) for name, value in header_pairs(msg))
         out.append((msg.key() or b"", msg.value() or b"", headers))
     return out
 
 
+def _raw(value: str | bytes | None) -> bytes:
+    return value.encode() if isinstance(value, str) else value or b""
+
+
 def sealed_values(stack: Stack) -> list[tuple[Topic, bytes]]:
     """Every sealed field in every vigil topic but ``events``."""
-    found = []
+    found: list[tuple[Topic, bytes]] = []
     for topic in Topic:
         if topic in (Topic.EVENTS, Topic.KEYS):
             continue
@@ -198,8 +200,8 @@ def test_erasure_leaves_no_plaintext_and_nothing_readable_and_spares_the_other_s
         if topic is Topic.EVENTS:
             assert v["event"].encode() in text, "the scan sees markers where they are plain"
             continue
-        for mark in (*v.values(), *s.values()):
-            assert mark.encode() not in text, f"{mark} in {topic.value}"
+        for marker in (*v.values(), *s.values()):
+            assert marker.encode() not in text, f"{marker} in {topic.value}"
     after = stack.ring()
     assert after.owners(TENANT, victim) == []
     seen = {victim: 0, survivor: 0}

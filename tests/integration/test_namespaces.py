@@ -94,13 +94,13 @@ def test_two_namespaces_on_one_broker_and_redis_never_meet(
             assert time.monotonic() < deadline, f"groups missing: {expected - found}"
             time.sleep(0.5)
 
-        client = redis.Redis.from_url(redis_url)
+        budgets = redis.Redis.from_url(redis_url)
         try:
             for name in ("blue", "green"):
-                keys = list(client.scan_iter(match=f"{name}-{run}:budget:*", count=1000))
+                keys = list(budgets.scan_iter(match=f"{name}-{run}:budget:*", count=1000))
                 assert len(keys) == 1, (name, keys)  # one watcher, one window, its own key
         finally:
-            client.close()
+            budgets.close()
     finally:
         codes = {stack.root.name: stack.stop_all(timeout_s=30) for stack in stacks}
     assert all(code == 0 for found in codes.values() for code in found.values()), codes

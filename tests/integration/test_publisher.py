@@ -35,7 +35,9 @@ def topology(kafka_bootstrap: str) -> Topology:
 
 
 @pytest.fixture(scope="module")
-def config_file(tmp_path_factory: pytest.TempPathFactory, kafka_bootstrap: str, topology) -> Path:
+def config_file(
+    tmp_path_factory: pytest.TempPathFactory, kafka_bootstrap: str, topology: Topology
+) -> Path:
     path = tmp_path_factory.mktemp("config") / "vigil.toml"
     path.write_text(
         f'[kafka]\nbootstrap_servers = "{kafka_bootstrap}"\n'

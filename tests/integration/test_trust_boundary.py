@@ -405,6 +405,7 @@ def test_a_revoked_grant_refuses_pause_cancel_erase_and_every_daemon_verb(stack:
     grants = json.loads(stack.ok("--as-operator", "grant", "list", "--json"))["grants"]
     for grant in grants:
         stack.ok("--as-operator", "grant", "revoke", "--id", grant["grant_id"])
+    args: tuple[str, ...]
     try:
         for args in (
             ("watch", "pause", "locked"),

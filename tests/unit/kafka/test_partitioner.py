@@ -1,3 +1,5 @@
+from typing import Any
+
 import pytest
 
 from pipeline.kafka.partitioner import murmur2, partition_for
@@ -7,7 +9,7 @@ pytestmark = pytest.mark.unit
 
 
 @pytest.mark.parametrize("case", VECTORS["java_murmur2_partition"], ids=lambda c: c["key"])
-def test_murmur2_matches_java_vectors(case: dict) -> None:
+def test_murmur2_matches_java_vectors(case: dict[str, Any]) -> None:
     key = case["key"].encode()
     assert murmur2(key) == case["murmur2_signed"]
     assert partition_for(key, 12) == case["partition_of_12"]

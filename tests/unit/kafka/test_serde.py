@@ -170,7 +170,7 @@ def test_old_reader_treats_v2_data_as_a_newer_writer() -> None:
         {"id": "a", "n": 1, "extra": True},  # unknown field
     ],
 )
-def test_encoding_a_value_that_breaks_the_schema_raises_serde_error(value: dict) -> None:
+def test_encoding_a_value_that_breaks_the_schema_raises_serde_error(value: dict[str, Any]) -> None:
     registry = SchemaRegistry.from_documents({"thing.v1.avsc": thing()})
     with pytest.raises(SerdeError, match="cannot encode 'thing'"):
         registry.encode("thing", value)

@@ -14,6 +14,7 @@ from pipeline.kafka.topics import (
     KeyKind,
     Partitioning,
     Topic,
+    TopicSpec,
     Topology,
     dead_letter_headers,
 )
@@ -71,7 +72,7 @@ def test_co_partitioned_groups_are_the_design_groups() -> None:
 
 
 @pytest.mark.parametrize("spec", [s for s in SPECS.values() if s.cleanup is Cleanup.COMPACT])
-def test_compacted_topic_keeps_tombstones_a_week_and_bounds_compaction_lag(spec) -> None:
+def test_compacted_topic_keeps_tombstones_a_week_and_bounds_compaction_lag(spec: TopicSpec) -> None:
     configs = spec.configs()
     assert configs["delete.retention.ms"] == SEVEN_DAYS_MS
     assert int(configs["min.compaction.lag.ms"]) >= 0
@@ -82,7 +83,7 @@ def test_compacted_topic_keeps_tombstones_a_week_and_bounds_compaction_lag(spec)
 
 
 @pytest.mark.parametrize("spec", [s for s in SPECS.values() if s.cleanup is Cleanup.DELETE])
-def test_delete_topic_has_a_retention(spec) -> None:
+def test_delete_topic_has_a_retention(spec: TopicSpec) -> None:
     configs = spec.configs()
     assert spec.retention is not None
     assert configs["retention.ms"] == str(int(spec.retention.total_seconds() * 1000))
@@ -90,7 +91,9 @@ def test_delete_topic_has_a_retention(spec) -> None:
 
 
 def test_command_results_retention_is_short() -> None:
-    assert SPECS[Topic.COMMAND_RESULTS].retention <= timedelta(days=1)
+    retention = SPECS[Topic.COMMAND_RESULTS].retention
+    assert retention is not None
+    assert retention <= timedelta(days=1)
 
 
 def test_topology_names_use_the_prefix_and_map_back() -> None:

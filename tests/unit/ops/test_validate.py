@@ -7,10 +7,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from pipeline.ops.validate import Finding, check_definition_text, check_event_line
+from tests.subject import SubjectKeywords
 
 pytestmark = pytest.mark.unit
 
-SUBJECT = {"tenant_id": "local", "user_id": "me"}
+SUBJECT: SubjectKeywords = {"tenant_id": "local", "user_id": "me"}
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 
 FOUR_WRONG = """{

@@ -19,11 +19,12 @@ from hypothesis import strategies as st
 
 from pipeline.cli.main import vigil
 from pipeline.ops.validate import check_definition_text
+from tests.subject import SubjectKeywords
 from tests.unit.rules.commands.test_hostile_commands import TEMPLATES, mutated
 
 pytestmark = pytest.mark.unit
 
-SUBJECT = {"tenant_id": "acme", "user_id": "u-42"}
+SUBJECT: SubjectKeywords = {"tenant_id": "acme", "user_id": "u-42"}
 NO_BROKER = '[kafka]\nbootstrap_servers = "127.0.0.1:1"\n'
 # A YAML file of a few hundred bytes whose aliases expand to 10^9 strings if copied.
 LAUGHS = "a: &a ['lol','lol','lol','lol','lol','lol','lol','lol','lol','lol']\n" + "".join(

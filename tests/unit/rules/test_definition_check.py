@@ -13,11 +13,12 @@ from hypothesis import strategies as st
 from pipeline.rules.definition import WatcherDefinition
 from pipeline.rules.definition_check import definition_problems
 from pipeline.rules.errors import DefinitionError
+from tests.subject import SubjectKeywords
 from tests.unit.rules.test_definition import DESIGN_EXAMPLE
 
 pytestmark = pytest.mark.unit
 
-SUBJECT = {"tenant_id": "acme", "user_id": "u-42"}
+SUBJECT: SubjectKeywords = {"tenant_id": "acme", "user_id": "u-42"}
 
 
 def _broken(**changes: Any) -> dict[str, Any]:
@@ -63,7 +64,7 @@ def test_a_missing_required_field_is_reported_once() -> None:
     body = copy.deepcopy(DESIGN_EXAMPLE)
     del body["delivery"]
     body["mode"] = "twice"
-    fields = [p.field for p in definition_problems(body, **SUBJECT)]
+    fields = [p.field or "" for p in definition_problems(body, **SUBJECT)]
     assert sorted(fields) == ["delivery", "mode"]
 
 

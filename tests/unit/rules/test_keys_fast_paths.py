@@ -1,7 +1,7 @@
 """The fast paths of ``pipeline.rules.keys`` give exactly what the reference paths give."""
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypedDict
 
 import pytest
 import rfc8785
@@ -22,6 +22,17 @@ from pipeline.rules.keys import (
 )
 
 pytestmark = pytest.mark.unit
+
+
+class _PrefixFields(TypedDict):
+    """The keywords of ``delivery_key_prefix`` (``delivery_key``'s, but its trigger)."""
+
+    tenant_id: str
+    user_id: str
+    watcher_id: str
+    watcher_version: int
+    source_id: str
+
 
 # Every character class that matters to RFC 8785: controls, quotes, backslashes, non-ASCII,
 # U+E000..U+FFFF and astral characters (whose UTF-16 order differs), lone surrogates.
@@ -123,7 +134,7 @@ def test_delivery_key_from_a_prefix_equals_delivery_key(
     parts: tuple[str, str, str, int, str], trigger: Trigger
 ) -> None:
     tenant, user, watcher, version, source = parts
-    fields = {
+    fields: _PrefixFields = {
         "tenant_id": tenant,
         "user_id": user,
         "watcher_id": watcher,

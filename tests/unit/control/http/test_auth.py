@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -54,9 +54,9 @@ def directory() -> TokenDirectory:
     return TokenDirectory.from_config(config.principals)
 
 
-def refusal(call: object, *args: object) -> ApiError:
+def refusal(call: Callable[..., object], *args: object) -> ApiError:
     with pytest.raises(ApiError) as caught:
-        call(*args)  # type: ignore[operator]
+        call(*args)
     return caught.value
 
 
@@ -163,19 +163,33 @@ class MemoryProcessor:
 
 
 class NoLedger:
-    def evaluations(self, *args: Any) -> list[dict[str, Any]]:
+    """A :class:`LedgerPort` with nothing in it (these tests read no ledger route)."""
+
+    def evaluations(
+        self, tenant_id: str, user_id: str, watcher_id: str, source_id: str, limit: int
+    ) -> tuple[list[dict[str, Any]], int]:
+        return [], 0
+
+    def latest(
+        self, tenant_id: str, user_id: str, source_ids: Iterable[str] | None = None
+    ) -> dict[str, dict[str, Any]]:
+        return {}
+
+    def lifecycle(self, tenant_id: str, user_id: str, watcher_id: str) -> list[dict[str, Any]]:
         return []
 
-    def notifications(self, tenant_id: str, user_id: str) -> list[dict[str, Any]]:
-        return []
+    def notifications(self, tenant_id: str, user_id: str) -> tuple[list[dict[str, Any]], int]:
+        return [], 0
 
     def ack(self, tenant_id: str, user_id: str, delivery_key: str) -> dict[str, Any] | None:
         return None
 
-    def deliveries(self, *args: Any) -> list[dict[str, Any]]:
+    def deliveries(
+        self, tenant_id: str, user_id: str, state: str | None, watcher_id: str | None
+    ) -> list[dict[str, Any]]:
         return []
 
-    def delivery(self, *args: Any) -> dict[str, Any] | None:
+    def delivery(self, tenant_id: str, user_id: str, delivery_key: str) -> dict[str, Any] | None:
         return None
 
     def ready(self) -> str | None:

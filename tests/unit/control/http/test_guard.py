@@ -9,6 +9,7 @@ import json
 from typing import Any
 
 import pytest
+from starlette.types import Message, Receive, Scope, Send
 
 from pipeline.control.http.auth import TokenDirectory
 from pipeline.control.http.guard import PRINCIPAL, EdgeGuard
@@ -28,20 +29,20 @@ class Client:
         self.chunks = list(chunks)
         self.headers = headers
         self.reads = 0
-        self.sent: list[dict[str, Any]] = []
+        self.sent: list[Message] = []
         self.app_saw: tuple[bytes, Principal] | None = None
 
-    async def receive(self) -> dict[str, Any]:
+    async def receive(self) -> Message:
         self.reads += 1
         if not self.chunks:
             raise AssertionError("read past the end of the body: would wait forever")
         chunk = self.chunks.pop(0)
         return {"type": "http.request", "body": chunk, "more_body": bool(self.chunks)}
 
-    async def send(self, message: dict[str, Any]) -> None:
+    async def send(self, message: Message) -> None:
         self.sent.append(message)
 
-    async def app(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def app(self, scope: Scope, receive: Receive, send: Send) -> None:
         message = await receive()
         self.app_saw = (message["body"], scope["state"][PRINCIPAL])
         await send({"type": "http.response.start", "status": 200, "headers": []})
@@ -49,7 +50,7 @@ class Client:
 
     def run(self, max_body: int = 100) -> tuple[int, dict[str, Any]]:
         guard = EdgeGuard(self.app, tokens=TOKENS, max_body=max_body)
-        scope = {"type": "http", "path": "/v1/watches", "headers": self.headers}
+        scope: Scope = {"type": "http", "path": "/v1/watches", "headers": self.headers}
         asyncio.run(guard(scope, self.receive, self.send))
         status = self.sent[0]["status"]
         body = self.sent[1]["body"]

@@ -1,4 +1,5 @@
 from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
 
 import pytest
 
@@ -64,7 +65,7 @@ def test_payload_that_no_reader_would_take_is_refused(payload: object, why: str)
         ({"observed_at": datetime(2026, 11, 29, 12, 0)}, "observed_at"),
     ],
 )
-def test_bad_field_is_refused_naming_it(kwargs: dict, field: str) -> None:
+def test_bad_field_is_refused_naming_it(kwargs: dict[str, Any], field: str) -> None:
     args = {"source_id": "s", "event_type": "t", "event_id": "e", "payload": {}, "observed_at": AT}
     with pytest.raises(DefinitionError) as caught:
         event_record(**{**args, **kwargs})

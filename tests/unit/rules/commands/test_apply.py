@@ -11,8 +11,8 @@ import pytest
 
 from consumers.commands.registry import SubjectIndex
 from pipeline.cli.grant_cmd import parse_until
-from pipeline.cli.watch_cmd import load_definition
 from pipeline.kafka.serde import default_registry
+from pipeline.ops.validate import load_definition
 from pipeline.records.command import (
     command_from_value,
     command_value,
