@@ -12,6 +12,7 @@ import ipaddress
 import os
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -117,6 +118,21 @@ def _client_table(ca: Path) -> str:
     )
 
 
+def _create_topics_once_the_listener_answers(stack: Stack, timeout_s: float = 120) -> None:
+    """``vigil topics create``, again while the broker's SASL_SSL listener does not answer yet:
+    the broker is up once its plaintext port answers, but a busy JVM takes a while to complete
+    TLS handshakes within the CLI's 2 s connection setup."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            stack.create_topics()
+            return
+        except AssertionError as exc:
+            if "does not answer" not in str(exc) or time.monotonic() > deadline:
+                raise
+        time.sleep(1.0)
+
+
 def test_the_pipeline_delivers_through_a_sasl_ssl_listener(
     tmp_path: Path, sasl_broker: tuple[OwnKafka, int, Path], redis_url: str
 ) -> None:
@@ -147,7 +163,7 @@ def test_the_pipeline_delivers_through_a_sasl_ssl_listener(
             )
         )
         try:
-            stack.create_topics()
+            _create_topics_once_the_listener_answers(stack)
             stack.start_all(("command-processor", "evaluator", "delivery"))
             subject = Subject(
                 f"s-{uuid.uuid4().hex[:6]}", "u-1", bootstrap, stack.topology, stack.clock
