@@ -55,8 +55,6 @@ from tests.receiver import Receiver
 
 __all__ = ["main"]
 
-_PORTS_OF = "gw10"  # a worker id no test run has: ports of this benchmark's own
-
 
 def _percentile(sorted_ms: list[float], q: float) -> float:
     if not sorted_ms:
@@ -223,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--settle-s", type=float, default=60.0)
     args = parser.parse_args(argv)
     os.environ.setdefault("VIGIL_MASTER_KEYS", generate_kek_text("latency"))
-    kafka_port, controller, redis_port = worker_ports(_PORTS_OF)
+    kafka_port, controller, redis_port = worker_ports()
     with tempfile.TemporaryDirectory(prefix="vigil-latency-") as tmp:
         root = Path(tmp)
         kafka = OwnKafka(kafka_port, controller, root / "kafka")

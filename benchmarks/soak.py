@@ -330,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
         schedules=args.schedules,
         fail_every=args.fail_every,
     )
-    kafka_port, controller, redis_port = worker_ports("soak", slot=2)
+    kafka_port, controller, redis_port = worker_ports(slot=2)
     with tempfile.TemporaryDirectory(prefix="vigil-soak-") as tmp:
         root = Path(tmp)
         kafka = OwnKafka(kafka_port, controller, root / "kafka")

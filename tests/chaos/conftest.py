@@ -1,9 +1,9 @@
 """Fixtures of the fault suite: a broker and Redis of the test's own (never the shared ones),
 the receiver every destination and governed tool points at, and the deployment under test.
 
-Each test gets fresh servers on its xdist worker's ports (``tests.chaos.servers.worker_ports``)
-with their data in the test's temporary directory, and stops them afterwards, pass or fail; the
-deployment's processes are stopped first.
+Each test gets fresh servers on its test process's own ports
+(``tests.chaos.servers.worker_ports``) with their data in the test's temporary directory, and
+stops them afterwards, pass or fail; the deployment's processes are stopped first.
 """
 
 from __future__ import annotations

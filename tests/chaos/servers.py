@@ -2,26 +2,29 @@
 
 Scenarios restart, stall and stop these servers, so they must never be the shared ones
 (``KAFKA_BOOTSTRAP_SERVERS`` / ``REDIS_URL``, which other tests use at the same time). Each runs
-on ports derived from the pytest-xdist worker id (:func:`worker_ports`): distinct per worker,
-below the ephemeral range the OS hands out for ``port 0``, so neither a concurrent worker nor
-another test's free-port pick can take them. :class:`OwnKafka` and :class:`OwnRedis` wrap
-``deploy/kafka/kafka.sh`` and ``deploy/redis/redis.sh`` with those ports and a temporary data
-directory; :meth:`OwnKafka.stall` and :meth:`OwnKafka.resume` send SIGSTOP / SIGCONT to this
-broker's own pid (read from its pid file), never to anything found by name.
+on its process's own ports (:func:`worker_ports`): each test process holds a lane of ports
+through a lock file while it lives, so no concurrent worker — of this run or of another run on
+the same machine — uses them, and they lie below the ephemeral range the OS hands out for
+``port 0``, so no test's free-port pick can take them either. :class:`OwnKafka` and
+:class:`OwnRedis` wrap ``deploy/kafka/kafka.sh`` and ``deploy/redis/redis.sh`` with those
+ports and a temporary data directory; :meth:`OwnKafka.stall` and :meth:`OwnKafka.resume` send
+SIGSTOP / SIGCONT to this broker's own pid (read from its pid file), never to anything found by
+name.
 
 Left out: vigil's processes (``tests.chaos.stack``).
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
-import re
 import signal
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import IO, Final
 
 __all__ = ["OwnKafka", "OwnRedis", "OwnRedisCluster", "ServerError", "worker_ports"]
 
@@ -29,23 +32,40 @@ ROOT: Final = Path(__file__).resolve().parents[2]
 KAFKA_SH: Final = ROOT / "deploy" / "kafka" / "kafka.sh"
 REDIS_SH: Final = ROOT / "deploy" / "redis" / "redis.sh"
 _BASE_PORT: Final = 31_400  # below Linux's ephemeral range (32768-60999)
-_PER_WORKER: Final = 10
+_PER_SLOT: Final = 10
+_SLOTS: Final = 3
+_LANES: Final = 40  # 40 lanes of 30 ports: 31400-32599
+_LOCKS: Final = Path(tempfile.gettempdir()) / "vigil-test-ports"
+_lane: list[tuple[int, IO[str]]] = []  # this process's lane and its held lock file
 
 
 class ServerError(RuntimeError):
     """A deploy script failed: its last output line says why."""
 
 
-def worker_ports(worker: str | None = None, slot: int = 0) -> tuple[int, int, int]:
-    """(Kafka, Kafka controller, Redis) ports for an xdist worker (``gw3`` → 3; no xdist → 9).
+def worker_ports(slot: int = 0) -> tuple[int, int, int]:
+    """(Kafka, Kafka controller, Redis) ports of this process's lane, ``slot`` 0–2 giving a
+    second or third set of ten ports for the same process.
 
-    ``slot`` 0–2 gives a second or third set for the same worker (the soak benchmark run by
-    hand uses slot 2 of worker 9).
+    The lane is the first of 40 whose lock file (in the temporary directory) this process can
+    lock; it keeps the lock until it exits, so two test runs on one machine never share ports.
     """
-    worker = worker if worker is not None else os.environ.get("PYTEST_XDIST_WORKER", "")
-    found = re.fullmatch(r"gw(\d+)", worker)
-    index = int(found.group(1)) if found else 9
-    base = _BASE_PORT + (index * 3 + slot) * _PER_WORKER
+    if not 0 <= slot < _SLOTS:
+        raise ValueError(f"slot {slot}: 0..{_SLOTS - 1}")
+    if not _lane:
+        _LOCKS.mkdir(exist_ok=True)
+        for lane in range(_LANES):
+            held = (_LOCKS / f"lane-{lane}.lock").open("w")
+            try:
+                fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                held.close()
+                continue
+            _lane.append((lane, held))
+            break
+        else:
+            raise ServerError(f"every one of {_LANES} port lanes is held by another test process")
+    base = _BASE_PORT + (_lane[0][0] * _SLOTS + slot) * _PER_SLOT
     return base, base + 1, base + 2
 
 

@@ -41,7 +41,7 @@ def test_every_process_of_the_example_config_starts_on_one_host_and_gets_ready(
     tmp_path: Path, kafka_bootstrap: str, redis_url: str
 ) -> None:
     run = uuid.uuid4().hex[:8]
-    base = worker_ports(slot=1)[0]  # ten ports of this xdist worker, none used by others
+    base = worker_ports(slot=1)[0]  # ten ports of this test process, none used by others
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith("VIGIL_")},
         "VIGIL_MASTER_KEYS": os.environ["VIGIL_MASTER_KEYS"],
