@@ -30,6 +30,7 @@ from typing import Any, Final
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
+from pipeline.kafka.writers import Writer, prepare
 from pipeline.rules.errors import SerdeError, UnknownSchemaError
 
 __all__ = [
@@ -63,6 +64,7 @@ class SchemaVersion:
     fingerprint: bytes
     parsed: Any  # fastavro's parsed schema
     source: str  # the file name
+    writer: Writer | None = None  # the prepared writer (``pipeline.kafka.writers``), if any
 
     @property
     def header(self) -> bytes:
@@ -123,6 +125,13 @@ class SchemaRegistry:
     def encode(self, record_type: str, value: Mapping[str, Any]) -> bytes:
         """``value`` written with the newest schema of ``record_type``."""
         schema = self.newest(record_type)
+        if schema.writer is not None:
+            out = bytearray(schema.header)
+            try:
+                schema.writer(value, out)
+                return bytes(out)
+            except Exception:  # not written the plain way: fastavro decides below
+                pass
         buffer = io.BytesIO()
         buffer.write(schema.header)
         try:
@@ -189,6 +198,7 @@ def _parse(file_name: str, document: Mapping[str, Any]) -> SchemaVersion:
         fingerprint=fingerprint_of(parsed),
         parsed=parsed,
         source=file_name,
+        writer=prepare(parsed),
     )
 
 
