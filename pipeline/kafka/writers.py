@@ -51,6 +51,13 @@ def _varint(n: int) -> bytes:
     return bytes(out)
 
 
+_LENGTH: Final = tuple(_varint(n << 1) for n in range(1024))  # a string's or bytes' length
+
+
+def _length(raw: bytes) -> bytes:
+    return _varint(len(raw) << 1)
+
+
 def _long(value: int) -> bytes:
     if type(value) is not int or not _LONG_MIN <= value <= _LONG_MAX:
         raise TypeError("not a long")  # fastavro decides (bools, int subclasses, overflow)
@@ -125,10 +132,7 @@ def _value(src: _Source, depth: int, schema: Any, expr: str) -> None:
         src.add(depth, f"if type({expr}) is not str:")
         src.add(depth + 1, "raise TypeError('not a str')")
         src.add(depth, f"{raw} = {expr}.encode()")
-        src.add(
-            depth,
-            f"out += _SMALL[len({raw}) << 1] if len({raw}) < 64 else _varint(len({raw}) << 1)",
-        )
+        src.add(depth, f"out += _LENGTH[len({raw})] if len({raw}) < 1024 else _length({raw})")
         src.add(depth, f"out += {raw}")
         return
     if helper in ("_long", "_micros"):  # inline: instants and counters
@@ -217,7 +221,8 @@ def prepare(parsed: Any) -> Writer | None:
         "_int": _int,
         "_long": _long,
         "_bytes": _bytes,
-        "_SMALL": _SMALL,
+        "_LENGTH": _LENGTH,
+        "_length": _length,
         "_EPOCH": _EPOCH,
         "datetime": datetime,
         "_varint": _varint,

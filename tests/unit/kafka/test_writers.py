@@ -133,3 +133,29 @@ def test_a_schema_with_other_types_gets_no_writer() -> None:
     }
     assert prepare(parsed) is None
     assert prepare({"type": "enum", "name": "vigil.E", "symbols": ["a"]}) is None
+
+
+@pytest.mark.parametrize("size", [0, 63, 64, 1023, 1024, 70_000])
+def test_lengths_on_both_sides_of_each_varint_width(size: int) -> None:
+    version = REGISTRY.newest("watcher_state")
+    value = {
+        "tenant_id": "é" * size,
+        "user_id": "u",
+        "watcher_id": "w",
+        "source_id": "s",
+        "version": size,
+        "status": "active",
+        "activated_at": None,
+        "checkpoint": None,
+        "recent_triggers": ["k" * size] * 3,
+        "last_outcome": None,
+        "last_reason": None,
+        "evaluations": -size,
+        "closed_reason": None,
+        "revision": 2**63 - 1 - size,
+        "updated_at": datetime(1969, 12, 31, 23, 59, 59, 999_999 - size % 7, tzinfo=UTC),
+    }
+    assert version.writer is not None
+    out = bytearray(version.header)
+    version.writer(value, out)
+    assert bytes(out) == fastavro_bytes(version, value)
