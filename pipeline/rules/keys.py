@@ -68,6 +68,7 @@ EVIDENCE_FIELDS: Final = frozenset(
     }
 )
 _INSTANT_FIELDS: Final = ("observed_at", "scheduled_at")
+_DIGEST_ORDER: Final = tuple(sorted(EVIDENCE_FIELDS))  # RFC 8785 key order of the nine fields
 _HEX_KEY = re.compile(r"[0-9a-f]{64}")
 _MAX_FIELD_BYTES: Final = 2**32 - 1
 _SAFE_INT: Final = 2**53 - 1
@@ -333,19 +334,9 @@ def evidence_digest_of(
             + "}"
         ).encode("utf-8")
     except (_NotPlain, RecursionError, UnicodeEncodeError, TypeError):
-        return evidence_digest(
-            {
-                "source_kind": source_kind,
-                "source_id": source_id,
-                "event_type": event_type,
-                "event_id": event_id,
-                "envelope_id": envelope_id,
-                "cursor": cursor,
-                "observed_at": observed_at,
-                "scheduled_at": scheduled_at,
-                "payload": payload,
-            }
-        )
+        given: tuple[Any, ...] = (cursor, envelope_id, event_id, event_type, observed_at)
+        given += (payload, scheduled_at, source_id, source_kind)
+        return evidence_digest(dict(zip(_DIGEST_ORDER, given, strict=True)))
     return hashlib.sha256(text).hexdigest()
 
 
