@@ -5,6 +5,8 @@ of the writer schema's parsing canonical form, then the ``schemaless_writer`` bo
 finds the writer schema by fingerprint among all ``schemas/<type>.v<N>.avsc`` files and reads
 into the newest version of that type (Avro schema resolution), so old records stay readable
 and no registry server is needed. Schemas are parsed once per process (:func:`default_registry`).
+A schema's values are written by its prepared writer (``pipeline.kafka.writers``: the same
+bytes, compiled once) and by fastavro when it has none or declines a value.
 
 Two failures, two errors: bytes that do not decode raise :class:`SerdeError` (the caller
 dead-letters them); a well-formed header with a fingerprint this build does not know raises
