@@ -3,7 +3,7 @@
 Owns :class:`Plan`: every (watcher, evidence) pair of a batch is first evaluated assuming its
 budget answers ``ok``, recording the charge it would make (each watcher's steps in input order,
 each seeing the state the previous one left); then every charge goes to Redis in one pipeline
-(:meth:`~pipeline.redis.budgets.RedisBudgets.charge_many`); a watcher whose charge came back
+(:meth:`~pipeline.redis.budgets.RedisBudgets.verdicts_many`); a watcher whose charge came back
 ``exhausted`` is evaluated again from that step on, charging one by one with the same idempotency
 tokens (the first verdict of a token stands). The result is exactly what evaluating in order with
 one round trip per charge would give. Also :func:`effective_state`, which merges the stored
@@ -120,10 +120,10 @@ class Plan:
     def settle(self) -> list[Step]:
         """Send every recorded charge at once; redo the watchers whose budget said otherwise."""
         charged = [step for step in self.steps if step.charge is not None]
-        checks = self._budgets.charge_many([s.charge for s in charged if s.charge], self._now)
+        verdicts = self._budgets.verdicts_many([s.charge for s in charged if s.charge], self._now)
         first: dict[str, Step] = {}
-        for step, check in zip(charged, checks, strict=True):
-            if check.verdict is not BudgetVerdict.OK:
+        for step, verdict in zip(charged, verdicts, strict=True):
+            if verdict is not BudgetVerdict.OK:
                 first.setdefault(step.watch.key, step)
         if first:
             self._redo(set(first), first)
@@ -223,8 +223,6 @@ class Plan:
 
     def _charge_now(self, step: Step) -> BudgetGate:
         def gate(evidence: Evidence) -> BudgetVerdict:
-            return self._budgets.charge_many([self._charge_of(step, evidence)], self._now)[
-                0
-            ].verdict
+            return self._budgets.verdicts_many([self._charge_of(step, evidence)], self._now)[0]
 
         return gate

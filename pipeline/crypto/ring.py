@@ -42,7 +42,7 @@ __all__ = ["DEFAULT_CACHE", "KeyRing", "wrap_context"]
 log = logging.getLogger(__name__)
 
 DEFAULT_CACHE: Final = 65_536
-CIPHER_CACHE: Final = 2_048
+CIPHER_CACHE: Final = 16_384  # ~2.5 KiB each: a cipher per evidence key of 10,000+ watchers
 _WRAP: Final = "vigil.keys.v1"
 _WARNED_LIMIT: Final = 1024
 _K = TypeVar("_K")

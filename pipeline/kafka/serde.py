@@ -5,6 +5,8 @@ of the writer schema's parsing canonical form, then the ``schemaless_writer`` bo
 finds the writer schema by fingerprint among all ``schemas/<type>.v<N>.avsc`` files and reads
 into the newest version of that type (Avro schema resolution), so old records stay readable
 and no registry server is needed. Schemas are parsed once per process (:func:`default_registry`).
+A schema's values are written by its prepared writer (``pipeline.kafka.writers``: the same
+bytes, compiled once) and by fastavro when it has none or declines a value.
 
 Two failures, two errors: bytes that do not decode raise :class:`SerdeError` (the caller
 dead-letters them); a well-formed header with a fingerprint this build does not know raises
@@ -30,6 +32,7 @@ from typing import Any, Final
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
+from pipeline.kafka.writers import Writer, prepare
 from pipeline.rules.errors import SerdeError, UnknownSchemaError
 
 __all__ = [
@@ -63,6 +66,7 @@ class SchemaVersion:
     fingerprint: bytes
     parsed: Any  # fastavro's parsed schema
     source: str  # the file name
+    writer: Writer | None = None  # the prepared writer (``pipeline.kafka.writers``), if any
 
     @property
     def header(self) -> bytes:
@@ -123,6 +127,13 @@ class SchemaRegistry:
     def encode(self, record_type: str, value: Mapping[str, Any]) -> bytes:
         """``value`` written with the newest schema of ``record_type``."""
         schema = self.newest(record_type)
+        if schema.writer is not None:
+            out = bytearray(schema.header)
+            try:
+                schema.writer(value, out)
+                return bytes(out)
+            except Exception:  # not written the plain way: fastavro decides below
+                pass
         buffer = io.BytesIO()
         buffer.write(schema.header)
         try:
@@ -189,6 +200,7 @@ def _parse(file_name: str, document: Mapping[str, Any]) -> SchemaVersion:
         fingerprint=fingerprint_of(parsed),
         parsed=parsed,
         source=file_name,
+        writer=prepare(parsed),
     )
 
 

@@ -170,6 +170,15 @@ class RedisBudgets:
         and window. Relative to the caller's ``now``, not Redis's clock: a skewed clock shifts
         a key's expiry by the skew only, never to "already expired".
         """
+        replies = self._replies(charges, now)
+        return [_check(charge, answer) for charge, answer in zip(charges, replies, strict=True)]
+
+    def verdicts_many(self, charges: Sequence[Charge], now: datetime) -> list[BudgetVerdict]:
+        """:meth:`charge_many`'s verdicts alone (the evaluator's batch reads nothing else)."""
+        return [_VERDICTS[answer.split(":", 1)[0]] for answer in self._replies(charges, now)]
+
+    def _replies(self, charges: Sequence[Charge], now: datetime) -> list[str]:
+        """The script's answer to each charge, in order (``verdict:exhausted:used…``)."""
         if not charges:
             return []
         now = utc(now)
@@ -196,7 +205,7 @@ class RedisBudgets:
             reply = self._send(keys, specs)
         if len(reply) != len(charges):
             raise BudgetStoreError(f"budget store answered {len(reply)} of {len(charges)}")
-        return [_check(charge, answer) for charge, answer in zip(charges, reply, strict=True)]
+        return reply
 
     def _send(self, keys: list[str], specs: list[list[str]]) -> list[str]:
         """The batch script's replies, in order: one call, or on a Redis Cluster one call per

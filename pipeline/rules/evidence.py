@@ -16,7 +16,7 @@ from typing import Any
 
 from pipeline.rules.errors import DefinitionError
 from pipeline.rules.instants import rfc3339_micros, rfc3339_seconds, utc
-from pipeline.rules.keys import EventTrigger, InstantTrigger, Trigger, evidence_digest
+from pipeline.rules.keys import EventTrigger, InstantTrigger, Trigger, evidence_digest_of
 from pipeline.rules.outcomes import ErrorCode
 
 __all__ = ["Evidence", "EvidenceKind", "position_of", "trigger_json"]
@@ -86,8 +86,17 @@ class Evidence:
 
     def digest(self) -> str:
         payload = self.payload  # read only: no copy unless it is not a plain dict
-        return evidence_digest(
-            self._digest_fields(payload if type(payload) is dict else {**payload})
+        scheduled_at = self.scheduled_at
+        return evidence_digest_of(
+            self.source_kind.value,
+            self.source_id,
+            self.event_type,
+            self.event_id,
+            self.envelope_id,
+            self.cursor,
+            rfc3339_micros(self.observed_at),
+            None if scheduled_at is None else rfc3339_micros(scheduled_at),
+            payload if type(payload) is dict else {**payload},
         )
 
     def _digest_fields(self, payload: dict[str, Any]) -> dict[str, Any]:

@@ -54,5 +54,7 @@ class WatcherState(BaseModel):
 
     def remember(self, trigger_key: str) -> tuple[str, ...]:
         """``recent_triggers`` with ``trigger_key`` added, bounded to the newest ones."""
-        kept = tuple(k for k in self.recent_triggers if k != trigger_key)
+        kept = self.recent_triggers
+        if trigger_key in kept:  # rare: evidence seen again
+            kept = tuple(k for k in kept if k != trigger_key)
         return (*kept, trigger_key)[-RECENT_TRIGGERS:]

@@ -88,3 +88,13 @@ def test_a_negative_amount_is_refused_before_anything_reaches_redis(
     with pytest.raises(DefinitionError, match=r"0\.\.") as caught:
         budgets.charge_many([bad], NOW)
     assert caught.value.field == "tokens"
+
+
+def test_verdicts_alone_are_the_batchs_verdicts(budgets: RedisBudgets) -> None:
+    caps = BudgetCaps(window=timedelta(hours=1), evaluations=2)
+    batch = charges(caps, ["a", "b", "c"])
+    expected = [BudgetVerdict.OK, BudgetVerdict.OK, BudgetVerdict.EXHAUSTED]
+    assert budgets.verdicts_many(batch, NOW) == expected
+    assert verdicts_of(budgets.charge_many(batch, NOW)) == expected  # the same tokens again
+    assert budgets.verdicts_many(charges(caps, ["d"]), NOW) == [BudgetVerdict.EXHAUSTED]
+    assert budgets.verdicts_many([], NOW) == []

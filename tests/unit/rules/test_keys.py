@@ -26,6 +26,7 @@ from pipeline.rules.keys import (
     derived_delivery_key,
     encode_fields,
     evidence_digest,
+    evidence_digest_of,
     parse_subject_key,
     parse_watcher_key,
     request_delivery_key,
@@ -218,6 +219,46 @@ def test_evidence_digest_of_reference_vector_matches_canonical_json_and_digest()
     (vector,) = VECTORS["evidence_digest_v1"]
     assert canonical_json(vector["evidence"]).decode("utf-8") == vector["canonical_json"]
     assert evidence_digest(vector["evidence"]) == vector["digest"]
+
+
+_ODD_CHARACTERS = (  # lone surrogates, U+E000..U+FFFF and astral: where key orders differ
+    st.characters(categories=["Cs"])
+    | st.characters(min_codepoint=0xE000, max_codepoint=0xFFFF)
+    | st.characters(min_codepoint=0x10000)
+)
+_ANY_TEXT = st.text(max_size=12) | st.text(_ODD_CHARACTERS, max_size=4)
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**60), 2**60) | st.floats() | _ANY_TEXT,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_ANY_TEXT, inner, max_size=3),
+    max_leaves=8,
+)
+
+
+def test_evidence_digest_of_the_fields_reproduces_the_vector() -> None:
+    (vector,) = VECTORS["evidence_digest_v1"]
+    fields = vector["evidence"]
+    assert evidence_digest_of(**fields) == vector["digest"]
+
+
+@given(
+    fields=st.fixed_dictionaries(
+        {name: st.none() | _ANY_TEXT for name in sorted(EVIDENCE_FIELDS - {"payload"})},
+    ),
+    payload=st.dictionaries(_ANY_TEXT, _JSON, max_size=4),
+)
+def test_evidence_digest_of_the_fields_is_the_digest_of_the_mapping(
+    fields: dict[str, Any], payload: dict[str, Any]
+) -> None:
+    """Same digest, or the same refusal, as the mapping's (floats, astral keys, lone
+    surrogates, unsafe integers included)."""
+    evidence = {**fields, "payload": payload}
+    try:
+        expected = evidence_digest(evidence)
+    except DefinitionError:
+        with pytest.raises(DefinitionError):
+            evidence_digest_of(**evidence)
+        return
+    assert evidence_digest_of(**evidence) == expected
 
 
 def test_evidence_digest_accepts_datetimes_as_rfc3339_micros() -> None:

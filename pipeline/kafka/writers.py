@@ -1,0 +1,232 @@
+"""Prepared Avro writers: one compiled function per schema, for the records written per event.
+
+fastavro's ``schemaless_writer`` walks the parsed schema on every call (a dict lookup per
+field, a validation pass per union branch); for the evaluator's records (receipt, watcher-state,
+outbox entry: twenty-odd fields each, three per matching event) that walk is most of the
+encoding cost. :func:`prepare` turns a parsed record schema into straight-line Python once, so
+a call is only the field reads and the byte writes of the Avro binary encoding.
+
+It covers the types vigil's hot records use: ``null``, ``boolean``, ``int``, ``long``
+(``timestamp-micros`` of an aware ``datetime`` included), ``string``, ``bytes``, nested
+records, arrays and unions of ``null`` with one other type. A schema with anything else gets no
+prepared writer (``None``). A prepared writer never decides a value alone: whatever it does
+not write the plain way (a missing or extra field, a value of another type, a naive instant, a
+number out of range) raises, and :class:`~pipeline.kafka.serde.SchemaRegistry` hands that value
+to fastavro, whose answer (bytes or an error) stands. So the bytes are fastavro's bytes; a
+hypothesis property in the tests holds them to that for every shipped schema.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any, Final
+
+__all__ = ["Writer", "prepare"]
+
+Writer = Callable[[Mapping[str, Any], bytearray], None]
+"""Appends the Avro binary encoding of a value to the buffer, or raises (see the module)."""
+
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+_LONG_MIN: Final = -(2**63)
+_LONG_MAX: Final = 2**63 - 1
+_INT_MIN: Final = -(2**31)
+_INT_MAX: Final = 2**31 - 1
+_SMALL: Final = tuple(bytes([n]) for n in range(128))  # one-byte varints
+
+
+class _Unsupported(Exception):
+    """A schema construct without a prepared form: the schema gets no writer."""
+
+
+def _varint(n: int) -> bytes:
+    """A zigzag-encoded non-negative integer as Avro's variable-length bytes."""
+    if n < 0x80:
+        return _SMALL[n]
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+_LENGTH: Final = tuple(_varint(n << 1) for n in range(1024))  # a string's or bytes' length
+
+
+def _length(raw: bytes) -> bytes:
+    return _varint(len(raw) << 1)
+
+
+def _long(value: int) -> bytes:
+    if type(value) is not int or not _LONG_MIN <= value <= _LONG_MAX:
+        raise TypeError("not a long")  # fastavro decides (bools, int subclasses, overflow)
+    return _varint((value << 1) ^ (value >> 63))
+
+
+def _int(value: int) -> bytes:
+    if type(value) is not int or not _INT_MIN <= value <= _INT_MAX:
+        raise TypeError("not an int")
+    return _varint((value << 1) ^ (value >> 63))
+
+
+def _bytes(value: bytes) -> bytes:
+    if type(value) is not bytes:
+        raise TypeError("not bytes")
+    return _varint(len(value) << 1) + value
+
+
+def _boolean(value: bool) -> bytes:
+    if value is True:
+        return b"\x01"
+    if value is False:
+        return b"\x00"
+    raise TypeError("not a bool")
+
+
+# the helpers' names; strings, longs and instants (``_micros``) are written inline
+_SCALARS: Final[dict[str, str]] = {
+    "boolean": "_boolean",
+    "int": "_int",
+    "long": "_long",
+    "string": "_string",
+    "bytes": "_bytes",
+}
+
+
+class _Source:
+    """The lines of one generated function, with fresh local names."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self._names = 0
+
+    def name(self) -> str:
+        self._names += 1
+        return f"v{self._names}"
+
+    def add(self, depth: int, line: str) -> None:
+        self.lines.append("    " * depth + line)
+
+
+def _scalar(schema: Any) -> str | None:
+    """The helper that writes ``schema``, when it is a scalar this module writes."""
+    if isinstance(schema, str):
+        return _SCALARS.get(schema)
+    if isinstance(schema, dict) and schema.get("type") == "long":
+        logical = schema.get("logicalType")
+        if logical == "timestamp-micros":
+            return "_micros"
+        if logical is None:
+            return "_long"
+    if isinstance(schema, dict) and isinstance(schema.get("type"), str) and len(schema) == 1:
+        return _SCALARS.get(schema["type"])
+    return None
+
+
+def _value(src: _Source, depth: int, schema: Any, expr: str) -> None:
+    """Append the lines that write ``expr`` (a local name) as ``schema``."""
+    helper = _scalar(schema)
+    if helper == "_string":  # inline: the most frequent field type
+        raw = src.name()
+        src.add(depth, f"if type({expr}) is not str:")
+        src.add(depth + 1, "raise TypeError('not a str')")
+        src.add(depth, f"{raw} = {expr}.encode()")
+        src.add(depth, f"out += _LENGTH[len({raw})] if len({raw}) < 1024 else _length({raw})")
+        src.add(depth, f"out += {raw}")
+        return
+    if helper in ("_long", "_micros"):  # inline: instants and counters
+        number = src.name()
+        if helper == "_micros":
+            src.add(depth, f"if type({expr}) is datetime and {expr}.tzinfo is not None:")
+            src.add(depth + 1, f"{number} = {expr} - _EPOCH")
+            src.add(
+                depth + 1,
+                f"{number} = ({number}.days * 86400 + {number}.seconds) * 1000000"
+                f" + {number}.microseconds",
+            )
+            src.add(depth, "else:")
+            src.add(depth + 1, f"{number} = {expr}")
+        else:
+            src.add(depth, f"{number} = {expr}")
+        src.add(
+            depth, f"if type({number}) is not int or not {_LONG_MIN} <= {number} <= {_LONG_MAX}:"
+        )
+        src.add(depth + 1, "raise TypeError('not a long')")
+        src.add(depth, f"{number} = ({number} << 1) ^ ({number} >> 63)")
+        src.add(depth, f"while {number} >= 128:")
+        src.add(depth + 1, f"out.append(({number} & 127) | 128)")
+        src.add(depth + 1, f"{number} >>= 7")
+        src.add(depth, f"out.append({number})")
+        return
+    if helper is not None:
+        src.add(depth, f"out += {helper}({expr})")
+        return
+    if isinstance(schema, list):
+        _union(src, depth, schema, expr)
+        return
+    if isinstance(schema, dict) and schema.get("type") == "record":
+        _record(src, depth, schema, expr)
+        return
+    if isinstance(schema, dict) and schema.get("type") == "array":
+        item = src.name()
+        src.add(depth, f"if type({expr}) is not list and type({expr}) is not tuple:")
+        src.add(depth + 1, "raise TypeError('not a list')")
+        src.add(depth, f"if {expr}:")
+        src.add(depth + 1, f"out += _long(len({expr}))")
+        src.add(depth + 1, f"for {item} in {expr}:")
+        _value(src, depth + 2, schema["items"], item)
+        src.add(depth, "out += b'\\x00'")
+        return
+    raise _Unsupported(f"no prepared form for {schema!r}")
+
+
+def _union(src: _Source, depth: int, branches: list[Any], expr: str) -> None:
+    """``null`` and one other type: the branch index, then the value."""
+    if len(branches) != 2 or "null" not in branches:
+        raise _Unsupported(f"a union other than null and one type: {branches!r}")
+    null_index = branches.index("null")
+    other = branches[1 - null_index]
+    src.add(depth, f"if {expr} is None:")
+    src.add(depth + 1, f"out += {_varint(null_index << 1)!r}")
+    src.add(depth, "else:")
+    src.add(depth + 1, f"out += {_varint((1 - null_index) << 1)!r}")
+    _value(src, depth + 1, other, expr)
+
+
+def _record(src: _Source, depth: int, schema: dict[str, Any], expr: str) -> None:
+    """Every field in order; exactly the schema's fields (else fastavro decides)."""
+    fields = schema["fields"]
+    src.add(depth, f"if len({expr}) != {len(fields)}:")
+    src.add(depth + 1, "raise KeyError('not exactly the fields of the schema')")
+    for field in fields:
+        name = src.name()
+        src.add(depth, f"{name} = {expr}[{field['name']!r}]")
+        _value(src, depth, field["type"], name)
+
+
+def prepare(parsed: Any) -> Writer | None:
+    """The prepared writer of a fastavro-parsed record schema; None when it uses a type this
+    module does not write (fastavro writes every value of it)."""
+    if not isinstance(parsed, dict) or parsed.get("type") != "record":
+        return None
+    src = _Source()
+    src.add(0, "def write(value, out):")
+    try:
+        _record(src, 1, parsed, "value")
+    except _Unsupported:
+        return None
+    namespace: dict[str, Any] = {
+        "_boolean": _boolean,
+        "_int": _int,
+        "_long": _long,
+        "_bytes": _bytes,
+        "_LENGTH": _LENGTH,
+        "_length": _length,
+        "_EPOCH": _EPOCH,
+        "datetime": datetime,
+        "_varint": _varint,
+    }
+    exec(compile("\n".join(src.lines), f"<avro writer {parsed.get('name')}>", "exec"), namespace)
+    write: Writer = namespace["write"]
+    return write
