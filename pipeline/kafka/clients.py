@@ -263,8 +263,11 @@ class Producer:
 
     :meth:`produce` queues one record on an explicit partition (waiting for room when the local
     queue is full); a failed delivery is remembered and raised by the next call or by
-    :meth:`flush`, which waits for every queued record. Not for the stream runtime, whose one
-    transactional producer per process is its own.
+    :meth:`flush`, which waits for every queued record. A fatal failure (an idempotent producer
+    whose sequence the broker lost, e.g. after a stall) is raised once and the client dropped:
+    it would refuse every later record, so the next call starts a new one (the caller re-sends
+    what failed; a record re-sent is at-least-once, as any retry). Not for the stream runtime,
+    whose one transactional producer per process is its own.
     """
 
     def __init__(self, bootstrap: str, overrides: Mapping[str, Any] | None = None) -> None:
@@ -302,7 +305,10 @@ class Producer:
                     ) from None
                 client.poll(0.1)
             except KafkaException as exc:
-                raise translate(exc, f"producing to {topic}") from exc
+                failure = translate(exc, f"producing to {topic}")
+                if failure.kind is ErrorKind.FATAL:
+                    self._drop()
+                raise failure from exc
         client.poll(0)
 
     def flush(self, timeout_s: float, what: str = "records") -> None:
@@ -333,7 +339,15 @@ class Producer:
     def _raise_failure(self) -> None:
         if self._failure is not None:
             failure, self._failure = self._failure, None
+            if failure.kind is ErrorKind.FATAL:
+                self._drop()
             raise failure
+
+    def _drop(self) -> None:
+        """Forget a client that failed fatally (its queue is lost with it: those records were
+        reported failed); the next call creates a new one."""
+        LOG.warning("producer failed fatally: a new one takes over")
+        self._client = None
 
 
 def ready_batch(

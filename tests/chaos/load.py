@@ -216,6 +216,7 @@ class EventLoad:
             bootstrap, topology, overrides={"message.timeout.ms": _RIDE_OUT_MS}
         )
         self.published = 0
+        self.failures: list[str] = []  # the flushes that failed (each batch is sent again)
 
     def _target(self, i: int) -> tuple[str, str]:
         return self._watchers[i % len(self._watchers)]
@@ -235,7 +236,8 @@ class EventLoad:
                         self._publisher.publish(source, EVENT_TYPE, f"e-{i}", payload, now)
                     self._publisher.flush(_RIDE_OUT_MS / 1000)
                     break
-                except BrokerError:
+                except BrokerError as exc:
+                    self.failures.append(f"{datetime.now(UTC):%H:%M:%S} {exc}")
                     time.sleep(1.0)
             self.published = last
             if pause_s:

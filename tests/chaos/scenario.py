@@ -81,7 +81,18 @@ class EventRun:
     def progressed(self, by: int, timeout_s: float) -> None:
         """Wait until ``by`` more keys reach the receiver (deliveries are in flight)."""
         target = self.delivered() + by
-        wait_for(f"{by} more deliveries", lambda: self.delivered() >= target, timeout_s, self.stack)
+        try:
+            wait_for(
+                f"{by} more deliveries", lambda: self.delivered() >= target, timeout_s, self.stack
+            )
+        except AssertionError as exc:
+            load = self.load
+            feeder = (
+                f"published {load.published} of {self.total}; failed flushes: {len(load.failures)}"
+            )
+            raise AssertionError(
+                f"{exc}\n--- feeder ---\n{feeder}\n" + "\n".join(load.failures[-5:])
+            ) from None
 
     def expectation(self) -> Expectation:
         return Expectation(

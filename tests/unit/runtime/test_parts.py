@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from pipeline.kafka.clients import (
     BrokerFailure,
     ErrorKind,
+    Producer,
     classify,
     consumer_config,
     producer_config,
@@ -170,3 +171,19 @@ def test_what_a_stalled_or_restarting_broker_leaves_behind_is_retriable(code: in
     # transaction); it must resync the member, not end the process.
     assert classify(KafkaError(code, "x")) is ErrorKind.RETRIABLE
     assert translate(KafkaException(KafkaError(code)), "produce").kind is ErrorKind.RETRIABLE
+
+
+def test_a_producer_that_failed_fatally_is_replaced_after_reporting_it_once() -> None:
+    # An idempotent producer whose sequence the broker lost goes fatal and refuses every later
+    # record: a publisher retrying on it would stall silently (seen after a 30 s broker stall).
+    producer = Producer("127.0.0.1:1")  # nothing answers: records only queue
+    producer.produce("t", b"k", b"v", 0)
+    first = producer.client
+    fatal = KafkaError(KafkaError._FATAL, "sequence lost", fatal=True)
+    producer._on_delivery(fatal, Message(topic="t", partition=0, value=b"v"))
+    with pytest.raises(BrokerFailure) as raised:
+        producer.produce("t", b"k", b"v", 0)
+    assert raised.value.kind is ErrorKind.FATAL
+    producer.produce("t", b"k", b"v", 0)  # a new client takes the record
+    assert producer.client is not first
+    producer.close(0)
