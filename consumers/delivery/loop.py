@@ -249,7 +249,9 @@ class DeliveryWorker:
         """One turn: read the outbox, record answers, fire due timers, then commit what was
         written — claims before their sends, and every state before a timer moves its key
         again (one commit per turn, whatever it holds)."""
-        self.app.step(self._poll_timeout())
+        # New entries are claimed and committed in this same turn: waiting for more after
+        # the first only delays them (the evaluator's commits bring the outbox in bursts).
+        self.app.step(self._poll_timeout(), linger=0.0)
         self._states.sync(self._sends.claimed)
         self._sends.collect()
         recorded = self._sends.ready() and self._record_answers()

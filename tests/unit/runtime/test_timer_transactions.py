@@ -1,9 +1,12 @@
-"""Timer-driven transactions: which offsets they commit, and that they need an open one."""
+"""Timer-driven transactions: which offsets they commit, that they need an open one, and how
+long a step gathers input before the transaction falls due."""
 
 from __future__ import annotations
 
+from typing import cast
+
 import pytest
-from confluent_kafka import TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 from prometheus_client import CollectorRegistry
 
 from pipeline.rules.errors import BrokerError
@@ -79,3 +82,65 @@ def test_low_watermark_comes_from_the_consumers_cache_when_it_has_one() -> None:
     positions = InputPositions().current(consumer, consumer.positions)  # type: ignore[arg-type]
     assert _offsets(positions) == {("ticks", 0): 5}
     assert consumer.lookups == [True]
+
+
+class _Input:
+    """A consumer whose next record is always there; records how long each call may wait."""
+
+    def __init__(self) -> None:
+        self.waits: list[tuple[str, float]] = []
+
+    def poll(self, timeout: float) -> object:
+        self.waits.append(("poll", timeout))
+        return object()
+
+    def consume(self, num_messages: int, timeout: float) -> list[object]:
+        self.waits.append(("consume", timeout))
+        return []
+
+
+class _Begins:
+    def begin_transaction(self) -> None:
+        return None
+
+
+def _app(interval_ms: int) -> StreamApp:
+    def ignore(batch: list[InputRecord], ctx: ProcessContext) -> None:
+        return None
+
+    return StreamApp(
+        "127.0.0.1:1",
+        "g",
+        "i",
+        ["in"],
+        ignore,
+        commit_interval_ms=interval_ms,
+        registry=CollectorRegistry(),
+    )  # no network until start()
+
+
+def test_a_batch_stops_filling_when_the_open_transaction_falls_due() -> None:
+    app = _app(interval_ms=50)
+    app._checkpoint.ended()
+    app._checkpoint.begin(cast(Producer, _Begins()))
+    consumer = _Input()
+    app._poll(cast(Consumer, consumer), timeout=5.0, linger=None)
+    (_, first), (_, rest) = consumer.waits
+    assert first <= 0.05 and rest <= 0.05  # the commit is due within 50 ms, not 5 s
+
+
+def test_the_first_record_after_a_quiet_spell_is_not_held_for_the_window() -> None:
+    app = _app(interval_ms=100)  # nothing committed for longer than that: due at once
+    consumer = _Input()
+    app._poll(cast(Consumer, consumer), timeout=5.0, linger=None)
+    assert consumer.waits == [("poll", 5.0), ("consume", 0.0)]
+
+
+def test_linger_bounds_the_wait_after_the_first_record() -> None:
+    app = _app(interval_ms=60_000)
+    app._checkpoint.ended()  # just committed: the next one is due a minute later
+    windowed, lingering = _Input(), _Input()
+    app._poll(cast(Consumer, windowed), timeout=0.5, linger=None)
+    app._poll(cast(Consumer, lingering), timeout=0.5, linger=0.0)
+    assert 0.4 < windowed.waits[1][1] <= 0.5  # the rest of the window
+    assert lingering.waits == [("poll", 0.5), ("consume", 0.0)]
