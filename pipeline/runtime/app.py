@@ -297,9 +297,12 @@ class StreamApp(Transactions, Assignment):
 
     # -- the loop ------------------------------------------------------------------------
 
-    def step(self, timeout: float = 0.05, linger: float | None = None) -> int:
-        """Resync if a broker failure asked for it; poll one batch, process it, commit if due.
-        Returns the number of input records.
+    def step(
+        self, timeout: float = 0.05, linger: float | None = None, commit_due: bool = True
+    ) -> int:
+        """Resync if a broker failure asked for it; poll one batch, process it, commit if due
+        (unless ``commit_due`` is false: a caller that commits at the end of its own turn, see
+        :meth:`due`). Returns the number of input records.
 
         A batch fills for up to ``timeout`` (a window, not a wait per record: returning at the
         first record made batches small, and per-batch work — table catch-up, the budget round
@@ -332,13 +335,17 @@ class StreamApp(Transactions, Assignment):
                         self._isolation.passed(
                             msg.topic() or "", msg.partition() or 0, msg.offset() or 0
                         )
-        elif self._checkpoint.due():
+        elif commit_due and self._checkpoint.due():
             self.commit()
         try:
             self._require_producer().poll(0)
         except KafkaException as exc:  # a fatal producer error surfaces here (fenced)
             self._recover(exc, "producer poll")
         return done
+
+    def due(self) -> bool:
+        """Whether the open transaction should commit now (its interval, records or budget)."""
+        return self._checkpoint.due()
 
     def _poll(self, consumer: Consumer, timeout: float, linger: float | None) -> list[Message]:
         """One batch: records until the window (``timeout``) closes or the transaction falls
