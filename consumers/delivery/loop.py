@@ -252,7 +252,7 @@ class DeliveryWorker:
         # New entries are claimed and committed in this same turn: waiting for more after
         # the first only delays them (the evaluator's commits bring the outbox in bursts), and
         # so would a commit of their `pending` states before the claim (one commit per turn).
-        self.app.step(self._poll_timeout(), linger=0.0, commit_due=False)
+        self.app.step(self._poll_timeout(), eager=True, commit_due=False)
         self._states.sync(self._sends.claimed)
         self._sends.collect()
         recorded = self._sends.ready() and self._record_answers()

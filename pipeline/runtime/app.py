@@ -98,6 +98,7 @@ _NOT_THE_RECORDS = (BrokerError, BudgetStoreError)
 # A transaction stops taking records after this share of its timeout: the rest commits in time.
 _BUDGET_SHARE = 3
 
+_SLICE_S = 0.005  # an eager step's slices of its window
 _RETIRE_S = 10.0  # how long a replaced consumer may take to leave its group
 
 
@@ -297,9 +298,7 @@ class StreamApp(Transactions, Assignment):
 
     # -- the loop ------------------------------------------------------------------------
 
-    def step(
-        self, timeout: float = 0.05, linger: float | None = None, commit_due: bool = True
-    ) -> int:
+    def step(self, timeout: float = 0.05, eager: bool = False, commit_due: bool = True) -> int:
         """Resync if a broker failure asked for it; poll one batch, process it, commit if due
         (unless ``commit_due`` is false: a caller that commits at the end of its own turn, see
         :meth:`due`). Returns the number of input records.
@@ -308,9 +307,9 @@ class StreamApp(Transactions, Assignment):
         first record made batches small, and per-batch work — table catch-up, the budget round
         trip — cost ~7% more CPU per event in the benchmark), but never past the moment the
         transaction falls due (:meth:`~pipeline.runtime.checkpoint.Checkpoint.due_at`): the
-        commit is issued when the interval has passed, not a window later. ``linger`` bounds
-        how long a step waits for more once a record is in (a caller that commits every turn
-        gains nothing by waiting).
+        commit is issued when the interval has passed, not a window later. ``eager``: return
+        the first records that arrive (a caller that commits every turn gains nothing by
+        waiting for more).
 
         While a failed batch is replayed (``isolation``), one record per step, each committed
         on its own: the transaction of the record to blame holds nothing else."""
@@ -324,7 +323,7 @@ class StreamApp(Transactions, Assignment):
             if isolating:
                 messages = consumer.consume(1, timeout)
             else:
-                messages = self._poll(consumer, timeout, linger)
+                messages = self._poll(consumer, timeout, eager)
         except KafkaException as exc:
             raise translate(exc, "consume") from exc
         done, settled = self._process(messages, isolating) if messages else (0, False)
@@ -347,19 +346,26 @@ class StreamApp(Transactions, Assignment):
         """Whether the open transaction should commit now (its interval, records or budget)."""
         return self._checkpoint.due()
 
-    def _poll(self, consumer: Consumer, timeout: float, linger: float | None) -> list[Message]:
-        """One batch: records until the window (``timeout``) closes or the transaction falls
-        due, and at most ``linger`` after the first. With no transaction open, the first record
-        is waited for the whole window (the transaction it begins may be due at once)."""
+    def _poll(self, consumer: Consumer, timeout: float, eager: bool) -> list[Message]:
+        """One batch, always from one ``consume`` call: a record handed out by one call and kept
+        through the next could outlive a rebalance served inside that call, whose revocation
+        commits offsets past it (an input lost; the chaos test found it).
+
+        An open transaction: records until the window (``timeout``) closes or it falls due. None
+        open and not due yet: the whole window, as a batch. Due at once (a quiet spell) or
+        ``eager``: the first records that arrive, read in short slices of the window."""
         start = time.monotonic()
-        until = min(start + timeout, self._checkpoint.due_at())
-        first = consumer.poll(max(0.0, until - start) if self._checkpoint.open else timeout)
-        if first is None or self._max_batch <= 1:
-            return [] if first is None else [first]
-        now = time.monotonic()
-        if linger is not None:
-            until = min(until, now + linger)
-        return [first, *consumer.consume(self._max_batch - 1, max(0.0, until - now))]
+        due_at = self._checkpoint.due_at()
+        if self._checkpoint.open:
+            return consumer.consume(self._max_batch, max(0.0, min(start + timeout, due_at) - start))
+        if not eager and due_at > start:
+            return consumer.consume(self._max_batch, timeout)
+        deadline = start + timeout
+        while True:
+            left = deadline - time.monotonic()
+            batch = consumer.consume(self._max_batch, max(0.0, min(_SLICE_S, left)))
+            if batch or left <= _SLICE_S:
+                return batch
 
     def _process(self, messages: list[Message], isolating: bool = False) -> tuple[int, bool]:
         """Decode, group by task partition, catch tables up, run the processor. Returns the

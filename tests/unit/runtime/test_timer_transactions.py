@@ -85,18 +85,15 @@ def test_low_watermark_comes_from_the_consumers_cache_when_it_has_one() -> None:
 
 
 class _Input:
-    """A consumer whose next record is always there; records how long each call may wait."""
+    """A consumer that records how long each ``consume`` may wait; its batches are scripted."""
 
-    def __init__(self) -> None:
-        self.waits: list[tuple[str, float]] = []
-
-    def poll(self, timeout: float) -> object:
-        self.waits.append(("poll", timeout))
-        return object()
+    def __init__(self, batches: list[list[object]] | None = None) -> None:
+        self.waits: list[float] = []
+        self._batches = batches or []
 
     def consume(self, num_messages: int, timeout: float) -> list[object]:
-        self.waits.append(("consume", timeout))
-        return []
+        self.waits.append(timeout)
+        return self._batches.pop(0) if self._batches else [object()]
 
 
 class _Begins:
@@ -124,23 +121,27 @@ def test_a_batch_stops_filling_when_the_open_transaction_falls_due() -> None:
     app._checkpoint.ended()
     app._checkpoint.begin(cast(Producer, _Begins()))
     consumer = _Input()
-    app._poll(cast(Consumer, consumer), timeout=5.0, linger=None)
-    (_, first), (_, rest) = consumer.waits
-    assert first <= 0.05 and rest <= 0.05  # the commit is due within 50 ms, not 5 s
+    app._poll(cast(Consumer, consumer), timeout=5.0, eager=False)
+    (wait,) = consumer.waits  # one call: no record is held from one call to the next
+    assert wait <= 0.05  # the commit is due within 50 ms, not 5 s
 
 
-def test_the_first_record_after_a_quiet_spell_is_not_held_for_the_window() -> None:
-    app = _app(interval_ms=100)  # nothing committed for longer than that: due at once
-    consumer = _Input()
-    app._poll(cast(Consumer, consumer), timeout=5.0, linger=None)
-    assert consumer.waits == [("poll", 5.0), ("consume", 0.0)]
-
-
-def test_linger_bounds_the_wait_after_the_first_record() -> None:
+def test_a_steady_stream_fills_the_window_in_one_call() -> None:
     app = _app(interval_ms=60_000)
     app._checkpoint.ended()  # just committed: the next one is due a minute later
-    windowed, lingering = _Input(), _Input()
-    app._poll(cast(Consumer, windowed), timeout=0.5, linger=None)
-    app._poll(cast(Consumer, lingering), timeout=0.5, linger=0.0)
-    assert 0.4 < windowed.waits[1][1] <= 0.5  # the rest of the window
-    assert lingering.waits == [("poll", 0.5), ("consume", 0.0)]
+    consumer = _Input()
+    app._poll(cast(Consumer, consumer), timeout=0.5, eager=False)
+    assert consumer.waits == [0.5]
+
+
+def test_after_a_quiet_spell_or_when_eager_the_first_records_are_not_held() -> None:
+    quiet = _app(interval_ms=100)  # nothing committed for longer than that: due at once
+    consumer = _Input([[], [], [object()]])
+    batch = quiet._poll(cast(Consumer, consumer), timeout=5.0, eager=False)
+    assert len(batch) == 1 and len(consumer.waits) == 3
+    assert all(wait <= 0.005 for wait in consumer.waits)  # slices, each returned whole
+    eager = _app(interval_ms=60_000)
+    eager._checkpoint.ended()
+    consumer = _Input()
+    eager._poll(cast(Consumer, consumer), timeout=0.5, eager=True)
+    assert consumer.waits == [0.005]
