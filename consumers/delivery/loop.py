@@ -249,7 +249,10 @@ class DeliveryWorker:
         """One turn: read the outbox, record answers, fire due timers, then commit what was
         written — claims before their sends, and every state before a timer moves its key
         again (one commit per turn, whatever it holds)."""
-        self.app.step(self._poll_timeout())
+        # New entries are claimed and committed in this same turn: waiting for more after
+        # the first only delays them (the evaluator's commits bring the outbox in bursts), and
+        # so would a commit of their `pending` states before the claim (one commit per turn).
+        self.app.step(self._poll_timeout(), eager=True, commit_due=False)
         self._states.sync(self._sends.claimed)
         self._sends.collect()
         recorded = self._sends.ready() and self._record_answers()
@@ -258,7 +261,7 @@ class DeliveryWorker:
         idle = not self._sends.in_flight
         if recorded or idle or time.monotonic() - self._fired >= self.settings.linger_s:
             claims = self._fire_due()
-        if recorded or claims:
+        if recorded or claims or self.app.due():
             self._commit(claims)
 
     def _commit(self, claims: list[Claim]) -> None:

@@ -46,6 +46,12 @@ __all__ = [
 # short (DESIGN.md §10); it must exceed message.timeout.ms or librdkafka refuses the config.
 TRANSACTION_TIMEOUT_MS = 12_000
 MESSAGE_TIMEOUT_MS = 10_000
+# The first retry of a transactional request the coordinator refused with CONCURRENT_TRANSACTIONS
+# (the previous transaction's markers or a partition registration still being written: a few
+# ms). librdkafka's default, 100 ms, made an offsets send right after a commit or a registration
+# wait a tenth of a second; the Java producer retries such registrations after 20 ms
+# (KAFKA-5477). Later retries still double (``retry.backoff.max.ms``, 1 s).
+TRANSACTION_RETRY_BACKOFF_MS = 10
 _QUEUE_FULL_WAIT_S: Final = 30.0
 
 
@@ -73,6 +79,7 @@ def producer_config(
     if transactional_id is not None:
         config["transactional.id"] = transactional_id
         config["transaction.timeout.ms"] = TRANSACTION_TIMEOUT_MS
+        config.setdefault("retry.backoff.ms", TRANSACTION_RETRY_BACKOFF_MS)  # unless configured
     config.update(overrides)
     _check_timeouts(config)
     return config

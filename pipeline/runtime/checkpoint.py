@@ -1,10 +1,13 @@
 """The open transaction of a stream app: when it is due, how it commits, where input resumes.
 
 A :class:`Checkpoint` begins a transaction at the first record after the last commit and is due
-after ``commit_every`` records or ``interval_s``, whichever comes first (back-to-back commits
-cost a broker round trip each: never commit per record), and at once when it has been open its
-``budget_s`` (a third of the transaction timeout: the app stops processing and commits, so a
-batch of slow records never overruns the timeout and gets its producer fenced).
+after ``commit_every`` records or once ``interval_s`` has passed since the previous transaction
+ended, whichever comes first (back-to-back commits cost a broker round trip each: never commit
+per record; a record arriving after a quiet spell commits as soon as it is processed, a steady
+stream commits once per interval), and at once when it has been open its ``budget_s`` (a third
+of the transaction timeout: the app stops processing and commits, so a batch of slow records
+never overruns the timeout and gets its producer fenced). :meth:`Checkpoint.due_at` tells the
+loop when that is, so it stops gathering input then instead of at the end of its poll window.
 Committing writes each owned table's
 changed keys once, tagged with the input positions they reflect, then the consumed offsets
 (``send_offsets_to_transaction`` with the group metadata in every transaction of a member that
@@ -14,7 +17,8 @@ transaction no input record started fences a zombie too. :func:`start_offsets` d
 a partition's input resumes after a restore.
 
 Leaves out recovery decisions (``pipeline.runtime.app`` turns the ``KafkaException`` it gets into
-abort, rewind or rebuild) and the clock: it reads ``time.monotonic`` only for the cadence.
+abort, rewind or rebuild) and the clock: it reads a monotonic clock (``time.monotonic`` unless
+given one) only for the cadence.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import enum
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
@@ -65,7 +69,8 @@ class Checkpoint:
 
     __slots__ = (
         "_begun",
-        "_due_at",
+        "_clock",
+        "_ended",
         "budget_s",
         "commit_every",
         "interval_s",
@@ -80,6 +85,7 @@ class Checkpoint:
         interval_s: float,
         timeout_s: float = 30.0,
         budget_s: float = float("inf"),
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.commit_every = commit_every
         self.interval_s = interval_s
@@ -87,8 +93,9 @@ class Checkpoint:
         self.budget_s = budget_s
         self.open = False
         self.records = 0
-        self._due_at = 0.0
+        self._clock = clock
         self._begun = 0.0
+        self._ended = -float("inf")  # when the last transaction ended (none yet: long ago)
 
     def begin(self, producer: Producer) -> None:
         if self.open:
@@ -99,18 +106,26 @@ class Checkpoint:
             raise translate(exc, "begin transaction") from exc
         self.open = True
         self.records = 0
-        self._begun = time.monotonic()
-        self._due_at = self._begun + self.interval_s
+        self._begun = self._clock()
+
+    def due_at(self) -> float:
+        """When the open transaction (or one begun now) falls due by the clock: ``interval_s``
+        after the previous one ended, or when it has been open its budget if that is sooner."""
+        due = self._ended + self.interval_s
+        return min(due, self._begun + self.budget_s) if self.open else due
 
     def due(self) -> bool:
-        return self.open and (
-            self.records >= self.commit_every
-            or time.monotonic() >= min(self._due_at, self._begun + self.budget_s)
-        )
+        return self.open and (self.records >= self.commit_every or self._clock() >= self.due_at())
 
     def overdue(self) -> bool:
         """Open for its whole budget: process nothing more in it, commit it now."""
-        return self.open and time.monotonic() - self._begun >= self.budget_s
+        return self.open and self._clock() - self._begun >= self.budget_s
+
+    def ended(self) -> None:
+        """The open transaction committed or aborted: the next one is due an interval later."""
+        self.open = False
+        self.records = 0
+        self._ended = self._clock()
 
     def commit(
         self,
@@ -133,8 +148,7 @@ class Checkpoint:
                 if not exc.args[0].retriable() or time.monotonic() > deadline:
                     raise
                 log.warning("commit not confirmed yet, asking again: %s", exc.args[0].str())
-        self.open = False
-        self.records = 0
+        self.ended()
         for store in stores:
             store.committed()
 
@@ -144,8 +158,7 @@ class Checkpoint:
             store.rollback()
         if not self.open:
             return
-        self.open = False
-        self.records = 0
+        self.ended()
         producer.abort_transaction(self.timeout_s)
 
 

@@ -180,7 +180,7 @@ class Transactions:
         self._resync = True
         self._aborts += 1
         self._drop_producer()
-        self._checkpoint.open = False
+        self._checkpoint.ended()
         self._new_producer()
         numbers = {tp.partition for tp in self._assigned}
         self._state.drop(numbers)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 import pytest
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import Producer as KafkaProducer
 
 from pipeline.kafka.clients import (
     BrokerFailure,
@@ -84,21 +87,69 @@ def test_resume_point_without_history_lets_auto_offset_reset_decide() -> None:
     assert tp.offset == OFFSET_INVALID
 
 
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class _Begins:
+    """The one producer call :meth:`Checkpoint.begin` makes."""
+
+    def begin_transaction(self) -> None:
+        return None
+
+
+def _checkpoint(clock: _Clock, **kwargs: Any) -> Checkpoint:
+    return Checkpoint(**{"commit_every": 10**9, "interval_s": 0.1, **kwargs}, clock=clock)
+
+
 def test_checkpoint_is_due_after_enough_records_but_not_before() -> None:
-    checkpoint = Checkpoint(commit_every=10, interval_s=3600)
+    clock = _Clock()
+    checkpoint = _checkpoint(clock, commit_every=10, interval_s=3600)
+    checkpoint.ended()
     assert not checkpoint.due()  # nothing open
-    checkpoint.open = True
-    checkpoint._due_at = float("inf")
+    checkpoint.begin(cast(KafkaProducer, _Begins()))
     checkpoint.records = 9
     assert not checkpoint.due()
     checkpoint.records = 10
     assert checkpoint.due()
 
 
-def test_checkpoint_is_due_once_its_interval_passed() -> None:
-    checkpoint = Checkpoint(commit_every=10**9, interval_s=0.0)
-    checkpoint.open = True
+def test_steady_input_commits_an_interval_after_the_last_commit() -> None:
+    clock = _Clock()
+    checkpoint = _checkpoint(clock)
+    checkpoint.ended()  # a commit ended at 1000.0
+    clock.now += 0.03  # the next record comes in
+    checkpoint.begin(cast(KafkaProducer, _Begins()))
+    assert checkpoint.due_at() == pytest.approx(1000.1)  # not 1000.13: begun does not count
+    clock.now = 1000.099
+    assert not checkpoint.due()
+    clock.now = 1000.1
     assert checkpoint.due()
+
+
+def test_a_record_after_a_quiet_spell_commits_as_soon_as_it_is_processed() -> None:
+    clock = _Clock()
+    checkpoint = _checkpoint(clock)
+    assert checkpoint.due_at() < clock.now  # nothing committed yet: no reason to wait
+    checkpoint.ended()
+    clock.now += 5.0
+    checkpoint.begin(cast(KafkaProducer, _Begins()))
+    checkpoint.records = 1
+    assert checkpoint.due()
+
+
+def test_an_open_transaction_is_due_within_its_budget() -> None:
+    clock = _Clock()
+    checkpoint = _checkpoint(clock, interval_s=60.0, budget_s=4.0)
+    checkpoint.ended()
+    checkpoint.begin(cast(KafkaProducer, _Begins()))
+    assert checkpoint.due_at() == pytest.approx(1004.0)
+    clock.now += 4.0
+    assert checkpoint.due() and checkpoint.overdue()
 
 
 def test_transactional_producer_settings_follow_the_design() -> None:
@@ -107,6 +158,9 @@ def test_transactional_producer_settings_follow_the_design() -> None:
     assert config["acks"] == "all" and config["enable.idempotence"] is True
     assert 10_000 <= config["transaction.timeout.ms"] <= 15_000
     assert config["transaction.timeout.ms"] > config["message.timeout.ms"]
+    # CONCURRENT_TRANSACTIONS right after a commit is retried in ms, not librdkafka's 100 ms
+    assert config["retry.backoff.ms"] <= 20
+    assert "retry.backoff.ms" not in producer_config("b:9092")  # others keep the default
 
 
 def test_transaction_timeout_not_above_message_timeout_is_refused() -> None:

@@ -1,9 +1,12 @@
-"""Timer-driven transactions: which offsets they commit, and that they need an open one."""
+"""Timer-driven transactions: which offsets they commit, that they need an open one, and how
+long a step gathers input before the transaction falls due."""
 
 from __future__ import annotations
 
+from typing import cast
+
 import pytest
-from confluent_kafka import TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 from prometheus_client import CollectorRegistry
 
 from pipeline.rules.errors import BrokerError
@@ -79,3 +82,66 @@ def test_low_watermark_comes_from_the_consumers_cache_when_it_has_one() -> None:
     positions = InputPositions().current(consumer, consumer.positions)  # type: ignore[arg-type]
     assert _offsets(positions) == {("ticks", 0): 5}
     assert consumer.lookups == [True]
+
+
+class _Input:
+    """A consumer that records how long each ``consume`` may wait; its batches are scripted."""
+
+    def __init__(self, batches: list[list[object]] | None = None) -> None:
+        self.waits: list[float] = []
+        self._batches = batches or []
+
+    def consume(self, num_messages: int, timeout: float) -> list[object]:
+        self.waits.append(timeout)
+        return self._batches.pop(0) if self._batches else [object()]
+
+
+class _Begins:
+    def begin_transaction(self) -> None:
+        return None
+
+
+def _app(interval_ms: int) -> StreamApp:
+    def ignore(batch: list[InputRecord], ctx: ProcessContext) -> None:
+        return None
+
+    return StreamApp(
+        "127.0.0.1:1",
+        "g",
+        "i",
+        ["in"],
+        ignore,
+        commit_interval_ms=interval_ms,
+        registry=CollectorRegistry(),
+    )  # no network until start()
+
+
+def test_a_batch_stops_filling_when_the_open_transaction_falls_due() -> None:
+    app = _app(interval_ms=50)
+    app._checkpoint.ended()
+    app._checkpoint.begin(cast(Producer, _Begins()))
+    consumer = _Input()
+    app._poll(cast(Consumer, consumer), timeout=5.0, eager=False)
+    (wait,) = consumer.waits  # one call: no record is held from one call to the next
+    assert wait <= 0.05  # the commit is due within 50 ms, not 5 s
+
+
+def test_a_steady_stream_fills_the_window_in_one_call() -> None:
+    app = _app(interval_ms=60_000)
+    app._checkpoint.ended()  # just committed: the next one is due a minute later
+    consumer = _Input()
+    app._poll(cast(Consumer, consumer), timeout=0.5, eager=False)
+    assert consumer.waits == [0.5]
+
+
+def test_after_a_quiet_spell_or_when_eager_the_first_records_are_not_held() -> None:
+    quiet = _app(interval_ms=100)  # nothing committed for longer than that: due at once
+    consumer = _Input([[], [], [object()]])
+    batch = quiet._poll(cast(Consumer, consumer), timeout=5.0, eager=False)
+    assert len(batch) == 1 and len(consumer.waits) == 3
+    assert all(wait <= 0.005 for wait in consumer.waits)  # slices, each returned whole
+    eager = _app(interval_ms=60_000)
+    eager._checkpoint.ended()
+    consumer = _Input()
+    eager._poll(cast(Consumer, consumer), timeout=0.5, eager=True)
+    assert consumer.waits == [0.005]
