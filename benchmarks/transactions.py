@@ -58,7 +58,9 @@ def _loop(
                 continue
             producer.begin_transaction()
             for msg in batch:
-                producer.produce(sink, msg.value(), msg.key(), msg.partition())
+                partition = msg.partition()
+                assert partition is not None  # a consumed record has its partition
+                producer.produce(sink, msg.value(), msg.key(), partition)
             started = time.perf_counter()
             positions = [tp for tp in consumer.position(consumer.assignment()) if tp.offset >= 0]
             producer.send_offsets_to_transaction(positions, consumer.consumer_group_metadata(), 30)
