@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import enum
 import json
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -178,12 +179,14 @@ class TableReader:
         if not by_tp:
             return positions
         consumer = self._reader()
+        late = False
         try:
             consumer.assign([TopicPartition(tp, p, _OFFSET_BEGINNING) for tp, p in by_tp])
             pending = set(by_tp)
             deadline = time.monotonic() + self._timeout_s
             while pending:
                 if time.monotonic() > deadline:
+                    late = True
                     raise _late(f"restore of {sorted(pending)} did not reach the end")
                 for msg in ready_batch(consumer, 1000, 0.2):
                     tp = (msg.topic() or "", msg.partition() or 0)
@@ -202,9 +205,11 @@ class TableReader:
         except KafkaException as exc:
             raise translate(exc, "restore") from exc
         finally:
+            if late:
+                self._retire(consumer)
             if self._tailed:
                 self._reassign()
-            else:
+            elif not late:
                 consumer.unassign()
         return positions
 
@@ -235,6 +240,8 @@ class TableReader:
             behind = self._behind(targets)
             while behind:
                 if time.monotonic() > deadline:
+                    self._retire(consumer)
+                    self._reassign()
                     raise _late("tables did not catch up to their end in time")
                 for msg in ready_batch(consumer, 1000, 0.05):
                     tp = (msg.topic() or "", msg.partition() or 0)
@@ -280,6 +287,15 @@ class TableReader:
         if self._consumer is None:
             self._consumer = Consumer(self._config)
         return self._consumer
+
+    def _retire(self, consumer: Consumer) -> None:
+        """A read that did not reach the end in time: the next read starts a new consumer. The
+        broker may answer everything else while this one stays stuck on a connection a broker
+        restart took away (librdkafka #5511; seen: a restore timing out for minutes after a
+        restart while new producers were answered). It is closed on a thread of its own."""
+        if self._consumer is consumer:
+            self._consumer = None
+        threading.Thread(target=consumer.close, name="retired-table-reader", daemon=True).start()
 
     def _reassign(self) -> None:
         """Point the consumer at exactly the tailed partitions, each from where it was."""
