@@ -364,13 +364,16 @@ def test_one_shot_due_while_everything_was_down_fires_once_flagged_late(
         try:
             stack.start_all()
             created = stack.vigil(
-                "schedule", "--chat", "me", "--in", "15s", "--name", "late", "--", "send", "wake up"
+                "schedule", "--chat", "me", "--in", "40s", "--name", "late", "--", "send", "wake up"
             )
             assert created.returncode == 0, created.stderr
             due = created.stdout.strip().rsplit(" ", 1)[-1]
             stack.stop_all()
-            # Let the instant pass, and the ticker's grace with it, while nothing runs.
+            # 40 s of lead: on a loaded CI machine creating and stopping took over 15 s once,
+            # and the schedule fired before the stack was down.
             due_at = datetime.strptime(due, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+            assert datetime.now(UTC) < due_at, "the stack took longer to stop than the lead"
+            # Let the instant pass, and the ticker's grace with it, while nothing runs.
             _wait(lambda: datetime.now(UTC) > due_at + timedelta(seconds=8), 60, "the due time")
             assert receiver.messages() == []
             stack.start_all()
