@@ -13,6 +13,7 @@ the transactional stream runtime (``pipeline.runtime``) and topic specs (``topic
 from __future__ import annotations
 
 import enum
+import threading
 import time
 from collections.abc import Mapping
 from typing import Any, Final
@@ -37,6 +38,7 @@ __all__ = [
     "producer_config",
     "raise_for_message",
     "ready_batch",
+    "retire",
     "table_consumer",
     "table_consumer_config",
     "translate",
@@ -355,6 +357,16 @@ class Producer:
         reported failed); the next call creates a new one."""
         LOG.warning("producer failed fatally: a new one takes over")
         self._client = None
+
+
+def retire(consumer: confluent_kafka.Consumer, wait_s: float = 0.0) -> bool:
+    """Close a consumer being replaced on a thread of its own: one stuck on a broker that a
+    restart took away (librdkafka #5511) may never finish closing, and must not hold up its
+    successor. Waits up to ``wait_s``; whether it closed in that time."""
+    closing = threading.Thread(target=consumer.close, name="retire-consumer", daemon=True)
+    closing.start()
+    closing.join(wait_s)
+    return not closing.is_alive()
 
 
 def ready_batch(

@@ -49,6 +49,7 @@ from pipeline.kafka.clients import (
     ErrorKind,
     consumer_config,
     producer_config,
+    retire,
     table_consumer_config,
     translate,
 )
@@ -244,12 +245,8 @@ class StreamApp(Transactions, Assignment):
         old = self._consumer
         self._release(list(self._assigned))
         self._new_consumer()
-        if old is not None:
-            closing = threading.Thread(target=old.close, name="retire-consumer", daemon=True)
-            closing.start()
-            closing.join(_RETIRE_S)
-            if closing.is_alive():
-                log.warning("%s: the retired consumer did not close; abandoned", self.group_id)
+        if old is not None and not retire(old, _RETIRE_S):
+            log.warning("%s: the retired consumer did not close; abandoned", self.group_id)
 
     def close(self, commit: bool = True) -> None:
         """Commit (or abort), leave the group, release clients. A member left uncertain by a

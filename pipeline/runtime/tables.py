@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import enum
 import json
-import threading
 import time
 from collections.abc import Iterable, Iterator
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -34,6 +33,7 @@ from pipeline.kafka.clients import (
     is_partition_eof,
     raise_for_message,
     ready_batch,
+    retire,
     translate,
 )
 from pipeline.rules.errors import BrokerError
@@ -292,10 +292,10 @@ class TableReader:
         """A read that did not reach the end in time: the next read starts a new consumer. The
         broker may answer everything else while this one stays stuck on a connection a broker
         restart took away (librdkafka #5511; seen: a restore timing out for minutes after a
-        restart while new producers were answered). It is closed on a thread of its own."""
+        restart while new producers were answered)."""
         if self._consumer is consumer:
             self._consumer = None
-        threading.Thread(target=consumer.close, name="retired-table-reader", daemon=True).start()
+        retire(consumer)
 
     def _reassign(self) -> None:
         """Point the consumer at exactly the tailed partitions, each from where it was."""
