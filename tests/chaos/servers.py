@@ -19,6 +19,7 @@ from __future__ import annotations
 import fcntl
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -48,7 +49,9 @@ def worker_ports(slot: int = 0) -> tuple[int, int, int]:
     second or third set of ten ports for the same process.
 
     The lane is the first of 40 whose lock file (in the temporary directory) this process can
-    lock; it keeps the lock until it exits, so two test runs on one machine never share ports.
+    lock and none of whose ports is taken; it keeps the lock until it exits, so two test runs
+    on one machine never share ports, and a server orphaned by an interrupted run (still
+    listening, its lock gone with its process) costs a lane, not a test.
     """
     if not 0 <= slot < _SLOTS:
         raise ValueError(f"slot {slot}: 0..{_SLOTS - 1}")
@@ -61,12 +64,28 @@ def worker_ports(slot: int = 0) -> tuple[int, int, int]:
             except BlockingIOError:
                 held.close()
                 continue
+            if not _lane_free(lane):
+                held.close()
+                continue
             _lane.append((lane, held))
             break
         else:
             raise ServerError(f"every one of {_LANES} port lanes is held by another test process")
     base = _BASE_PORT + (_lane[0][0] * _SLOTS + slot) * _PER_SLOT
     return base, base + 1, base + 2
+
+
+def _lane_free(lane: int) -> bool:
+    """Whether every port of ``lane`` can be bound on 127.0.0.1 now."""
+    first = _BASE_PORT + lane * _SLOTS * _PER_SLOT
+    for port in range(first, first + _SLOTS * _PER_SLOT):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                return False
+    return True
 
 
 def _run(script: Path, verb: str, env: dict[str, str], timeout: float) -> str:
