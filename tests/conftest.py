@@ -6,7 +6,9 @@ REDIS_PORT (defaults 9092 / 6379, which must be free) and stopped at its end.
 Fixture contract used by every test module (keep these names):
 - ``kafka_bootstrap`` (session): ``"host:port"`` of a real broker.
 - ``redis_url`` (session): ``"redis://host:port/db"`` of a real Redis.
-- ``unique_name`` (function): a factory ``unique_name("prefix") -> str`` unique per call.
+- ``unique_name`` (function): a factory ``unique_name("prefix") -> str`` unique per call
+  (:func:`tests.names.fresh`: topics so named are deleted at the end of the session when the
+  broker is a shared one, ``KAFKA_BOOTSTRAP_SERVERS``).
 
 Servers start lazily: a run of unit tests alone starts nothing.
 
@@ -17,13 +19,13 @@ Every vigil process needs a key-encryption key (DESIGN.md §10): unless the envi
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import importlib.util
-import itertools
 import os
 import socket
 import subprocess
-import uuid
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
@@ -31,13 +33,13 @@ from typing import Any
 
 import pytest
 
+from tests.names import RUN, fresh, ours
+
 ROOT = Path(__file__).resolve().parent.parent
 TEST_KEK = "test:" + base64.urlsafe_b64encode(hashlib.sha256(b"vigil tests").digest()).decode()
 os.environ.setdefault("VIGIL_MASTER_KEYS", TEST_KEK)
 KAFKA_SH = ROOT / "deploy" / "kafka" / "kafka.sh"
 REDIS_SH = ROOT / "deploy" / "redis" / "redis.sh"
-
-_counter = itertools.count()
 
 
 def _docker_answers() -> bool:
@@ -105,11 +107,29 @@ def _own_server(
         _script(script, "stop", env)
 
 
+def _delete_our_topics(bootstrap: str) -> None:
+    """Delete the topics this test process named (:mod:`tests.names`) on a shared broker; a
+    broker that does not answer is left as it is (the tests already said what they had to)."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    try:
+        topics = sorted(t for t in admin.list_topics(timeout=10).topics if ours(t))
+        for first in range(0, len(topics), 200):
+            futures = admin.delete_topics(topics[first : first + 200], operation_timeout=30)
+            for future in futures.values():
+                with contextlib.suppress(Exception):  # already gone, or the broker is
+                    future.result(timeout=60)
+    except Exception as exc:  # cleanup never fails a finished session
+        print(f"\ntest topics of run {RUN} not deleted: {exc}", file=sys.stderr)
+
+
 @pytest.fixture(scope="session")
 def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     value = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
     if value:
         yield value
+        _delete_our_topics(value)
         return
     if _docker_answers():
         from testcontainers.community.kafka import KafkaContainer
@@ -146,9 +166,4 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.fixture
 def unique_name() -> Callable[[str], str]:
-    run = uuid.uuid4().hex[:8]
-
-    def make(prefix: str = "t") -> str:
-        return f"{prefix}-{run}-{next(_counter)}"
-
-    return make
+    return fresh

@@ -28,6 +28,7 @@ from pipeline.config import VigilConfig, parse_config
 from pipeline.control.http.api import create_app
 from pipeline.kafka.admin import connect_admin, ensure_topics
 from pipeline.kafka.topics import Topology
+from tests.names import fresh
 
 PARTITIONS = 2
 TENANT, USER = "acme", "u-1"
@@ -226,7 +227,7 @@ def serve(app: Any) -> Iterator[str]:
 
 @contextmanager
 def running_plane(bootstrap: str, tmp: Path) -> Iterator[Plane]:
-    prefix = f"t-api-{uuid.uuid4().hex[:8]}."
+    prefix = fresh("t-api") + "."
     data = config_data(bootstrap, prefix)
     config = parse_config(data)
     topology = config.kafka.topology()

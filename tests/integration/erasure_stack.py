@@ -14,7 +14,6 @@ from __future__ import annotations
 import io
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from contextlib import ExitStack
 from datetime import UTC, datetime, timedelta
@@ -50,6 +49,7 @@ from pipeline.runtime.keys import read_keys
 from producers.ticker.loop import PollTicker, TickerSettings
 from producers.ticker.tools import REGISTERED
 from tests.integration.ticker_helpers import StatusServer
+from tests.names import fresh
 from tests.receiver import Receiver
 
 __all__ = ["Stack", "same_partition_user"]
@@ -103,7 +103,7 @@ class Stack:
         self, bootstrap: str, redis_url: str, receiver: Receiver, name: str = "erase"
     ) -> None:
         self.bootstrap = bootstrap
-        self.topology = Topology(f"t-{name}-{uuid.uuid4().hex[:8]}.", PARTITIONS)
+        self.topology = Topology(fresh(f"t-{name}") + ".", PARTITIONS)
         ensure_topics(connect_admin(bootstrap), self.topology)
         self.clock = ManualClock(datetime.now(UTC).replace(microsecond=0))
         self.tool_answer: dict[str, Any] = {"state": "quiet"}

@@ -11,7 +11,6 @@ under the test KEK) and its definition is sealed, as are tick payloads.
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -39,6 +38,7 @@ from pipeline.rules.ticker import TickKind
 from pipeline.runtime.keys import read_keys
 from tests.integration.runtime_helpers import read_all
 from tests.keyring import sealed_definition
+from tests.names import fresh
 
 __all__ = [
     "Writer",
@@ -55,7 +55,7 @@ UNTIL = datetime(2030, 1, 1, tzinfo=UTC)
 
 
 def make_topology(bootstrap: str, partitions: int, name: str = "ev") -> Topology:
-    topology = Topology(f"t-{name}-{uuid.uuid4().hex[:8]}.", partitions)
+    topology = Topology(fresh(f"t-{name}") + ".", partitions)
     ensure_topics(connect_admin(bootstrap), topology)
     return topology
 

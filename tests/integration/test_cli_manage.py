@@ -13,7 +13,6 @@ import sys
 import threading
 import time
 import urllib.request
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +24,7 @@ from pipeline.cli.erase_cmd import erasure_reach
 from pipeline.cli.main import vigil
 from pipeline.kafka.admin import connect_admin, ensure_topics
 from pipeline.kafka.topics import Topology
+from tests.names import fresh
 
 pytestmark = pytest.mark.integration
 
@@ -97,7 +97,7 @@ def vigil_cli(daemon: Daemon, *args: str, stdin: str | None = None) -> Result:
 
 @pytest.fixture
 def daemon(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Daemon]:
-    prefix = f"t-cli-{uuid.uuid4().hex[:8]}."
+    prefix = fresh("t-cli") + "."
     ensure_topics(connect_admin(kafka_bootstrap), Topology(prefix, PARTITIONS))
     config = tmp_path / "vigil.toml"
     config.write_text(

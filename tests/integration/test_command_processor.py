@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ from pipeline.rules.commands.immediate import daemon_grant
 from pipeline.rules.keys import derived_delivery_key, request_delivery_key, subject_key, watcher_key
 from pipeline.runtime.keys import read_keys
 from tests.integration.runtime_helpers import read_all, read_table
+from tests.names import fresh
 
 pytestmark = pytest.mark.integration
 
@@ -156,7 +156,7 @@ class Running:
 
 @pytest.fixture
 def plane(kafka_bootstrap: str) -> Iterator[Plane]:
-    topology = Topology(f"t-cmd-{uuid.uuid4().hex[:8]}.", PARTITIONS)
+    topology = Topology(fresh("t-cmd") + ".", PARTITIONS)
     ensure_topics(connect_admin(kafka_bootstrap), topology)
     client = CommandClient(kafka_bootstrap, topology, timeout_s=30)
     found = Plane(topology, client, kafka_bootstrap, Running(kafka_bootstrap, topology))
@@ -472,7 +472,7 @@ SHORT_TRANSACTIONS: Final = {"transaction.timeout.ms": 1000, "message.timeout.ms
 @pytest.fixture
 def slow_plane(kafka_bootstrap: str) -> Iterator[Plane]:
     """A plane whose processor takes 40 ms per command under one-second transactions."""
-    topology = Topology(f"t-cmd-{uuid.uuid4().hex[:8]}.", PARTITIONS)
+    topology = Topology(fresh("t-cmd") + ".", PARTITIONS)
     ensure_topics(connect_admin(kafka_bootstrap), topology)
     client = CommandClient(kafka_bootstrap, topology, timeout_s=30)
     running = Running(kafka_bootstrap, topology, slow_s=0.04, producer_overrides=SHORT_TRANSACTIONS)

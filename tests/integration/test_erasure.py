@@ -40,6 +40,7 @@ from pipeline.rules.replay import SkipReason, replay
 from pipeline.runtime.keys import read_keys
 from tests.integration.erasure_stack import FAST_GROUP, Stack, same_partition_user
 from tests.integration.runtime_helpers import header_pairs, read_all
+from tests.names import fresh
 from tests.receiver import Receiver
 
 pytestmark = pytest.mark.integration
@@ -368,7 +369,7 @@ def _kek_ids(bootstrap: str, topology: Topology) -> dict[KeyOwner, str]:
 def test_kek_rotation_keeps_old_records_readable_and_new_keys_use_the_new_kek(
     kafka_bootstrap: str,
 ) -> None:
-    topology = Topology(f"t-rotate-{uuid.uuid4().hex[:8]}.", 2)
+    topology = Topology(fresh("t-rotate") + ".", 2)
     ensure_topics(connect_admin(kafka_bootstrap), topology)
     old_user, new_user = "r-old", "r-new"
     first = _Processor(kafka_bootstrap, topology, KeyEncryptionKeys.parse(K1))

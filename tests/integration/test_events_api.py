@@ -19,6 +19,7 @@ import pytest
 from consumers.delivery.adapters.signing import Verification
 from tests.chaos.load import EVENT_TYPE, Subject, event_watcher
 from tests.chaos.stack import BOT_TOKEN, ROOT, SECRET, VIGIL, Stack
+from tests.names import fresh
 from tests.receiver import Receiver
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
@@ -45,7 +46,7 @@ def receiver() -> Iterator[Receiver]:
 def test_events_over_http_reach_a_webhook_and_other_roles_get_403(
     tmp_path: Path, kafka_bootstrap: str, redis_url: str, receiver: Receiver
 ) -> None:
-    run = uuid.uuid4().hex[:8]
+    run = fresh("ev")
     stack = Stack(
         tmp_path / "stack",
         bootstrap=kafka_bootstrap,

@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -19,6 +18,7 @@ import pytest
 
 from pipeline.kafka.admin import connect_admin, ensure_topics
 from pipeline.kafka.topics import Topology
+from tests.names import fresh
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -38,7 +38,7 @@ def _wait(check: Callable[[], Any], timeout: float, what: str) -> Any:
 
 @pytest.fixture
 def stack(kafka_bootstrap: str, redis_url: str, tmp_path: Path) -> Iterator[dict[str, str]]:
-    prefix = f"t-explain-{uuid.uuid4().hex[:8]}"
+    prefix = fresh("t-explain")
     ensure_topics(connect_admin(kafka_bootstrap), Topology(f"{prefix}.", 2, 1))
     config = tmp_path / "vigil.toml"
     config.write_text(

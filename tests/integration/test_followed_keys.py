@@ -4,7 +4,6 @@ long enough that a tombstone may have been compacted away."""
 
 from __future__ import annotations
 
-import uuid
 from datetime import UTC, datetime
 
 import pytest
@@ -19,6 +18,7 @@ from pipeline.rules.keys import subject_key
 from pipeline.runtime import keys
 from pipeline.runtime.keys import FollowedKeys
 from tests.integration.runtime_helpers import create_topics
+from tests.names import fresh
 
 pytestmark = pytest.mark.integration
 
@@ -32,7 +32,7 @@ def _ring() -> KeyRing:
 def test_followed_keys_shred_and_read_a_stale_partition_from_its_start(
     kafka_bootstrap: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    topology = Topology(f"t-fk-{uuid.uuid4().hex[:8]}.", 2, replication_factor=1)
+    topology = Topology(fresh("t-fk") + ".", 2, replication_factor=1)
     topic = topology.name(Topic.KEYS)
     count = topology.partitions_for(Topic.KEYS)
     create_topics(kafka_bootstrap, count, topic, compact=True)

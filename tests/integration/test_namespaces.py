@@ -8,7 +8,6 @@ carries its namespace.
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -20,6 +19,7 @@ from confluent_kafka.admin import AdminClient
 from producers.publish.publisher import EventPublisher
 from tests.chaos.load import EVENT_TYPE, Subject, event_watcher
 from tests.chaos.stack import BOT_TOKEN, SECRET, Stack
+from tests.names import fresh
 from tests.receiver import Receiver
 
 pytestmark = pytest.mark.integration
@@ -50,7 +50,7 @@ def test_two_namespaces_on_one_broker_and_redis_never_meet(
     redis_url: str,
     receivers: tuple[Receiver, Receiver],
 ) -> None:
-    run = uuid.uuid4().hex[:8]
+    run = fresh("ns")
     tenant = f"ns-{run}"  # the same subject in both deployments
     stacks: list[Stack] = []
     try:

@@ -13,13 +13,13 @@ import sys
 import time
 import urllib.error
 import urllib.request
-import uuid
 from pathlib import Path
 
 import pytest
 
 from pipeline.ops.health import PROCESS_PORT_OFFSETS
 from tests.chaos.servers import worker_ports
+from tests.names import fresh
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -40,7 +40,7 @@ def _get(url: str) -> tuple[int, str]:
 def test_every_process_of_the_example_config_starts_on_one_host_and_gets_ready(
     tmp_path: Path, kafka_bootstrap: str, redis_url: str
 ) -> None:
-    run = uuid.uuid4().hex[:8]
+    run = fresh("oh")
     base = worker_ports(slot=1)[0]  # ten ports of this test process, none used by others
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith("VIGIL_")},

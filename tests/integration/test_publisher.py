@@ -20,6 +20,7 @@ from pipeline.kafka.serde import default_registry
 from pipeline.kafka.topics import Topic, Topology
 from pipeline.rules.errors import TopologyError
 from producers.publish.publisher import EventPublisher
+from tests.names import fresh
 
 pytestmark = pytest.mark.integration
 
@@ -29,7 +30,7 @@ AT = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
 @pytest.fixture(scope="module")
 def topology(kafka_bootstrap: str) -> Topology:
-    topology = Topology(f"t-pub-{uuid.uuid4().hex[:8]}.", PARTITIONS)
+    topology = Topology(fresh("t-pub") + ".", PARTITIONS)
     ensure_topics(connect_admin(kafka_bootstrap), topology)
     return topology
 

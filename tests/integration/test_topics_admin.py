@@ -8,7 +8,6 @@ same topics with a different expected count: the broker's topics are never repar
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -29,6 +28,7 @@ from pipeline.kafka.admin import (
 from pipeline.kafka.topics import Topic, Topology
 from pipeline.rules.errors import TopologyError
 from tests.integration.delivery_harness import poll_until
+from tests.names import fresh
 
 pytestmark = pytest.mark.integration
 
@@ -37,7 +37,7 @@ PARTITIONS = 2
 
 @pytest.fixture(scope="module")
 def prefix() -> str:
-    return f"t-topics-{uuid.uuid4().hex[:8]}."
+    return fresh("t-topics") + "."
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Final
@@ -29,6 +28,7 @@ from typing import Any, Final
 import pytest
 
 from tests.integration.api_harness import agent_watch, event_watch
+from tests.names import fresh
 
 pytestmark = pytest.mark.integration
 
@@ -148,7 +148,7 @@ class Stack:
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory, kafka_bootstrap: str) -> Iterator[Stack]:
-    prefix = f"tb-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    prefix = fresh("tb")
     found = Stack(tmp_path_factory.mktemp("trust"), kafka_bootstrap, prefix)
     assert found.vigil("topics", "create").returncode == 0
     try:
