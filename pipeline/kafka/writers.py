@@ -58,6 +58,24 @@ def _length(raw: bytes) -> bytes:
     return _varint(len(raw) << 1)
 
 
+_INSTANT_MEMO: Final = 4096
+_instants: dict[datetime, bytes] = {}
+"""Encoded instants by value: a batch writes the same few (its ``now``, an event's
+``observed_at``, a retention's end) into every record; cleared whole when full."""
+
+
+def _instant(value: datetime) -> bytes:
+    """An aware instant as ``timestamp-micros`` bytes, remembered for the next record."""
+    if value.tzinfo is None:
+        raise TypeError("a naive instant")  # fastavro decides
+    delta = value - _EPOCH
+    encoded = _long((delta.days * 86400 + delta.seconds) * 1000000 + delta.microseconds)
+    if len(_instants) >= _INSTANT_MEMO:
+        _instants.clear()
+    _instants[value] = encoded
+    return encoded
+
+
 def _long(value: int) -> bytes:
     if type(value) is not int or not _LONG_MIN <= value <= _LONG_MAX:
         raise TypeError("not a long")  # fastavro decides (bools, int subclasses, overflow)
@@ -137,27 +155,25 @@ def _value(src: _Source, depth: int, schema: Any, expr: str) -> None:
         return
     if helper in ("_long", "_micros"):  # inline: instants and counters
         number = src.name()
-        if helper == "_micros":
-            src.add(depth, f"if type({expr}) is datetime and {expr}.tzinfo is not None:")
-            src.add(depth + 1, f"{number} = {expr} - _EPOCH")
-            src.add(
-                depth + 1,
-                f"{number} = ({number}.days * 86400 + {number}.seconds) * 1000000"
-                f" + {number}.microseconds",
-            )
+        if helper == "_micros":  # an aware instant: remembered bytes (naive: _instant raises)
+            src.add(depth, f"if type({expr}) is datetime:")
+            src.add(depth + 1, f"out += _instants.get({expr}) or _instant({expr})")
             src.add(depth, "else:")
-            src.add(depth + 1, f"{number} = {expr}")
-        else:
-            src.add(depth, f"{number} = {expr}")
+            depth += 1
+        src.add(depth, f"{number} = {expr}")
+        src.add(depth, f"if type({number}) is int and 0 <= {number} < 64:")  # one byte
+        src.add(depth + 1, f"out.append({number} << 1)")
+        src.add(depth, "else:")
         src.add(
-            depth, f"if type({number}) is not int or not {_LONG_MIN} <= {number} <= {_LONG_MAX}:"
+            depth + 1,
+            f"if type({number}) is not int or not {_LONG_MIN} <= {number} <= {_LONG_MAX}:",
         )
-        src.add(depth + 1, "raise TypeError('not a long')")
-        src.add(depth, f"{number} = ({number} << 1) ^ ({number} >> 63)")
-        src.add(depth, f"while {number} >= 128:")
-        src.add(depth + 1, f"out.append(({number} & 127) | 128)")
-        src.add(depth + 1, f"{number} >>= 7")
-        src.add(depth, f"out.append({number})")
+        src.add(depth + 2, "raise TypeError('not a long')")
+        src.add(depth + 1, f"{number} = ({number} << 1) ^ ({number} >> 63)")
+        src.add(depth + 1, f"while {number} >= 128:")
+        src.add(depth + 2, f"out.append(({number} & 127) | 128)")
+        src.add(depth + 2, f"{number} >>= 7")
+        src.add(depth + 1, f"out.append({number})")
         return
     if helper is not None:
         src.add(depth, f"out += {helper}({expr})")
@@ -223,7 +239,8 @@ def prepare(parsed: Any) -> Writer | None:
         "_bytes": _bytes,
         "_LENGTH": _LENGTH,
         "_length": _length,
-        "_EPOCH": _EPOCH,
+        "_instants": _instants,
+        "_instant": _instant,
         "datetime": datetime,
         "_varint": _varint,
     }
