@@ -12,6 +12,7 @@ from struct import unpack_from
 
 __all__ = ["murmur2", "partition_for"]
 
+
 def murmur2(data: bytes) -> int:
     """Kafka's murmur2 as a signed 32-bit int (what Java's ``Utils.murmur2`` returns).
 

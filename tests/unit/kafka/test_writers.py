@@ -9,8 +9,8 @@ from fastavro import parse_schema, schemaless_writer
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.kafka.serde import SchemaVersion, default_registry
 from pipeline.kafka import writers
+from pipeline.kafka.serde import SchemaVersion, default_registry
 from pipeline.kafka.writers import prepare
 from pipeline.rules.errors import SerdeError
 
