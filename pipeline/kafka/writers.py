@@ -58,10 +58,10 @@ def _length(raw: bytes) -> bytes:
     return _varint(len(raw) << 1)
 
 
-_INSTANT_MEMO: Final = 4096
+_MEMO: Final = 4096  # values each memo below holds; cleared whole when full
 _instants: dict[datetime, bytes] = {}
 """Encoded instants by value: a batch writes the same few (its ``now``, an event's
-``observed_at``, a retention's end) into every record; cleared whole when full."""
+``observed_at``, a retention's end) into every record."""
 
 
 def _instant(value: datetime) -> bytes:
@@ -70,9 +70,21 @@ def _instant(value: datetime) -> bytes:
         raise TypeError("a naive instant")  # fastavro decides
     delta = value - _EPOCH
     encoded = _long((delta.days * 86400 + delta.seconds) * 1000000 + delta.microseconds)
-    if len(_instants) >= _INSTANT_MEMO:
+    if len(_instants) >= _MEMO:
         _instants.clear()
     _instants[value] = encoded
+    return encoded
+
+
+_longs: dict[int, bytes] = {}
+"""Encoded longs by value (durations, budgets, counters recur per watcher); like instants."""
+
+
+def _remembered_long(value: int) -> bytes:
+    encoded = _long(value)
+    if len(_longs) >= _MEMO:
+        _longs.clear()
+    _longs[value] = encoded
     return encoded
 
 
@@ -161,19 +173,12 @@ def _value(src: _Source, depth: int, schema: Any, expr: str) -> None:
             src.add(depth, "else:")
             depth += 1
         src.add(depth, f"{number} = {expr}")
-        src.add(depth, f"if type({number}) is int and 0 <= {number} < 64:")  # one byte
+        src.add(depth, f"if type({number}) is not int:")  # bools and floats: fastavro decides
+        src.add(depth + 1, "raise TypeError('not a long')")
+        src.add(depth, f"if 0 <= {number} < 64:")  # one byte
         src.add(depth + 1, f"out.append({number} << 1)")
         src.add(depth, "else:")
-        src.add(
-            depth + 1,
-            f"if type({number}) is not int or not {_LONG_MIN} <= {number} <= {_LONG_MAX}:",
-        )
-        src.add(depth + 2, "raise TypeError('not a long')")
-        src.add(depth + 1, f"{number} = ({number} << 1) ^ ({number} >> 63)")
-        src.add(depth + 1, f"while {number} >= 128:")
-        src.add(depth + 2, f"out.append(({number} & 127) | 128)")
-        src.add(depth + 2, f"{number} >>= 7")
-        src.add(depth + 1, f"out.append({number})")
+        src.add(depth + 1, f"out += _longs.get({number}) or _remembered_long({number})")
         return
     if helper is not None:
         src.add(depth, f"out += {helper}({expr})")
@@ -241,6 +246,8 @@ def prepare(parsed: Any) -> Writer | None:
         "_length": _length,
         "_instants": _instants,
         "_instant": _instant,
+        "_longs": _longs,
+        "_remembered_long": _remembered_long,
         "datetime": datetime,
         "_varint": _varint,
     }

@@ -185,8 +185,9 @@ def _at_bytes(value: dict[str, Any]) -> bytes:
 def test_an_instant_written_again_or_in_another_zone_is_the_same_bytes(
     instant: datetime, zone: timezone, n: int
 ) -> None:
-    """Encoded instants are remembered: the second write, and the same instant in another
-    zone, still give fastavro's bytes; a naive instant is never answered from memory."""
+    """Encoded instants and longs are remembered: the second write, and the same instant in
+    another zone, still give fastavro's bytes; a naive instant, a bool or a float equal to a
+    remembered value is never answered from memory."""
     write = prepare(_AT)
     assert write is not None
     expected = _at_bytes({"at": instant, "n": n})
@@ -196,14 +197,18 @@ def test_an_instant_written_again_or_in_another_zone_is_the_same_bytes(
         assert bytes(out) == expected
     with pytest.raises(TypeError):
         write({"at": instant.replace(tzinfo=None), "n": n}, bytearray())
+    for alike in (float(n), n == 1):
+        if alike == n:
+            with pytest.raises(TypeError):
+                write({"at": instant, "n": alike}, bytearray())
 
 
 def test_remembered_instants_stay_bounded() -> None:
     write = prepare(_AT)
     assert write is not None
     start = datetime(2026, 1, 1, tzinfo=UTC)
-    for i in range(3 * writers._INSTANT_MEMO):
+    for i in range(3 * writers._MEMO):
         out = bytearray()
         write({"at": start + timedelta(microseconds=i), "n": i}, out)
-    assert 0 < len(writers._instants) <= writers._INSTANT_MEMO
+    assert 0 < len(writers._instants) <= writers._MEMO
     assert bytes(out) == _at_bytes({"at": start + timedelta(microseconds=i), "n": i})
