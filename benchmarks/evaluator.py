@@ -27,7 +27,10 @@ definitions sealed under each subject's data key, every watcher version with its
 
 Timing starts at the first batch of events consumed (group join and the watchers' restore and
 indexing excluded: :meth:`Evaluator.prepare` builds the index before events are produced) and
-ends when the transaction holding the last event has committed. Prints one JSON object.
+ends when the transaction holding the last event has committed. Process CPU counts every
+thread; ``main_thread_cpu_us_per_event`` is the Python main thread's alone, and
+``threads_cpu_us_per_event`` splits the process's by thread name from ``/proc`` (librdkafka's
+threads are ``rdk:…``; clock-tick resolution). Prints one JSON object.
 Env: ``KAFKA_BOOTSTRAP_SERVERS`` (127.0.0.1:9092), ``REDIS_URL`` (redis://127.0.0.1:6379/0),
 ``BENCH_EVENTS`` (100000), ``BENCH_NONMATCHING_EVENTS`` (10000), ``BENCH_KEEP_TOPICS`` (set:
 keep the run's topics, e.g. to replay the main world, named by ``topology_prefix``).

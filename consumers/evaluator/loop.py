@@ -417,11 +417,11 @@ def _settle_heap() -> None:
     collected first (one full collection per rebuild, not per batch), or every rebalance would
     leak the tables and indexes it replaced.
 
-    The collector's thresholds are raised too (:data:`GC_THRESHOLDS`): a batch allocates and
-    frees (by reference counting) thousands of objects per event, and at Python's default
-    (700, 10, 10) that set off ~33 young passes and one full pass per 1,000 events, which
-    walked everything made since the freeze (the per-watcher caches) and found no garbage:
-    38 µs of CPU per event of 10,000 watchers (``benchmarks.evaluator``; 12 µs after).
+    The collector's thresholds are raised too (:data:`GC_THRESHOLDS`): each event allocates
+    containers that reference counting frees or the per-watcher caches keep, and at Python's
+    default (700, 10, 10) that set off ~33 young passes per 1,000 events and a full pass every
+    ~3,000, which walked everything made since the freeze and found no garbage: 33–44 µs of
+    CPU per event with 10,000 watchers (``benchmarks.evaluator``; 2–4 µs after).
     """
     gc.set_threshold(*GC_THRESHOLDS)
     gc.unfreeze()
