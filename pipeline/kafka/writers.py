@@ -14,6 +14,11 @@ not write the plain way (a missing or extra field, a value of another type, a na
 number out of range) raises, and :class:`~pipeline.kafka.serde.SchemaRegistry` hands that value
 to fastavro, whose answer (bytes or an error) stands. So the bytes are fastavro's bytes; a
 hypothesis property in the tests holds them to that for every shipped schema.
+
+Instants and longs past one byte are remembered encoded, by value (bounded maps, cleared whole
+when full): a batch writes the same ``now``, ``observed_at`` and durations into record after
+record. A value is looked up only after its type check, so a ``bool`` or ``float`` equal to a
+remembered ``int`` never borrows its bytes.
 """
 
 from __future__ import annotations
