@@ -27,7 +27,10 @@ definitions sealed under each subject's data key, every watcher version with its
 
 Timing starts at the first batch of events consumed (group join and the watchers' restore and
 indexing excluded: :meth:`Evaluator.prepare` builds the index before events are produced) and
-ends when the transaction holding the last event has committed. Prints one JSON object.
+ends when the transaction holding the last event has committed. Process CPU counts every
+thread; ``main_thread_cpu_us_per_event`` is the Python main thread's alone, and
+``threads_cpu_us_per_event`` splits the process's by thread name from ``/proc`` (librdkafka's
+threads are ``rdk:…``; clock-tick resolution). Prints one JSON object.
 Env: ``KAFKA_BOOTSTRAP_SERVERS`` (127.0.0.1:9092), ``REDIS_URL`` (redis://127.0.0.1:6379/0),
 ``BENCH_EVENTS`` (100000), ``BENCH_NONMATCHING_EVENTS`` (10000), ``BENCH_KEEP_TOPICS`` (set:
 keep the run's topics, e.g. to replay the main world, named by ``topology_prefix``).
@@ -236,6 +239,29 @@ def _world(
     return topology, loader, sources
 
 
+def _thread_cpu() -> dict[str, float]:
+    """CPU seconds per thread name (librdkafka's threads are ``rdk:...``), from /proc: where
+    the process CPU goes besides the Python main thread (empty where /proc is missing)."""
+    ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    found: dict[str, float] = {}
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return found
+    for task in tasks:
+        try:
+            with open(f"/proc/self/task/{task}/stat") as stat:
+                text = stat.read()
+        except OSError:  # the thread ended meanwhile
+            continue
+        name = text[text.index("(") + 1 : text.rindex(")")]
+        fields = text[text.rindex(")") + 2 :].split()
+        cpu = (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
+        name = "python main" if task == str(os.getpid()) else name
+        found[name] = found.get(name, 0.0) + cpu
+    return found
+
+
 def _evaluate(
     bootstrap: str,
     redis_url: str,
@@ -268,21 +294,35 @@ def _evaluate(
         indexed = processor.prepare(compile_definitions=compiled)
         loader.events(n, sources, first)
         started = 0.0
-        cpu = 0.0
+        cpu = main_cpu = 0.0
+        threads: dict[str, float] = {}
         while consumed() < n:
+            if not started:
+                threads = _thread_cpu()
             before, before_cpu = time.perf_counter(), time.process_time()
+            before_main = time.thread_time()
             if app.step() and not started:
-                started, cpu = before, before_cpu
+                started, cpu, main_cpu = before, before_cpu, before_main
         app.commit()
         seconds = time.perf_counter() - started
         cpu_seconds = time.process_time() - cpu
+        main_seconds = time.thread_time() - main_cpu
+        after = _thread_cpu()
     return {
         "watchers_indexed": indexed,
         "events_per_s": round(n / seconds),
         "seconds": round(seconds, 3),
         "cpu_seconds": round(cpu_seconds, 3),
         "cpu_us_per_event": round(cpu_seconds / n * 1e6, 1),
+        # the Python main thread's share; the rest is librdkafka's threads
+        "main_thread_cpu_us_per_event": round(main_seconds / n * 1e6, 1),
         "outbox_entries": int(metrics.outbox_entries._value.get()),
+        # CPU µs per event by thread name (/proc, clock ticks: coarse)
+        "threads_cpu_us_per_event": {
+            name: round((spent - threads.get(name, 0.0)) / n * 1e6, 1)
+            for name, spent in sorted(after.items())
+            if spent > threads.get(name, 0.0)
+        },
     }
 
 
@@ -351,6 +391,10 @@ def main() -> None:
     ]
     evaluated = _median([(r["seconds"], r["cpu_seconds"]) for r in rounds], n)
     evaluated["outbox_entries"] = sum(r["outbox_entries"] for r in rounds)
+    evaluated["main_thread_cpu_us_per_event"] = statistics.median(
+        r["main_thread_cpu_us_per_event"] for r in rounds
+    )
+    evaluated["rounds_threads_cpu_us_per_event"] = [r["threads_cpu_us_per_event"] for r in rounds]
     passthrough = _passthrough(bootstrap, topology, n)
     equivalent = _write_equivalent(bootstrap, topology, n, ROUNDS * n)
 

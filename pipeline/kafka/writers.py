@@ -14,6 +14,11 @@ not write the plain way (a missing or extra field, a value of another type, a na
 number out of range) raises, and :class:`~pipeline.kafka.serde.SchemaRegistry` hands that value
 to fastavro, whose answer (bytes or an error) stands. So the bytes are fastavro's bytes; a
 hypothesis property in the tests holds them to that for every shipped schema.
+
+Instants and longs past one byte are remembered encoded, by value (bounded maps, cleared whole
+when full): a batch writes the same ``now``, ``observed_at`` and durations into record after
+record. A value is looked up only after its type check, so a ``bool`` or ``float`` equal to a
+remembered ``int`` never borrows its bytes.
 """
 
 from __future__ import annotations
@@ -56,6 +61,36 @@ _LENGTH: Final = tuple(_varint(n << 1) for n in range(1024))  # a string's or by
 
 def _length(raw: bytes) -> bytes:
     return _varint(len(raw) << 1)
+
+
+_MEMO: Final = 4096  # values each memo below holds; cleared whole when full
+_instants: dict[datetime, bytes] = {}
+"""Encoded instants by value: a batch writes the same few (its ``now``, an event's
+``observed_at``, a retention's end) into every record."""
+
+
+def _instant(value: datetime) -> bytes:
+    """An aware instant as ``timestamp-micros`` bytes, remembered for the next record."""
+    if value.tzinfo is None:
+        raise TypeError("a naive instant")  # fastavro decides
+    delta = value - _EPOCH
+    encoded = _long((delta.days * 86400 + delta.seconds) * 1000000 + delta.microseconds)
+    if len(_instants) >= _MEMO:
+        _instants.clear()
+    _instants[value] = encoded
+    return encoded
+
+
+_longs: dict[int, bytes] = {}
+"""Encoded longs by value (durations, budgets, counters recur per watcher); like instants."""
+
+
+def _remembered_long(value: int) -> bytes:
+    encoded = _long(value)
+    if len(_longs) >= _MEMO:
+        _longs.clear()
+    _longs[value] = encoded
+    return encoded
 
 
 def _long(value: int) -> bytes:
@@ -137,27 +172,18 @@ def _value(src: _Source, depth: int, schema: Any, expr: str) -> None:
         return
     if helper in ("_long", "_micros"):  # inline: instants and counters
         number = src.name()
-        if helper == "_micros":
-            src.add(depth, f"if type({expr}) is datetime and {expr}.tzinfo is not None:")
-            src.add(depth + 1, f"{number} = {expr} - _EPOCH")
-            src.add(
-                depth + 1,
-                f"{number} = ({number}.days * 86400 + {number}.seconds) * 1000000"
-                f" + {number}.microseconds",
-            )
+        if helper == "_micros":  # an aware instant: remembered bytes (naive: _instant raises)
+            src.add(depth, f"if type({expr}) is datetime:")
+            src.add(depth + 1, f"out += _instants.get({expr}) or _instant({expr})")
             src.add(depth, "else:")
-            src.add(depth + 1, f"{number} = {expr}")
-        else:
-            src.add(depth, f"{number} = {expr}")
-        src.add(
-            depth, f"if type({number}) is not int or not {_LONG_MIN} <= {number} <= {_LONG_MAX}:"
-        )
+            depth += 1
+        src.add(depth, f"{number} = {expr}")
+        src.add(depth, f"if type({number}) is not int:")  # bools and floats: fastavro decides
         src.add(depth + 1, "raise TypeError('not a long')")
-        src.add(depth, f"{number} = ({number} << 1) ^ ({number} >> 63)")
-        src.add(depth, f"while {number} >= 128:")
-        src.add(depth + 1, f"out.append(({number} & 127) | 128)")
-        src.add(depth + 1, f"{number} >>= 7")
-        src.add(depth, f"out.append({number})")
+        src.add(depth, f"if 0 <= {number} < 64:")  # one byte
+        src.add(depth + 1, f"out.append({number} << 1)")
+        src.add(depth, "else:")
+        src.add(depth + 1, f"out += _longs.get({number}) or _remembered_long({number})")
         return
     if helper is not None:
         src.add(depth, f"out += {helper}({expr})")
@@ -223,7 +249,10 @@ def prepare(parsed: Any) -> Writer | None:
         "_bytes": _bytes,
         "_LENGTH": _LENGTH,
         "_length": _length,
-        "_EPOCH": _EPOCH,
+        "_instants": _instants,
+        "_instant": _instant,
+        "_longs": _longs,
+        "_remembered_long": _remembered_long,
         "datetime": datetime,
         "_varint": _varint,
     }

@@ -10,14 +10,16 @@ the evaluation time plus the watcher's ``evidence_retention``: readers drop the 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Final
 
 from pipeline.records.codec import Codec, decoded, json_text, parse_json
 from pipeline.records.sealing import Sealer, identity, open_fields, seal_text
-from pipeline.rules.data_keys import evidence_owner
+from pipeline.rules.data_keys import KeyOwner, evidence_owner
 from pipeline.rules.instants import to_epoch_micros
+from pipeline.rules.keys import encode_fields
 from pipeline.rules.receipts import Receipt
 
 __all__ = ["RECEIPT", "decode_receipt", "encode_receipt", "receipt_identity"]
@@ -33,16 +35,21 @@ def receipt_identity(
     trigger_key: str,
     evaluated_at: datetime,
 ) -> bytes:
-    """The associated data of a receipt's sealed fields."""
-    return identity(
-        RECEIPT,
-        tenant_id,
-        user_id,
-        watcher_id,
-        str(version),
-        trigger_key,
-        str(to_epoch_micros(evaluated_at)),
+    """The associated data of a receipt's sealed fields: the record type and the watcher
+    version's fields (one prefix per version, remembered), then the trigger and the time."""
+    return _version_identity(tenant_id, user_id, watcher_id, version)[0] + encode_fields(
+        (trigger_key, str(to_epoch_micros(evaluated_at)))
     )
+
+
+@functools.lru_cache(maxsize=16_384, typed=True)  # typed: version 1, never True
+def _version_identity(
+    tenant_id: str, user_id: str, watcher_id: str, version: int
+) -> tuple[bytes, KeyOwner]:
+    """A watcher version's receipt identity prefix and the owner of its evidence key: the
+    same for every receipt of that version, so made once (10,000+ watchers fit)."""
+    prefix = identity(RECEIPT, tenant_id, user_id, watcher_id, str(version))
+    return prefix, evidence_owner(tenant_id, user_id, watcher_id, version)
 
 
 def encode_receipt(
@@ -64,6 +71,7 @@ def encode_receipt(
     aad = receipt_identity(
         tenant, user, watcher, version, fields["trigger_key"], fields["evaluated_at"]
     )
+    owner = _version_identity(tenant, user, watcher, version)[1]
     # RFC 8785 of {"payload", "trigger"}: keys in order, values already canonical.
     content = (
         '{"payload":'
@@ -95,9 +103,7 @@ def encode_receipt(
             "payload": None,
             "delivery_key": fields["delivery_key"],
             "note": fields["note"],
-            "sealed": seal_text(
-                sealer, evidence_owner(tenant, user, watcher, version), aad, content
-            ),
+            "sealed": seal_text(sealer, owner, aad, content),
             "retain_until": retain_until,
         },
     )

@@ -5,10 +5,11 @@ from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
-from fastavro import schemaless_writer
+from fastavro import parse_schema, schemaless_writer
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pipeline.kafka import writers
 from pipeline.kafka.serde import SchemaVersion, default_registry
 from pipeline.kafka.writers import prepare
 from pipeline.rules.errors import SerdeError
@@ -159,3 +160,55 @@ def test_lengths_on_both_sides_of_each_varint_width(size: int) -> None:
     out = bytearray(version.header)
     version.writer(value, out)
     assert bytes(out) == fastavro_bytes(version, value)
+
+
+_AT = parse_schema(
+    {
+        "type": "record",
+        "name": "vigil.At",
+        "fields": [
+            {"name": "at", "type": {"type": "long", "logicalType": "timestamp-micros"}},
+            {"name": "n", "type": "long"},
+        ],
+    }
+)
+
+
+def _at_bytes(value: dict[str, Any]) -> bytes:
+    buffer = io.BytesIO()
+    schemaless_writer(buffer, _AT, value)
+    return buffer.getvalue()
+
+
+@settings(max_examples=200)
+@given(instants, st.sampled_from([UTC, timezone(timedelta(hours=-3, minutes=-45))]), longs)
+def test_an_instant_written_again_or_in_another_zone_is_the_same_bytes(
+    instant: datetime, zone: timezone, n: int
+) -> None:
+    """Encoded instants and longs are remembered: the second write, and the same instant in
+    another zone, still give fastavro's bytes; a naive instant, a bool or a float equal to a
+    remembered value is never answered from memory."""
+    write = prepare(_AT)
+    assert write is not None
+    expected = _at_bytes({"at": instant, "n": n})
+    for again in (instant, instant, instant.astimezone(zone)):
+        out = bytearray()
+        write({"at": again, "n": n}, out)
+        assert bytes(out) == expected
+    with pytest.raises(TypeError):
+        write({"at": instant.replace(tzinfo=None), "n": n}, bytearray())
+    for alike in (float(n), n == 1):
+        if alike == n:
+            with pytest.raises(TypeError):
+                write({"at": instant, "n": alike}, bytearray())
+
+
+def test_remembered_instants_stay_bounded() -> None:
+    write = prepare(_AT)
+    assert write is not None
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    for i in range(3 * writers._MEMO):
+        out = bytearray()
+        write({"at": start + timedelta(microseconds=i), "n": i}, out)
+    assert 0 < len(writers._instants) <= writers._MEMO
+    assert bytes(out) == _at_bytes({"at": start + timedelta(microseconds=i), "n": i})
