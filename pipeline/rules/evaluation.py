@@ -362,23 +362,37 @@ def _receipt(
 def _next_state(
     state: WatcherState, evidence: Evidence, key: str, identity: dict[str, str], step: _Step
 ) -> WatcherState:
-    """Advance the checkpoint (or not, §11), count the evaluation, close if decided."""
-    update: dict[str, object] = {"revision": state.revision + 1}
+    """Advance the checkpoint (or not, §11), count the evaluation, close if decided.
+
+    Built field by field with ``_make`` (no checks): every value here is the rules' own, and
+    this runs once per evaluation."""
+    close = step.close
+    checkpoint: Checkpoint | None
     if step.advance:
-        update["checkpoint"] = Checkpoint(
-            trigger_key=key,
-            trigger=identity,
-            observed_at=evidence.observed_at,
-            position=evidence.position,
-        )
-        update["recent_triggers"] = state.remember(key)
-        update["last_outcome"] = step.outcome
-        update["last_reason"] = step.reason
-    if step.outcome is not Outcome.NONE:
-        update["evaluations"] = state.evaluations + 1
-    if step.close is not None:
-        update["status"] = transition(state.status, close_event(step.close))
-        update["closed_reason"] = step.close
-    elif not step.advance:
+        checkpoint = Checkpoint._make((key, identity, evidence.observed_at, evidence.position))
+        recent = state.remember(key)
+        outcome: Outcome | None = step.outcome
+        reason: Reason | None = step.reason
+    elif close is None:
         return state  # authorization denied (every): no transition at all
-    return state.model_copy(update=update)
+    else:
+        checkpoint, recent = state.checkpoint, state.recent_triggers
+        outcome, reason = state.last_outcome, state.last_reason
+    if close is None:
+        status, closed = state.status, state.closed_reason
+    else:
+        status, closed = transition(state.status, close_event(close)), close
+    return WatcherState._make(
+        (
+            state.version,
+            status,
+            state.activated_at,
+            checkpoint,
+            recent,
+            outcome,
+            reason,
+            state.evaluations + 1 if step.outcome is not Outcome.NONE else state.evaluations,
+            closed,
+            state.revision + 1,
+        )
+    )
