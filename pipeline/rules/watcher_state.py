@@ -144,18 +144,30 @@ def _instant(value: object, field: str) -> datetime:
 
 
 def _member(kind: type[_E], value: str, field: str) -> _E:
-    try:
-        return kind(value)
-    except ValueError:
-        raise DefinitionError(f"not a {kind.__name__}: {value!r:.40}", field) from None
+    found: _E | None = _MEMBERS[kind].get(value) if isinstance(value, str) else None
+    if found is None:
+        raise DefinitionError(f"not a {kind.__name__}: {value!r:.40}", field)
+    return found
+
+
+_MEMBERS: Final[dict[type[Any], dict[str, Any]]] = {
+    kind: {member.value: member for member in kind}
+    for kind in (WatcherStatus, Outcome, Reason, CloseReason)
+}
+"""Each enum's members by value (a member is found by itself too: it is its value's string)."""
 
 
 def _identity(value: object) -> dict[str, str]:
-    if not isinstance(value, Mapping) or not all(
-        type(k) is str and type(v) is str for k, v in value.items()
-    ):
+    if type(value) is not dict and not isinstance(value, Mapping):  # a dict: no ABC check
+        raise DefinitionError("an object of strings", "checkpoint.trigger")
+    if not _strings(value) or not _strings(value.values()):
         raise DefinitionError("an object of strings", "checkpoint.trigger")
     return dict(value)
+
+
+def _strings(values: Iterable[object]) -> bool:
+    """Whether every value is exactly a ``str`` (one C-level pass over the types)."""
+    return set(map(type, values)) <= {str}
 
 
 def _checkpoint(value: object) -> Checkpoint | None:
@@ -165,9 +177,10 @@ def _checkpoint(value: object) -> Checkpoint | None:
 
 
 def _triggers(value: Iterable[str]) -> tuple[str, ...]:
-    if isinstance(value, str | bytes | Mapping):
+    plain = type(value) is tuple or type(value) is list  # else the slower checks
+    if not plain and isinstance(value, str | bytes | Mapping):
         raise DefinitionError("a list of delivery keys", "recent_triggers")
     kept = tuple(value)
-    if not all(type(key) is str for key in kept):
+    if not _strings(kept):
         raise DefinitionError("a list of delivery keys", "recent_triggers")
     return kept
