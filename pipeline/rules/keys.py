@@ -199,6 +199,8 @@ Trigger = EventTrigger | InstantTrigger | RequestTrigger
 
 def trigger_fields(trigger: Trigger) -> tuple[str, ...]:
     """The trigger kind followed by its identity fields, as they enter the delivery key."""
+    if type(trigger) is EventTrigger:  # nearly every trigger: no pattern matching
+        return ("event", trigger.event_type, trigger.event_id)
     match trigger:
         case EventTrigger(event_type=event_type, event_id=event_id):
             return ("event", event_type, event_id)
