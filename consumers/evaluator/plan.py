@@ -62,7 +62,7 @@ def effective_state(watch: Watch, stored: WatcherState | None) -> WatcherState:
     activated = watch.activated_at or stored.activated_at
     if stored.status is watch.status and stored.activated_at == activated:
         return stored
-    return stored.model_copy(update={"status": watch.status, "activated_at": activated})
+    return stored.replace(status=watch.status, activated_at=activated)
 
 
 @dataclass(slots=True)

@@ -109,15 +109,18 @@ class SharedEvidence(Evidence):
     its receipt and again for its outbox entry, and RFC 8785 of a payload is not cheap."""
 
     __slots__ = ("_digest",)
-    _digest: str
+    _digest: str | None
+
+    def __post_init__(self) -> None:
+        Evidence.__post_init__(self)
+        object.__setattr__(self, "_digest", None)  # a set slot: no AttributeError to catch
 
     def digest(self) -> str:
-        try:
-            return self._digest
-        except AttributeError:
+        digest = self._digest
+        if digest is None:
             digest = Evidence.digest(self)
             object.__setattr__(self, "_digest", digest)
-            return digest
+        return digest
 
 
 def payload_object(text: str | None) -> dict[str, Any]:

@@ -7,8 +7,7 @@ from datetime import datetime
 from typing import Final
 
 from pipeline.records.codec import Codec, decoded, json_text, parse_json
-from pipeline.rules.lifecycle import CloseReason, WatcherStatus
-from pipeline.rules.outcomes import Outcome, Reason
+from pipeline.rules.errors import DefinitionError, SerdeError
 from pipeline.rules.watcher_state import Checkpoint, WatcherState
 
 __all__ = ["WATCHER_STATE", "decode_state", "encode_state"]
@@ -56,27 +55,30 @@ def encode_state(
 
 
 def decode_state(codec: Codec, data: bytes) -> WatcherState:
+    """A stored state, every field checked as it enters (:class:`SerdeError` naming the one
+    that is not a state's)."""
     value = decoded(codec, WATCHER_STATE, data)
     raw = value["checkpoint"]
-    checkpoint = None
-    if raw is not None:
-        checkpoint = Checkpoint(
-            trigger_key=raw["trigger_key"],
-            trigger=parse_json(raw["trigger"], "checkpoint.trigger"),
-            observed_at=raw["observed_at"],
-            position=raw["position"],
+    try:
+        checkpoint = None
+        if raw is not None:
+            checkpoint = Checkpoint(
+                raw["trigger_key"],
+                parse_json(raw["trigger"], "checkpoint.trigger"),
+                raw["observed_at"],
+                raw["position"],
+            )
+        return WatcherState(
+            value["version"],
+            value["status"],
+            value["activated_at"],
+            checkpoint,
+            value["recent_triggers"],
+            value["last_outcome"],
+            value["last_reason"],
+            value["evaluations"],
+            value["closed_reason"],
+            value["revision"],
         )
-    return WatcherState(
-        version=value["version"],
-        status=WatcherStatus(value["status"]),
-        activated_at=value["activated_at"],
-        checkpoint=checkpoint,
-        recent_triggers=tuple(value["recent_triggers"]),
-        last_outcome=None if value["last_outcome"] is None else Outcome(value["last_outcome"]),
-        last_reason=None if value["last_reason"] is None else Reason(value["last_reason"]),
-        evaluations=value["evaluations"],
-        closed_reason=None
-        if value["closed_reason"] is None
-        else CloseReason(value["closed_reason"]),
-        revision=value["revision"],
-    )
+    except DefinitionError as exc:
+        raise SerdeError(f"not a watcher state: {exc}") from None

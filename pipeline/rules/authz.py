@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
+from typing import Final
 
 from pydantic import BaseModel, ConfigDict, field_validator
 
@@ -146,6 +147,10 @@ class AuthzDecision:
         return f"denied: {self.detail}"
 
 
+_RANK: Final = {reason: rank for rank, reason in enumerate(DenyReason)}
+"""A deny reason's place in declaration order: the later, the more fields the grant matched."""
+
+
 def _first_miss(
     grant: Grant,
     *,
@@ -158,24 +163,26 @@ def _first_miss(
     target: str | None,
     now: datetime,
 ) -> tuple[DenyReason, str] | None:
-    """The first field ``grant`` does not cover, or ``None`` when it covers the request."""
-    checks: list[tuple[bool, DenyReason, str]] = [
-        (grant.tenant_id == tenant_id, DenyReason.TENANT_MISMATCH, f"tenant {tenant_id!r}"),
-        (grant.user_id == user_id, DenyReason.USER_MISMATCH, f"user {user_id!r}"),
-        (grant.purpose == purpose, DenyReason.PURPOSE_MISMATCH, f"purpose {purpose!r}"),
-        (source_id in grant.sources, DenyReason.SOURCE_MISMATCH, f"source {source_id!r}"),
-        (tool is None or tool in grant.tools, DenyReason.TOOL_MISMATCH, f"tool {tool!r}"),
-        (
-            target is None or target in grant.targets,
-            DenyReason.TARGET_MISMATCH,
-            f"target {target!r}",
-        ),
-        (action in grant.actions, DenyReason.ACTION_MISMATCH, f"action {action.value!r}"),
-        (utc(now) < grant.until, DenyReason.EXPIRED, f"grant expired at {grant.until}"),
-    ]
-    for ok, reason, what in checks:
-        if not ok:
-            return reason, what
+    """The first field ``grant`` does not cover, or ``None`` when it covers the request.
+
+    Checked one by one in this order, each message written only for the miss (the evaluator
+    decides this for every watcher it first meets)."""
+    if grant.tenant_id != tenant_id:
+        return DenyReason.TENANT_MISMATCH, f"tenant {tenant_id!r}"
+    if grant.user_id != user_id:
+        return DenyReason.USER_MISMATCH, f"user {user_id!r}"
+    if grant.purpose != purpose:
+        return DenyReason.PURPOSE_MISMATCH, f"purpose {purpose!r}"
+    if source_id not in grant.sources:
+        return DenyReason.SOURCE_MISMATCH, f"source {source_id!r}"
+    if tool is not None and tool not in grant.tools:
+        return DenyReason.TOOL_MISMATCH, f"tool {tool!r}"
+    if target is not None and target not in grant.targets:
+        return DenyReason.TARGET_MISMATCH, f"target {target!r}"
+    if action not in grant.actions:
+        return DenyReason.ACTION_MISMATCH, f"action {action.value!r}"
+    if not utc(now) < grant.until:
+        return DenyReason.EXPIRED, f"grant expired at {grant.until}"
     return None
 
 
@@ -198,7 +205,6 @@ def authorize(
     missing; grants of other tenants never decide the message beyond ``no_grant``.
     """
     best: tuple[int, DenyReason, str] | None = None
-    order = list(DenyReason)
     for grant in grants:
         if grant.tenant_id != tenant_id:
             continue
@@ -215,7 +221,7 @@ def authorize(
         )
         if miss is None:
             return AuthzDecision(True, grant_id=grant.grant_id)
-        rank = order.index(miss[0])
+        rank = _RANK[miss[0]]
         if best is None or rank > best[0]:
             best = (rank, miss[0], f"grant {grant.grant_id} does not cover {miss[1]}")
     if best is None:

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
-from typing import Annotated, Any
+from functools import lru_cache
+from typing import Annotated, Any, Final
 
 from pydantic import BeforeValidator, PlainSerializer
 
@@ -22,6 +23,7 @@ __all__ = ["MAX_TEXT", "Duration", "check_duration", "format_duration", "parse_d
 
 MAX_TEXT = 32
 """The longest duration text read (``3653d23h59m59s`` is 14 characters)."""
+_MEMO: Final = 1024  # distinct duration texts remembered for model fields
 # Each amount is at most 9 digits: every unit of ten years fits, and int() stays cheap.
 _GRAMMAR = re.compile(r"(?:(\d{1,9})d)?(?:(\d{1,9})h)?(?:(\d{1,9})m)?(?:(\d{1,9})s)?")
 
@@ -64,8 +66,18 @@ def format_duration(value: timedelta) -> str:
     return "".join(parts)
 
 
+@lru_cache(maxsize=_MEMO)
+def _parsed(text: str) -> timedelta:
+    """:func:`parse_duration` of a model field's text, remembered: definitions repeat a few
+    durations (``1h``, ``7d``, ``30d``) thousands of times, and an evaluator parses every
+    definition it opens. Refusals are not remembered (they raise)."""
+    return parse_duration(text)
+
+
 def _duration(value: Any) -> Any:
     try:
+        if type(value) is str:
+            return _parsed(value)
         if isinstance(value, str):
             return parse_duration(value)
         if isinstance(value, timedelta):

@@ -144,8 +144,11 @@ def evaluate(
     now = utc(now)
     trigger = evidence.trigger()
     key = delivery_key_from(definition.key_prefix, trigger)
-    step = _decide(definition, state, evidence, grants, now, budget, evaluators, authorization)
-    step = _final_at_deadline(definition, state, evidence, now, step)
+    deadline = definition.deadline(state.activated_at)
+    step = _decide(
+        definition, state, evidence, grants, now, budget, evaluators, authorization, deadline
+    )
+    step = _final_at_deadline(deadline, evidence, now, step)
     duplicate = step.reason is Reason.CONDITION_TRUE and state.applied(key)
     identity = trigger_json(trigger)
     digest = evidence.digest()
@@ -167,11 +170,12 @@ def _decide(
     budget: BudgetGate,
     evaluators: Set[str],
     authorization: AuthzDecision | None,
+    deadline: datetime | None,
 ) -> _Step:
     status = state.status
     if status not in (WatcherStatus.ACTIVE, WatcherStatus.PAUSED):
         return _Step(Outcome.NONE, Reason.NOT_ACTIVE)
-    if _expired(definition, state, evidence, now):
+    if _expired(deadline, state, evidence, now):
         return _Step(Outcome.NONE, Reason.EXPIRED, close=CloseReason.EXPIRED)
     if status is WatcherStatus.PAUSED:
         return _Step(Outcome.NONE, Reason.NOT_ACTIVE)
@@ -272,12 +276,12 @@ def _evidence_instant(evidence: Evidence, now: datetime) -> datetime:
 
 
 def _expired(
-    definition: WatcherDefinition, state: WatcherState, evidence: Evidence, now: datetime
+    deadline: datetime | None, state: WatcherState, evidence: Evidence, now: datetime
 ) -> bool:
-    """Past the deadline. An active watch still gets its final evaluation *at* the deadline
-    (the ticker's tick scheduled exactly then); a paused one just expires there.
+    """Past the ``deadline`` (the definition's, for this state's activation). An active watch
+    still gets its final evaluation *at* the deadline (the ticker's tick scheduled exactly
+    then); a paused one just expires there.
     """
-    deadline = definition.deadline(state.activated_at)
     if deadline is None:
         return False
     at = _evidence_instant(evidence, now)
@@ -287,14 +291,9 @@ def _expired(
 
 
 def _final_at_deadline(
-    definition: WatcherDefinition,
-    state: WatcherState,
-    evidence: Evidence,
-    now: datetime,
-    step: _Step,
+    deadline: datetime | None, evidence: Evidence, now: datetime, step: _Step
 ) -> _Step:
     """After the final evaluation at the deadline, a watch that did not close expires."""
-    deadline = definition.deadline(state.activated_at)
     if deadline is None or step.close is not None or step.outcome is Outcome.NONE:
         return step
     if _evidence_instant(evidence, now) < deadline:
@@ -362,23 +361,37 @@ def _receipt(
 def _next_state(
     state: WatcherState, evidence: Evidence, key: str, identity: dict[str, str], step: _Step
 ) -> WatcherState:
-    """Advance the checkpoint (or not, §11), count the evaluation, close if decided."""
-    update: dict[str, object] = {"revision": state.revision + 1}
+    """Advance the checkpoint (or not, §11), count the evaluation, close if decided.
+
+    Built field by field with ``_make`` (no checks): every value here is the rules' own, and
+    this runs once per evaluation."""
+    close = step.close
+    checkpoint: Checkpoint | None
     if step.advance:
-        update["checkpoint"] = Checkpoint(
-            trigger_key=key,
-            trigger=identity,
-            observed_at=evidence.observed_at,
-            position=evidence.position,
-        )
-        update["recent_triggers"] = state.remember(key)
-        update["last_outcome"] = step.outcome
-        update["last_reason"] = step.reason
-    if step.outcome is not Outcome.NONE:
-        update["evaluations"] = state.evaluations + 1
-    if step.close is not None:
-        update["status"] = transition(state.status, close_event(step.close))
-        update["closed_reason"] = step.close
-    elif not step.advance:
+        checkpoint = Checkpoint._make((key, identity, evidence.observed_at, evidence.position))
+        recent = state.remember(key)
+        outcome: Outcome | None = step.outcome
+        reason: Reason | None = step.reason
+    elif close is None:
         return state  # authorization denied (every): no transition at all
-    return state.model_copy(update=update)
+    else:
+        checkpoint, recent = state.checkpoint, state.recent_triggers
+        outcome, reason = state.last_outcome, state.last_reason
+    if close is None:
+        status, closed = state.status, state.closed_reason
+    else:
+        status, closed = transition(state.status, close_event(close)), close
+    return WatcherState._make(
+        (
+            state.version,
+            status,
+            state.activated_at,
+            checkpoint,
+            recent,
+            outcome,
+            reason,
+            state.evaluations + 1 if step.outcome is not Outcome.NONE else state.evaluations,
+            closed,
+            state.revision + 1,
+        )
+    )

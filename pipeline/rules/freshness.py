@@ -37,5 +37,7 @@ def freshness(evidence: Evidence, max_age: timedelta, now: datetime) -> Freshnes
 
 def kind_matches(evidence: Evidence, source_kind: str) -> bool:
     """Definition kinds are ``event | polling | schedule``; evidence says ``poll``."""
-    expected = {"event": EvidenceKind.EVENT, "polling": EvidenceKind.POLL}
-    return expected.get(source_kind, EvidenceKind.SCHEDULE) is evidence.source_kind
+    return _KINDS.get(source_kind, EvidenceKind.SCHEDULE) is evidence.source_kind
+
+
+_KINDS: Final = {"event": EvidenceKind.EVENT, "polling": EvidenceKind.POLL}

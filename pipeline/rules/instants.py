@@ -44,17 +44,17 @@ def utc(instant: datetime) -> datetime:
 
 def rfc3339_seconds(instant: datetime) -> str:
     """``YYYY-MM-DDTHH:MM:SSZ``: the trigger-identity form (delivery key v1)."""
-    i = utc(instant)  # fields formatted directly: strftime costs several times more
-    return f"{i.year:04d}-{i.month:02d}-{i.day:02d}T{i.hour:02d}:{i.minute:02d}:{i.second:02d}Z"
+    i = utc(instant)  # fields formatted directly: strftime costs several times more, and
+    # printf-style formatting half what an f-string with six or seven format specs does
+    fields = (i.year, i.month, i.day, i.hour, i.minute, i.second)
+    return "%04d-%02d-%02dT%02d:%02d:%02dZ" % fields  # noqa: UP031 (measured: 2x faster)
 
 
 def rfc3339_micros(instant: datetime) -> str:
     """``YYYY-MM-DDTHH:MM:SS.ffffffZ``: the evidence-digest and record form."""
     i = utc(instant)
-    return (
-        f"{i.year:04d}-{i.month:02d}-{i.day:02d}T{i.hour:02d}:{i.minute:02d}:{i.second:02d}"
-        f".{i.microsecond:06d}Z"
-    )
+    fields = (i.year, i.month, i.day, i.hour, i.minute, i.second, i.microsecond)
+    return "%04d-%02d-%02dT%02d:%02d:%02d.%06dZ" % fields  # noqa: UP031 (as above)
 
 
 def parse_instant(text: str, field: str = "instant") -> datetime:

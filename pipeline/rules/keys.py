@@ -199,6 +199,8 @@ Trigger = EventTrigger | InstantTrigger | RequestTrigger
 
 def trigger_fields(trigger: Trigger) -> tuple[str, ...]:
     """The trigger kind followed by its identity fields, as they enter the delivery key."""
+    if type(trigger) is EventTrigger:  # nearly every trigger: no pattern matching
+        return ("event", trigger.event_type, trigger.event_id)
     match trigger:
         case EventTrigger(event_type=event_type, event_id=event_id):
             return ("event", event_type, event_id)
@@ -311,26 +313,27 @@ def evidence_digest_of(
     """:func:`evidence_digest` of the nine fields given one by one, instants as RFC 3339 text:
     the same digest, written without building and sorting the outer object (once per input on
     the evaluator's hot path). Anything outside the plain subset goes the general way."""
+    q = _quote  # text fields are strings or None nearly always: written without _plain's walk
     try:
         text = (
             '{"cursor":'
-            + _plain(cursor)
+            + (q(cursor) if type(cursor) is str else _plain(cursor))
             + ',"envelope_id":'
-            + _plain(envelope_id)
+            + (q(envelope_id) if type(envelope_id) is str else _plain(envelope_id))
             + ',"event_id":'
-            + _plain(event_id)
+            + (q(event_id) if type(event_id) is str else _plain(event_id))
             + ',"event_type":'
-            + _plain(event_type)
+            + (q(event_type) if type(event_type) is str else _plain(event_type))
             + ',"observed_at":'
-            + _plain(observed_at)
+            + (q(observed_at) if type(observed_at) is str else _plain(observed_at))
             + ',"payload":'
             + _plain(payload)
             + ',"scheduled_at":'
-            + _plain(scheduled_at)
+            + (q(scheduled_at) if type(scheduled_at) is str else _plain(scheduled_at))
             + ',"source_id":'
-            + _plain(source_id)
+            + (q(source_id) if type(source_id) is str else _plain(source_id))
             + ',"source_kind":'
-            + _plain(source_kind)
+            + (q(source_kind) if type(source_kind) is str else _plain(source_kind))
             + "}"
         ).encode("utf-8")
     except (_NotPlain, RecursionError, UnicodeEncodeError, TypeError):

@@ -69,7 +69,7 @@ def resolve(payload: Mapping[str, Any], path: Path) -> Any:
     """The value at ``path``, or ``MISSING`` when some segment is absent or not an object."""
     value: Any = payload
     for segment in path:
-        if not isinstance(value, Mapping):
+        if type(value) is not dict and not isinstance(value, Mapping):  # a dict: no ABC check
             return MISSING
         value = value.get(segment, MISSING)
         if value is MISSING:

@@ -262,7 +262,7 @@ def _seeded(state: WatcherState, receipt: Receipt) -> WatcherState:
     """A receipt before the range: remember its trigger as the evaluator did."""
     if receipt.reason is Reason.AUTHORIZATION_DENIED:
         return state
-    return state.model_copy(update={"recent_triggers": state.remember(receipt.trigger_key)})
+    return state.replace(recent_triggers=state.remember(receipt.trigger_key))
 
 
 def _skip(report: ReplayReport, reason: SkipReason) -> None:
@@ -303,7 +303,7 @@ def _evaluate(
     paused = receipt.reason is Reason.NOT_ACTIVE
     status = WatcherStatus.PAUSED if paused else WatcherStatus.ACTIVE
     if state.status is not status:
-        state = state.model_copy(update={"status": status})
+        state = state.replace(status=status)
     source = definition.source
     missing = receipt.reason is Reason.EVALUATOR_MISSING
     evaluators: frozenset[str] = frozenset()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, model_validator
@@ -35,6 +35,7 @@ __all__ = [
 CADENCES: Final = frozenset(timedelta(minutes=m) for m in (1, 5, 15, 60))
 DEFAULT_SCHEDULE_MAX_AGE: Final = timedelta(minutes=5)
 MAX_REF_LENGTH: Final = 200
+_MEMO: Final = 4096  # (reference, field, charset) triples remembered as checked
 
 _REF = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:\-]*")
 _TOOL = re.compile(r"[a-z][a-z0-9_]*(?:\.[a-z][a-z0-9_]*)*@v[0-9]+")
@@ -44,6 +45,20 @@ _EVENT_TYPE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/\-]*")
 def checked_ref(value: object, field: str, pattern: re.Pattern[str] = _REF) -> str:
     """An opaque registry reference: bounded length (checked first, before any expression),
     no credential, a safe charset."""
+    if type(value) is str and len(value) <= MAX_REF_LENGTH:
+        return _checked_text(value, field, pattern)
+    return _checked(value, field, pattern)
+
+
+@lru_cache(maxsize=_MEMO)
+def _checked_text(value: str, field: str, pattern: re.Pattern[str]) -> str:
+    """:func:`checked_ref` of a bounded string, remembered: an evaluator opening thousands of
+    definitions meets the same tenant, user, event type and target in most of them, and the
+    credential scan is the costly part. Refusals are not remembered (they raise)."""
+    return _checked(value, field, pattern)
+
+
+def _checked(value: object, field: str, pattern: re.Pattern[str]) -> str:
     if not isinstance(value, str):
         raise DefinitionError(f"a reference is a string, not {type(value).__name__}", field)
     if len(value) > MAX_REF_LENGTH:

@@ -4,15 +4,23 @@ Owns :class:`WatcherState` and its :class:`Checkpoint` (the last evidence applie
 identity, observation time and input position) plus the bounded memory of applied triggers
 used to refuse a second outbox entry for the same evidence. How it changes is decided by
 ``evaluation``; how it is stored (Avro, compaction) by the serde and the stream runtime.
+
+Both are immutable named tuples rather than pydantic models (STYLE.md habit 10): the evaluator
+builds one state per evaluation, and a pydantic ``model_copy`` cost more than the rest of the
+state change together. Values entering from outside (a decoded record, replay input, a
+caller's keyword arguments) go through the constructor, which checks every field as the model
+did (:class:`~pipeline.rules.errors.DefinitionError` naming it); :meth:`WatcherState.replace`
+checks the same way. ``_make`` (the named tuple's) builds without checks, for values the rules
+themselves computed on the hot path.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from datetime import datetime
-from typing import Final
+from typing import Any, Final, NamedTuple, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
-
+from pipeline.rules.errors import DefinitionError
 from pipeline.rules.lifecycle import CloseReason, WatcherStatus
 from pipeline.rules.outcomes import Outcome, Reason
 
@@ -20,33 +28,90 @@ __all__ = ["RECENT_TRIGGERS", "Checkpoint", "WatcherState"]
 
 RECENT_TRIGGERS: Final = 64
 
+_E = TypeVar("_E", WatcherStatus, Outcome, Reason, CloseReason)
 
-class Checkpoint(BaseModel):
-    """The last evidence applied to this watcher; replay after a denial starts here."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
+class _CheckpointFields(NamedTuple):
     trigger_key: str  # the delivery key of the evidence's trigger identity
     trigger: dict[str, str]
     observed_at: datetime
     position: str | None = None
 
 
-class WatcherState(BaseModel):
-    """Status, checkpoint and counters of one watcher version. ``revision`` advances per change."""
+class Checkpoint(_CheckpointFields):
+    """The last evidence applied to this watcher; replay after a denial starts here."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    __slots__ = ()
 
-    version: int = Field(ge=0)
+    def __new__(
+        cls,
+        trigger_key: str,
+        trigger: Mapping[str, str],
+        observed_at: datetime,
+        position: str | None = None,
+    ) -> Checkpoint:
+        return cls._make(
+            (
+                _text(trigger_key, "checkpoint.trigger_key"),
+                _identity(trigger),
+                _instant(observed_at, "checkpoint.observed_at"),
+                None if position is None else _text(position, "checkpoint.position"),
+            )
+        )
+
+
+class _StateFields(NamedTuple):
+    version: int
     status: WatcherStatus
     activated_at: datetime | None = None
     checkpoint: Checkpoint | None = None
     recent_triggers: tuple[str, ...] = ()
     last_outcome: Outcome | None = None
     last_reason: Reason | None = None
-    evaluations: int = Field(default=0, ge=0)
+    evaluations: int = 0
     closed_reason: CloseReason | None = None
-    revision: int = Field(default=0, ge=0)
+    revision: int = 0
+
+
+class WatcherState(_StateFields):
+    """Status, checkpoint and counters of one watcher version. ``revision`` advances per change."""
+
+    __slots__ = ()
+
+    def __new__(
+        cls,
+        version: int,
+        status: WatcherStatus | str,
+        activated_at: datetime | None = None,
+        checkpoint: Checkpoint | None = None,
+        recent_triggers: Iterable[str] = (),
+        last_outcome: Outcome | str | None = None,
+        last_reason: Reason | str | None = None,
+        evaluations: int = 0,
+        closed_reason: CloseReason | str | None = None,
+        revision: int = 0,
+    ) -> WatcherState:
+        return cls._make(
+            (
+                _count(version, "version"),
+                _member(WatcherStatus, status, "status"),
+                None if activated_at is None else _instant(activated_at, "activated_at"),
+                _checkpoint(checkpoint),
+                _triggers(recent_triggers),
+                None if last_outcome is None else _member(Outcome, last_outcome, "last_outcome"),
+                None if last_reason is None else _member(Reason, last_reason, "last_reason"),
+                _count(evaluations, "evaluations"),
+                None
+                if closed_reason is None
+                else _member(CloseReason, closed_reason, "closed_reason"),
+                _count(revision, "revision"),
+            )
+        )
+
+    def replace(self, **changes: Any) -> WatcherState:
+        """This state with ``changes`` (field names as keywords), checked as the constructor
+        checks them."""
+        return WatcherState(**{**self._asdict(), **changes})
 
     def applied(self, trigger_key: str) -> bool:
         """Whether evidence with this trigger identity already reached this version."""
@@ -58,3 +123,64 @@ class WatcherState(BaseModel):
         if trigger_key in kept:  # rare: evidence seen again
             kept = tuple(k for k in kept if k != trigger_key)
         return (*kept, trigger_key)[-RECENT_TRIGGERS:]
+
+
+def _count(value: object, field: str) -> int:
+    if type(value) is not int or value < 0:
+        raise DefinitionError(f"a non-negative integer, not {value!r:.40}", field)
+    return value
+
+
+def _text(value: object, field: str) -> str:
+    if type(value) is not str:
+        raise DefinitionError(f"a string, not {type(value).__name__}", field)
+    return value
+
+
+def _instant(value: object, field: str) -> datetime:
+    if not isinstance(value, datetime):
+        raise DefinitionError(f"an instant, not {type(value).__name__}", field)
+    return value
+
+
+def _member(kind: type[_E], value: str, field: str) -> _E:
+    found: _E | None = _MEMBERS[kind].get(value) if isinstance(value, str) else None
+    if found is None:
+        raise DefinitionError(f"not a {kind.__name__}: {value!r:.40}", field)
+    return found
+
+
+_MEMBERS: Final[dict[type[Any], dict[str, Any]]] = {
+    kind: {member.value: member for member in kind}
+    for kind in (WatcherStatus, Outcome, Reason, CloseReason)
+}
+"""Each enum's members by value (a member is found by itself too: it is its value's string)."""
+
+
+def _identity(value: object) -> dict[str, str]:
+    if type(value) is not dict and not isinstance(value, Mapping):  # a dict: no ABC check
+        raise DefinitionError("an object of strings", "checkpoint.trigger")
+    if not _strings(value) or not _strings(value.values()):
+        raise DefinitionError("an object of strings", "checkpoint.trigger")
+    return dict(value)
+
+
+def _strings(values: Iterable[object]) -> bool:
+    """Whether every value is exactly a ``str`` (one C-level pass over the types)."""
+    return set(map(type, values)) <= {str}
+
+
+def _checkpoint(value: object) -> Checkpoint | None:
+    if value is None or isinstance(value, Checkpoint):
+        return value
+    raise DefinitionError(f"a Checkpoint, not {type(value).__name__}", "checkpoint")
+
+
+def _triggers(value: Iterable[str]) -> tuple[str, ...]:
+    plain = type(value) is tuple or type(value) is list  # else the slower checks
+    if not plain and isinstance(value, str | bytes | Mapping):
+        raise DefinitionError("a list of delivery keys", "recent_triggers")
+    kept = tuple(value)
+    if not _strings(kept):
+        raise DefinitionError("a list of delivery keys", "recent_triggers")
+    return kept

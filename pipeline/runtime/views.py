@@ -84,7 +84,16 @@ def observe(table: Table) -> ObservedDict:
 class WatcherIndex:
     """One partition of ``watchers``: by key, and event watchers by (source_id, event_type)."""
 
-    __slots__ = ("_by_key", "_by_type", "_data", "_registry", "_sealer", "table", "undecodable")
+    __slots__ = (
+        "_by_key",
+        "_by_type",
+        "_data",
+        "_matching",
+        "_registry",
+        "_sealer",
+        "table",
+        "undecodable",
+    )
 
     def __init__(self, table: Table, registry: Codec, sealer: Sealer) -> None:
         self.table = table
@@ -94,6 +103,8 @@ class WatcherIndex:
         self._data.drain()
         self._by_key: dict[str, Watch] = {}
         self._by_type: dict[tuple[str, str], dict[str, Watch]] = {}
+        # What ``for_event`` answered per (source_id, event_type), until that bucket changes.
+        self._matching: dict[tuple[str, str], tuple[Watch, ...]] = {}
         self.undecodable = 0
         for key in list(self._data):
             self._apply(key)
@@ -108,6 +119,7 @@ class WatcherIndex:
     def _apply(self, key: str) -> None:
         old = self._by_key.pop(key, None)
         if old is not None and old.event_type is not None:
+            self._matching.pop((old.source_id, old.event_type), None)
             bucket = self._by_type.get((old.source_id, old.event_type))
             if bucket is not None:
                 bucket.pop(key, None)
@@ -124,12 +136,19 @@ class WatcherIndex:
             return
         self._by_key[key] = watch
         if watch.event_type is not None:
+            self._matching.pop((watch.source_id, watch.event_type), None)
             self._by_type.setdefault((watch.source_id, watch.event_type), {})[key] = watch
 
     def for_event(self, source_id: str, event_type: str) -> Iterable[Watch]:
         """Event watchers of exactly this source and type (closed ones included)."""
-        bucket = self._by_type.get((source_id, event_type))
-        return () if bucket is None else tuple(bucket.values())
+        routed = (source_id, event_type)
+        found = self._matching.get(routed)
+        if found is None:
+            bucket = self._by_type.get(routed)
+            if bucket is None:
+                return ()  # not remembered: event types are input, the memo stays bounded
+            found = self._matching[routed] = tuple(bucket.values())
+        return found
 
     def get(self, key: str) -> Watch | None:
         return self._by_key.get(key)

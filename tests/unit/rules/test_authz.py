@@ -6,9 +6,12 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pipeline.rules.authz import (
     Action,
+    AuthzDecision,
     DenyReason,
     Grant,
     Principal,
@@ -214,3 +217,86 @@ def test_agent_bound_to_a_session_cannot_reach_another_session() -> None:
     assert may(agent, Verb.PROPOSE, OWNER, session_id="s-1").allowed
     decision = may(agent, Verb.PROPOSE, OWNER, session_id="s-2")
     assert decision.reason is DenyReason.SESSION_MISMATCH
+
+
+def _old_authorize(grants: list[Grant], **asked: Any) -> AuthzDecision:
+    """``authorize`` as it was before issue 19 (every check and message built per grant, the
+    rank from ``list(DenyReason)``): the oracle the one-by-one checks must match."""
+    tenant_id, user_id, now = asked["tenant_id"], asked["user_id"], asked["now"]
+    best: tuple[int, DenyReason, str] | None = None
+    order = list(DenyReason)
+    for grant in grants:
+        if grant.tenant_id != tenant_id:
+            continue
+        checks = [
+            (grant.tenant_id == tenant_id, DenyReason.TENANT_MISMATCH, f"tenant {tenant_id!r}"),
+            (grant.user_id == user_id, DenyReason.USER_MISMATCH, f"user {user_id!r}"),
+            (
+                grant.purpose == asked["purpose"],
+                DenyReason.PURPOSE_MISMATCH,
+                f"purpose {asked['purpose']!r}",
+            ),
+            (
+                asked["source_id"] in grant.sources,
+                DenyReason.SOURCE_MISMATCH,
+                f"source {asked['source_id']!r}",
+            ),
+            (
+                asked["tool"] is None or asked["tool"] in grant.tools,
+                DenyReason.TOOL_MISMATCH,
+                f"tool {asked['tool']!r}",
+            ),
+            (
+                asked["target"] is None or asked["target"] in grant.targets,
+                DenyReason.TARGET_MISMATCH,
+                f"target {asked['target']!r}",
+            ),
+            (
+                asked["action"] in grant.actions,
+                DenyReason.ACTION_MISMATCH,
+                f"action {asked['action'].value!r}",
+            ),
+            (now < grant.until, DenyReason.EXPIRED, f"grant expired at {grant.until}"),
+        ]
+        miss = next(((reason, what) for ok, reason, what in checks if not ok), None)
+        if miss is None:
+            return AuthzDecision(True, grant_id=grant.grant_id)
+        rank = order.index(miss[0])
+        if best is None or rank > best[0]:
+            best = (rank, miss[0], f"grant {grant.grant_id} does not cover {miss[1]}")
+    if best is None:
+        return AuthzDecision(
+            False, DenyReason.NO_GRANT, f"no grant for tenant {tenant_id!r} user {user_id!r}"
+        )
+    return AuthzDecision(False, best[1], best[2])
+
+
+_few = st.sampled_from(["a", "b"])
+_grants = st.builds(
+    Grant,
+    grant_id=st.sampled_from(["g-1", "g-2", "g-3"]),
+    tenant_id=_few,
+    user_id=_few,
+    purpose=_few,
+    sources=st.frozensets(_few),
+    tools=st.frozensets(_few),
+    targets=st.frozensets(_few),
+    actions=st.frozensets(st.sampled_from(list(Action))),
+    until=st.sampled_from([NOW - timedelta(seconds=1), NOW, NOW + timedelta(seconds=1)]),
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    grants=st.lists(_grants, max_size=4),
+    tenant_id=_few,
+    user_id=_few,
+    purpose=_few,
+    source_id=_few,
+    tool=st.none() | _few,
+    target=st.none() | _few,
+    action=st.sampled_from(list(Action)),
+)
+def test_authorize_decides_and_words_exactly_as_before(grants: list[Grant], **asked: Any) -> None:
+    asked["now"] = NOW
+    assert authorize(grants, **asked) == _old_authorize(grants, **asked)

@@ -503,7 +503,7 @@ def test_tick_without_scheduled_instant_is_refused() -> None:
 def test_applied_trigger_memory_is_bounded() -> None:
     st = state()
     for i in range(RECENT_TRIGGERS + 5):
-        st = st.model_copy(update={"recent_triggers": st.remember(f"k{i}")})
+        st = st.replace(recent_triggers=st.remember(f"k{i}"))
     assert len(st.recent_triggers) == RECENT_TRIGGERS
     assert st.applied(f"k{RECENT_TRIGGERS + 4}") and not st.applied("k0")
 

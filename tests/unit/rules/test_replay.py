@@ -103,7 +103,7 @@ class Recorder:
             WatcherStatus.ACTIVE,
             WatcherStatus.PAUSED,
         ):
-            self.state = self.state.model_copy(update={"status": status})
+            self.state = self.state.replace(status=status)
         now = evidence.observed_at + delay
         result = evaluate(
             self.definition, self.state, evidence, grants, now, recorded_budget(budget)

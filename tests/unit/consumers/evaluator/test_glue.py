@@ -160,7 +160,7 @@ def test_effective_state_starts_fresh_per_version_and_takes_registry_status() ->
     assert effective_state(watch(WatcherStatus.PAUSED), stored).status is WatcherStatus.PAUSED
     assert effective_state(watch(WatcherStatus.PAUSED), stored).evaluations == 4
     assert effective_state(watch(version=4), stored).evaluations == 0
-    closed = stored.model_copy(update={"status": WatcherStatus.SATISFIED})
+    closed = stored.replace(status=WatcherStatus.SATISFIED)
     assert effective_state(watch(), closed) is closed, "the evaluator's close is not undone"
     assert effective_state(watch(), stored) is stored
 
