@@ -520,7 +520,10 @@ def survives_planning(entry: RegistryEntry) -> None:
         retried = fail(plan.state, ErrorCode.TIMEOUT, now, policy=outbox.retry)
         if retried.status.value == "pending":
             retried = claim(retried, retried.due_at)
-        done = succeed(retried, retried.updated_at)
+        if retried.status.value == "dead_letter":  # retry.max_attempts 1: the ceiling at once
+            done = retried
+        else:
+            done = succeed(retried, retried.updated_at)
         purge_due(done, outbox.delivery_retention)
 
 
@@ -669,3 +672,24 @@ def test_reproduced_failures_are_refusals_with_their_field() -> None:
             ResultCode.INVALID,
             field,
         )
+
+
+def test_a_watcher_allowed_one_attempt_survives_planning() -> None:
+    """``retry.max_attempts`` 1: the first failure is the ceiling (dead letter, never a success
+    after it). The generator above reaches it only when a busy machine shifts its draws."""
+    body = copy.deepcopy(TEMPLATES[0])
+    body["retry"] = {"max_attempts": 1}
+    value = {
+        "request_id": "r-1",
+        "verb": "create",
+        "principal": PRINCIPALS[0],
+        "tenant_id": TENANT,
+        "user_id": USER,
+        "issued_at": NOW,
+        "definition": json.dumps(body),
+    }
+    outcome = apply(command_from_value(value, RING), {}, GRANTS, NOW)
+    assert outcome.result.ok, outcome.result.error
+    [(_, entry)] = outcome.registry
+    assert entry is not None and entry.definition().retry.max_attempts == 1
+    survives_planning(entry)
