@@ -45,6 +45,7 @@ __all__ = [
     "dev_master_keys",
     "metric_total",
     "new_token",
+    "port_free",
     "services",
     "write_config",
 ]
@@ -59,7 +60,8 @@ DEMO_WATCHER: Final = "demo-build-failed"
 _PURPOSE: Final = "demo.alert"
 
 
-def _free(port: int) -> bool:
+def port_free(port: int) -> bool:
+    """Whether ``port`` can be bound on 127.0.0.1 now (a port in TIME_WAIT counts as free)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
@@ -79,7 +81,7 @@ def _pick(wanted: int | None, default: int, taken: set[int]) -> int:
     """``wanted`` as given; else the default when it is free; else any free port."""
     if wanted:
         port = wanted
-    elif default and default not in taken and _free(default):
+    elif default and default not in taken and port_free(default):
         port = default
     else:
         port = _any_free()

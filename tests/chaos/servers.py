@@ -19,13 +19,14 @@ from __future__ import annotations
 import fcntl
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Final
+
+from pipeline.ops.dev_stack import port_free
 
 __all__ = ["OwnKafka", "OwnRedis", "OwnRedisCluster", "ServerError", "worker_ports"]
 
@@ -78,14 +79,7 @@ def worker_ports(slot: int = 0) -> tuple[int, int, int]:
 def _lane_free(lane: int) -> bool:
     """Whether every port of ``lane`` can be bound on 127.0.0.1 now."""
     first = _BASE_PORT + lane * _SLOTS * _PER_SLOT
-    for port in range(first, first + _SLOTS * _PER_SLOT):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                probe.bind(("127.0.0.1", port))
-            except OSError:
-                return False
-    return True
+    return all(port_free(port) for port in range(first, first + _SLOTS * _PER_SLOT))
 
 
 def _run(script: Path, verb: str, env: dict[str, str], timeout: float) -> str:

@@ -657,16 +657,7 @@ def test_reproduced_failures_are_refusals_with_their_field() -> None:
     for change, field in cases:
         body = copy.deepcopy(TEMPLATES[0])
         change(body)
-        value = {
-            "request_id": "r-1",
-            "verb": "create",
-            "principal": PRINCIPALS[0],
-            "tenant_id": TENANT,
-            "user_id": USER,
-            "issued_at": NOW,
-            "definition": json.dumps(body),
-        }
-        outcome = apply(command_from_value(value, RING), {}, GRANTS, NOW)
+        outcome = created(body)
         assert outcome.result.error is not None, field
         assert (outcome.result.error.code, outcome.result.error.field) == (
             ResultCode.INVALID,
@@ -679,6 +670,15 @@ def test_a_watcher_allowed_one_attempt_survives_planning() -> None:
     after it). The generator above reaches it only when a busy machine shifts its draws."""
     body = copy.deepcopy(TEMPLATES[0])
     body["retry"] = {"max_attempts": 1}
+    outcome = created(body)
+    assert outcome.result.ok, outcome.result.error
+    [(_, entry)] = outcome.registry
+    assert entry is not None and entry.definition().retry.max_attempts == 1
+    survives_planning(entry)
+
+
+def created(body: dict[str, Any]) -> CommandOutcome:
+    """What the command processor makes of one ``create`` of ``body`` by the first principal."""
     value = {
         "request_id": "r-1",
         "verb": "create",
@@ -688,8 +688,4 @@ def test_a_watcher_allowed_one_attempt_survives_planning() -> None:
         "issued_at": NOW,
         "definition": json.dumps(body),
     }
-    outcome = apply(command_from_value(value, RING), {}, GRANTS, NOW)
-    assert outcome.result.ok, outcome.result.error
-    [(_, entry)] = outcome.registry
-    assert entry is not None and entry.definition().retry.max_attempts == 1
-    survives_planning(entry)
+    return apply(command_from_value(value, RING), {}, GRANTS, NOW)
