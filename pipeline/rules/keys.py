@@ -76,6 +76,7 @@ _ASTRAL: Final = "\U00010000"  # from here on UTF-16 order differs from code poi
 # Escapes exactly `"`, `\\` and U+0000..U+001F (short forms where JSON has them, else \u00xx):
 # RFC 8785 section 3.2.2.2.
 _quote: Final[Callable[[str], str]] = json.encoder.encode_basestring
+_DIGEST_NAMES: Final = tuple(_quote(name) + ":" for name in _DIGEST_ORDER)  # '"cursor":' …
 
 
 def canonical_json(value: Any, field: str | None = None) -> bytes:
@@ -313,32 +314,16 @@ def evidence_digest_of(
     """:func:`evidence_digest` of the nine fields given one by one, instants as RFC 3339 text:
     the same digest, written without building and sorting the outer object (once per input on
     the evaluator's hot path). Anything outside the plain subset goes the general way."""
+    given: tuple[Any, ...] = (cursor, envelope_id, event_id, event_type, observed_at)
+    given += (payload, scheduled_at, source_id, source_kind)  # in _DIGEST_ORDER
     q = _quote  # text fields are strings or None nearly always: written without _plain's walk
     try:
-        text = (
-            '{"cursor":'
-            + (q(cursor) if type(cursor) is str else _plain(cursor))
-            + ',"envelope_id":'
-            + (q(envelope_id) if type(envelope_id) is str else _plain(envelope_id))
-            + ',"event_id":'
-            + (q(event_id) if type(event_id) is str else _plain(event_id))
-            + ',"event_type":'
-            + (q(event_type) if type(event_type) is str else _plain(event_type))
-            + ',"observed_at":'
-            + (q(observed_at) if type(observed_at) is str else _plain(observed_at))
-            + ',"payload":'
-            + _plain(payload)
-            + ',"scheduled_at":'
-            + (q(scheduled_at) if type(scheduled_at) is str else _plain(scheduled_at))
-            + ',"source_id":'
-            + (q(source_id) if type(source_id) is str else _plain(source_id))
-            + ',"source_kind":'
-            + (q(source_kind) if type(source_kind) is str else _plain(source_kind))
-            + "}"
-        ).encode("utf-8")
+        members = [
+            name + (q(value) if type(value) is str else _plain(value))
+            for name, value in zip(_DIGEST_NAMES, given, strict=True)
+        ]
+        text = ("{" + ",".join(members) + "}").encode("utf-8")
     except (_NotPlain, RecursionError, UnicodeEncodeError, TypeError):
-        given: tuple[Any, ...] = (cursor, envelope_id, event_id, event_type, observed_at)
-        given += (payload, scheduled_at, source_id, source_kind)
         return evidence_digest(dict(zip(_DIGEST_ORDER, given, strict=True)))
     return hashlib.sha256(text).hexdigest()
 
