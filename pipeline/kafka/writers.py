@@ -24,15 +24,16 @@ remembered ``int`` never borrows its bytes.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Final
+
+from pipeline.rules.instants import to_epoch_micros
 
 __all__ = ["Writer", "prepare"]
 
 Writer = Callable[[Mapping[str, Any], bytearray], None]
 """Appends the Avro binary encoding of a value to the buffer, or raises (see the module)."""
 
-_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _LONG_MIN: Final = -(2**63)
 _LONG_MAX: Final = 2**63 - 1
 _INT_MIN: Final = -(2**31)
@@ -73,8 +74,7 @@ def _instant(value: datetime) -> bytes:
     """An aware instant as ``timestamp-micros`` bytes, remembered for the next record."""
     if value.tzinfo is None:
         raise TypeError("a naive instant")  # fastavro decides
-    delta = value - _EPOCH
-    encoded = _long((delta.days * 86400 + delta.seconds) * 1000000 + delta.microseconds)
+    encoded = _long(to_epoch_micros(value))
     if len(_instants) >= _MEMO:
         _instants.clear()
     _instants[value] = encoded
