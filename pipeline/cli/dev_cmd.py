@@ -4,8 +4,9 @@ Starts a broker and Redis with their data in the state directory (default ``.vig
 default ports when free, free ones otherwise), creates the topics, runs the command processor,
 evaluator, ticker, delivery, daemon and HTTP API as one supervised group (a crashed process is
 restarted with backoff; a live status line on stderr), loads a demo (grants, a watcher with a
-``log`` destination, a schedule to the console chat, a stream of events), prints where metrics
-and the API listen and then ``ready``. SIGINT or SIGTERM stops the group and the servers; if
+``log`` destination, a schedule to the console chat, a stream of events) once every process
+answers ``/readyz`` (a line every 15 s names what is still starting), prints where metrics and
+the API listen and then ``ready``. SIGINT or SIGTERM stops the group and the servers; if
 ``vigil dev`` dies any other way its children die with it (``pipeline.ops.guard``).
 
 Left out: the pieces themselves (``pipeline.ops.dev_stack``, ``pipeline.ops.supervisor``).
@@ -32,8 +33,10 @@ from pipeline.ops.dev_stack import (
     Demo,
     DevPorts,
     Servers,
+    addresses,
     metric_total,
     new_token,
+    not_ready,
     services,
     write_config,
 )
@@ -45,7 +48,8 @@ __all__ = ["dev"]
 
 _EVENT_EVERY_S: Final = 10.0
 _STATUS_EVERY_S: Final = 2.0
-_UP_TIMEOUT_S: Final = 90.0
+_UP_TIMEOUT_S: Final = 240.0  # a first start on a loaded machine: broker, groups, the grant
+_WAITING_EVERY_S: Final = 15.0
 
 
 def _say(text: str) -> None:
@@ -116,9 +120,11 @@ def dev(
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         for name in ("VIGIL_CONFIG", "VIGIL_SOCKET", "VIGIL_CHAT_ID", "VIGIL_AGENT_TOKEN"):
             env.pop(name, None)
+        for stale in addresses(state).values():  # a killed run's would point at old ports
+            stale.unlink(missing_ok=True)
         supervisor = Supervisor(services(state, env))
         supervisor.start()
-        _wait_up(supervisor, ports, state, stop)
+        _wait_up(supervisor, state, stop)
         demo = None if no_demo else Demo(config, env, state / "logs" / "demo.log")
         if demo is not None and not stop.is_set():
             demo.load()
@@ -138,20 +144,29 @@ def dev(
         _say("stopped")
 
 
-def _wait_up(supervisor: Supervisor, ports: DevPorts, state: Path, stop: threading.Event) -> None:
-    """Until every metrics endpoint answers and the daemon's socket exists."""
+def _wait_up(supervisor: Supervisor, state: Path, stop: threading.Event) -> None:
+    """Until every process answers ``/readyz`` ready (a stage has joined its group and caught
+    up; the daemon holds its control grant, so the command processor answers) and the daemon's
+    socket exists. Every 15 s a line names what is still starting, and why."""
     deadline = time.monotonic() + _UP_TIMEOUT_S
+    next_word = time.monotonic() + _WAITING_EVERY_S
     socket_path = state / "run" / "vigil.sock"
     while not stop.is_set():
         for event in supervisor.poll():
             _say(event)
-        answering = all(
-            metric_total(port, "python_info") is not None for port in ports.metrics.values()
-        )
-        if answering and socket_path.exists():
+        waiting = not_ready(state)
+        if not waiting and socket_path.exists():
             return
+        if not waiting:
+            waiting = [f"daemon: no socket at {socket_path} yet"]
         if time.monotonic() > deadline:
-            raise VigilError(f"processes not up within {_UP_TIMEOUT_S:g}s: see {state}/logs")
+            raise VigilError(
+                f"processes not ready within {_UP_TIMEOUT_S:g}s ({'; '.join(waiting)}): "
+                f"see {state}/logs"
+            )
+        if time.monotonic() >= next_word:
+            next_word = time.monotonic() + _WAITING_EVERY_S
+            _say("waiting for " + "; ".join(waiting))
         stop.wait(0.5)
 
 

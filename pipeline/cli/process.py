@@ -15,7 +15,7 @@ import os
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import click
 from prometheus_client import REGISTRY
@@ -38,9 +38,11 @@ from pipeline.rules.errors import ConfigError, UnavailableError
 from pipeline.rules.namespace import Namespace
 from pipeline.runtime.assignment import GroupProtocol, resolve_group_protocol
 
-__all__ = ["Process", "serve_health", "start", "watch_app"]
+__all__ = ["Process", "await_app", "serve_health", "start", "watch_app"]
 
 log = logging.getLogger(__name__)
+
+_SETUP: Final = "setup"
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +122,7 @@ def start(
     stop = shutdown.catch()
     instance_id = instance or config.instance.resolved_id()
     health = serve_health(config, name, instance_id, redis=redis) if metrics else None
+    await_app(health)
     return Process(
         config,
         topology,
@@ -171,6 +174,13 @@ def serve_health(
     return server
 
 
+def await_app(health: HealthServer | None) -> None:
+    """Not ready before the process knows its group: :func:`watch_app` replaces this check
+    (else ``/readyz`` says ready between the broker answering and the group's checks)."""
+    if health is not None:
+        health.add(_SETUP, lambda: "starting: its stream app is not built yet")
+
+
 def watch_app(health: HealthServer | None, app: Any, topology: Topology) -> None:
     """Readiness of a stream app: it joined its group, and the group is caught up."""
     if health is None:
@@ -186,6 +196,7 @@ def watch_app(health: HealthServer | None, app: Any, topology: Topology) -> None
     health.add(f"assigned:{group}", assigned)
     partitions = [(topic, p) for topic in app.inputs for p in range(_count(topology, topic))]
     health.watch_group(group, partitions)
+    health.remove(_SETUP)  # last: never a moment with neither
 
 
 def _count(topology: Topology, name: str) -> int:

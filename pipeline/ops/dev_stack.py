@@ -31,20 +31,26 @@ from pathlib import Path
 from typing import Final
 
 from pipeline.crypto import generate_kek_text
+from pipeline.ops.doctor import Status, process_ready
+from pipeline.ops.health import address_file
 from pipeline.ops.supervisor import Service
 from pipeline.rules.errors import ConfigError
+from pipeline.rules.namespace import DEFAULT_NAMESPACE
 
 __all__ = [
     "BROKERS",
     "DEMO_SOURCE",
     "DEMO_WATCHER",
+    "NAMESPACE",
     "Demo",
     "DevPorts",
     "Servers",
+    "addresses",
     "default_broker",
     "dev_master_keys",
     "metric_total",
     "new_token",
+    "not_ready",
     "port_free",
     "services",
     "write_config",
@@ -54,6 +60,8 @@ ROOT: Final = Path(__file__).resolve().parents[2]
 VIGIL: Final = (sys.executable, "-m", "pipeline.cli.main")
 METRIC_PROCESSES: Final = ("command-processor", "evaluator", "ticker", "delivery")
 PROCESSES: Final = (*METRIC_PROCESSES, "daemon", "api")
+NAMESPACE: Final = DEFAULT_NAMESPACE  # what topic_prefix "vigil." names
+INSTANCE: Final = "dev"
 DEMO_SOURCE: Final = "demo.builds"
 DEMO_TYPE: Final = "build.finished"
 DEMO_WATCHER: Final = "demo-build-failed"
@@ -225,7 +233,7 @@ def write_config(state: Path, ports: DevPorts, token: str, partitions: int) -> P
         f'[rpc]\nsocket_path = "{state / "run" / "vigil.sock"}"\n\n'
         f'[run]\nallow_dir = "{state / "scripts"}"\n\n'
         f'[api]\nlisten = "127.0.0.1:{ports.api}"\n\n'
-        f'[instance]\nid = "dev"\nstate_dir = "{state}"\n\n'
+        f'[instance]\nid = "{INSTANCE}"\nstate_dir = "{state}"\n\n'
         f'[privacy]\nmaster_key_file = "{keys}"\n\n'
         f'[principals.dev]\ntoken_sha256 = "{hashlib.sha256(token.encode()).hexdigest()}"\n'
         f'role = "user"\ntenant_id = "local"\nuser_id = "me"\n\n'
@@ -240,6 +248,24 @@ def write_config(state: Path, ports: DevPorts, token: str, partitions: int) -> P
     for name in PROCESSES:
         (state / "conf" / f"{name}.toml").write_text(base + metrics, encoding="utf-8")
     return main
+
+
+def addresses(state: Path) -> dict[str, Path]:
+    """Where each process writes the URL of its ``/readyz`` (see ``pipeline.ops.health``)."""
+    return {name: address_file(state, NAMESPACE, name, INSTANCE) for name in PROCESSES}
+
+
+def not_ready(state: Path) -> list[str]:
+    """Each process not ready yet, with its failing checks (what ``vigil doctor`` says)."""
+    waiting = []
+    for name, where in addresses(state).items():
+        if not where.exists():
+            waiting.append(f"{name}: starting")
+            continue
+        finding = process_ready(where, NAMESPACE)
+        if finding.status is not Status.PASS:
+            waiting.append(f"{name}: {finding.detail}")
+    return waiting
 
 
 def services(state: Path, env: dict[str, str]) -> list[Service]:
@@ -291,7 +317,7 @@ class Demo:
                               f"{(done.stderr or done.stdout).strip()[-300:]}")  # fmt: skip
         return done.stdout
 
-    def _retry(self, *args: str, stdin: str | None = None, timeout_s: float = 60) -> str:
+    def _retry(self, *args: str, stdin: str | None = None, timeout_s: float = 120) -> str:
         deadline = time.monotonic() + timeout_s
         while True:
             try:

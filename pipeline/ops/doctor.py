@@ -29,7 +29,7 @@ from pipeline.ops.health import state_dir
 from pipeline.redis.reach import probe_redis, redacted
 from pipeline.rules.errors import VigilError
 
-__all__ = ["MAX_SKEW_S", "Finding", "Status", "diagnose", "worst"]
+__all__ = ["MAX_SKEW_S", "Finding", "Status", "diagnose", "process_ready", "worst"]
 
 MAX_SKEW_S: Final = 2.0  # freshness allows 30 s of future skew; a few seconds is already odd
 _HTTP_TIMEOUT_S: Final = 3.0
@@ -147,10 +147,12 @@ def _processes(config: VigilConfig, environ: Mapping[str, str] | None) -> list[F
                 f"no process of namespace {namespace} has written its address in {run}",
             )
         ]
-    return [_ready(path, namespace) for path in files]
+    return [process_ready(path, namespace) for path in files]
 
 
-def _ready(path: Path, namespace: str) -> Finding:
+def process_ready(path: Path, namespace: str) -> Finding:
+    """Whether the process whose address file is ``path`` answers ``/readyz`` ready; when it
+    does not, its failing checks (``vigil dev`` waits on the same finding)."""
     name = path.name.removeprefix(f"{namespace}.").removesuffix(".url")
     try:
         url = path.read_text(encoding="utf-8").strip()

@@ -156,6 +156,11 @@ class HealthServer:
         with self._lock:
             self._checks[name] = _Cached(check)
 
+    def remove(self, name: str) -> None:
+        """Drop a readiness check (a placeholder the process has replaced with real ones)."""
+        with self._lock:
+            self._checks.pop(name, None)
+
     def watch_group(self, group: str, partitions: Iterable[tuple[str, int]]) -> None:
         """Measure ``group``'s lag over ``partitions`` and add its ``caught_up`` check."""
         entry = _Group(group, tuple(sorted(set(partitions))))

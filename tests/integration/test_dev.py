@@ -24,7 +24,7 @@ import pytest
 
 from pipeline.ops.supervisor import Service, ServiceState, Supervisor
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(480)]
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
 ROOT = Path(__file__).resolve().parents[2]
 _TOUR = re.compile(r"^## A five-minute tour$(.*?)^## ", re.S | re.M)
@@ -111,6 +111,14 @@ def _failing_processes(state: Path, env: dict[str, str]) -> Any:
     return done if processes and all(c["status"] == "fail" for c in processes) else None
 
 
+def _told(lines: list[str], tmp_path: Path, state: Path) -> str:
+    """What `vigil dev` printed and the end of each log: a failure names its cause."""
+    logs = sorted((state / "logs").glob("*.log")) if (state / "logs").is_dir() else []
+    tails = [f"--- {log.name}\n{log.read_text(errors='replace')[-1500:]}" for log in logs]
+    stderr = (tmp_path / "dev.stderr").read_text(errors="replace")[-3000:]
+    return "\n".join(["".join(lines), stderr, *tails])
+
+
 def _path_without_java(bin_dir: Path) -> str:
     """A PATH with every program of this one except Java (and Maven): a machine without a JVM."""
     bin_dir.mkdir()
@@ -164,8 +172,13 @@ def test_dev_on_fresh_state_dir_gets_ready_delivers_demo_runs_the_tour_and_stops
     reader.start()
     try:
         ready = "vigil dev: ready\n"
-        _wait(lambda: ready in lines or proc.poll() is not None, 300, "ready")
-        assert proc.poll() is None, "".join(lines) + (tmp_path / "dev.stderr").read_text()[-3000:]
+        _wait(lambda: ready in lines or proc.poll() is not None, 360, "ready")
+        assert proc.poll() is None, "vigil dev exited"
+        # `ready` only once every process says so: each stage joined its group and caught up.
+        for where in sorted((state / "run").glob("vigil.*.dev.url")):
+            url = where.read_text().strip()
+            with urllib.request.urlopen(f"{url}/readyz", timeout=5) as response:
+                assert json.load(response)["status"] == "ready", where.name
         broker = "kafka" if java else "tansu"
         assert f"; starting {broker} and redis" in lines[0]
         _wait(lambda: any("demo notification delivered" in line for line in lines), 120,
@@ -228,6 +241,8 @@ def test_dev_on_fresh_state_dir_gets_ready_delivers_demo_runs_the_tour_and_stops
             assert checks["topics"]["status"] == "skip"
             for name in processes:
                 assert checks[name]["status"] == "fail" and "broker" in checks[name]["detail"]
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{_told(lines, tmp_path, state)}") from None
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGINT)

@@ -24,7 +24,8 @@ from tests.names import fresh
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 ROOT = Path(__file__).resolve().parents[2]
-PROCESSES = ("command-processor", "evaluator", "ticker", "delivery", "daemon", "api")
+STAGES = ("command-processor", "evaluator", "ticker", "delivery")
+PROCESSES = (*STAGES, "daemon", "api")
 
 
 def _get(url: str) -> tuple[int, str]:
@@ -85,7 +86,12 @@ def test_every_process_of_the_example_config_starts_on_one_host_and_gets_ready(
                 status, body = _get(f"http://127.0.0.1:{ports[name]}/readyz")
                 answers[name] = body
                 if status == 200:
-                    assert json.loads(body)["status"] == "ready"
+                    answer = json.loads(body)
+                    assert answer["status"] == "ready"
+                    if name in STAGES:  # never ready before it has joined its group
+                        assert {"assigned", "caught_up"} <= {
+                            check.split(":", 1)[0] for check in answer["checks"]
+                        }, answer
                     waiting.discard(name)
             time.sleep(0.5)
         assert not waiting, {name: answers.get(name) for name in waiting}
