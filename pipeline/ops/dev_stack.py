@@ -7,7 +7,8 @@ the state directory, stopped by the same scripts), :func:`write_config` (one ``v
 plus one per process that differ only in ``[metrics] listen``; ``[privacy]`` points at a
 key-encryption key file in the state directory, generated on first use — ``$VIGIL_MASTER_KEYS``,
 when set, takes precedence, in the processes and the CLI alike), :func:`services` (the
-supervised group) and :class:`Demo` (grants, an event watcher with a ``log`` destination, a
+supervised group), :func:`not_ready` (which processes' ``/readyz`` do not say ready yet, and
+why) and :class:`Demo` (grants, an event watcher with a ``log`` destination, a
 schedule that sends to the console chat, and a stream of events).
 
 Leaves out supervision (``pipeline.ops.supervisor``) and the terminal (``pipeline.cli.dev_cmd``).
