@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import Final
 
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient
 
 from pipeline.kafka.admin import connect_admin
 from pipeline.rules.errors import UnavailableError
@@ -26,7 +25,8 @@ __all__ = ["BROKER_KEY", "PROBE_TIMEOUT_S", "BrokerInfo", "probe_broker"]
 
 PROBE_TIMEOUT_S: Final = 2.5
 _SLICE_S: Final = 0.25
-_UNSUPPORTED: Final = frozenset({KafkaError._UNSUPPORTED_FEATURE, KafkaError.UNSUPPORTED_VERSION})
+_PROBE_TOPIC: Final = "__vigil_probe"  # asked about, never created
+_SLOW: Final = frozenset({KafkaError._TIMED_OUT, KafkaError._TRANSPORT})  # ask again
 BROKER_KEY: Final = "[kafka] bootstrap_servers"
 START_ONE: Final = "start one with `vigil dev`"
 _CREDENTIALS: Final = frozenset(
@@ -52,52 +52,46 @@ class BrokerInfo:
 def probe_broker(bootstrap: str, timeout_s: float = PROBE_TIMEOUT_S) -> BrokerInfo:
     """The cluster behind ``bootstrap``, or :class:`UnavailableError` within ``timeout_s``.
 
-    One DescribeCluster request (light, whatever the topic count; brokers without it answer a
-    metadata request instead), waited for in short slices with librdkafka's error callback
-    served in between: a refused connection ("all brokers down") or refused credentials end
-    the wait at once."""
+    A metadata request for one topic that need not exist (light, whatever the topic count; topic
+    creation off, so it is never made), asked in growing slices with librdkafka's error
+    callback served in between: a refused connection ("all brokers down") or refused
+    credentials end the wait at once. Not DescribeCluster: a broker shutting down answers it
+    with no brokers and no topics, which aborts the whole process inside librdkafka (2.16: its
+    parser reports success with no result, and ``rd_assert`` fails) — every process probes
+    every few seconds, so a broker restart could take any of them down."""
     errors: list[KafkaError] = []
     admin = connect_admin(
-        bootstrap, {"socket.connection.setup.timeout.ms": "2000", "error_cb": errors.append}
+        bootstrap,
+        {
+            "socket.connection.setup.timeout.ms": "2000",
+            "allow.auto.create.topics": "false",
+            "error_cb": errors.append,
+        },
     )
     deadline = time.monotonic() + timeout_s
-    future = admin.describe_cluster(request_timeout=timeout_s)
+    wait = _SLICE_S
     while True:
+        left = deadline - time.monotonic()
         try:
-            found = future.result(timeout=_SLICE_S)
+            metadata = admin.list_topics(_PROBE_TOPIC, timeout=max(0.05, min(wait, left)))
         except KafkaException as exc:
             error = exc.args[0] if exc.args else None
-            if isinstance(error, KafkaError) and error.code() in _UNSUPPORTED:
-                return _from_metadata(admin, bootstrap, deadline)
-            raise _unavailable(
-                bootstrap, [*errors, *([error] if isinstance(error, KafkaError) else [])]
-            ) from None
-        except TimeoutError:
+            if isinstance(error, KafkaError) and error.code() not in _SLOW:
+                raise _unavailable(bootstrap, [*errors, error]) from None
             admin.poll(0)  # serves error_cb
             codes = {error.code() for error in errors}
             if codes & _CREDENTIALS or KafkaError._ALL_BROKERS_DOWN in codes:
                 raise _unavailable(bootstrap, errors) from None
             if time.monotonic() >= deadline:
                 raise _unavailable(bootstrap, errors) from None
+            wait *= 2  # a slow broker gets a longer wait each time, not the same short one
             continue
-        controller = found.controller
+        brokers = {b.id: f"{b.host}:{b.port}" for b in metadata.brokers.values()}
+        if not brokers:  # a broker shutting down lists none: as good as absent
+            raise _unavailable(bootstrap, errors)
         return BrokerInfo(
-            found.cluster_id,
-            None if controller is None else f"{controller.host}:{controller.port}",
-            tuple(f"{node.host}:{node.port}" for node in found.nodes),
+            metadata.cluster_id, brokers.get(metadata.controller_id), tuple(brokers.values())
         )
-
-
-def _from_metadata(admin: AdminClient, bootstrap: str, deadline: float) -> BrokerInfo:
-    try:
-        metadata = admin.list_topics(timeout=max(0.1, deadline - time.monotonic()))
-    except KafkaException as exc:
-        error = exc.args[0] if exc.args else None
-        raise _unavailable(bootstrap, [error] if isinstance(error, KafkaError) else []) from None
-    brokers = {b.id: f"{b.host}:{b.port}" for b in metadata.brokers.values()}
-    return BrokerInfo(
-        metadata.cluster_id, brokers.get(metadata.controller_id), tuple(brokers.values())
-    )
 
 
 def _unavailable(bootstrap: str, errors: list[KafkaError]) -> UnavailableError:
