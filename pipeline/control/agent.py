@@ -8,7 +8,11 @@ an allowlisted environment (``isolation.allowlisted_env``: never vigil's secrets
 from :class:`AgentTokens`; with ``[agent] run_as`` it runs under that user's uid. Requests
 bearing the token — or coming from the run's process, its descendants (its process group or
 session survives a double fork) or, after the run, what it left behind — act with the agent
-role (DESIGN.md §10), bound to a session of their own.
+role (DESIGN.md §10), bound to a session of their own. The command starts behind a gate — a
+``/bin/sh`` that reads one empty line from stdin, then execs it in place (same pid, stdin left
+at the prompt) — and that line is written only once the run holds its pid: else a tokenless
+child it forks at once could reach the socket before the daemon knew the run, and be taken for
+the user.
 
 Left out: what the agent is (any command that reads stdin and answers on stdout), delivering
 the answer (``dispatch`` for immediate prompts, the delivery consumer for scheduled ones) and
@@ -61,6 +65,8 @@ ENV_SESSION_ID: Final = "VIGIL_SESSION_ID"
 MAX_ANSWER: Final = 4096  # one chat message
 _KILL_GRACE_S: Final = 2.0
 _ENDED_KEPT: Final = 1024  # ended runs remembered, so what they leave behind stays the agent
+# Wait for the daemon's word (a line on stdin), then become the command: same pid and session.
+_GATE: Final = ("/bin/sh", "-c", 'read -r _ || exit 125; exec "$@"', "vigil-agent")
 
 
 def agent_principal(
@@ -199,11 +205,12 @@ class AgentRunner:
             self._tokens.revoke(run)
 
     def _run(self, run: AgentRun, env: dict[str, str], text: str) -> str:
-        name = Path(self._command[0]).name if self._command else "agent"
+        command = self._command or []
+        name = Path(command[0]).name if command else "agent"
         user = self._user
         try:
             proc = subprocess.Popen(
-                self._command or [],
+                [*_GATE, *command],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -217,11 +224,14 @@ class AgentRunner:
         except OSError as exc:
             raise VigilError(f"cannot start the agent {name!r}: {exc.strerror}") from None
         self._tokens.attach(run, proc.pid)
-        try:
-            out, err = proc.communicate(text.encode("utf-8"), timeout=self._timeout_s)
+        try:  # the gate's line first: only now, its pid held, may the command run
+            out, err = proc.communicate(b"\n" + text.encode("utf-8"), timeout=self._timeout_s)
         except subprocess.TimeoutExpired:
             _kill_group(proc)
             raise VigilError(f"the agent did not answer within {self._timeout_s:g}s") from None
+        if proc.returncode in (126, 127) and err.startswith(_GATE[3].encode() + b":"):
+            why = err.decode("utf-8", "replace").strip().rsplit(": ", 1)[-1][:100]
+            raise VigilError(f"cannot start the agent {name!r}: {why}")  # the gate's exec failed
         if proc.returncode != 0:
             detail = err.decode("utf-8", "replace").strip().splitlines()[-1:] or [""]
             log.warning("agent %s exited %s: %s", name, proc.returncode, detail[0][:200])

@@ -15,12 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.control.agent import AgentRunner, AgentTokens
+from pipeline.control.agent import AgentRun, AgentRunner, AgentTokens
 from pipeline.control.core import user_principal
 from pipeline.control.identity import PeerIdentity
 from pipeline.control.isolation import process_chain, process_info
 from pipeline.control.socket.server import Peer
 from pipeline.rules.authz import Role
+from pipeline.rules.errors import VigilError
 
 pytestmark = pytest.mark.unit
 
@@ -98,3 +99,58 @@ def test_a_peer_under_the_agent_uid_is_an_agent_whatever_it_forked() -> None:
     assert stray is not None and stray.role is Role.AGENT
     assert stray.session_id == "agent-uid-4242"
     assert identity.of(Peer(pid=os.getpid(), uid=os.getuid()), None) == USER
+
+
+class _Watched(AgentTokens):
+    """Tokens whose ``attach`` first gives the agent a moment to run: a command that ran before
+    its run held its pid would have forked already."""
+
+    def __init__(self, forked: Path) -> None:
+        super().__init__("t", "u")
+        self._forked = forked
+        self.ran_before_attach: bool | None = None
+
+    def attach(self, run: AgentRun, pid: int) -> AgentRun:
+        deadline = time.monotonic() + 2
+        while not self._forked.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        self.ran_before_attach = self._forked.exists()
+        return super().attach(run, pid)
+
+
+def test_the_agent_command_runs_only_once_its_run_holds_its_pid(tmp_path: Path) -> None:
+    # Else a tokenless child it forks at once could reach the socket before the daemon knew
+    # the run, and be taken for the user (it was, once, in a loaded CI run).
+    child_pid = tmp_path / "child.pid"
+    script = tmp_path / "agent.sh"
+    script.write_text(
+        "#!/bin/sh\n"
+        "( unset VIGIL_AGENT_TOKEN; sleep 60 </dev/null >/dev/null 2>&1 &\n"
+        f"  echo $! > {child_pid} ) &\n"
+        "cat\n"
+    )
+    script.chmod(0o700)
+    tokens = _Watched(child_pid)
+    runner = AgentRunner([str(script)], timedelta(seconds=20), tmp_path / "s.sock", tokens)
+
+    answer = runner.ask("the prompt, whole\nand its second line", "me")
+
+    pid = int(_wait_for(child_pid))
+    try:
+        assert tokens.ran_before_attach is False
+        assert answer == "the prompt, whole\nand its second line"  # the gate took only its line
+        seen = PeerIdentity(USER, tokens).of(Peer(pid=pid, uid=os.getuid()), None)
+        assert seen is not None and seen.role is Role.AGENT
+    finally:
+        os.kill(pid, 9)
+
+
+def test_an_agent_command_that_cannot_start_says_so(tmp_path: Path) -> None:
+    runner = AgentRunner(
+        [str(tmp_path / "missing")],
+        timedelta(seconds=20),
+        tmp_path / "s.sock",
+        AgentTokens("t", "u"),
+    )
+    with pytest.raises(VigilError, match="cannot start the agent 'missing': not found"):
+        runner.ask("x", "me")
