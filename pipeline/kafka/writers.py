@@ -68,29 +68,26 @@ _MEMO: Final = 4096  # values each memo below holds; cleared whole when full
 _instants: dict[datetime, bytes] = {}
 """Encoded instants by value: a batch writes the same few (its ``now``, an event's
 ``observed_at``, a retention's end) into every record."""
+_longs: dict[int, bytes] = {}
+"""Encoded longs by value (durations, budgets, counters recur per watcher); like instants."""
+
+
+def _remember(memo: dict[Any, bytes], value: Any, encoded: bytes) -> bytes:
+    if len(memo) >= _MEMO:
+        memo.clear()
+    memo[value] = encoded
+    return encoded
 
 
 def _instant(value: datetime) -> bytes:
     """An aware instant as ``timestamp-micros`` bytes, remembered for the next record."""
     if value.tzinfo is None:
         raise TypeError("a naive instant")  # fastavro decides
-    encoded = _long(to_epoch_micros(value))
-    if len(_instants) >= _MEMO:
-        _instants.clear()
-    _instants[value] = encoded
-    return encoded
-
-
-_longs: dict[int, bytes] = {}
-"""Encoded longs by value (durations, budgets, counters recur per watcher); like instants."""
+    return _remember(_instants, value, _long(to_epoch_micros(value)))
 
 
 def _remembered_long(value: int) -> bytes:
-    encoded = _long(value)
-    if len(_longs) >= _MEMO:
-        _longs.clear()
-    _longs[value] = encoded
-    return encoded
+    return _remember(_longs, value, _long(value))
 
 
 def _long(value: int) -> bytes:
