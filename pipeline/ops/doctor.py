@@ -3,7 +3,8 @@
 Owns :func:`diagnose`, which runs every check in order and returns one :class:`Finding` each —
 the configuration and where it came from; the broker (cluster id, brokers) and Redis (version)
 answer; every topic exists with its partition count and configs; each process of this namespace
-that wrote its address in the state directory answers ``/readyz``; and this host's clock is
+that wrote its address in the state directory answers ``/readyz`` (and which hot path it runs,
+native or python); and this host's clock is
 within :data:`MAX_SKEW_S` of the broker's. A check that cannot run because an earlier one
 failed says so instead of waiting out another timeout. No check raises: a failure is a finding.
 
@@ -161,7 +162,8 @@ def process_ready(path: Path, namespace: str) -> Finding:
     try:
         with urllib.request.urlopen(f"{url}/readyz", timeout=_HTTP_TIMEOUT_S) as response:
             body = json.loads(response.read(65536))
-        return Finding(f"process {name}", Status.PASS, f"ready ({url})")
+        hot = body.get("hot_path", "unknown") if isinstance(body, dict) else "unknown"
+        return Finding(f"process {name}", Status.PASS, f"ready ({url}), {hot} hot path")
     except urllib.error.HTTPError as exc:
         try:
             body = json.loads(exc.read(65536))
