@@ -2,7 +2,7 @@
 # deploy/kafka/kafka.sh and deploy/redis/redis.sh; settings come from the environment:
 #   KAFKA_PORT (9092), KAFKA_CONTROLLER_PORT (9093), REDIS_PORT (6379), VIGIL_BROKER (kafka|tansu),
 #   PYTEST_ARGS (pytest arguments; default: 4 workers, one test file per worker at a time), PYTEST_RC_FILE (where `make test` writes pytest's exit code),
-#   VIGIL_NATIVE (0: neither build nor use the native hot path; DESIGN.md §10 "Compiled hot path").
+#   VIGIL_NATIVE (0: neither build nor use the native hot path, native/; docs/architecture.md).
 SHELL := bash
 .SHELLFLAGS := -euo pipefail -c
 .ONESHELL:
