@@ -15,12 +15,14 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pipeline.crypto import KeyEncryptionKeys, KeyRing, generate_kek_text, ring
 from pipeline.crypto.envelope import open_sealed
 from pipeline.crypto.envelope import seal as python_seal
 from pipeline.kafka import partitioner, writers
 from pipeline.kafka.serde import default_registry
 from pipeline.rules import condition, keys
 from pipeline.rules.condition import condition_to_json, interpret, parse_condition
+from pipeline.rules.data_keys import subject_owner
 from pipeline.rules.native import NATIVE, describe, path_name
 from tests.native import needs_native, python_path
 from tests.unit.kafka.test_writers import NEWEST, fastavro_bytes, hostile, values
@@ -379,3 +381,20 @@ def test_a_cipher_refuses_keys_that_are_not_aes_256() -> None:
         with pytest.raises(ValueError):
             NATIVE.Cipher(key, key_id)
     assert NATIVE.Cipher(b"k" * 32, b"i" * 16).open(b"\x01short", b"") is None
+
+
+@needs_native
+def test_a_key_ring_on_either_path_opens_what_the_other_sealed() -> None:
+    keks = KeyEncryptionKeys.parse(generate_kek_text("k1"))
+    owner = subject_owner("acme", "ann")
+    native_ring = KeyRing(keks, default_registry())
+    topic_key, raw = native_ring.create(owner, datetime(2026, 11, 29, tzinfo=UTC))
+    with python_path(ring):
+        python_ring = KeyRing(keks, default_registry())
+        python_ring.apply(topic_key, raw)
+        by_python = python_ring.seal(owner, b"record", b"ann's")
+    by_native = native_ring.seal(owner, b"record", b"ann's too")
+    assert by_python is not None and by_native is not None
+    assert native_ring.open(b"record", by_python) == b"ann's"
+    assert python_ring.open(b"record", by_native) == b"ann's too"
+    assert native_ring.open(b"another record", by_python) is None
