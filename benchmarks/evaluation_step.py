@@ -8,8 +8,10 @@ next state; the budget verdict given), the watcher-state, receipt and (for the h
 satisfies) outbox entry written and sealed as the evaluator writes them with a real key ring,
 and the outbox entry's partition. ``BENCH_WATCHERS`` (default 1,000) watchers on one source
 take ``BENCH_INPUTS`` (default 2,000) events in turn; process CPU per input is the minimum of
-``BENCH_REPEATS`` (default 5) passes. Prints one JSON object: each path's µs per input and
-the ratio. Leaves out what the broker, librdkafka and Redis cost (``benchmarks.evaluator``).
+``BENCH_REPEATS`` (default 5) passes. The decode and the writing are the evaluator's own
+(``Evaluator.decode`` and ``Evaluator._write``, producing into nothing). Prints one JSON object:
+each path's µs per input and the ratio. Leaves out what the broker, librdkafka and Redis cost
+(``benchmarks.evaluator``).
 """
 
 from __future__ import annotations
@@ -25,20 +27,51 @@ from typing import Any
 __all__ = ["main"]
 
 
+class _Message:
+    """An input record as the runtime hands it to ``Evaluator.decode``."""
+
+    def __init__(self, topic: str, offset: int, value: bytes) -> None:
+        self._topic, self._offset, self._value = topic, offset, value
+
+    def value(self) -> bytes:
+        return self._value
+
+    def topic(self) -> str:
+        return self._topic
+
+    def partition(self) -> int:
+        return 0
+
+    def offset(self) -> int:
+        return self._offset
+
+
 def _world(watchers: int, inputs: int) -> tuple[Any, ...]:
-    from pipeline.crypto import KeyEncryptionKeys, KeyRing, generate_kek_text
-    from pipeline.kafka.serde import default_registry
+    """An evaluator (no broker, no Redis: its budget gate is given), its watchers with their
+    data keys, and ``inputs`` encoded events of their source."""
+    from consumers.evaluator.loop import Evaluator, _Task
+    from pipeline.crypto import KeyEncryptionKeys, generate_kek_text
+    from pipeline.kafka.partitioner import partition_for
+    from pipeline.kafka.topics import Topic, Topology
+    from pipeline.records.watcher import Watch
     from pipeline.rules.authz import Action, Grant
+    from pipeline.rules.budgets import BudgetCaps
     from pipeline.rules.data_keys import evidence_owner, subject_owner
     from pipeline.rules.definition import WatcherDefinition
     from pipeline.rules.evaluation import authorization_for
-    from pipeline.rules.keys import canonical_json
+    from pipeline.rules.keys import canonical_json, watcher_key
     from pipeline.rules.lifecycle import WatcherStatus
     from pipeline.rules.watcher_state import WatcherState
+    from pipeline.runtime.processing import ProcessContext
+    from pipeline.runtime.tables import Table, TableKind, TableSpec
 
-    registry = default_registry()
     now = datetime.now(UTC)
-    ring = KeyRing(KeyEncryptionKeys.parse(generate_kek_text("bench")), registry)
+    topology = Topology("bench.", 4)
+    keks = KeyEncryptionKeys.parse(generate_kek_text("bench"))
+    caps = BudgetCaps(window=timedelta(hours=1))
+    budgets: Any = None  # the gate is given: Redis is never asked
+    evaluator = Evaluator(topology, budgets, caps, keks=keks, metrics=_metrics())
+    ring, registry = evaluator._ring, evaluator.schemas
     grant = Grant(
         grant_id="g",
         tenant_id="bench",
@@ -61,54 +94,68 @@ def _world(watchers: int, inputs: int) -> tuple[Any, ...]:
             "privacy": {"retain_paths": ["status"]},
         }
         definition = WatcherDefinition.from_json(body, tenant_id="bench", user_id="u")
-        definition = definition.with_version(1)
-        definition.compile()
+        text = canonical_json(definition.with_version(1).to_json()).decode()
+        parts = ("bench", "u", f"w-{j}")
+        watch = Watch(
+            watcher_key(*parts), parts, "src", "t", 1, 1, WatcherStatus.ACTIVE, None, text
+        )
+        watch.definition.compile()
         ring.create(evidence_owner("bench", "u", f"w-{j}", 1), now)
-        allowed = authorization_for(definition, [grant], now)
-        world.append((definition, WatcherState(version=1, status=WatcherStatus.ACTIVE), allowed))
+        allowed = authorization_for(watch.definition, [grant], now)
+        world.append((watch, WatcherState(version=1, status=WatcherStatus.ACTIVE), allowed))
+    events_topic = topology.name(Topic.EVENTS)
     events = [
-        registry.encode(
-            "event",
-            {
-                "source_id": "src",
-                "event_type": "t",
-                "event_id": f"e-{i}",
-                "envelope_id": None,
-                "cursor": str(i),
-                "observed_at": now,
-                "payload": canonical_json({"status": "failed" if i % 2 else "ok", "n": i}).decode(),
-            },
+        _Message(
+            events_topic,
+            i,
+            registry.encode(
+                "event",
+                {
+                    "source_id": "src",
+                    "event_type": "t",
+                    "event_id": f"e-{i}",
+                    "envelope_id": None,
+                    "cursor": str(i),
+                    "observed_at": now,
+                    "payload": canonical_json({"status": "failed" if i % 2 else "ok"}).decode(),
+                },
+            ),
         )
         for i in range(inputs)
     ]
-    return registry, ring, world, events, now
+    state = Table(TableSpec("watcher-state", "watcher-state", TableKind.OWNED), 0)
+    task = _Task(None, state)  # type: ignore[arg-type]  # _write reads only the state table
+    ctx = ProcessContext(
+        0,
+        lambda *args, **kw: None,  # produced into nothing
+        lambda _s: 0,
+        lambda _name, _partition: state,
+        lambda _topic, key: partition_for(key or b"", 4),
+    )
+    return evaluator, ctx, task, world, events, now
 
 
-def _pass(registry: Any, ring: Any, world: list[Any], events: list[bytes], now: datetime) -> None:
+def _metrics() -> Any:
+    from prometheus_client import CollectorRegistry
+
+    from consumers.evaluator.metrics import evaluator_metrics
+
+    return evaluator_metrics(CollectorRegistry())
+
+
+def _pass(
+    evaluator: Any, ctx: Any, task: Any, world: list[Any], events: list[_Message], now: datetime
+) -> None:
     """Every event through one watcher in turn, as the evaluator decodes, decides and writes."""
-    from pipeline.kafka.partitioner import partition_for
-    from pipeline.records.codec import json_text
-    from pipeline.records.event import evidence_from_event
-    from pipeline.records.outbox_entry import encode_outbox_entry
-    from pipeline.records.receipt import encode_receipt
-    from pipeline.records.watcher_state import encode_state
     from pipeline.rules.budgets import BudgetVerdict
     from pipeline.rules.evaluation import evaluate, recorded_budget
 
     gate = recorded_budget(BudgetVerdict.OK)
-    for i, raw in enumerate(events):
-        definition, state, allowed = world[i % len(world)]
-        _, value = registry.decode(raw)
-        evidence = evidence_from_event(value, f"events:0:{i}")
-        result = evaluate(definition, state, evidence, (), now, gate, authorization=allowed)
-        receipt = result.receipt_fields
-        text = json_text(receipt["trigger"], "trigger")
-        parts = (definition.tenant_id, definition.user_id, definition.watcher_id)
-        encode_state(registry, parts, "src", result.next_state, now, text)
-        encode_receipt(registry, ring, receipt, "src", text, now)
-        if result.outbox_fields is not None:
-            encode_outbox_entry(registry, ring, result.outbox_fields, text)
-            partition_for(result.outbox_fields["delivery_key"], 12)
+    for i, msg in enumerate(events):
+        watch, state, allowed = world[i % len(world)]
+        evidence = evaluator.decode(msg).evidence
+        result = evaluate(watch.definition, state, evidence, (), now, gate, authorization=allowed)
+        evaluator._write(ctx, task, watch, state, result, now)
 
 
 def _one() -> dict[str, Any]:
