@@ -115,6 +115,7 @@ def _new(fields: dict[str, Any]) -> WatcherState | None:
         return None
 
 
+@pytest.mark.slow
 @settings(max_examples=800, deadline=None)
 @given(states)
 def test_accepts_what_the_model_accepted_and_writes_the_same_bytes(fields: dict[str, Any]) -> None:

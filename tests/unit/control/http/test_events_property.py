@@ -174,6 +174,7 @@ def expected_verdict(item: Any) -> str:
     return "accepted"
 
 
+@pytest.mark.slow
 @settings(
     max_examples=400,
     deadline=None,  # no absolute timings in tests (bounds are in the parser: sizes, depth)
