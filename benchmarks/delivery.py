@@ -35,7 +35,7 @@ import redis
 from confluent_kafka import Producer
 from prometheus_client import CollectorRegistry
 
-from consumers.delivery.adapters import Delivery, build_adapters, webhook_body
+from consumers.delivery.adapters import build_adapters, webhook_body
 from consumers.delivery.loop import DeliverySettings, DeliveryWorker
 from pipeline.config import parse_config
 from pipeline.crypto import KeyEncryptionKeys, KeyRing, generate_kek_text
@@ -256,7 +256,7 @@ def main() -> None:
     admin = connect_admin(bootstrap)
     ensure_topics(admin, topology)
     entries = _entries(run, args.entries)
-    bodies = [(e.delivery_key, webhook_body(Delivery.from_entry(e))) for e in entries]
+    bodies = [(e.delivery_key, webhook_body(e)) for e in entries]
     receiver = _ReceiverProcess()
     try:
         bare_s = _bare(receiver.url, bodies, args.senders)

@@ -278,12 +278,11 @@ class Evaluator:
         result: Evaluation,
         now: datetime,
     ) -> int:
-        """The evaluation's records, straight from its fields (no model is built here);
-        returns how many outbox entries it wrote."""
+        """The evaluation's records; returns how many outbox entries it wrote."""
         registry, ring = self._registry, self._ring
-        receipt = result.receipt_fields
-        trigger_key: str = receipt["trigger_key"]
-        text = json_text(receipt["trigger"], "trigger")
+        receipt = result.receipt
+        trigger_key = receipt.trigger_key
+        text = json_text(receipt.trigger, "trigger")
         next_state = result.next_state
         if next_state is not state:
             checkpoint = next_state.checkpoint
@@ -294,13 +293,13 @@ class Evaluator:
             task.state.set(watch.key, data)
             task.cache[watch.key] = (data, next_state)
         home = self._home_of(watch.source_id)
-        until = retain_until(receipt["evaluated_at"], watch.definition.privacy.evidence_retention)
+        until = retain_until(receipt.evaluated_at, watch.definition.privacy.evidence_retention)
         value = encode_receipt(registry, ring, receipt, watch.source_id, text, until)
         ctx.produce(self._receipts, watch.key, value, partition=home)
-        entry = result.outbox_fields
+        entry = result.outbox
         if entry is not None:
             value = encode_outbox_entry(registry, ring, entry, text)
-            ctx.produce(self._outbox, entry["delivery_key"], value)
+            ctx.produce(self._outbox, entry.delivery_key, value)
         if result.close is not None:
             command = close_command(watch.parts, watch.version, result.close, trigger_key, now)
             value = encode_command(registry, ring, command)

@@ -18,7 +18,17 @@ from pipeline.rules.bounds import parse_json as bounded_json
 from pipeline.rules.errors import DefinitionError, SerdeError
 from pipeline.rules.keys import canonical_json
 
-__all__ = ["MAX_JSON_BYTES", "MICRO", "Codec", "decoded", "json_text", "micros", "parse_json"]
+__all__ = [
+    "MAX_JSON_BYTES",
+    "MICRO",
+    "Codec",
+    "decoded",
+    "json_text",
+    "micros",
+    "parse_json",
+    "string_map",
+    "strings",
+]
 
 MICRO: Final = timedelta(microseconds=1)
 MAX_JSON_BYTES: Final = 1024 * 1024
@@ -66,3 +76,21 @@ def parse_json(
 def micros(value: timedelta) -> int:
     """A duration as whole microseconds (Avro ``long``)."""
     return value // MICRO
+
+
+def string_map(value: Any, field: str) -> dict[str, str]:
+    """``value`` if it is an object of strings (a trigger read back), else :class:`SerdeError`."""
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise SerdeError(f"{field} is not an object of strings")
+    return value
+
+
+def strings(value: Any, field: str) -> tuple[str, ...] | None:
+    """``value`` (a list of strings, or null) as a tuple, else :class:`SerdeError`."""
+    if value is None:
+        return None
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+        raise SerdeError(f"{field} is not a list of strings")
+    return tuple(value)

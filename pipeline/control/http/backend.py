@@ -380,13 +380,26 @@ def _instant(value: datetime | None) -> str | None:
 
 
 def _evaluation(receipt: Receipt, source_id: str) -> dict[str, Any]:
-    out = receipt.model_dump(
-        mode="json", exclude={"tenant_id", "user_id", "position", "erased", "retain_until"}
-    )
-    out["source_id"] = source_id
-    out["evaluated_at"] = rfc3339_micros(receipt.evaluated_at)
-    out["observed_at"] = rfc3339_micros(receipt.observed_at)
-    return out
+    budget, tool_error = receipt.budget, receipt.tool_error
+    return {
+        "watcher_id": receipt.watcher_id,
+        "watcher_version": receipt.watcher_version,
+        "evaluated_at": rfc3339_micros(receipt.evaluated_at),
+        "evidence_digest": receipt.evidence_digest,
+        "trigger": dict(receipt.trigger),
+        "trigger_key": receipt.trigger_key,
+        "observed_at": rfc3339_micros(receipt.observed_at),
+        "outcome": receipt.outcome.value,
+        "reason": receipt.reason.value,
+        "authorized": receipt.authorized,
+        "authorization": receipt.authorization,
+        "budget": None if budget is None else budget.value,
+        "tool_error": None if tool_error is None else tool_error.value,
+        "payload": receipt.payload,
+        "delivery_key": receipt.delivery_key,
+        "note": receipt.note,
+        "source_id": source_id,
+    }
 
 
 def _notification(value: dict[str, Any]) -> dict[str, Any]:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,11 +28,11 @@ NOW = datetime(2026, 12, 1, 7, 0, 5, tzinfo=UTC)
 RING = ring_with(subject_owner("t", "u"))
 
 
-def _fired(verb: str, **fields: object) -> OutboxEntry:
+def _fired(verb: str, **fields: Any) -> OutboxEntry:
     base = immediate_entry(
         tenant_id="t", user_id="u", verb="send", request_id="r1", chat="me", now=NOW, text="x"
     )
-    update: dict[str, object] = {
+    update: dict[str, Any] = {
         "watcher_id": "schedule:me:digest",
         "watcher_version": 1,
         "source_id": "schedule:me",
@@ -41,7 +43,7 @@ def _fired(verb: str, **fields: object) -> OutboxEntry:
         "schedule_time": NOW - timedelta(seconds=5),
         **fields,
     }
-    return base.model_copy(update=update)
+    return replace(base, **update)
 
 
 def _executor(tmp_path: Path, agent_body: str) -> tuple[VerbExecutor, ScriptRunner]:
