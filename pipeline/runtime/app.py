@@ -67,7 +67,6 @@ from pipeline.runtime.isolation import Isolation, failure_reason
 from pipeline.runtime.metrics import runtime_metrics
 from pipeline.runtime.poison import Cause, Quarantine
 from pipeline.runtime.processing import (
-    DLQ_HEADERS,
     Decoder,
     InputRecord,
     Placement,
@@ -79,7 +78,6 @@ from pipeline.runtime.tables import Table, TableKind, TableReader, TableSpec
 from pipeline.runtime.transactions import TIMEOUT_S, Transactions
 
 __all__ = [
-    "DLQ_HEADERS",
     "Decoder",
     "GroupProtocol",
     "InputRecord",

@@ -16,9 +16,9 @@ from prometheus_client import CollectorRegistry
 from pipeline.kafka.clients import BrokerFailure, ErrorKind, consumer_config, producer_config
 from pipeline.kafka.partitioner import partition_for
 from pipeline.kafka.serde import MAGIC, default_registry
+from pipeline.kafka.topics import DLQ_OFFSET, DLQ_PARTITION, DLQ_REASON, DLQ_TOPIC
 from pipeline.rules.errors import SerdeError, UnknownSchemaError
 from pipeline.runtime.app import (
-    DLQ_HEADERS,
     InputRecord,
     ProcessContext,
     StreamApp,
@@ -177,11 +177,11 @@ def test_garbage_record_dead_letters_with_headers_and_partition_moves_on(
     (dead,) = read_all(kafka_bootstrap, t["dlq"])
     headers = dict(dead.headers() or [])
     assert dead.key() == key.encode() and dead.value() == b"garbage!"
-    assert headers[DLQ_HEADERS[0]] == b"not a vigil record"
-    assert headers[DLQ_HEADERS[1]] == t["a"].encode()
+    assert headers[DLQ_REASON] == b"not a vigil record"
+    assert headers[DLQ_TOPIC] == t["a"].encode()
     partition = outputs[0].partition()
-    assert headers[DLQ_HEADERS[2]] == str(partition).encode()
-    assert headers[DLQ_HEADERS[3]] == b"1"
+    assert headers[DLQ_PARTITION] == str(partition).encode()
+    assert headers[DLQ_OFFSET] == b"1"
     committed = _committed(kafka_bootstrap, t["group"], t["a"], partition or 0)
     assert committed == 3
 
@@ -270,7 +270,7 @@ def test_processor_failing_on_one_record_dead_letters_it_alone_and_never_stops(
     letters = read_all(kafka_bootstrap, t["dlq"])
     assert sorted(m.value() or b"" for m in letters) == [v for _, v in poison]
     for letter in letters:
-        reason = _header(letter, DLQ_HEADERS[0])
+        reason = _header(letter, DLQ_REASON)
         assert reason.startswith(b"processing failed: RuntimeError: cannot count poison-")
     for p in range(PARTITIONS):  # nothing stalls: every partition committed to its end
         end = Counter(partition_for(k, PARTITIONS) for k, _ in sent)[p]
@@ -340,7 +340,7 @@ def test_unknown_fingerprint_pauses_if_registered_and_is_dead_lettered_if_not(
 
     (letter,) = read_all(kafka_bootstrap, t["dlq"])
     assert letter.value() == MAGIC + forged + b"body"
-    reason = _header(letter, DLQ_HEADERS[0])
+    reason = _header(letter, DLQ_REASON)
     assert forged.hex().encode() in reason and b"registered by no writer" in reason
     assert _committed(kafka_bootstrap, t["group"], t["a"], partition_for(stalled, PARTITIONS)) == 1
     assert _committed(kafka_bootstrap, t["group"], t["a"], partition_for(moving, PARTITIONS)) == 2
