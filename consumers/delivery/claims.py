@@ -25,7 +25,6 @@ from consumers.delivery.metrics import DeliveryMetrics
 from consumers.delivery.planner import Decision, Pending, Planner
 from consumers.delivery.sends import Claim
 from consumers.delivery.states import DeliveryStates
-from pipeline.kafka.topics import dead_letter_headers
 from pipeline.records.delivery_state import DeliveryRecord
 from pipeline.rules.dispatch import DispatchAction, cancel, give_up, restore
 from pipeline.rules.errors import BrokerError, BudgetStoreError
@@ -122,13 +121,8 @@ class Claimer:
         self._states.schedule(record, partition, store)
         entry = self._states.entry(record.key, partition)
         if entry is not None and self._dead_letter_topic is not None:
-            headers = dead_letter_headers(
-                reason, self._outbox_topic, partition, record.outbox_offset
-            )
-            value = self._states.outbox_value(record.key, partition, entry)
-            self._app.context(partition).produce(
-                self._dead_letter_topic, record.key, value, headers=[*headers]
-            )
+            topics = (self._dead_letter_topic, self._outbox_topic)
+            self._states.dead_letter(self._app.context(partition), topics, record, entry, reason)
         self._metrics.dead_letters.labels(ErrorCode.INTERNAL.value).inc()
 
     def _prepare(

@@ -19,7 +19,6 @@ from consumers.delivery.app import DeliveryApp
 from consumers.delivery.metrics import DeliveryMetrics
 from consumers.delivery.sends import Claim
 from consumers.delivery.states import DeliveryStates
-from pipeline.kafka.topics import dead_letter_headers
 from pipeline.records.delivery_state import DeliveryRecord
 from pipeline.rules.dispatch import cancel, fail, succeed
 from pipeline.rules.outbox import OutboxEntry
@@ -92,9 +91,6 @@ class Recorder:
     def _dead_letter(
         self, ctx: ProcessContext, record: DeliveryRecord, entry: OutboxEntry, error: ErrorCode
     ) -> None:
-        headers = dead_letter_headers(
-            error.value, self._outbox_topic, ctx.partition, record.outbox_offset
-        )
-        value = self._states.outbox_value(record.key, ctx.partition, entry)
-        ctx.produce(self._dlq_topic, record.key, value, headers=[*headers])
+        topics = (self._dlq_topic, self._outbox_topic)
+        self._states.dead_letter(ctx, topics, record, entry, error.value)
         self._metrics.dead_letters.labels(error.value).inc()

@@ -24,6 +24,7 @@ from pydantic import ValidationError
 from consumers.delivery.app import DeliveryApp
 from consumers.delivery.due import DueKind, DueQueue
 from pipeline.kafka.serde import SchemaRegistry
+from pipeline.kafka.topics import dead_letter_headers
 from pipeline.records.delivery_state import DeliveryRecord, decode_record, encode_record
 from pipeline.records.outbox_entry import decode_outbox_entry, encode_outbox_entry
 from pipeline.records.sealing import Sealer
@@ -31,6 +32,7 @@ from pipeline.rules.dispatch import purge_due
 from pipeline.rules.errors import SerdeError
 from pipeline.rules.outbox import OutboxEntry
 from pipeline.rules.outcomes import DeliveryStatus
+from pipeline.runtime.processing import ProcessContext
 from pipeline.runtime.tables import Table
 
 __all__ = ["OUTBOX", "STATE", "DeliveryStates"]
@@ -171,10 +173,25 @@ class DeliveryStates:
         self._entries[key] = (partition, entry)
         return entry
 
-    def outbox_value(self, key: str, partition: int, entry: OutboxEntry) -> bytes:
+    def _outbox_value(self, key: str, partition: int, entry: OutboxEntry) -> bytes:
         """The entry's bytes as the outbox holds them (for a dead letter)."""
         raw = self._outbox_raw(key, partition)
         return raw if raw is not None else encode_outbox_entry(self._schemas, self._sealer, entry)
+
+    def dead_letter(
+        self,
+        ctx: ProcessContext,
+        topics: tuple[str, str],
+        record: DeliveryRecord,
+        entry: OutboxEntry,
+        reason: str,
+    ) -> None:
+        """The entry's outbox value on ``dead-letter`` (``topics``: that topic and the outbox),
+        with the headers that say why and where from (in the open transaction)."""
+        dead_letter_topic, outbox_topic = topics
+        headers = dead_letter_headers(reason, outbox_topic, ctx.partition, record.outbox_offset)
+        value = self._outbox_value(record.key, ctx.partition, entry)
+        ctx.produce(dead_letter_topic, record.key, value, headers=[*headers])
 
     def _outbox_raw(self, key: str, partition: int) -> bytes | None:
         store = self._app.stores(OUTBOX).get(partition)
