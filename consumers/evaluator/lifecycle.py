@@ -20,7 +20,7 @@ from pipeline.records.codec import Codec
 from pipeline.records.lifecycle import decode_lifecycle
 from pipeline.rules.errors import SerdeError
 from pipeline.rules.keys import subject_of
-from pipeline.rules.lifecycle import WatcherStatus
+from pipeline.rules.lifecycle import cancel_drops, erasure_drops
 from pipeline.runtime.tables import Table
 from pipeline.runtime.views import ObservedDict, observe
 
@@ -67,7 +67,7 @@ class LifecycleTracker:
             return
         if record.erasure:
             self._erased[key] = record.at
-        elif record.status == WatcherStatus.CANCELLED.value:
+        elif record.cancel:
             self._cancelled[key] = max(self._cancelled.get(key, 0), record.version)
 
     def apply(self, partition: int, state: Table) -> int:
@@ -99,6 +99,6 @@ class LifecycleTracker:
             _, value = self._registry.decode(raw)
         except SerdeError:
             return True  # unreadable state of a cancelled or erased watcher: drop it
-        if cancelled is not None and int(value["version"]) <= cancelled:
+        if cancelled is not None and cancel_drops(cancelled, int(value["version"])):
             return True
-        return erased is not None and value["updated_at"] <= erased
+        return erased is not None and erasure_drops(erased, value["updated_at"])
