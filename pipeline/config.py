@@ -24,7 +24,6 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal
 from urllib.parse import urlsplit
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import (
     AfterValidator,
@@ -36,6 +35,7 @@ from pydantic import (
     ValidationError,
     model_validator,
 )
+from pydantic_core import ErrorDetails, PydanticCustomError
 from pydantic_settings import EnvSettingsSource
 from pydantic_settings.exceptions import SettingsError
 
@@ -49,20 +49,20 @@ from pipeline.kafka.topics import DEFAULT_PARTITIONS, DEFAULT_PREFIX, Topology
 from pipeline.redis.connect import SCHEMES as REDIS_SCHEMES
 from pipeline.redis.connect import parse_url as parse_redis_url
 from pipeline.rules.authz import Role
-from pipeline.rules.budgets import MAX_AMOUNT, BudgetCaps, BudgetCeilings
+from pipeline.rules.budgets import NO_CEILINGS, BudgetCaps, BudgetCeilings
 from pipeline.rules.commands.limits import Limits
 from pipeline.rules.durations import parse_duration
 from pipeline.rules.errors import ConfigError, DefinitionError
 from pipeline.rules.namespace import NAMESPACE_PATTERN, Namespace
+from pipeline.rules.zones import load_zone
 
 __all__ = [
     "CONFIG_ENV",
+    "DEFAULT_CAPS",
     "DEFAULT_FILE",
     "ENV_PREFIX",
     "AgentConfig",
     "ApiConfig",
-    "BudgetCeilingsConfig",
-    "BudgetDefaults",
     "BudgetsConfig",
     "ChatConfig",
     "ConsoleChat",
@@ -123,10 +123,11 @@ def _listen(value: str) -> str:
 
 
 def _zone(value: str) -> str:
+    """A zone a definition would accept too (the rules' loader: IANA names only)."""
     try:
-        ZoneInfo(value)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise ValueError(f"unknown IANA time zone {value!r}") from None
+        load_zone(value)
+    except DefinitionError as exc:
+        raise ValueError(exc.message) from None
     return value
 
 
@@ -161,6 +162,16 @@ UserName = Annotated[str, Field(pattern=r"^[a-z_][a-z0-9_.-]{0,31}$")]
 Url = Annotated[str, AfterValidator(_url)]
 Listen = Annotated[str, AfterValidator(_listen)]
 Zone = Annotated[str, AfterValidator(_zone)]
+
+
+_RULES_ERROR: Final = "rules_error"
+
+
+def rules_error(exc: DefinitionError) -> PydanticCustomError:
+    """A refusal of a rules model inside a section: its field goes below the section's key."""
+    return PydanticCustomError(
+        _RULES_ERROR, "{message}", {"message": exc.message, "field": exc.field}
+    )
 
 
 class _Section(BaseModel):
@@ -376,45 +387,56 @@ class PrincipalConfig(_Section):
         return self
 
 
-class BudgetDefaults(_Section):
-    """Caps a watcher gets when its definition leaves them out."""
-
-    window: Duration = timedelta(hours=1)
-    evaluations: int = Field(default=100_000, ge=0, le=MAX_AMOUNT)
-    deliveries: int = Field(default=100, ge=0, le=MAX_AMOUNT)
-    attempts: int = Field(default=1_000, ge=0, le=MAX_AMOUNT)
-    tokens: int = Field(default=100_000, ge=0, le=MAX_AMOUNT)
-    micro_usd: int = Field(default=100_000, ge=0, le=MAX_AMOUNT)
-
-    def caps(self) -> BudgetCaps:
-        """These defaults as caps, for watchers that leave some out."""
-        return BudgetCaps.model_validate(self.model_dump())
+DEFAULT_CAPS: Final = BudgetCaps(
+    window=timedelta(hours=1),
+    evaluations=100_000,
+    deliveries=100,
+    attempts=1_000,
+    tokens=100_000,
+    micro_usd=100_000,
+)
+"""Caps a watcher gets when its definition leaves them out and ``[budgets.defaults]`` too."""
 
 
-class BudgetCeilingsConfig(_Section):
-    """The most any one window may allow, whatever a definition says (``[budgets.ceilings]``,
-    DESIGN.md §10); an absent key sets no ceiling for that dimension."""
+def _amounts(table: object) -> object:
+    """A budget table as the rules' strict models read it: an amount a ``VIGIL_*`` variable
+    set arrives as text, so digits are read as the number (anything else is refused there)."""
+    if not isinstance(table, Mapping):
+        return table
+    return {
+        key: int(value) if isinstance(value, str) and value.isascii() and value.isdigit() else value
+        for key, value in table.items()
+    }
 
-    evaluations: int | None = Field(default=None, ge=0, le=MAX_AMOUNT)
-    deliveries: int | None = Field(default=None, ge=0, le=MAX_AMOUNT)
-    attempts: int | None = Field(default=None, ge=0, le=MAX_AMOUNT)
-    tokens: int | None = Field(default=None, ge=0, le=MAX_AMOUNT)
-    micro_usd: int | None = Field(default=None, ge=0, le=MAX_AMOUNT)
 
-    def ceilings(self) -> BudgetCeilings:
-        return BudgetCeilings.model_validate(self.model_dump())
+def _over_default_caps(table: object) -> object:
+    """``[budgets.defaults]`` over :data:`DEFAULT_CAPS` (a key left out keeps its default),
+    read by the rules' model, whose refusals name their key below this table."""
+    if not isinstance(table, Mapping):
+        return table
+    defaults = {name: getattr(DEFAULT_CAPS, name) for name in BudgetCaps.model_fields}
+    try:
+        return BudgetCaps.model_validate({**defaults, **table})
+    except DefinitionError as exc:
+        raise rules_error(exc) from None
 
 
 class BudgetsConfig(_Section):
-    defaults: BudgetDefaults = BudgetDefaults()
-    ceilings: BudgetCeilingsConfig = BudgetCeilingsConfig()
+    """``[budgets.defaults]``: the caps a watcher gets when its definition leaves them out;
+    ``[budgets.ceilings]``: the most any one window may allow, whatever a definition says
+    (DESIGN.md §10; an absent key sets no ceiling). Both are the rules' own models."""
+
+    defaults: Annotated[
+        BudgetCaps, BeforeValidator(_over_default_caps), BeforeValidator(_amounts)
+    ] = DEFAULT_CAPS
+    ceilings: Annotated[BudgetCeilings, BeforeValidator(_amounts)] = NO_CEILINGS
 
     @model_validator(mode="after")
     def _defaults_within_ceilings(self) -> BudgetsConfig:
         try:
-            self.ceilings.ceilings().check(self.defaults.caps(), "defaults")
+            self.ceilings.check(self.defaults, "defaults")
         except DefinitionError as exc:
-            raise ValueError(f"{exc.field}: {exc.message}") from None
+            raise rules_error(exc) from None
         return self
 
 
@@ -616,8 +638,17 @@ def parse_config(data: Mapping[str, Any], source: str = "configuration") -> Vigi
     try:
         return VigilConfig.model_validate(data)
     except ValidationError as exc:
-        lines = [f"  {_key(error['loc'], data)}: {_message(error)}" for error in exc.errors()]
+        lines = [f"  {_error_key(error, data)}: {_message(error)}" for error in exc.errors()]
         raise ConfigError(f"{source}: invalid configuration\n" + "\n".join(lines)) from None
+
+
+def _error_key(error: ErrorDetails, data: Mapping[str, Any]) -> str:
+    """The dotted key an error names: its location's, and a rules model's own field below."""
+    key = _key(error["loc"], data)
+    field = (error.get("ctx") or {}).get("field")
+    if error["type"] == _RULES_ERROR and field:
+        return field if key == "(top level)" else f"{key}.{field}"
+    return key
 
 
 def _key(loc: tuple[int | str, ...], data: Mapping[str, Any]) -> str:

@@ -128,10 +128,10 @@ def start(
         topology,
         instance_id,
         stop,
-        config.budgets.defaults.caps(),
+        config.budgets.defaults,
         keks,
         clock_from_env(os.environ),
-        config.budgets.ceilings.ceilings(),
+        config.budgets.ceilings,
         health,
         protocol,
     )
