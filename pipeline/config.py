@@ -51,7 +51,7 @@ from pipeline.redis.connect import parse_url as parse_redis_url
 from pipeline.rules.authz import Role
 from pipeline.rules.budgets import NO_CEILINGS, BudgetCaps, BudgetCeilings
 from pipeline.rules.commands.limits import Limits
-from pipeline.rules.durations import parse_duration
+from pipeline.rules.durations import Duration
 from pipeline.rules.errors import ConfigError, DefinitionError
 from pipeline.rules.namespace import NAMESPACE_PATTERN, Namespace
 from pipeline.rules.zones import load_zone
@@ -95,17 +95,6 @@ DEFAULT_FILE: Final = "vigil.toml"
 
 
 # --- value types -------------------------------------------------------------------------
-
-
-def _duration(value: object) -> object:
-    if isinstance(value, str):
-        try:
-            return parse_duration(value)
-        except DefinitionError as exc:
-            raise ValueError(exc.message) from None
-    if isinstance(value, timedelta):
-        return value
-    raise ValueError("expected a duration such as 45s, 90m, 1h30m or 2d")
 
 
 def _url(value: str) -> str:
@@ -154,7 +143,6 @@ def _redis_url(value: SecretStr) -> SecretStr:
     return value
 
 
-Duration = Annotated[timedelta, BeforeValidator(_duration)]
 Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
 Id = Annotated[str, Field(min_length=1, max_length=128)]
 EnvName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]

@@ -1,5 +1,6 @@
 """What every record module shares: the :class:`Codec` it writes through, and the small
-conversions Avro values need (instants stay ``datetime``; durations travel as microseconds;
+conversions Avro values need (instants stay ``datetime``; durations travel as microseconds,
+``pipeline.rules.durations.to_micros``;
 JSON bodies as RFC 8785 canonical text).
 
 A record module maps a rules model to and from an Avro value and asks a :class:`Codec` for the
@@ -10,7 +11,6 @@ layer's :class:`~pipeline.kafka.serde.SchemaRegistry` (Avro single-object encodi
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import timedelta
 from typing import Any, Final, Protocol
 
 from pipeline.rules.bounds import MAX_JSON_INT
@@ -20,17 +20,14 @@ from pipeline.rules.keys import canonical_json
 
 __all__ = [
     "MAX_JSON_BYTES",
-    "MICRO",
     "Codec",
     "decoded",
     "json_text",
-    "micros",
     "parse_json",
     "string_map",
     "strings",
 ]
 
-MICRO: Final = timedelta(microseconds=1)
 MAX_JSON_BYTES: Final = 1024 * 1024
 """The largest JSON body a record carries (Kafka's default record size)."""
 
@@ -71,11 +68,6 @@ def parse_json(
         return bounded_json(text, field, max_bytes=max_bytes, max_int=max_int)
     except DefinitionError as exc:
         raise SerdeError(f"{field}: {exc.message}") from None
-
-
-def micros(value: timedelta) -> int:
-    """A duration as whole microseconds (Avro ``long``)."""
-    return value // MICRO
 
 
 def string_map(value: Any, field: str) -> dict[str, str]:

@@ -17,11 +17,9 @@ from typing import Any, Final
 from pydantic import ValidationError
 
 from pipeline.records.codec import (
-    MICRO,
     Codec,
     decoded,
     json_text,
-    micros,
     parse_json,
     string_map,
     strings,
@@ -30,6 +28,7 @@ from pipeline.records.sealing import Sealer, identity, open_fields, seal_text
 from pipeline.rules.backoff import RetryPolicy
 from pipeline.rules.budgets import BudgetCaps
 from pipeline.rules.data_keys import subject_owner
+from pipeline.rules.durations import from_micros, to_micros
 from pipeline.rules.errors import DefinitionError, SerdeError
 from pipeline.rules.outbox import OutboxEntry
 from pipeline.rules.outcomes import Outcome
@@ -89,8 +88,8 @@ def encode_outbox_entry(
             "created_at": entry.created_at,
             "retry": {
                 "max_attempts": retry.max_attempts,
-                "base_micros": micros(retry.base),
-                "cap_micros": micros(retry.cap),
+                "base_micros": to_micros(retry.base),
+                "cap_micros": to_micros(retry.cap),
             },
             "quiet_hours": None
             if quiet is None
@@ -98,14 +97,14 @@ def encode_outbox_entry(
             "budgets": None
             if budgets is None
             else {
-                "window_micros": micros(budgets.window),
+                "window_micros": to_micros(budgets.window),
                 "evaluations": budgets.evaluations,
                 "deliveries": budgets.deliveries,
                 "attempts": budgets.attempts,
                 "tokens": budgets.tokens,
                 "micro_usd": budgets.micro_usd,
             },
-            "delivery_retention_micros": micros(entry.delivery_retention),
+            "delivery_retention_micros": to_micros(entry.delivery_retention),
             "wake_session": entry.wake_session,
             "session_id": entry.session_id,
             "schedule_name": entry.schedule_name,
@@ -118,7 +117,9 @@ def encode_outbox_entry(
 @functools.lru_cache(maxsize=256)
 def _retry(max_attempts: int, base_micros: int, cap_micros: int) -> RetryPolicy:
     """Entries of one watcher version share one policy: decoded once, not once per entry."""
-    return RetryPolicy(max_attempts=max_attempts, base=base_micros * MICRO, cap=cap_micros * MICRO)
+    return RetryPolicy(
+        max_attempts=max_attempts, base=from_micros(base_micros), cap=from_micros(cap_micros)
+    )
 
 
 @functools.lru_cache(maxsize=256)
@@ -173,8 +174,8 @@ def _entry(value: dict[str, Any]) -> OutboxEntry:
         budgets=None
         if budgets is None
         else BudgetCaps(
-            window=budgets.pop("window_micros") * MICRO,
+            window=from_micros(budgets.pop("window_micros")),
             **budgets,
         ),
-        delivery_retention=retention * MICRO,
+        delivery_retention=from_micros(retention),
     )
