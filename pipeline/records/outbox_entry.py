@@ -48,23 +48,10 @@ def encode_outbox_entry(
     codec: Codec, sealer: Sealer, entry: OutboxEntry, trigger_text: str | None = None
 ) -> bytes:
     """An outbox entry; ``trigger_text`` is its trigger's JSON when the caller has it."""
-    budgets = entry.budgets
-    quiet = entry.quiet_hours
-    retry = entry.retry
-    args = entry.args
-    text = entry.text
-    # RFC 8785 of {"args", "text", "trigger"}: keys in order, values canonical.
-    content = (
-        '{"args":'
-        + ("null" if args is None else json_text(list(args), "args"))
-        + ',"text":'
-        + ("null" if text is None else json_text(text, "text"))
-        + ',"trigger":'
-        + (trigger_text or json_text(entry.trigger, "trigger"))
-        + "}"
-    )
     owner = subject_owner(entry.tenant_id, entry.user_id)
+    content = _sealed_content(entry, trigger_text)
     sealed = seal_text(sealer, owner, outbox_identity(entry.delivery_key), content)
+    quiet = entry.quiet_hours
     return codec.encode(
         OUTBOX_ENTRY,
         {
@@ -86,24 +73,11 @@ def encode_outbox_entry(
             "due_at": entry.due_at,
             "late": entry.late,
             "created_at": entry.created_at,
-            "retry": {
-                "max_attempts": retry.max_attempts,
-                "base_micros": to_micros(retry.base),
-                "cap_micros": to_micros(retry.cap),
-            },
+            "retry": _retry_value(entry.retry),
             "quiet_hours": None
             if quiet is None
             else {"start": quiet.start, "end": quiet.end, "timezone": quiet.timezone},
-            "budgets": None
-            if budgets is None
-            else {
-                "window_micros": to_micros(budgets.window),
-                "evaluations": budgets.evaluations,
-                "deliveries": budgets.deliveries,
-                "attempts": budgets.attempts,
-                "tokens": budgets.tokens,
-                "micro_usd": budgets.micro_usd,
-            },
+            "budgets": None if entry.budgets is None else _budgets_value(entry.budgets),
             "delivery_retention_micros": to_micros(entry.delivery_retention),
             "wake_session": entry.wake_session,
             "session_id": entry.session_id,
@@ -112,6 +86,39 @@ def encode_outbox_entry(
             "sealed": sealed,
         },
     )
+
+
+def _sealed_content(entry: OutboxEntry, trigger_text: str | None) -> str:
+    """RFC 8785 of ``{"args", "text", "trigger"}``: keys in order, values canonical."""
+    args, text = entry.args, entry.text
+    return (
+        '{"args":'
+        + ("null" if args is None else json_text(list(args), "args"))
+        + ',"text":'
+        + ("null" if text is None else json_text(text, "text"))
+        + ',"trigger":'
+        + (trigger_text or json_text(entry.trigger, "trigger"))
+        + "}"
+    )
+
+
+def _retry_value(retry: RetryPolicy) -> dict[str, int]:
+    return {
+        "max_attempts": retry.max_attempts,
+        "base_micros": to_micros(retry.base),
+        "cap_micros": to_micros(retry.cap),
+    }
+
+
+def _budgets_value(budgets: BudgetCaps) -> dict[str, int | None]:
+    return {
+        "window_micros": to_micros(budgets.window),
+        "evaluations": budgets.evaluations,
+        "deliveries": budgets.deliveries,
+        "attempts": budgets.attempts,
+        "tokens": budgets.tokens,
+        "micro_usd": budgets.micro_usd,
+    }
 
 
 @functools.lru_cache(maxsize=256)
