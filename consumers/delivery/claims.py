@@ -36,7 +36,6 @@ __all__ = ["Claimer"]
 
 log = logging.getLogger(__name__)
 
-_S = DeliveryStatus
 # Failures that are not the entry's: the worker backs off and decides it again later.
 _NOT_THE_ENTRYS = (BrokerError, BudgetStoreError)
 
@@ -111,10 +110,14 @@ class Claimer:
         """Dead-letter an entry that cannot be decided: ``dead_letter`` (``internal``) in
         ``delivery-state``, its outbox value on ``dead-letter`` with the reason, a metric and a
         log line — never the worker's exit, never a retry loop."""
-        state = restore(record.state) if record.state.status is _S.DISPATCHING else record.state
+        state = (
+            restore(record.state)
+            if record.state.status is DeliveryStatus.DISPATCHING
+            else record.state
+        )
         reason = f"internal: {type(exc).__name__}: {str(exc)[:500]}"
         log.error("delivery %s cannot be decided, dead-lettered: %s", record.key, reason)
-        if state.status is not _S.PENDING:
+        if state.status is not DeliveryStatus.PENDING:
             return  # settled already: nothing is retried, nothing to record
         record = record.moved(give_up(state, ErrorCode.INTERNAL, now), reason)
         self._states.write(store, record)
@@ -130,12 +133,12 @@ class Claimer:
     ) -> Pending | None:
         """Decide what needs no budget; return what waits for its charge."""
         key = record.key
-        if record.state.status is _S.DISPATCHING:
+        if record.state.status is DeliveryStatus.DISPATCHING:
             if self._in_flight(key, store):
                 return None
             record = record.moved(restore(record.state), record.detail)
         state = record.state
-        if state.status is not _S.PENDING:
+        if state.status is not DeliveryStatus.PENDING:
             self._states.schedule(record, partition, store)
             return None
         if state.due_at > now:
@@ -180,7 +183,7 @@ class Claimer:
 
     def _purge(self, record: DeliveryRecord, partition: int, store: Table) -> None:
         """Tombstones on ``delivery-state`` and ``outbox``. Unsettled work is never purged."""
-        if record.state.status in (_S.PENDING, _S.DISPATCHING):
+        if record.state.status in (DeliveryStatus.PENDING, DeliveryStatus.DISPATCHING):
             return
         self._states.delete(store, record.key)
         self._app.context(partition).produce(self._outbox_topic, record.key, None, partition)

@@ -82,7 +82,6 @@ from pipeline.rules.commands.model import Redelivery
 from pipeline.rules.dispatch import BUDGET_UNAVAILABLE_RETRY, is_redeliverable, redeliver
 from pipeline.rules.errors import BrokerError, SerdeError
 from pipeline.rules.outbox import OutboxEntry
-from pipeline.rules.outcomes import DeliveryStatus
 from pipeline.runtime.app import GroupProtocol, InputRecord, ProcessContext
 from pipeline.runtime.processing import Message
 from pipeline.runtime.recovery import run_steps
@@ -97,7 +96,6 @@ DEFAULT_GROUP = "vigil.delivery"
 LIFECYCLE = "lifecycle"
 GRANTS = "grants"
 KEYS = "keys"
-_S = DeliveryStatus
 # Before deciding due entries, grants and lifecycle are at most this old: a revocation or a
 # cancel applies to every attempt decided from 50 ms after it reached the broker.
 _DECIDE_REFRESH_S = 0.05

@@ -28,8 +28,6 @@ from pipeline.runtime.views import LifecycleIndex
 
 __all__ = ["Recorder"]
 
-_S = DeliveryStatus
-
 
 class Recorder:
     """Records answers; collects what may only be written once their transaction commits."""
@@ -61,7 +59,7 @@ class Recorder:
             return  # revoked or rebuilt since the claim: the new owner sends it again
         store, record = found
         state = record.state
-        if state.status is not _S.DISPATCHING or state.attempt != claim.attempt:
+        if state.status is not DeliveryStatus.DISPATCHING or state.attempt != claim.attempt:
             return
         entry = claim.entry
         ctx = self._app.context(claim.partition)
@@ -78,7 +76,7 @@ class Recorder:
                 state, result.error, now, policy=entry.retry, retry_after=result.retry_after
             )
             record = record.moved(moved)
-            if moved.status is _S.DEAD_LETTER:
+            if moved.status is DeliveryStatus.DEAD_LETTER:
                 self._dead_letter(ctx, record, entry, result.error)
             else:
                 self._metrics.retries.labels(result.error.value).inc()

@@ -41,8 +41,7 @@ log = logging.getLogger(__name__)
 
 STATE = "delivery-state"
 OUTBOX = "outbox"
-_S = DeliveryStatus
-_UNSETTLED = (_S.PENDING, _S.DISPATCHING)
+_UNSETTLED = (DeliveryStatus.PENDING, DeliveryStatus.DISPATCHING)
 
 
 class DeliveryStates:
@@ -141,9 +140,9 @@ class DeliveryStates:
     ) -> None:
         """Set the one timer of ``record``'s key from its state."""
         state = record.state
-        if state.status is _S.PENDING:
+        if state.status is DeliveryStatus.PENDING:
             self.queue.schedule(record.key, partition, DueKind.ATTEMPT, state.due_at)
-        elif state.status is _S.DISPATCHING:
+        elif state.status is DeliveryStatus.DISPATCHING:
             if not in_flight:  # interrupted: pending again, same attempt count, due now
                 self.queue.schedule(record.key, partition, DueKind.ATTEMPT, state.due_at)
         else:

@@ -57,31 +57,28 @@ class CloseReason(StrEnum):
     CANCELLED = "cancelled"
 
 
-_S = WatcherStatus
-_E = LifecycleEvent
-
 _TABLE: dict[tuple[WatcherStatus, LifecycleEvent], WatcherStatus] = {
-    (_S.PROPOSED, _E.APPROVE): _S.ACTIVE,
-    (_S.PROPOSED, _E.CANCEL): _S.CANCELLED,
-    (_S.PROPOSED, _E.EXPIRE): _S.EXPIRED,
-    (_S.ACTIVE, _E.PAUSE): _S.PAUSED,
-    (_S.ACTIVE, _E.CANCEL): _S.CANCELLED,
-    (_S.ACTIVE, _E.EXPIRE): _S.EXPIRED,
-    (_S.ACTIVE, _E.SATISFY): _S.SATISFIED,
-    (_S.ACTIVE, _E.TERMINATE): _S.TERMINAL_UNSATISFIED,
-    (_S.PAUSED, _E.RESUME): _S.ACTIVE,
-    (_S.PAUSED, _E.CANCEL): _S.CANCELLED,
-    (_S.PAUSED, _E.EXPIRE): _S.EXPIRED,
+    (WatcherStatus.PROPOSED, LifecycleEvent.APPROVE): WatcherStatus.ACTIVE,
+    (WatcherStatus.PROPOSED, LifecycleEvent.CANCEL): WatcherStatus.CANCELLED,
+    (WatcherStatus.PROPOSED, LifecycleEvent.EXPIRE): WatcherStatus.EXPIRED,
+    (WatcherStatus.ACTIVE, LifecycleEvent.PAUSE): WatcherStatus.PAUSED,
+    (WatcherStatus.ACTIVE, LifecycleEvent.CANCEL): WatcherStatus.CANCELLED,
+    (WatcherStatus.ACTIVE, LifecycleEvent.EXPIRE): WatcherStatus.EXPIRED,
+    (WatcherStatus.ACTIVE, LifecycleEvent.SATISFY): WatcherStatus.SATISFIED,
+    (WatcherStatus.ACTIVE, LifecycleEvent.TERMINATE): WatcherStatus.TERMINAL_UNSATISFIED,
+    (WatcherStatus.PAUSED, LifecycleEvent.RESUME): WatcherStatus.ACTIVE,
+    (WatcherStatus.PAUSED, LifecycleEvent.CANCEL): WatcherStatus.CANCELLED,
+    (WatcherStatus.PAUSED, LifecycleEvent.EXPIRE): WatcherStatus.EXPIRED,
 }
 
-_LIVE = frozenset({_S.PROPOSED, _S.ACTIVE, _S.PAUSED})
+_LIVE = frozenset({WatcherStatus.PROPOSED, WatcherStatus.ACTIVE, WatcherStatus.PAUSED})
 
 _CLOSE_EVENTS: dict[CloseReason, LifecycleEvent] = {
-    CloseReason.SATISFIED: _E.SATISFY,
-    CloseReason.TERMINAL_UNSATISFIED: _E.TERMINATE,
-    CloseReason.EXPIRED: _E.EXPIRE,
-    CloseReason.ACCESS_REVOKED: _E.CANCEL,
-    CloseReason.CANCELLED: _E.CANCEL,
+    CloseReason.SATISFIED: LifecycleEvent.SATISFY,
+    CloseReason.TERMINAL_UNSATISFIED: LifecycleEvent.TERMINATE,
+    CloseReason.EXPIRED: LifecycleEvent.EXPIRE,
+    CloseReason.ACCESS_REVOKED: LifecycleEvent.CANCEL,
+    CloseReason.CANCELLED: LifecycleEvent.CANCEL,
 }
 
 

@@ -28,7 +28,7 @@ __all__ = ["RECENT_TRIGGERS", "Checkpoint", "WatcherState"]
 
 RECENT_TRIGGERS: Final = 64
 
-_E = TypeVar("_E", WatcherStatus, Outcome, Reason, CloseReason)
+_Member = TypeVar("_Member", WatcherStatus, Outcome, Reason, CloseReason)
 
 
 class _CheckpointFields(NamedTuple):
@@ -143,8 +143,8 @@ def _instant(value: object, field: str) -> datetime:
     return value
 
 
-def _member(kind: type[_E], value: str, field: str) -> _E:
-    found: _E | None = _MEMBERS[kind].get(value) if isinstance(value, str) else None
+def _member(kind: type[_Member], value: str, field: str) -> _Member:
+    found: _Member | None = _MEMBERS[kind].get(value) if isinstance(value, str) else None
     if found is None:
         raise DefinitionError(f"not a {kind.__name__}: {value!r:.40}", field)
     return found
