@@ -29,7 +29,7 @@ from pipeline.rules.outcomes import Outcome, Reason
 from pipeline.rules.privacy import keep_leaves
 from pipeline.rules.receipts import Receipt
 from pipeline.rules.sources import EventSource, PollingSource, ScheduleSource
-from pipeline.rules.watcher_state import Checkpoint, WatcherState
+from pipeline.rules.watcher_state import AppliedTrigger, WatcherState
 
 __all__ = ["BudgetGate", "Evaluation", "authorization_for", "evaluate", "recorded_budget"]
 
@@ -327,9 +327,9 @@ def _next_state(
     Built field by field with ``_make`` (no checks): every value here is the rules' own, and
     this runs once per evaluation."""
     close = step.close
-    checkpoint: Checkpoint | None
+    checkpoint: AppliedTrigger | None
     if step.advance:
-        checkpoint = Checkpoint._make((key, identity, evidence.observed_at, evidence.position))
+        checkpoint = AppliedTrigger._make((key, identity, evidence.observed_at, evidence.position))
         recent = state.remember(key)
         outcome: Outcome | None = step.outcome
         reason: Reason | None = step.reason

@@ -22,7 +22,7 @@ from pipeline.rules.evaluation import evaluate, recorded_budget
 from pipeline.rules.evidence import Evidence, EvidenceKind
 from pipeline.rules.lifecycle import CloseReason, WatcherStatus
 from pipeline.rules.outcomes import Outcome, Reason
-from pipeline.rules.watcher_state import RECENT_TRIGGERS, Checkpoint, WatcherState
+from pipeline.rules.watcher_state import RECENT_TRIGGERS, AppliedTrigger, WatcherState
 
 pytestmark = pytest.mark.unit
 
@@ -32,7 +32,7 @@ NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
 
 class OldCheckpoint(BaseModel):
-    """The pydantic model ``Checkpoint`` was before (issue 19)."""
+    """The pydantic model the applied trigger (then ``Checkpoint``) was before (issue 19)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -109,7 +109,7 @@ def _old(fields: dict[str, Any]) -> OldState | None:
 def _new(fields: dict[str, Any]) -> WatcherState | None:
     raw = fields["checkpoint"]
     try:
-        checkpoint = None if raw is None else Checkpoint(**raw)
+        checkpoint = None if raw is None else AppliedTrigger(**raw)
         return WatcherState(**{**fields, "checkpoint": checkpoint})
     except DefinitionError:
         return None
@@ -225,4 +225,4 @@ def test_what_evaluation_builds_unchecked_passes_the_checks(
         assert type(state) is WatcherState
         assert WatcherState(*state) == state
         if state.checkpoint is not None:
-            assert Checkpoint(*state.checkpoint) == state.checkpoint
+            assert AppliedTrigger(*state.checkpoint) == state.checkpoint
