@@ -28,8 +28,7 @@ from pipeline.config.values import EnvName, Id, Listen, Name, Section, UserName,
 from pipeline.crypto.kek import DEFAULT_ENV as DEFAULT_KEK_ENV
 from pipeline.crypto.kek import KeyEncryptionKeys
 from pipeline.crypto.ring import DEFAULT_CACHE
-from pipeline.kafka.properties import ClientProperties, property_name
-from pipeline.kafka.properties import Role as PropertyRole
+from pipeline.kafka.properties import ClientProperties, PropertyScope, property_name
 from pipeline.kafka.properties import check as check_properties
 from pipeline.kafka.topics import DEFAULT_PARTITIONS, DEFAULT_PREFIX, Topology
 from pipeline.redis.connect import SCHEMES as REDIS_SCHEMES
@@ -81,7 +80,7 @@ def _redis_url(value: SecretStr) -> SecretStr:
     return value
 
 
-def _properties(role: PropertyRole) -> AfterValidator:
+def _properties(role: PropertyScope) -> AfterValidator:
     def check(table: dict[str, Any]) -> dict[str, Any]:
         problems = check_properties(table, role)
         if problems:
