@@ -41,7 +41,7 @@ from pipeline.crypto import KeyEncryptionKeys, KeyRing, generate_kek_text
 from pipeline.kafka.admin import connect_admin, ensure_topics
 from pipeline.kafka.clients import Producer, table_consumer
 from pipeline.kafka.partitioner import partition_for
-from pipeline.kafka.serde import default_registry
+from pipeline.kafka.serde import default_codec
 from pipeline.kafka.topics import Topic, Topology
 from pipeline.records.command import encode_command
 from pipeline.records.command_result import decode_result
@@ -81,7 +81,7 @@ def definition(n: int) -> dict[str, Any]:
 def populate(bootstrap: str, topology: Topology, user: str, count: int, keks: Any) -> float:
     """``count`` watchers for ``user``, made through the command processor (the commands
     produced at once, every result awaited and checked); seconds taken."""
-    schemas = default_registry()
+    schemas = default_codec()
     until = datetime(2030, 1, 1, tzinfo=UTC)
     operator = operator_principal("bench", "root")
     started = time.perf_counter()

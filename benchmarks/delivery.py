@@ -42,7 +42,7 @@ from pipeline.crypto import KeyEncryptionKeys, KeyRing, generate_kek_text
 from pipeline.kafka.admin import connect_admin, ensure_topics
 from pipeline.kafka.clients import producer_config
 from pipeline.kafka.partitioner import partition_for
-from pipeline.kafka.serde import default_registry
+from pipeline.kafka.serde import default_codec
 from pipeline.kafka.topics import Topic, Topology
 from pipeline.records.outbox_entry import encode_outbox_entry
 from pipeline.redis.budgets import RedisBudgets
@@ -123,7 +123,7 @@ def _entries(run: str, n: int) -> list[OutboxEntry]:
 
 
 def _grant(producer: Producer, topology: Topology, run: str) -> None:
-    value = default_registry().encode(
+    value = default_codec().encode(
         "grant",
         {
             "grant_id": f"g-{run}",
@@ -199,7 +199,7 @@ def _delivery(
         max_in_flight=max_in_flight,
     )
     keks = KeyEncryptionKeys.load()
-    writer = KeyRing(keks, default_registry())  # the evaluator's side: seals the entries
+    writer = KeyRing(keks, default_codec())  # the evaluator's side: seals the entries
     for owner in {subject_owner(e.tenant_id, e.user_id) for e in entries}:
         topic_key, raw = writer.create(owner, datetime.now(UTC))
         place = partition_for(owner.subject_key, topology.partitions)
@@ -212,7 +212,7 @@ def _delivery(
             adapters,
             RedisBudgets(client, key_prefix=f"bench:{run}:"),
             registry=CollectorRegistry(),
-            ring=KeyRing(keks, default_registry()),
+            ring=KeyRing(keks, default_codec()),
         )
         stop = threading.Event()
         worker.start()
@@ -220,7 +220,7 @@ def _delivery(
             worker.step()
         thread = threading.Thread(target=worker.run, args=(stop,), daemon=True)
         thread.start()
-        schemas = default_registry()
+        schemas = default_codec()
         outbox = topology.name(Topic.OUTBOX)
         started = time.monotonic()
         for entry in entries:

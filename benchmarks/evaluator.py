@@ -62,7 +62,7 @@ from pipeline.crypto import KeyEncryptionKeys, KeyRing, generate_kek_text
 from pipeline.kafka.admin import connect_admin, ensure_topics
 from pipeline.kafka.clients import producer_config
 from pipeline.kafka.partitioner import partition_for
-from pipeline.kafka.serde import default_registry
+from pipeline.kafka.serde import default_codec
 from pipeline.kafka.topics import Topic, Topology
 from pipeline.records.grant import encode_grant
 from pipeline.records.sealing import seal_definition
@@ -82,7 +82,7 @@ _WRITTEN = (Topic.RECEIPTS, Topic.OUTBOX, Topic.WATCHER_STATE, Topic.COMMANDS)
 TYPES = 10
 USERS = 100
 NOW = datetime.now(UTC)
-_REGISTRY = default_registry()
+_REGISTRY = default_codec()
 
 
 class _Loader:

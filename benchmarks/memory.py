@@ -40,7 +40,7 @@ from consumers.evaluator.metrics import evaluator_metrics
 from pipeline.kafka.admin import connect_admin, ensure_topics
 from pipeline.kafka.clients import producer_config
 from pipeline.kafka.partitioner import partition_for
-from pipeline.kafka.serde import default_registry
+from pipeline.kafka.serde import default_codec
 from pipeline.kafka.topics import Topic, Topology
 from pipeline.redis.budgets import RedisBudgets
 from pipeline.rules.budgets import BudgetCaps, BudgetScope, BudgetVerdict, Charge, Dimension
@@ -53,7 +53,7 @@ KIB = 1024
 
 
 def _events(producer: Producer, topology: Topology, start: int, count: int) -> None:
-    registry = default_registry()
+    registry = default_codec()
     topic = topology.name(Topic.EVENTS)
     now = datetime.now(UTC)
     for i in range(start, start + count):

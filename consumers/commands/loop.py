@@ -47,7 +47,7 @@ from consumers.commands.registry import SubjectIndex
 from pipeline.clock import Clock, SystemClock
 from pipeline.crypto import KeyEncryptionKeys, KeyRing
 from pipeline.kafka.partitioner import partition_for
-from pipeline.kafka.serde import SchemaRegistry, default_registry
+from pipeline.kafka.serde import AvroCodec, default_codec
 from pipeline.kafka.topics import Topic, Topology
 from pipeline.records.command import command_from_value
 from pipeline.records.command_result import encode_result
@@ -115,7 +115,7 @@ class CommandProcessor:
         instance_id: str,
         group_id: str | None = None,
         clock: Clock | None = None,
-        schemas: SchemaRegistry | None = None,
+        schemas: AvroCodec | None = None,
         keks: KeyEncryptionKeys | None = None,
         key_cache: int = 65_536,
         metrics: CollectorRegistry = REGISTRY,
@@ -136,7 +136,7 @@ class CommandProcessor:
         self._limits = limits
         self._clock = clock or SystemClock()
         self._ceilings = ceilings
-        self._schemas = schemas or default_registry()
+        self._schemas = schemas or default_codec()
         self._keks = keks or KeyEncryptionKeys.load()
         self._key_cache = key_cache
         self._keys: dict[int, KeyView] = {}  # per task partition: its own ring

@@ -67,7 +67,7 @@ from consumers.delivery.states import OUTBOX, STATE, DeliveryStates
 from consumers.delivery.sweep import sweep
 from pipeline.clock import Clock, SystemClock
 from pipeline.crypto import KeyEncryptionKeys, KeyRing
-from pipeline.kafka.serde import SchemaRegistry, default_registry
+from pipeline.kafka.serde import AvroCodec, default_codec
 from pipeline.kafka.topics import Topic, Topology
 from pipeline.records.delivery_state import (
     DeliveryRecord,
@@ -138,7 +138,7 @@ class DeliveryWorker:
         *,
         clock: Clock | None = None,
         registry: CollectorRegistry = REGISTRY,
-        schemas: SchemaRegistry | None = None,
+        schemas: AvroCodec | None = None,
         executor: Executor | None = None,
         ring: KeyRing | None = None,
     ) -> None:
@@ -152,7 +152,7 @@ class DeliveryWorker:
         self._dlq_topic = topology.name(Topic.DEAD_LETTER)
         self._budgets = budgets
         self._clock: Clock = clock or SystemClock()
-        self._schemas = schemas or default_registry()
+        self._schemas = schemas or default_codec()
         self.ring = KeyRing(KeyEncryptionKeys.load(), self._schemas) if ring is None else ring
         self._keys: KeyView | None = None
         self._metrics = delivery_metrics(registry)

@@ -23,7 +23,7 @@ from pydantic import ValidationError
 
 from consumers.delivery.app import DeliveryApp
 from consumers.delivery.due import DueKind, DueQueue
-from pipeline.kafka.serde import SchemaRegistry
+from pipeline.kafka.serde import AvroCodec
 from pipeline.kafka.topics import dead_letter_headers
 from pipeline.records.delivery_state import DeliveryRecord, decode_record, encode_record
 from pipeline.records.outbox_entry import decode_outbox_entry, encode_outbox_entry
@@ -47,7 +47,7 @@ _UNSETTLED = (DeliveryStatus.PENDING, DeliveryStatus.DISPATCHING)
 class DeliveryStates:
     """The stores, the queue and the entries of one worker."""
 
-    def __init__(self, app: DeliveryApp, schemas: SchemaRegistry, sealer: Sealer) -> None:
+    def __init__(self, app: DeliveryApp, schemas: AvroCodec, sealer: Sealer) -> None:
         self._app = app
         self._schemas = schemas
         self._sealer = sealer

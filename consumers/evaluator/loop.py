@@ -43,7 +43,7 @@ from consumers.evaluator.plan import Plan, effective_state
 from pipeline.clock import Clock, SystemClock
 from pipeline.crypto import KeyEncryptionKeys, KeyRing
 from pipeline.kafka.partitioner import partition_for
-from pipeline.kafka.serde import SchemaRegistry, default_registry
+from pipeline.kafka.serde import AvroCodec, default_codec
 from pipeline.kafka.topics import Topic, Topology
 from pipeline.records.codec import json_text
 from pipeline.records.command import encode_command
@@ -134,7 +134,7 @@ class Evaluator:
         default_caps: BudgetCaps,
         *,
         clock: Clock | None = None,
-        registry: SchemaRegistry | None = None,
+        registry: AvroCodec | None = None,
         evaluators: Set[str] = frozenset(),
         metrics: EvaluatorMetrics | None = None,
         ceilings: BudgetCeilings = NO_CEILINGS,
@@ -147,7 +147,7 @@ class Evaluator:
         self._default_caps = default_caps
         self._ceilings = ceilings
         self._clock = clock or SystemClock()
-        self._registry = registry or default_registry()
+        self._registry = registry or default_codec()
         self._ring = KeyRing(keks or KeyEncryptionKeys.load(), self._registry, cache_size=key_cache)
         self._keys: KeyView | None = None
         self._evaluators = evaluators
@@ -165,7 +165,7 @@ class Evaluator:
         self._app: StreamApp | None = None
 
     @property
-    def schemas(self) -> SchemaRegistry:
+    def schemas(self) -> AvroCodec:
         """The schemas this evaluator reads and writes."""
         return self._registry
 

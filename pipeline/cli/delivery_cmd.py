@@ -28,7 +28,7 @@ from pipeline.cli.process import start
 from pipeline.control.run import ScriptRunner
 from pipeline.control.socket.server import default_socket_path
 from pipeline.crypto import KeyRing
-from pipeline.kafka.serde import default_registry
+from pipeline.kafka.serde import default_codec
 from pipeline.kafka.topics import Topic
 
 __all__ = ["delivery"]
@@ -101,7 +101,7 @@ def delivery(
         group_protocol=process.group_protocol,
     )
     socket = default_socket_path(socket_path, config.rpc.socket_path)
-    ring = KeyRing(process.keks, default_registry(), cache_size=config.privacy.key_cache)
+    ring = KeyRing(process.keks, default_codec(), cache_size=config.privacy.key_cache)
     executor = VerbExecutor(
         SocketAgent(socket, config.agent.timeout.total_seconds()),
         ScriptRunner(config.run.allow_dir, socket, pass_env=config.run.env),

@@ -30,7 +30,7 @@ from pipeline.clock import Clock, SystemClock
 from pipeline.crypto import KeyEncryptionKeys, KeyRing
 from pipeline.kafka.clients import Producer, Tail
 from pipeline.kafka.partitioner import partition_for
-from pipeline.kafka.serde import SchemaRegistry, default_registry
+from pipeline.kafka.serde import AvroCodec, default_codec
 from pipeline.kafka.topics import Topic, Topology
 from pipeline.records.command import encode_command
 from pipeline.records.command_result import decode_result
@@ -77,7 +77,7 @@ class CommandClient:
         *,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         clock: Clock | None = None,
-        schemas: SchemaRegistry | None = None,
+        schemas: AvroCodec | None = None,
         keks: KeyEncryptionKeys | None = None,
     ) -> None:
         """``keks`` default to ``$VIGIL_MASTER_KEYS`` (none there: a ``ConfigError``)."""
@@ -85,7 +85,7 @@ class CommandClient:
         self._topology = topology
         self._timeout_s = timeout_s
         self._clock = clock or SystemClock()
-        self._schemas = schemas or default_registry()
+        self._schemas = schemas or default_codec()
         self._ring = KeyRing(keks or KeyEncryptionKeys.load(), self._schemas, cache_size=4096)
         self._keys = FollowedKeys(bootstrap, topology, self._ring)
         self._producer = Producer(bootstrap)

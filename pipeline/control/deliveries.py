@@ -19,7 +19,7 @@ from typing import Any, Final
 
 from pipeline.kafka.partitioner import partition_for
 from pipeline.kafka.scan import scan
-from pipeline.kafka.serde import SchemaRegistry, default_registry
+from pipeline.kafka.serde import AvroCodec, default_codec
 from pipeline.kafka.topics import Topic, Topology
 from pipeline.records.delivery_state import DeliveryRecord, decode_record
 from pipeline.rules.errors import SerdeError
@@ -80,7 +80,7 @@ def delivery_view(record: DeliveryRecord) -> dict[str, Any]:
 
 
 def _fold(
-    messages: Iterable[Any], schemas: SchemaRegistry, tenant_id: str, user_id: str
+    messages: Iterable[Any], schemas: AvroCodec, tenant_id: str, user_id: str
 ) -> dict[str, DeliveryRecord]:
     """The newest record of each key of the subject (a tombstone removes the key)."""
     out: dict[str, DeliveryRecord] = {}
@@ -109,11 +109,11 @@ def read_deliveries(
     *,
     state: DeliveryStatus | None = None,
     watcher_id: str | None = None,
-    schemas: SchemaRegistry | None = None,
+    schemas: AvroCodec | None = None,
     max_scan: int = DEFAULT_MAX_SCAN,
 ) -> list[DeliveryRecord]:
     """The subject's deliveries (of ``watcher_id`` only, in ``state`` only), newest first."""
-    schemas = schemas or default_registry()
+    schemas = schemas or default_codec()
     topic = topology.name(Topic.DELIVERY_STATE)
     found = _fold(scan(bootstrap, topic, tail=max_scan), schemas, tenant_id, user_id)
     records = [
@@ -133,11 +133,11 @@ def read_delivery(
     user_id: str,
     delivery_key: str,
     *,
-    schemas: SchemaRegistry | None = None,
+    schemas: AvroCodec | None = None,
     max_scan: int = DEFAULT_MAX_SCAN,
 ) -> DeliveryRecord | None:
     """One of the subject's deliveries (None for a missing key or another subject's)."""
-    schemas = schemas or default_registry()
+    schemas = schemas or default_codec()
     topic = topology.name(Topic.DELIVERY_STATE)
     partition = partition_for(delivery_key, topology.partitions_for(Topic.DELIVERY_STATE))
     messages = (

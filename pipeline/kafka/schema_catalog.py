@@ -22,7 +22,7 @@ from fastavro.schema import to_parsing_canonical_form
 
 from pipeline.kafka.clients import Producer
 from pipeline.kafka.partitioner import partition_for
-from pipeline.kafka.serde import SchemaRegistry, SchemaVersion
+from pipeline.kafka.serde import AvroCodec, SchemaVersion
 
 __all__ = ["REGISTRATION_TIMEOUT_S", "SchemaCatalog", "register_schemas", "registration"]
 
@@ -39,7 +39,7 @@ def register_schemas(
     producer: Producer,
     topic: str,
     partitions: int,
-    registry: SchemaRegistry,
+    registry: AvroCodec,
     record_types: Iterable[str] | None = None,
 ) -> int:
     """Register the schema this build writes for each of ``record_types`` (default: every

@@ -17,7 +17,7 @@ from typing import Any
 
 from pipeline.crypto import KeyEncryptionKeys, KeyRing
 from pipeline.kafka.scan import Progress, scan
-from pipeline.kafka.serde import SchemaRegistry, default_registry
+from pipeline.kafka.serde import AvroCodec, default_codec
 from pipeline.kafka.topics import Topic, Topology
 from pipeline.ops.replay_reader import Scope, read_receipts
 from pipeline.rules.data_keys import ERASED
@@ -147,7 +147,7 @@ def _erased_row(r: Receipt) -> ExplainRow:
 def read_delivery_states(
     bootstrap: str,
     topology: Topology,
-    registry: SchemaRegistry,
+    registry: AvroCodec,
     keys: set[str],
     progress: Progress | None = None,
 ) -> dict[str, DeliveryView]:
@@ -189,7 +189,7 @@ def read_explanation(
 ) -> list[ExplainRow]:
     """One watcher's evaluations, read from ``receipts`` and ``delivery-state``, opened with
     the subject's keys as they are now (``keks`` default to ``$VIGIL_MASTER_KEYS``)."""
-    registry = default_registry()
+    registry = default_codec()
     ring = KeyRing(keks or KeyEncryptionKeys.load(), registry)
     read_keys(bootstrap, topology, ring, [(tenant_id, user_id)])
     scope = Scope(tenant_id, user_id, watcher_id)

@@ -24,7 +24,7 @@ from typing import Any
 
 from pipeline.crypto import KeyEncryptionKeys, KeyRing
 from pipeline.kafka.scan import Bound, Progress, scan
-from pipeline.kafka.serde import SchemaRegistry, default_registry
+from pipeline.kafka.serde import AvroCodec, default_codec
 from pipeline.kafka.topics import Topic, Topology
 from pipeline.records.definition_log import decode_definition_log
 from pipeline.records.event import evidence_from_event
@@ -97,7 +97,7 @@ def _topic(topology: Topology, topic: Topic) -> str:
 
 
 def key_ring(
-    bootstrap: str, topology: Topology, registry: SchemaRegistry, keks: KeyEncryptionKeys | None
+    bootstrap: str, topology: Topology, registry: AvroCodec, keks: KeyEncryptionKeys | None
 ) -> KeyRing:
     """Every data key ``keys`` holds now (``keks`` default to ``$VIGIL_MASTER_KEYS``)."""
     ring = KeyRing(keks or KeyEncryptionKeys.load(), registry)
@@ -108,7 +108,7 @@ def key_ring(
 def read_definitions(
     bootstrap: str,
     topology: Topology,
-    registry: SchemaRegistry,
+    registry: AvroCodec,
     sealer: Sealer,
     scope: Scope,
     progress: Progress | None = None,
@@ -157,7 +157,7 @@ def read_definitions(
 def read_receipts(
     bootstrap: str,
     topology: Topology,
-    registry: SchemaRegistry,
+    registry: AvroCodec,
     sealer: Sealer,
     scope: Scope,
     progress: Progress | None = None,
@@ -181,7 +181,7 @@ def read_receipts(
 def read_inputs(
     bootstrap: str,
     topology: Topology,
-    registry: SchemaRegistry,
+    registry: AvroCodec,
     sealer: Sealer,
     start: Bound,
     end: Bound,
@@ -219,7 +219,7 @@ def read_inputs(
 def read_outbox(
     bootstrap: str,
     topology: Topology,
-    registry: SchemaRegistry,
+    registry: AvroCodec,
     sealer: Sealer,
     progress: Progress | None = None,
 ) -> dict[str, OutboxEntry | None]:
@@ -247,11 +247,11 @@ def read_history(
     *,
     read_at: datetime,
     progress: Progress | None = None,
-    registry: SchemaRegistry | None = None,
+    registry: AvroCodec | None = None,
     keks: KeyEncryptionKeys | None = None,
 ) -> History:
     """Everything :func:`pipeline.rules.replay.replay` needs for ``[start, end)`` in ``scope``."""
-    registry = registry or default_registry()
+    registry = registry or default_codec()
     ring = key_ring(bootstrap, topology, registry, keks)
     definitions, erased = read_definitions(bootstrap, topology, registry, ring, scope, progress)
     inputs, erased_inputs = read_inputs(bootstrap, topology, registry, ring, start, end, progress)
@@ -269,7 +269,7 @@ def read_history(
     )
 
 
-def _decoded(registry: SchemaRegistry, data: bytes | None, expected: str) -> dict[str, Any] | None:
+def _decoded(registry: AvroCodec, data: bytes | None, expected: str) -> dict[str, Any] | None:
     if data is None:
         return None
     try:

@@ -5,7 +5,7 @@ JSON bodies as RFC 8785 canonical text).
 
 A record module maps a rules model to and from an Avro value and asks a :class:`Codec` for the
 bytes. The codec is a protocol so that this layer imports nothing but the rules: the Kafka
-layer's :class:`~pipeline.kafka.serde.SchemaRegistry` (Avro single-object encoding) satisfies it.
+layer's :class:`~pipeline.kafka.serde.AvroCodec` (Avro single-object encoding) satisfies it.
 """
 
 from __future__ import annotations

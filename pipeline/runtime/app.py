@@ -55,7 +55,7 @@ from pipeline.kafka.clients import (
 )
 from pipeline.kafka.clients import Producer as PlainProducer
 from pipeline.kafka.schema_catalog import SchemaCatalog, register_schemas
-from pipeline.kafka.serde import SchemaRegistry
+from pipeline.kafka.serde import AvroCodec
 from pipeline.rules.errors import BrokerError, BudgetStoreError, UnknownSchemaError
 from pipeline.runtime.assignment import Assignment, GroupProtocol, group_protocol_config
 from pipeline.runtime.checkpoint import (
@@ -127,7 +127,7 @@ class StreamApp(Transactions, Assignment):
         consumer_overrides: dict[str, Any] | None = None,
         registry: CollectorRegistry = REGISTRY,
         schemas_topic: str | None = None,
-        schema_registry: SchemaRegistry | None = None,
+        schema_registry: AvroCodec | None = None,
         judged: Collection[str] | None = None,
         group_protocol: GroupProtocol = GroupProtocol.CLASSIC,
     ) -> None:

@@ -38,7 +38,7 @@ from prometheus_client import REGISTRY, CollectorRegistry
 from pipeline.clock import Clock, SystemClock
 from pipeline.config import ToolConfig
 from pipeline.crypto import KeyEncryptionKeys, KeyRing
-from pipeline.kafka.serde import SchemaRegistry, default_registry
+from pipeline.kafka.serde import AvroCodec, default_codec
 from pipeline.kafka.topics import Topic, Topology
 from pipeline.records.tick import TickRecord, encode_tick
 from pipeline.records.ticker_state import encode_memory
@@ -125,7 +125,7 @@ class PollTicker:
         default_caps: BudgetCaps | None = None,
         ceilings: BudgetCeilings = NO_CEILINGS,
         clock: Clock | None = None,
-        registry: SchemaRegistry | None = None,
+        registry: AvroCodec | None = None,
         metrics_registry: CollectorRegistry = REGISTRY,
         tool_registry: ToolRegistry | None = None,
         keks: KeyEncryptionKeys | None = None,
@@ -135,7 +135,7 @@ class PollTicker:
         topology = settings.topology
         self.settings = settings
         self._clock = clock or SystemClock()
-        self._registry = registry or default_registry()
+        self._registry = registry or default_codec()
         self._ring = KeyRing(keks or KeyEncryptionKeys.load(), self._registry, cache_size=key_cache)
         self._keys: KeyView | None = None
         self._guard = ToolGuard(budgets, default_caps, ceilings)

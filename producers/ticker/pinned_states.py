@@ -15,7 +15,7 @@ Left out: the tools (``producers.ticker.tools.pinned``) and the runtime's transa
 from __future__ import annotations
 
 from pipeline.kafka.partitioner import partition_for
-from pipeline.kafka.serde import SchemaRegistry
+from pipeline.kafka.serde import AvroCodec
 from pipeline.records.event import EVENT, payload_object
 from pipeline.records.ticker_state import PinnedState, decode_ticker_state, encode_pinned, state_key
 from pipeline.rules.errors import SerdeError, UnknownSchemaError
@@ -32,7 +32,7 @@ class PinnedStates:
     """Latest run and session states in this member's ``ticker-state`` partitions."""
 
     def __init__(
-        self, registry: SchemaRegistry, events_topic: str, partitions: int, views: TickerViews
+        self, registry: AvroCodec, events_topic: str, partitions: int, views: TickerViews
     ) -> None:
         self._registry = registry
         self._events = events_topic

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Final
 
-from pipeline.kafka.serde import SchemaRegistry
+from pipeline.kafka.serde import AvroCodec
 from pipeline.records.sealing import Sealer
 from pipeline.records.ticker_state import decode_ticker_state
 from pipeline.records.watcher import Watch, decode_watch
@@ -39,7 +39,7 @@ _ASAP: Final = datetime(1970, 1, 1, tzinfo=UTC)
 class TickerViews:
     """What the ticker knows about the partitions it holds now."""
 
-    def __init__(self, registry: SchemaRegistry, sealer: Sealer) -> None:
+    def __init__(self, registry: AvroCodec, sealer: Sealer) -> None:
         self._registry = registry
         self._sealer = sealer
         self._signature: tuple[tuple[str, int, int], ...] = ()

@@ -35,7 +35,7 @@ from typing import Any
 import redis
 
 from pipeline.crypto import KeyRing
-from pipeline.kafka.serde import default_registry
+from pipeline.kafka.serde import default_codec
 from pipeline.kafka.topics import Topic, Topology
 from pipeline.records.command_result import decode_result
 from pipeline.records.delivery_state import DeliveryRecord, decode_record
@@ -143,7 +143,7 @@ class Checker:
         self.redis_url = redis_url
         self.topology = topology
         self.receiver = receiver
-        self.schemas = default_registry()
+        self.schemas = default_codec()
         self.budget_prefix = budget_prefix
 
     # -- waiting ---------------------------------------------------------------------------

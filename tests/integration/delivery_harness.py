@@ -33,7 +33,7 @@ from pipeline.crypto import KeyEncryptionKeys, KeyRing
 from pipeline.kafka.admin import connect_admin, ensure_topics
 from pipeline.kafka.clients import producer_config
 from pipeline.kafka.partitioner import partition_for
-from pipeline.kafka.serde import default_registry
+from pipeline.kafka.serde import default_codec
 from pipeline.kafka.topics import Topic, Topology
 from pipeline.records.delivery_state import DeliveryRecord, decode_record
 from pipeline.records.outbox_entry import encode_outbox_entry
@@ -86,14 +86,14 @@ class Harness:
     topology: Topology
     receiver: Receiver
     name: str
-    schemas: Any = field(default_factory=default_registry)
+    schemas: Any = field(default_factory=default_codec)
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
     _producer: Producer | None = None
     ring: KeyRing = field(
-        default_factory=lambda: KeyRing(KeyEncryptionKeys.load(), default_registry())
+        default_factory=lambda: KeyRing(KeyEncryptionKeys.load(), default_codec())
     )
     worker_ring: KeyRing = field(
-        default_factory=lambda: KeyRing(KeyEncryptionKeys.load(), default_registry())
+        default_factory=lambda: KeyRing(KeyEncryptionKeys.load(), default_codec())
     )
 
     @classmethod

@@ -36,7 +36,7 @@ from pipeline.crypto import KeyEncryptionKeys, KeyRing
 from pipeline.kafka.admin import connect_admin, ensure_topics
 from pipeline.kafka.clients import producer_config
 from pipeline.kafka.partitioner import partition_for
-from pipeline.kafka.serde import default_registry
+from pipeline.kafka.serde import default_codec
 from pipeline.kafka.topics import Topic, Topology
 from pipeline.records.event import event_record
 from pipeline.redis.budgets import RedisBudgets
@@ -163,7 +163,7 @@ class Stack:
             keks=self.keks,
         )
         self._threads.start("ticker", ticker.run)
-        ring = KeyRing(self.keks, default_registry())
+        ring = KeyRing(self.keks, default_codec())
         config = parse_config(
             {
                 "kafka": {
@@ -242,7 +242,7 @@ class Stack:
         self, source_id: str, event_type: str, event_id: str, payload: dict[str, Any]
     ) -> None:
         record = event_record(source_id, event_type, event_id, payload, self.clock.now())
-        value = default_registry().encode("event", record)
+        value = default_codec().encode("event", record)
         partition = partition_for(source_id, PARTITIONS)
         self.producer.produce(self.topology.name(Topic.EVENTS), value, source_id, partition)
         assert self.producer.flush(30) == 0
@@ -251,7 +251,7 @@ class Stack:
 
     def ring(self, *subjects: tuple[str, str]) -> KeyRing:
         """The data keys ``keys`` holds now (of ``subjects``, or all)."""
-        ring = KeyRing(self.keks, default_registry())
+        ring = KeyRing(self.keks, default_codec())
         read_keys(self.bootstrap, self.topology, ring, list(subjects) or None)
         return ring
 

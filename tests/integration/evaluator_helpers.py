@@ -21,7 +21,7 @@ from pipeline.crypto import KeyEncryptionKeys, KeyRing
 from pipeline.kafka.admin import connect_admin, ensure_topics
 from pipeline.kafka.clients import producer_config
 from pipeline.kafka.partitioner import partition_for
-from pipeline.kafka.serde import default_registry
+from pipeline.kafka.serde import default_codec
 from pipeline.kafka.topics import Topic, Topology
 from pipeline.records.grant import grant_value
 from pipeline.records.outbox_entry import decode_outbox_entry
@@ -118,7 +118,7 @@ class Writer:
 
     def __init__(self, bootstrap: str, topology: Topology) -> None:
         self.topology = topology
-        self.registry = default_registry()
+        self.registry = default_codec()
         self.producer = Producer(producer_config(bootstrap))
         self.partitions = topology.partitions
         self.ring = KeyRing(KeyEncryptionKeys.load(), self.registry)
@@ -291,14 +291,14 @@ class Writer:
 
 def current_ring(bootstrap: str, topology: Topology) -> KeyRing:
     """The data keys ``keys`` holds now, under the test KEK."""
-    ring = KeyRing(KeyEncryptionKeys.load(), default_registry())
+    ring = KeyRing(KeyEncryptionKeys.load(), default_codec())
     read_keys(bootstrap, topology, ring)
     return ring
 
 
 def receipts(bootstrap: str, topology: Topology) -> list[tuple[Receipt, int]]:
     """Every committed receipt with the partition it landed on (opened with the keys now)."""
-    registry = default_registry()
+    registry = default_codec()
     ring = current_ring(bootstrap, topology)
     found = []
     for msg in read_all(bootstrap, topology.name(Topic.RECEIPTS), max_s=30):
@@ -309,7 +309,7 @@ def receipts(bootstrap: str, topology: Topology) -> list[tuple[Receipt, int]]:
 
 def outbox_entries(bootstrap: str, topology: Topology) -> list[OutboxEntry]:
     """Every committed outbox record (read_committed), in log order per partition."""
-    registry = default_registry()
+    registry = default_codec()
     ring = current_ring(bootstrap, topology)
     return [
         decode_outbox_entry(registry, ring, msg.value() or b"")

@@ -33,7 +33,7 @@ from consumers.delivery.adapters.webhook import WebhookAdapter, WebhookConfig
 from pipeline.clock import ManualClock
 from pipeline.config import parse_config
 from pipeline.kafka.clients import producer_config, table_consumer_config
-from pipeline.kafka.serde import default_registry
+from pipeline.kafka.serde import default_codec
 from pipeline.rules.data_keys import subject_owner
 from pipeline.rules.keys import subject_key
 from pipeline.rules.outbox import OutboxEntry
@@ -347,7 +347,7 @@ def _read_all(
                 continue
             value = message.value()
             assert value is not None
-            values.append((message.key(), default_registry().decode(value)[1]))
+            values.append((message.key(), default_codec().decode(value)[1]))
     finally:
         consumer.close()
     return values

@@ -26,7 +26,7 @@ from pipeline.control.client import CommandClient, operator_principal
 from pipeline.crypto import KeyEncryptionKeys, KeyRing
 from pipeline.kafka.admin import connect_admin, ensure_topics
 from pipeline.kafka.scan import Bound
-from pipeline.kafka.serde import default_registry
+from pipeline.kafka.serde import default_codec
 from pipeline.kafka.topics import Topic, Topology
 from pipeline.ops.explain import read_explanation
 from pipeline.ops.replay_reader import Scope, read_history
@@ -46,7 +46,7 @@ from tests.receiver import Receiver
 pytestmark = pytest.mark.integration
 
 TENANT = "acme"
-SCHEMAS = default_registry()
+SCHEMAS = default_codec()
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry
 
 from pipeline.kafka.clients import BrokerFailure, ErrorKind, consumer_config, producer_config
 from pipeline.kafka.partitioner import partition_for
-from pipeline.kafka.serde import MAGIC, default_registry
+from pipeline.kafka.serde import MAGIC, default_codec
 from pipeline.kafka.topics import DLQ_OFFSET, DLQ_PARTITION, DLQ_REASON, DLQ_TOPIC
 from pipeline.rules.errors import SerdeError, UnknownSchemaError
 from pipeline.runtime.app import (
@@ -288,7 +288,7 @@ def test_unknown_fingerprint_pauses_if_registered_and_is_dead_lettered_if_not(
     create_topics(kafka_bootstrap, 1, schemas, compact=True)
     newer, forged = bytes.fromhex("00112233445566aa"), bytes.fromhex("99887766554433bb")
     produce_inputs(kafka_bootstrap, schemas, 1, [(newer.hex(), b'{"type":"record"}')])
-    registry = default_registry()
+    registry = default_codec()
 
     def decode(msg: Message) -> bytes:
         registry.writer_of(msg.value() or b"")

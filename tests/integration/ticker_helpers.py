@@ -25,7 +25,7 @@ from pipeline.crypto import KeyEncryptionKeys, KeyRing
 from pipeline.kafka.admin import connect_admin, ensure_topics
 from pipeline.kafka.clients import producer_config
 from pipeline.kafka.partitioner import partition_for
-from pipeline.kafka.serde import default_registry
+from pipeline.kafka.serde import default_codec
 from pipeline.kafka.topics import Topic, Topology
 from pipeline.records.event import event_record
 from pipeline.records.grant import encode_grant
@@ -63,7 +63,7 @@ __all__ = [
 
 PARTITIONS = 2
 TENANT, USER = "acme", "u-42"
-REGISTRY = default_registry()
+REGISTRY = default_codec()
 
 
 class Deployment:

@@ -30,7 +30,7 @@ from typing import Any
 
 from consumers.delivery.adapters.base import AdapterKind, OutboundRecord, SendResult
 from pipeline.clock import Clock, SystemClock
-from pipeline.kafka.serde import SchemaRegistry, default_registry
+from pipeline.kafka.serde import AvroCodec, default_codec
 from pipeline.records.notification import NotificationKind, encode_notification
 from pipeline.records.sealing import Sealer
 from pipeline.rules.errors import DefinitionError, SerdeError
@@ -56,12 +56,12 @@ class InAppAdapter:
         *,
         sealer: Sealer,
         clock: Clock | None = None,
-        schemas: SchemaRegistry | None = None,
+        schemas: AvroCodec | None = None,
     ) -> None:
         self._config = config
         self._sealer = sealer
         self._clock: Clock = clock or SystemClock()
-        self._schemas = schemas or default_registry()
+        self._schemas = schemas or default_codec()
 
     def ledger_record(self, entry: OutboxEntry, now: datetime) -> OutboundRecord:
         """The notification itself."""

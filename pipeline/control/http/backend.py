@@ -46,7 +46,7 @@ from pipeline.crypto import KeyEncryptionKeys, KeyRing
 from pipeline.kafka.clients import Producer
 from pipeline.kafka.partitioner import partition_for
 from pipeline.kafka.scan import scan
-from pipeline.kafka.serde import SchemaRegistry, default_registry
+from pipeline.kafka.serde import AvroCodec, default_codec
 from pipeline.kafka.topics import Topic, Topology
 from pipeline.records.lifecycle import decode_lifecycle
 from pipeline.records.notification import (
@@ -123,14 +123,14 @@ class LedgerStore:
         topology: Topology,
         clock: Clock,
         *,
-        schemas: SchemaRegistry | None = None,
+        schemas: AvroCodec | None = None,
         max_scan: int = DEFAULT_MAX_SCAN,
         keks: KeyEncryptionKeys | None = None,
     ) -> None:
         self._bootstrap = bootstrap
         self._topology = topology
         self._clock = clock
-        self._schemas = schemas or default_registry()
+        self._schemas = schemas or default_codec()
         self._keks = keks or KeyEncryptionKeys.load()
         self._producer = Producer(bootstrap)
         self._max_scan = max_scan

@@ -10,13 +10,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeline.kafka import writers
-from pipeline.kafka.serde import SchemaVersion, default_registry
+from pipeline.kafka.serde import SchemaVersion, default_codec
 from pipeline.kafka.writers import prepare
 from pipeline.rules.errors import SerdeError
 
 pytestmark = pytest.mark.unit
 
-REGISTRY = default_registry()
+REGISTRY = default_codec()
 NEWEST = sorted(
     (REGISTRY.newest(name) for name in REGISTRY.record_types), key=lambda v: v.record_type
 )

@@ -10,14 +10,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.kafka.serde import default_registry
+from pipeline.kafka.serde import default_codec
 from pipeline.records.redelivery import decode_redelivery, encode_redelivery
 from pipeline.rules.commands import Redelivery
 from pipeline.rules.errors import SerdeError
 
 pytestmark = pytest.mark.unit
 
-REGISTRY = default_registry()
+REGISTRY = default_codec()
 KEY = "ab" * 32
 AT = datetime(2026, 12, 1, 12, tzinfo=UTC)
 

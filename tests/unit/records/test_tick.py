@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from pipeline.kafka.serde import default_registry
+from pipeline.kafka.serde import default_codec
 from pipeline.records.tick import TickRecord, encode_tick, evidence_from_tick
 from pipeline.records.ticker_state import decode_ticker_state, encode_memory, encode_pinned
 from pipeline.rules.data_keys import evidence_owner
@@ -20,7 +20,7 @@ from tests.keyring import ring_with
 
 pytestmark = pytest.mark.unit
 
-REGISTRY = default_registry()
+REGISTRY = default_codec()
 AT = datetime(2026, 11, 29, 10, 5, tzinfo=UTC)
 SEEN = datetime(2026, 11, 29, 10, 5, 1, 250_000, tzinfo=UTC)
 

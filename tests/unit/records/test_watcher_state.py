@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from pipeline.kafka.serde import default_registry
+from pipeline.kafka.serde import default_codec
 from pipeline.records.watcher_state import decode_state, encode_state
 from pipeline.rules.authz import Action, Grant
 from pipeline.rules.budgets import BudgetVerdict
@@ -26,7 +26,7 @@ from pipeline.rules.watcher_state import RECENT_TRIGGERS, AppliedTrigger, Watche
 
 pytestmark = pytest.mark.unit
 
-REGISTRY = default_registry()
+REGISTRY = default_codec()
 KEY = ("acme", "u-42", "w")
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 

@@ -9,7 +9,7 @@ import pytest
 import redis
 
 from consumers.evaluator.plan import Plan
-from pipeline.kafka.serde import default_registry
+from pipeline.kafka.serde import default_codec
 from pipeline.records.codec import json_text
 from pipeline.records.grant import encode_grant
 from pipeline.records.outbox_entry import (
@@ -38,7 +38,7 @@ from tests.keyring import OpenRing
 pytestmark = pytest.mark.unit
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
-REGISTRY = default_registry()
+REGISTRY = default_codec()
 
 
 def definition() -> WatcherDefinition:

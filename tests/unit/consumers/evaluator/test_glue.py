@@ -10,7 +10,7 @@ import pytest
 
 from consumers.evaluator.lifecycle import LifecycleTracker
 from consumers.evaluator.plan import effective_state
-from pipeline.kafka.serde import default_registry
+from pipeline.kafka.serde import default_codec
 from pipeline.records.event import evidence_from_event
 from pipeline.records.outbox_entry import decode_outbox_entry, encode_outbox_entry
 from pipeline.records.receipt import decode_receipt, encode_receipt, receipt_identity
@@ -33,7 +33,7 @@ from tests.keyring import OpenRing
 pytestmark = pytest.mark.unit
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
-REGISTRY = default_registry()
+REGISTRY = default_codec()
 KEY = ("acme", "u-42", "release-build-failed")
 
 

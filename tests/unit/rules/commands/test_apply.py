@@ -11,7 +11,7 @@ import pytest
 
 from consumers.commands.registry import SubjectIndex
 from pipeline.cli.grant_cmd import parse_until
-from pipeline.kafka.serde import default_registry
+from pipeline.kafka.serde import default_codec
 from pipeline.ops.validate import load_definition
 from pipeline.records.command import (
     command_from_value,
@@ -646,7 +646,7 @@ def test_grant_revoke_by_source_removes_single_source_grants_and_narrows_the_res
 
 
 def test_records_round_trip_through_their_avro_schemas_with_content_sealed() -> None:
-    schemas = default_registry()
+    schemas = default_codec()
     ring = ring_with(subject_owner(TENANT, USER))
     subject = Subject()
     cmd = command(CommandVerb.CREATE, definition=definition(), expected_revision=4)
@@ -695,7 +695,7 @@ def test_a_command_with_content_is_never_written_without_its_subject_key() -> No
 
 
 def test_a_result_with_a_refusal_seals_its_message_when_the_subject_has_a_key() -> None:
-    schemas = default_registry()
+    schemas = default_codec()
     owner = subject_owner(TENANT, USER)
     ring = ring_with(owner)
     refusal = Subject().run(CommandVerb.SHOW, watcher_id="secret-watcher-name").result

@@ -24,7 +24,7 @@ from consumers.delivery.adapters.chat import MAX_TEXT, chat_text
 from consumers.delivery.adapters.in_app import InAppAdapter, InAppConfig
 from pipeline.clock import ManualClock
 from pipeline.config import parse_config
-from pipeline.kafka.serde import default_registry
+from pipeline.kafka.serde import default_codec
 from pipeline.records.notification import decode_notification
 from pipeline.rules.data_keys import subject_owner
 from pipeline.rules.errors import ConfigError
@@ -262,10 +262,10 @@ def test_in_app_send_returns_a_ledger_record_keyed_by_subject_for_the_transactio
     (record,) = result.records
     assert record.topic == "acme.notifications"
     assert record.key == subject_key("acme", "u-42").encode()
-    record_type, raw_value = default_registry().decode(record.value)
+    record_type, raw_value = default_codec().decode(record.value)
     assert record_type == "notification"
     assert raw_value["text"] is None and raw_value["trigger"] is None, "sealed, not plain"
-    value = decode_notification(default_registry(), RING, record.value)
+    value = decode_notification(default_codec(), RING, record.value)
     assert (value["kind"], value["delivery_key"], value["text"], value["verb"]) == (
         "notification",
         KEY,
@@ -285,7 +285,7 @@ def test_in_app_for_a_subject_without_a_key_writes_no_text() -> None:
     result = adapter.send(delivery(target="ledger", verb="send", text="private"))
     (record,) = result.records
     assert b"private" not in record.value
-    assert decode_notification(default_registry(), RING, record.value)["erased"] is True
+    assert decode_notification(default_codec(), RING, record.value)["erased"] is True
 
 
 def test_in_app_with_wake_session_adds_a_content_free_wake_after_commit() -> None:
@@ -297,7 +297,7 @@ def test_in_app_with_wake_session_adds_a_content_free_wake_after_commit() -> Non
     )
     (wake,) = result.after_commit
     assert wake.key == result.records[0].key
-    _, value = default_registry().decode(wake.value)
+    _, value = default_codec().decode(wake.value)
     assert (value["kind"], value["delivery_key"], value["session_id"]) == ("wake", KEY, "s-1")
     assert value["text"] is None and value["trigger"] is None and value["outcome"] is None
     assert b"private" not in wake.value

@@ -13,7 +13,7 @@ from consumers.delivery.adapters.verbs import VerbExecutor
 from pipeline.clock import ManualClock
 from pipeline.control.agent import AgentRunner, AgentTokens
 from pipeline.control.run import ScriptRunner
-from pipeline.kafka.serde import default_registry
+from pipeline.kafka.serde import default_codec
 from pipeline.records.outbox_entry import decode_outbox_entry
 from pipeline.rules.commands.immediate import immediate_entry
 from pipeline.rules.data_keys import subject_owner
@@ -66,7 +66,7 @@ def test_fired_prompt_returns_its_answer_as_a_derived_send_entry(tmp_path: Path)
     [record] = result.records
     assert record.topic == "p.outbox"
     assert b"digest for today" not in record.value, "the answer travels sealed"
-    answer = decode_outbox_entry(default_registry(), RING, record.value)
+    answer = decode_outbox_entry(default_codec(), RING, record.value)
     assert answer.delivery_key == derived_delivery_key(entry.delivery_key, "answer")
     assert record.key == answer.delivery_key.encode()
     assert (answer.verb, answer.text, answer.target) == ("send", "digest for today", "me")
