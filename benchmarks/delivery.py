@@ -220,12 +220,12 @@ def _delivery(
             worker.step()
         thread = threading.Thread(target=worker.run, args=(stop,), daemon=True)
         thread.start()
-        schemas = default_codec()
+        codec = default_codec()
         outbox = topology.name(Topic.OUTBOX)
         started = time.monotonic()
         for entry in entries:
             key = entry.delivery_key
-            value = encode_outbox_entry(schemas, writer, entry)
+            value = encode_outbox_entry(codec, writer, entry)
             while True:
                 try:
                     producer.produce(outbox, value, key, partition_for(key, topology.partitions))

@@ -82,7 +82,7 @@ _WRITTEN = (Topic.RECEIPTS, Topic.OUTBOX, Topic.WATCHER_STATE, Topic.COMMANDS)
 TYPES = 10
 USERS = 100
 NOW = datetime.now(UTC)
-_REGISTRY = default_codec()
+_CODEC = default_codec()
 
 
 class _Loader:
@@ -93,7 +93,7 @@ class _Loader:
         self.tenant = tenant
         overrides: dict[str, Any] = {"linger.ms": 50}
         self.producer = Producer(producer_config(bootstrap, **overrides))
-        self.ring = KeyRing(KeyEncryptionKeys.load(), _REGISTRY)
+        self.ring = KeyRing(KeyEncryptionKeys.load(), _CODEC)
         template = WatcherDefinition.from_json(
             {
                 "watcher_id": "w",
@@ -153,7 +153,7 @@ class _Loader:
             ),
         }
         key = watcher_key(self.tenant, user, watcher_id)
-        value = _REGISTRY.encode("watcher", record)
+        value = _CODEC.encode("watcher", record)
         self._send(Topic.WATCHERS, key, value, partition_for(source_id, PARTITIONS))
         logged = {  # what replay reads the definition from (``vigil replay`` on a kept run)
             "tenant_id": self.tenant,
@@ -176,7 +176,7 @@ class _Loader:
                 canonical_json(body).decode(),
             ),
         }
-        value = _REGISTRY.encode("definition_log", logged)
+        value = _CODEC.encode("definition_log", logged)
         subject = subject_key(self.tenant, user)
         self._send(Topic.DEFINITION_LOG, key, value, partition_for(subject, PARTITIONS))
 
@@ -190,7 +190,7 @@ class _Loader:
             actions=frozenset({Action.EVALUATE}),
             until=NOW + timedelta(days=1),
         )
-        value = encode_grant(_REGISTRY, GrantRecord(grant, NOW, "bench"))
+        value = encode_grant(_CODEC, GrantRecord(grant, NOW, "bench"))
         self._send(Topic.GRANTS, grant.grant_id, value, partition_for(grant.grant_id, PARTITIONS))
 
     def events(self, n: int, sources: list[str], first: int = 0) -> None:
@@ -207,7 +207,7 @@ class _Loader:
                     {"status": "failed" if i % 2 else "passed", "n": i}
                 ).decode(),
             }
-            value = _REGISTRY.encode("event", record)
+            value = _CODEC.encode("event", record)
             self._send(Topic.EVENTS, source, value, partition_for(source, PARTITIONS))
         self.flush()
 

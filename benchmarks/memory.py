@@ -53,12 +53,12 @@ KIB = 1024
 
 
 def _events(producer: Producer, topology: Topology, start: int, count: int) -> None:
-    registry = default_codec()
+    codec = default_codec()
     topic = topology.name(Topic.EVENTS)
     now = datetime.now(UTC)
     for i in range(start, start + count):
         source = f"src-{i:07d}"
-        value = registry.encode(
+        value = codec.encode(
             "event",
             {
                 "source_id": source,

@@ -115,7 +115,7 @@ class CommandProcessor:
         instance_id: str,
         group_id: str | None = None,
         clock: Clock | None = None,
-        schemas: AvroCodec | None = None,
+        codec: AvroCodec | None = None,
         keks: KeyEncryptionKeys | None = None,
         key_cache: int = 65_536,
         metrics: CollectorRegistry = REGISTRY,
@@ -136,7 +136,7 @@ class CommandProcessor:
         self._limits = limits
         self._clock = clock or SystemClock()
         self._ceilings = ceilings
-        self._schemas = schemas or default_codec()
+        self._codec = codec or default_codec()
         self._keks = keks or KeyEncryptionKeys.load()
         self._key_cache = key_cache
         self._keys: dict[int, KeyView] = {}  # per task partition: its own ring
@@ -167,7 +167,7 @@ class CommandProcessor:
             producer_overrides=producer_overrides,
             registry=metrics,
             schemas_topic=self._topics[Topic.SCHEMAS],
-            schema_registry=self._schemas,
+            codec=self._codec,
         )
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -196,7 +196,7 @@ class CommandProcessor:
     # -- one batch -----------------------------------------------------------------------
 
     def _decode(self, msg: Message) -> dict[str, Any]:
-        record_type, value = self._schemas.decode(msg.value() or b"")
+        record_type, value = self._codec.decode(msg.value() or b"")
         if record_type != COMMAND:
             raise SerdeError(f"a {record_type} record on {msg.topic()}, expected a command")
         return value
@@ -215,7 +215,7 @@ class CommandProcessor:
         table = ctx.table(KEYS_TABLE)
         view = self._keys.get(ctx.partition)
         if view is None or view.table is not table:
-            ring = KeyRing(self._keks, self._schemas, cache_size=self._key_cache)
+            ring = KeyRing(self._keks, self._codec, cache_size=self._key_cache)
             view = self._keys[ctx.partition] = KeyView(table, ring)
         else:
             view.refresh()
@@ -286,7 +286,7 @@ class CommandProcessor:
 
         def decode(raw: bytes) -> RegistryEntry | None:
             try:
-                return decode_entry(self._schemas, ring, raw)
+                return decode_entry(self._codec, ring, raw)
             except ErasedError:
                 log.warning("a registry entry of %s is erased: left out", command.subject_key)
                 return None
@@ -304,7 +304,7 @@ class CommandProcessor:
             cached = self._grant_cache.get(grant_id)
             if cached is None or cached[0] != value:
                 try:
-                    cached = (value, decode_grant(self._schemas, value))
+                    cached = (value, decode_grant(self._codec, value))
                 except (SerdeError, ValueError, KeyError) as exc:
                     log.error("grant %s is unreadable, ignored (fail-closed): %s", grant_id, exc)
                     continue
@@ -324,7 +324,7 @@ class CommandProcessor:
         outcome: CommandOutcome,
     ) -> None:
         tenant, user = command.tenant_id, command.user_id
-        schemas, ring = self._schemas, keys.ring
+        codec, ring = self._codec, keys.ring
         now = outcome.result.processed_at
         shredded = self._shred(keys, tenant, user, outcome.shred)
         self._ensure_keys(keys, command, outcome, now)
@@ -333,13 +333,13 @@ class CommandProcessor:
             if entry is None:
                 registry.delete(key)
             else:
-                registry.set(key, encode_entry(schemas, ring, entry))
+                registry.set(key, encode_entry(codec, ring, entry))
                 self._index.add(registry, key)
         watchers = self._topics[Topic.WATCHERS]
         count = self._topology.partitions_for(Topic.WATCHERS)
         for write in outcome.watchers:
             key = watcher_key(tenant, user, write.watcher_id)
-            value = None if write.entry is None else encode_watcher(schemas, ring, write.entry)
+            value = None if write.entry is None else encode_watcher(codec, ring, write.entry)
             ctx.produce(watchers, key, value, partition_for(write.source_id, count))
         for change in outcome.lifecycle:
             key = (
@@ -347,9 +347,7 @@ class CommandProcessor:
                 if change.watcher_id is None
                 else watcher_key(tenant, user, change.watcher_id)
             )
-            value = (
-                None if change.tombstone else encode_lifecycle(schemas, change, tenant, user, now)
-            )
+            value = None if change.tombstone else encode_lifecycle(codec, change, tenant, user, now)
             ctx.produce(self._topics[Topic.LIFECYCLE], key, value)
         log_topic = self._topics[Topic.DEFINITION_LOG]
         log_partition = partition_for(
@@ -357,19 +355,19 @@ class CommandProcessor:
         )
         for entry in outcome.definitions:
             key = watcher_key(tenant, user, entry.watcher_id)
-            value = encode_definition_log(schemas, ring, entry, command, now)
+            value = encode_definition_log(codec, ring, entry, command, now)
             ctx.produce(log_topic, key, value, log_partition)
         self._write_grants(ctx, grants, outcome.grants)
         outbox = self._topics[Topic.OUTBOX]
         outbox_partitions = self._topology.partitions_for(Topic.OUTBOX)
         for delivery in outcome.outbox:
             key = delivery.delivery_key
-            value = encode_outbox_entry(schemas, ring, delivery)
+            value = encode_outbox_entry(codec, ring, delivery)
             ctx.produce(outbox, key, value, partition_for(key, outbox_partitions))
         redeliveries = self._topics[Topic.REDELIVERIES]
         for request in outcome.redeliveries:
             key = request.delivery_key
-            value = encode_redelivery(schemas, request)
+            value = encode_redelivery(codec, request)
             ctx.produce(redeliveries, key, value, partition_for(key, outbox_partitions))
         result = outcome.result
         if shredded and result.result is not None:
@@ -429,7 +427,7 @@ class CommandProcessor:
         writes: tuple[tuple[str, GrantRecord | None], ...],
     ) -> None:
         for grant_id, record in writes:
-            value = None if record is None else encode_grant(self._schemas, record)
+            value = None if record is None else encode_grant(self._codec, record)
             ctx.produce(self._topics[Topic.GRANTS], grant_id, value)
             self._pending_grants[grant_id] = value
             if record is None:
@@ -447,9 +445,9 @@ class CommandProcessor:
         """The result, its body sealed under ``owner``'s key (plain without one: then it
         carries no subject content, e.g. an erasure's own answer or a refusal)."""
         if ring is None or owner is None or ring.record(owner) is None:
-            value = encode_result(self._schemas, _NO_KEYS, result, None)
+            value = encode_result(self._codec, _NO_KEYS, result, None)
         else:
-            value = encode_result(self._schemas, ring, result, owner)
+            value = encode_result(self._codec, ring, result, owner)
         ctx.produce(self._topics[Topic.COMMAND_RESULTS], result.request_id, value)
 
 

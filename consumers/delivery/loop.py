@@ -138,7 +138,7 @@ class DeliveryWorker:
         *,
         clock: Clock | None = None,
         registry: CollectorRegistry = REGISTRY,
-        schemas: AvroCodec | None = None,
+        codec: AvroCodec | None = None,
         executor: Executor | None = None,
         ring: KeyRing | None = None,
     ) -> None:
@@ -152,8 +152,8 @@ class DeliveryWorker:
         self._dlq_topic = topology.name(Topic.DEAD_LETTER)
         self._budgets = budgets
         self._clock: Clock = clock or SystemClock()
-        self._schemas = schemas or default_codec()
-        self.ring = KeyRing(KeyEncryptionKeys.load(), self._schemas) if ring is None else ring
+        self._codec = codec or default_codec()
+        self.ring = KeyRing(KeyEncryptionKeys.load(), self._codec) if ring is None else ring
         self._keys: KeyView | None = None
         self._metrics = delivery_metrics(registry)
         self.app = DeliveryApp(
@@ -176,9 +176,9 @@ class DeliveryWorker:
             group_protocol=settings.group_protocol,
             registry=registry,
             schemas_topic=topology.name(Topic.SCHEMAS),
-            schema_registry=self._schemas,
+            codec=self._codec,
         )
-        self._states = DeliveryStates(self.app, self._schemas, self.ring)
+        self._states = DeliveryStates(self.app, self._codec, self.ring)
         self._sends = SendPool(
             adapters,
             settings.senders,
@@ -202,8 +202,8 @@ class DeliveryWorker:
             return
         self.app.start()
         self._keys = KeyView(self.app.global_table(KEYS), self.ring)
-        self._grants = GrantIndex(self.app.global_table(GRANTS), self._schemas)
-        self._lifecycle = LifecycleIndex(self.app.global_table(LIFECYCLE), self._schemas)
+        self._grants = GrantIndex(self.app.global_table(GRANTS), self._codec)
+        self._lifecycle = LifecycleIndex(self.app.global_table(LIFECYCLE), self._codec)
         planner = Planner(
             grants=self._grants,
             lifecycle=self._lifecycle,
@@ -312,7 +312,7 @@ class DeliveryWorker:
         out: dict[str, DeliveryRecord] = {}
         for store in self.app.stores(STATE).values():
             for key, raw in store.items():
-                out[key] = decode_record(self._schemas, raw)
+                out[key] = decode_record(self._codec, raw)
         return out
 
     def _poll_timeout(self) -> float:
@@ -335,7 +335,7 @@ class DeliveryWorker:
         if value is None:
             return None  # a tombstone (a purge): nothing to deliver
         try:
-            entry = decode_outbox_entry(self._schemas, self.ring, value)
+            entry = decode_outbox_entry(self._codec, self.ring, value)
         except (ValidationError, KeyError, TypeError, ValueError) as exc:
             raise SerdeError(f"not an outbox entry: {exc}") from exc
         if msg.key() != entry.delivery_key.encode():
@@ -349,7 +349,7 @@ class DeliveryWorker:
         it; anything else (no value, another key) raises and is dead-lettered."""
         if value is None:
             raise SerdeError("a redelivery request has no value")
-        request = decode_redelivery(self._schemas, value)
+        request = decode_redelivery(self._codec, value)
         if key != request.delivery_key.encode():
             raise SerdeError("the record key is not the request's delivery key")
         return request

@@ -47,9 +47,9 @@ _UNSETTLED = (DeliveryStatus.PENDING, DeliveryStatus.DISPATCHING)
 class DeliveryStates:
     """The stores, the queue and the entries of one worker."""
 
-    def __init__(self, app: DeliveryApp, schemas: AvroCodec, sealer: Sealer) -> None:
+    def __init__(self, app: DeliveryApp, codec: AvroCodec, sealer: Sealer) -> None:
         self._app = app
-        self._schemas = schemas
+        self._codec = codec
         self._sealer = sealer
         self.queue = DueQueue()
         self._known: dict[int, Table] = {}  # the stores the queue reflects
@@ -71,7 +71,7 @@ class DeliveryStates:
         if cached is not None and cached[0] is raw:
             return cached[1]
         try:
-            record = decode_record(self._schemas, raw)
+            record = decode_record(self._codec, raw)
         except SerdeError as exc:
             log.error("delivery-state record %s is unreadable: %s", key, exc)
             return None
@@ -89,7 +89,7 @@ class DeliveryStates:
 
     def write(self, store: Table, record: DeliveryRecord) -> None:
         """Set ``record`` in ``store`` (written to the changelog at the next commit)."""
-        raw = encode_record(self._schemas, record)
+        raw = encode_record(self._codec, record)
         store.set(record.key, raw)
         if record.state.status in _UNSETTLED:
             self._decoded[record.key] = (raw, record)
@@ -165,7 +165,7 @@ class DeliveryStates:
         if raw is None:
             return None
         try:
-            entry = decode_outbox_entry(self._schemas, self._sealer, raw)
+            entry = decode_outbox_entry(self._codec, self._sealer, raw)
         except (SerdeError, ValidationError, KeyError, TypeError, ValueError) as exc:
             log.error("outbox entry %s is unreadable: %s", key, exc)
             return None
@@ -175,7 +175,7 @@ class DeliveryStates:
     def _outbox_value(self, key: str, partition: int, entry: OutboxEntry) -> bytes:
         """The entry's bytes as the outbox holds them (for a dead letter)."""
         raw = self._outbox_raw(key, partition)
-        return raw if raw is not None else encode_outbox_entry(self._schemas, self._sealer, entry)
+        return raw if raw is not None else encode_outbox_entry(self._codec, self._sealer, entry)
 
     def dead_letter(
         self,

@@ -32,8 +32,8 @@ log = logging.getLogger(__name__)
 class LifecycleTracker:
     """Cancelled versions and erased subjects, and per partition the state keys to tombstone."""
 
-    def __init__(self, table: Table, registry: Codec) -> None:
-        self._registry = registry
+    def __init__(self, table: Table, codec: Codec) -> None:
+        self._codec = codec
         self._data: ObservedDict = observe(table)
         self._data.drain()
         self._cancelled: dict[str, int] = {}  # watcher key → highest cancelled version
@@ -61,7 +61,7 @@ class LifecycleTracker:
         if raw is None:
             return
         try:
-            record = decode_lifecycle(self._registry, raw)
+            record = decode_lifecycle(self._codec, raw)
         except (SerdeError, KeyError, ValueError) as exc:
             log.error("lifecycle record %s is unreadable: %s", key, exc)
             return
@@ -96,7 +96,7 @@ class LifecycleTracker:
         if cancelled is None and erased is None:
             return False
         try:
-            _, value = self._registry.decode(raw)
+            _, value = self._codec.decode(raw)
         except SerdeError:
             return True  # unreadable state of a cancelled or erased watcher: drop it
         if cancelled is not None and cancel_drops(cancelled, int(value["version"])):

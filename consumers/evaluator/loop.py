@@ -134,7 +134,7 @@ class Evaluator:
         default_caps: BudgetCaps,
         *,
         clock: Clock | None = None,
-        registry: AvroCodec | None = None,
+        codec: AvroCodec | None = None,
         evaluators: Set[str] = frozenset(),
         metrics: EvaluatorMetrics | None = None,
         ceilings: BudgetCeilings = NO_CEILINGS,
@@ -147,8 +147,8 @@ class Evaluator:
         self._default_caps = default_caps
         self._ceilings = ceilings
         self._clock = clock or SystemClock()
-        self._registry = registry or default_codec()
-        self._ring = KeyRing(keks or KeyEncryptionKeys.load(), self._registry, cache_size=key_cache)
+        self._codec = codec or default_codec()
+        self._ring = KeyRing(keks or KeyEncryptionKeys.load(), self._codec, cache_size=key_cache)
         self._keys: KeyView | None = None
         self._evaluators = evaluators
         self.metrics = metrics or evaluator_metrics(REGISTRY)
@@ -165,9 +165,9 @@ class Evaluator:
         self._app: StreamApp | None = None
 
     @property
-    def schemas(self) -> AvroCodec:
-        """The schemas this evaluator reads and writes."""
-        return self._registry
+    def codec(self) -> AvroCodec:
+        """The Avro codec this evaluator reads and writes with."""
+        return self._codec
 
     # -- decoding (called by the runtime for every input record) ---------------------------
 
@@ -176,7 +176,7 @@ class Evaluator:
         raw = msg.value()
         if raw is None:
             raise SerdeError("an input record has no value (a tombstone?)")
-        record_type, value = self._registry.decode(raw)
+        record_type, value = self._codec.decode(raw)
         topic = msg.topic() or ""
         position = position_of(topic, msg.partition() or 0, msg.offset() or 0)
         expected = "event" if topic == self._events else "tick"
@@ -279,7 +279,7 @@ class Evaluator:
         now: datetime,
     ) -> int:
         """The evaluation's records; returns how many outbox entries it wrote."""
-        registry, ring = self._registry, self._ring
+        codec, ring = self._codec, self._ring
         receipt = result.receipt
         trigger_key = receipt.trigger_key
         text = json_text(receipt.trigger, "trigger")
@@ -288,21 +288,21 @@ class Evaluator:
             checkpoint = next_state.checkpoint
             same = checkpoint is not None and checkpoint.trigger_key == trigger_key
             data = encode_state(
-                registry, watch.parts, watch.source_id, next_state, now, text if same else None
+                codec, watch.parts, watch.source_id, next_state, now, text if same else None
             )
             task.state.set(watch.key, data)
             task.cache[watch.key] = (data, next_state)
         home = self._home_of(watch.source_id)
         until = retain_until(receipt.evaluated_at, watch.definition.privacy.evidence_retention)
-        value = encode_receipt(registry, ring, receipt, watch.source_id, text, until)
+        value = encode_receipt(codec, ring, receipt, watch.source_id, text, until)
         ctx.produce(self._receipts, watch.key, value, partition=home)
         entry = result.outbox
         if entry is not None:
-            value = encode_outbox_entry(registry, ring, entry, text)
+            value = encode_outbox_entry(codec, ring, entry, text)
             ctx.produce(self._outbox, entry.delivery_key, value)
         if result.close is not None:
             command = close_command(watch.parts, watch.version, result.close, trigger_key, now)
-            value = encode_command(registry, ring, command)
+            value = encode_command(codec, ring, command)
             ctx.produce(self._commands, command.subject_key, value)
             self.metrics.close_commands.labels(result.close.value).inc()
         return 0 if entry is None else 1
@@ -331,7 +331,7 @@ class Evaluator:
         state = ctx.table(_STATE)
         task = self._tasks.get(ctx.partition)
         if task is None or task.index.table is not watchers or task.state is not state:
-            task = _Task(WatcherIndex(watchers, self._registry, self._ring), state)
+            task = _Task(WatcherIndex(watchers, self._codec, self._ring), state)
             self._tasks[ctx.partition] = task
             _settle_heap()
         else:
@@ -350,7 +350,7 @@ class Evaluator:
         for (name, partition), watchers in tables.items():
             state = tables.get((_STATE, partition))
             if name == _WATCHERS and state is not None:
-                task = _Task(WatcherIndex(watchers, self._registry, self._ring), state)
+                task = _Task(WatcherIndex(watchers, self._codec, self._ring), state)
                 self._tasks[partition] = task
                 if compile_definitions:
                     for watch in task.index:
@@ -374,14 +374,14 @@ class Evaluator:
 
     def _grant_index(self, ctx: ProcessContext) -> GrantIndex:
         if self._grants is None:
-            self._grants = GrantIndex(ctx.table(_GRANTS), self._registry)
+            self._grants = GrantIndex(ctx.table(_GRANTS), self._codec)
         else:
             self._grants.refresh()
         return self._grants
 
     def _lifecycle_tracker(self, ctx: ProcessContext) -> LifecycleTracker:
         if self._lifecycle is None:
-            self._lifecycle = LifecycleTracker(ctx.table(_LIFECYCLE), self._registry)
+            self._lifecycle = LifecycleTracker(ctx.table(_LIFECYCLE), self._codec)
         return self._lifecycle
 
     def _stored(self, task: _Task, key: str) -> WatcherState | None:
@@ -391,7 +391,7 @@ class Evaluator:
         cached = task.cache.get(key)
         if cached is not None and cached[0] is raw:
             return cached[1]
-        state = decode_state(self._registry, raw)
+        state = decode_state(self._codec, raw)
         task.cache[key] = (raw, state)
         return state
 
@@ -463,7 +463,7 @@ def evaluator_app(
         group_protocol=settings.group_protocol,
         registry=registry,
         schemas_topic=topology.name(Topic.SCHEMAS),
-        schema_registry=evaluator.schemas,
+        codec=evaluator.codec,
     )
     evaluator.attach(app)
     return app

@@ -127,7 +127,7 @@ class StreamApp(Transactions, Assignment):
         consumer_overrides: dict[str, Any] | None = None,
         registry: CollectorRegistry = REGISTRY,
         schemas_topic: str | None = None,
-        schema_registry: AvroCodec | None = None,
+        codec: AvroCodec | None = None,
         judged: Collection[str] | None = None,
         group_protocol: GroupProtocol = GroupProtocol.CLASSIC,
     ) -> None:
@@ -173,7 +173,7 @@ class StreamApp(Transactions, Assignment):
             specs.append(TableSpec(SCHEMAS_TABLE, schemas_topic, TableKind.GLOBAL))
         self._bootstrap = bootstrap
         self._schemas_topic = schemas_topic
-        self._schema_registry = schema_registry
+        self._codec = codec
         self._judged = None if judged is None else frozenset(judged)
         self._isolation = Isolation()
         self._state = TaskState(specs, reader, self._placement.count)
@@ -561,12 +561,12 @@ class StreamApp(Transactions, Assignment):
 
     def _register_schemas(self) -> None:
         """Register the schemas this app writes before its first record (DESIGN.md §10)."""
-        if self._schemas_topic is None or self._schema_registry is None:
+        if self._schemas_topic is None or self._codec is None:
             return
         producer = PlainProducer(self._bootstrap)
         try:
             count = self._placement.count(self._schemas_topic)
-            register_schemas(producer, self._schemas_topic, count, self._schema_registry)
+            register_schemas(producer, self._schemas_topic, count, self._codec)
         finally:
             producer.close()
 

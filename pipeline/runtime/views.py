@@ -87,17 +87,17 @@ class WatcherIndex:
     __slots__ = (
         "_by_key",
         "_by_type",
+        "_codec",
         "_data",
         "_matching",
-        "_registry",
         "_sealer",
         "table",
         "undecodable",
     )
 
-    def __init__(self, table: Table, registry: Codec, sealer: Sealer) -> None:
+    def __init__(self, table: Table, codec: Codec, sealer: Sealer) -> None:
         self.table = table
-        self._registry = registry
+        self._codec = codec
         self._sealer = sealer
         self._data = observe(table)
         self._data.drain()
@@ -129,7 +129,7 @@ class WatcherIndex:
         if raw is None:
             return
         try:
-            watch = decode_watch(self._registry, self._sealer, key, raw)
+            watch = decode_watch(self._codec, self._sealer, key, raw)
         except (SerdeError, ValueError, KeyError) as exc:
             self.undecodable += 1
             log.error("watchers record %s is unreadable: %s", key, exc)
@@ -163,10 +163,10 @@ class WatcherIndex:
 class GrantIndex:
     """The whole ``grants`` table, by subject: authorization looks at one subject's grants."""
 
-    __slots__ = ("_by_key", "_by_subject", "_data", "_of", "_registry", "undecodable")
+    __slots__ = ("_by_key", "_by_subject", "_codec", "_data", "_of", "undecodable")
 
-    def __init__(self, table: Table, registry: Codec) -> None:
-        self._registry = registry
+    def __init__(self, table: Table, codec: Codec) -> None:
+        self._codec = codec
         self._data = observe(table)
         self._data.drain()
         self._by_key: dict[str, Grant] = {}
@@ -192,7 +192,7 @@ class GrantIndex:
         if raw is None:
             return
         try:
-            grant = decode_grant(self._registry, raw).grant
+            grant = decode_grant(self._codec, raw).grant
         except (SerdeError, ValueError, KeyError, DefinitionError) as exc:
             self.undecodable += 1
             log.error("grants record %s is unreadable (fail-closed: ignored): %s", key, exc)
@@ -215,10 +215,10 @@ class GrantIndex:
 class LifecycleIndex:
     """Lifecycle records by watcher and by subject, decoded once per change."""
 
-    __slots__ = ("_by_key", "_data", "_registry", "_subjects", "_watchers", "undecodable")
+    __slots__ = ("_by_key", "_codec", "_data", "_subjects", "_watchers", "undecodable")
 
-    def __init__(self, table: Table, registry: Codec) -> None:
-        self._registry = registry
+    def __init__(self, table: Table, codec: Codec) -> None:
+        self._codec = codec
         self._data = observe(table)
         self._data.drain()
         self._by_key: dict[str, LifecycleRecord] = {}
@@ -256,7 +256,7 @@ class LifecycleIndex:
         if raw is None:
             return None
         try:
-            record = decode_lifecycle(self._registry, raw)
+            record = decode_lifecycle(self._codec, raw)
         except (SerdeError, KeyError, ValueError) as exc:
             self.undecodable += 1
             log.error("lifecycle record %s is unreadable: %s", key, exc)

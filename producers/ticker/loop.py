@@ -125,7 +125,7 @@ class PollTicker:
         default_caps: BudgetCaps | None = None,
         ceilings: BudgetCeilings = NO_CEILINGS,
         clock: Clock | None = None,
-        registry: AvroCodec | None = None,
+        codec: AvroCodec | None = None,
         metrics_registry: CollectorRegistry = REGISTRY,
         tool_registry: ToolRegistry | None = None,
         keks: KeyEncryptionKeys | None = None,
@@ -135,15 +135,15 @@ class PollTicker:
         topology = settings.topology
         self.settings = settings
         self._clock = clock or SystemClock()
-        self._registry = registry or default_codec()
-        self._ring = KeyRing(keks or KeyEncryptionKeys.load(), self._registry, cache_size=key_cache)
+        self._codec = codec or default_codec()
+        self._ring = KeyRing(keks or KeyEncryptionKeys.load(), self._codec, cache_size=key_cache)
         self._keys: KeyView | None = None
         self._guard = ToolGuard(budgets, default_caps, ceilings)
         self.metrics: TickerMetrics = ticker_metrics(metrics_registry)
         self._ticks = topology.name(Topic.TICKS)
-        self._views = TickerViews(self._registry, self._ring)
+        self._views = TickerViews(self._codec, self._ring)
         self.states = PinnedStates(
-            self._registry,
+            self._codec,
             topology.name(Topic.EVENTS),
             topology.partitions_for(Topic.TICKER_STATE),
             self._views,
@@ -172,7 +172,7 @@ class PollTicker:
             consumer_overrides=settings.consumer_overrides,
             registry=metrics_registry,
             schemas_topic=topology.name(Topic.SCHEMAS),
-            schema_registry=self._registry,
+            codec=self._codec,
             # Events are the evaluator's to judge: the ticker reads them for pinned states only.
             judged=[topology.name(Topic.WATCHERS)],
         )
@@ -307,16 +307,16 @@ class PollTicker:
     def _encoded(self, writes: list[_Work], now: datetime, observed: datetime) -> list[_Work]:
         """Encode each watcher's ticks and memory before the transaction: a watcher whose
         records cannot be written is skipped (logged, counted) and the others go on."""
-        registry = self._registry
+        codec = self._codec
         kept: list[_Work] = []
         for item in writes:
             try:
                 item.records = [
-                    (record.source_id, encode_tick(registry, self._ring, record))
+                    (record.source_id, encode_tick(codec, self._ring, record))
                     for record in self._tick_records(item, now, observed)
                 ]
                 item.memory = encode_memory(
-                    registry, item.watch.parts, item.watch.source_id, item.plan.memory, now
+                    codec, item.watch.parts, item.watch.source_id, item.plan.memory, now
                 )
             except Exception as exc:  # one watcher's failure is its own, never the ticker's
                 log.error(
@@ -397,7 +397,7 @@ class PollTicker:
         if self._grants is None:
             for table in self.app.tables():
                 if table.spec.name == _GRANTS and table.spec.kind is TableKind.GLOBAL:
-                    self._grants = GrantIndex(table, self._registry)
+                    self._grants = GrantIndex(table, self._codec)
                     break
         else:
             self._grants.refresh()

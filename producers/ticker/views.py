@@ -39,8 +39,8 @@ _ASAP: Final = datetime(1970, 1, 1, tzinfo=UTC)
 class TickerViews:
     """What the ticker knows about the partitions it holds now."""
 
-    def __init__(self, registry: AvroCodec, sealer: Sealer) -> None:
-        self._registry = registry
+    def __init__(self, codec: AvroCodec, sealer: Sealer) -> None:
+        self._codec = codec
         self._sealer = sealer
         self._signature: tuple[tuple[str, int, int], ...] = ()
         self.watchers: dict[int, Table] = {}
@@ -80,7 +80,7 @@ class TickerViews:
         for state in self.state.values():
             for key, raw in state.items():
                 try:
-                    found = decode_ticker_state(self._registry, raw)
+                    found = decode_ticker_state(self._codec, raw)
                 except SerdeError as exc:
                     log.error("ticker-state %s is unreadable: %s", key, exc)
                     continue
@@ -111,7 +111,7 @@ class TickerViews:
                 self.deletes[key] = partition
             return
         try:
-            watch = decode_watch(self._registry, self._sealer, key, raw)
+            watch = decode_watch(self._codec, self._sealer, key, raw)
         except (SerdeError, ValueError, KeyError) as exc:
             log.error("watchers record %s is unreadable: %s", key, exc)
             return

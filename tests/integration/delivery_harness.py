@@ -86,7 +86,7 @@ class Harness:
     topology: Topology
     receiver: Receiver
     name: str
-    schemas: Any = field(default_factory=default_codec)
+    codec: Any = field(default_factory=default_codec)
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
     _producer: Producer | None = None
     ring: KeyRing = field(
@@ -190,7 +190,7 @@ class Harness:
         published = list(entries)
         for entry in published:
             self.key(subject_owner(entry.tenant_id, entry.user_id))
-            value = encode_outbox_entry(self.schemas, self.ring, entry)
+            value = encode_outbox_entry(self.codec, self.ring, entry)
             self.produce(Topic.OUTBOX, entry.delivery_key, value)
         self.flush()
         return published
@@ -204,7 +204,7 @@ class Harness:
         targets: Iterable[str] = ("hook", "inbox", "me"),
         until: datetime = FAR,
     ) -> None:
-        value = self.schemas.encode(
+        value = self.codec.encode(
             "grant",
             {
                 "grant_id": grant_id,
@@ -228,7 +228,7 @@ class Harness:
         self.flush()
 
     def cancel_watcher(self, tenant: str, user: str, watcher: str, version: int = 1) -> None:
-        value = self.schemas.encode(
+        value = self.codec.encode(
             "lifecycle",
             {
                 "scope": "watcher",
@@ -246,7 +246,7 @@ class Harness:
         self.flush()
 
     def erase_subject(self, tenant: str, user: str) -> None:
-        value = self.schemas.encode(
+        value = self.codec.encode(
             "lifecycle",
             {
                 "scope": "subject",
@@ -266,7 +266,7 @@ class Harness:
         out: dict[str, list[DeliveryRecord | None]] = {}
         for msg in read_all(self.bootstrap, self.topology.name(Topic.DELIVERY_STATE), 20):
             value = msg.value()
-            record = None if value is None else decode_record(self.schemas, value)
+            record = None if value is None else decode_record(self.codec, value)
             out.setdefault((msg.key() or b"").decode(), []).append(record)
         return out
 

@@ -487,7 +487,7 @@ def slow_plane(kafka_bootstrap: str) -> Iterator[Plane]:
 def burst(plane: Plane, count: int) -> list[str]:
     """``count`` ``key`` commands, one per subject, produced at once (one batch for the
     processor); their request ids."""
-    schemas, ring = default_codec(), plane.ring()
+    codec, ring = default_codec(), plane.ring()
     producer = Producer(producer_config(plane.bootstrap))
     ids = []
     for n in range(count):
@@ -495,7 +495,7 @@ def burst(plane: Plane, count: int) -> list[str]:
         principal = operator_principal(TENANT, user)
         command = plane.client.command(CommandVerb.KEY, principal, TENANT, user)
         key = command.subject_key
-        value = encode_command(schemas, ring, command)
+        value = encode_command(codec, ring, command)
         producer.produce(plane.topic(Topic.COMMANDS), value, key, partition_for(key, PARTITIONS))
         ids.append(command.request_id)
     assert producer.flush(30) == 0

@@ -288,10 +288,10 @@ def test_unknown_fingerprint_pauses_if_registered_and_is_dead_lettered_if_not(
     create_topics(kafka_bootstrap, 1, schemas, compact=True)
     newer, forged = bytes.fromhex("00112233445566aa"), bytes.fromhex("99887766554433bb")
     produce_inputs(kafka_bootstrap, schemas, 1, [(newer.hex(), b'{"type":"record"}')])
-    registry = default_codec()
+    codec = default_codec()
 
     def decode(msg: Message) -> bytes:
-        registry.writer_of(msg.value() or b"")
+        codec.writer_of(msg.value() or b"")
         return msg.value() or b""
 
     def record(event_id: str) -> bytes:
@@ -304,7 +304,7 @@ def test_unknown_fingerprint_pauses_if_registered_and_is_dead_lettered_if_not(
             "observed_at": datetime.now(UTC),
             "payload": "{}",
         }
-        return registry.encode("event", value)
+        return codec.encode("event", value)
 
     stalled, moving = "k1", "k2"
     while partition_for(moving, PARTITIONS) == partition_for(stalled, PARTITIONS):

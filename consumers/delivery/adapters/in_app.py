@@ -56,12 +56,12 @@ class InAppAdapter:
         *,
         sealer: Sealer,
         clock: Clock | None = None,
-        schemas: AvroCodec | None = None,
+        codec: AvroCodec | None = None,
     ) -> None:
         self._config = config
         self._sealer = sealer
         self._clock: Clock = clock or SystemClock()
-        self._schemas = schemas or default_codec()
+        self._codec = codec or default_codec()
 
     def ledger_record(self, entry: OutboxEntry, now: datetime) -> OutboundRecord:
         """The notification itself."""
@@ -89,7 +89,7 @@ class InAppAdapter:
     ) -> OutboundRecord:
         retention = entry.delivery_retention
         value = encode_notification(
-            self._schemas,
+            self._codec,
             self._sealer,
             kind,
             delivery_key=entry.delivery_key,

@@ -70,7 +70,7 @@ class VerbExecutor:
         outbox_topic: str,
         *,
         sealer: Sealer,
-        schemas: AvroCodec | None = None,
+        codec: AvroCodec | None = None,
         clock: Clock | None = None,
     ) -> None:
         """``sealer`` seals a prompt's answer (the delivery worker's key ring)."""
@@ -78,7 +78,7 @@ class VerbExecutor:
         self._sealer = sealer
         self._runner = runner
         self._topic = outbox_topic
-        self._schemas = schemas or default_codec()
+        self._codec = codec or default_codec()
         self._clock = clock or SystemClock()
 
     def execute(self, entry: OutboxEntry) -> SendResult:
@@ -101,7 +101,7 @@ class VerbExecutor:
         record = OutboundRecord(
             topic=self._topic,
             key=follow_up.delivery_key.encode("utf-8"),
-            value=encode_outbox_entry(self._schemas, self._sealer, follow_up),
+            value=encode_outbox_entry(self._codec, self._sealer, follow_up),
         )
         return SendResult(ok=True, records=(record,))
 

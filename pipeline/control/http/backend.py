@@ -123,20 +123,20 @@ class LedgerStore:
         topology: Topology,
         clock: Clock,
         *,
-        schemas: AvroCodec | None = None,
+        codec: AvroCodec | None = None,
         max_scan: int = DEFAULT_MAX_SCAN,
         keks: KeyEncryptionKeys | None = None,
     ) -> None:
         self._bootstrap = bootstrap
         self._topology = topology
         self._clock = clock
-        self._schemas = schemas or default_codec()
+        self._codec = codec or default_codec()
         self._keks = keks or KeyEncryptionKeys.load()
         self._producer = Producer(bootstrap)
         self._max_scan = max_scan
         self._ready: tuple[float, str | None] | None = None
         self._ready_lock = threading.Lock()
-        ring = KeyRing(self._keks, self._schemas, cache_size=4096)
+        ring = KeyRing(self._keks, self._codec, cache_size=4096)
         self._keys = FollowedKeys(bootstrap, topology, ring)
 
     # -- receipts ---------------------------------------------------------------------------
@@ -158,7 +158,7 @@ class LedgerStore:
             if msg.key() != wanted or raw is None:
                 continue
             try:
-                receipt, _ = decode_receipt(self._schemas, ring, raw)
+                receipt, _ = decode_receipt(self._codec, ring, raw)
             except (SerdeError, ValueError):
                 continue  # the dead-letter path's business, not the reader's
             if not retained(receipt.retain_until, now):
@@ -193,7 +193,7 @@ class LedgerStore:
             if raw is None or not key.startswith(mine):
                 continue
             try:
-                receipt, _ = decode_receipt(self._schemas, ring, raw)
+                receipt, _ = decode_receipt(self._codec, ring, raw)
             except (SerdeError, ValueError):
                 continue
             if (receipt.tenant_id, receipt.user_id) != (tenant_id, user_id):
@@ -218,7 +218,7 @@ class LedgerStore:
             if msg.key() != wanted or raw is None:
                 continue
             try:
-                record = decode_lifecycle(self._schemas, raw)
+                record = decode_lifecycle(self._codec, raw)
             except (SerdeError, ValueError, KeyError):
                 continue
             if (record.tenant_id, record.user_id, record.watcher_id) != (
@@ -253,7 +253,7 @@ class LedgerStore:
             if key != subject or raw is None:
                 continue
             try:
-                value = decode_notification(self._schemas, ring, raw)
+                value = decode_notification(self._codec, ring, raw)
             except (SerdeError, ValueError):
                 continue
             dkey = value["delivery_key"]
@@ -282,7 +282,7 @@ class LedgerStore:
             return {"delivery_key": delivery_key, "acked_at": note["acked_at"], "already": True}
         now = utc(self._clock.now())
         value = encode_notification(
-            self._schemas,
+            self._codec,
             self._ring(tenant_id, user_id),
             NotificationKind.ACK,
             delivery_key=delivery_key,
@@ -310,7 +310,7 @@ class LedgerStore:
             user_id,
             state=delivery_state_filter(state),
             watcher_id=watcher_id,
-            schemas=self._schemas,
+            codec=self._codec,
             max_scan=self._max_scan,
         )
         return [delivery_view(r) for r in records]
@@ -323,7 +323,7 @@ class LedgerStore:
             tenant_id,
             user_id,
             delivery_key,
-            schemas=self._schemas,
+            codec=self._codec,
             max_scan=self._max_scan,
         )
         return None if record is None else delivery_view(record)

@@ -88,9 +88,9 @@ def test_every_shipped_schema_round_trips(version: SchemaVersion) -> None:
 
 
 def test_header_is_marker_then_little_endian_crc64_of_canonical_form() -> None:
-    registry = default_codec()
-    event = registry.newest("event")
-    data = registry.encode("event", sample(event.parsed))
+    codec = default_codec()
+    event = codec.newest("event")
+    data = codec.encode("event", sample(event.parsed))
     canonical = to_parsing_canonical_form(event.parsed).encode()
     assert data[:2] == MAGIC == b"\xc3\x01"
     assert data[2:HEADER_SIZE] == crc64_avro(canonical).to_bytes(8, "little")
@@ -100,8 +100,8 @@ def test_header_is_marker_then_little_endian_crc64_of_canonical_form() -> None:
 
 
 def test_instants_decode_as_aware_utc() -> None:
-    registry = default_codec()
-    _, value = registry.decode(registry.encode("event", sample(registry.newest("event").parsed)))
+    codec = default_codec()
+    _, value = codec.decode(codec.encode("event", sample(codec.newest("event").parsed)))
     assert value["observed_at"] == INSTANT
     assert value["observed_at"].utcoffset() is not None
 
@@ -111,8 +111,8 @@ def test_default_registry_is_parsed_once() -> None:
 
 
 def _valid_event() -> bytes:
-    registry = default_codec()
-    return registry.encode("event", sample(registry.newest("event").parsed))
+    codec = default_codec()
+    return codec.encode("event", sample(codec.newest("event").parsed))
 
 
 @pytest.mark.parametrize(

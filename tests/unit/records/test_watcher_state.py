@@ -26,7 +26,7 @@ from pipeline.rules.watcher_state import RECENT_TRIGGERS, AppliedTrigger, Watche
 
 pytestmark = pytest.mark.unit
 
-REGISTRY = default_codec()
+CODEC = default_codec()
 KEY = ("acme", "u-42", "w")
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
@@ -127,14 +127,14 @@ def test_accepts_what_the_model_accepted_and_writes_the_same_bytes(fields: dict[
     assert (new.checkpoint is None) == (old.checkpoint is None)
     if new.checkpoint is not None and old.checkpoint is not None:
         assert new.checkpoint._asdict() == old.checkpoint.model_dump()
-    data = encode_state(REGISTRY, KEY, "ci", new, NOW)
-    assert data == encode_state(REGISTRY, KEY, "ci", old, NOW)  # type: ignore[arg-type]
-    assert decode_state(REGISTRY, data) == new
+    data = encode_state(CODEC, KEY, "ci", new, NOW)
+    assert data == encode_state(CODEC, KEY, "ci", old, NOW)  # type: ignore[arg-type]
+    assert decode_state(CODEC, data) == new
 
 
 def test_a_stored_state_out_of_range_is_undecodable() -> None:
     state = WatcherState(version=1, status=WatcherStatus.ACTIVE)
-    bad = REGISTRY.encode(
+    bad = CODEC.encode(
         "watcher_state",
         {
             "tenant_id": "acme",
@@ -155,7 +155,7 @@ def test_a_stored_state_out_of_range_is_undecodable() -> None:
         },
     )
     with pytest.raises(SerdeError, match="version"):
-        decode_state(REGISTRY, bad)
+        decode_state(CODEC, bad)
 
 
 def test_replace_checks_like_the_constructor_and_the_tuple_is_immutable() -> None:

@@ -38,7 +38,7 @@ from tests.keyring import OpenRing
 pytestmark = pytest.mark.unit
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
-REGISTRY = default_codec()
+CODEC = default_codec()
 
 
 def definition() -> WatcherDefinition:
@@ -97,7 +97,7 @@ def test_the_evaluation_carries_a_typed_receipt_and_outbox_entry() -> None:
 
 def _unsealed(raw: bytes, ring: OpenRing, aad: bytes) -> dict[str, Any]:
     """The record's Avro value with its sealed fields opened (nonces differ per seal)."""
-    _, value = REGISTRY.decode(raw)
+    _, value = CODEC.decode(raw)
     value["sealed"] = ring.open(aad, value["sealed"])
     return value
 
@@ -111,21 +111,21 @@ def test_records_encoded_with_the_trigger_text_are_those_encoded_without_it_and_
     aad = receipt_identity(
         "acme", "ann", receipt.watcher_id, 2, receipt.trigger_key, receipt.evaluated_at
     )
-    fast = encode_receipt(REGISTRY, ring, receipt, "ci", text)
+    fast = encode_receipt(CODEC, ring, receipt, "ci", text)
     assert _unsealed(fast, ring, aad) == _unsealed(
-        encode_receipt(REGISTRY, ring, receipt, "ci"), ring, aad
+        encode_receipt(CODEC, ring, receipt, "ci"), ring, aad
     )
-    assert decode_receipt(REGISTRY, ring, fast) == (receipt, "ci")
+    assert decode_receipt(CODEC, ring, fast) == (receipt, "ci")
     aad = outbox_identity(entry.delivery_key)
-    fast = encode_outbox_entry(REGISTRY, ring, entry, text)
+    fast = encode_outbox_entry(CODEC, ring, entry, text)
     assert _unsealed(fast, ring, aad) == _unsealed(
-        encode_outbox_entry(REGISTRY, ring, entry), ring, aad
+        encode_outbox_entry(CODEC, ring, entry), ring, aad
     )
-    assert decode_outbox_entry(REGISTRY, ring, fast) == entry
+    assert decode_outbox_entry(CODEC, ring, fast) == entry
     state = result.next_state
     key = ("acme", "ann", "build-failed")
-    assert encode_state(REGISTRY, key, "ci", state, NOW, text) == encode_state(
-        REGISTRY, key, "ci", state, NOW
+    assert encode_state(CODEC, key, "ci", state, NOW, text) == encode_state(
+        CODEC, key, "ci", state, NOW
     )
 
 
@@ -141,15 +141,15 @@ def test_a_pending_evaluation_has_no_outbox_entry() -> None:
 def grant_index(*grants: Grant) -> tuple[GrantIndex, Table]:
     table = Table(TableSpec("grants", "grants", TableKind.GLOBAL), -1)
     for g in grants:
-        table.apply(g.grant_id, encode_grant(REGISTRY, GrantRecord(g, NOW, "op")))
-    return GrantIndex(table, REGISTRY), table
+        table.apply(g.grant_id, encode_grant(CODEC, GrantRecord(g, NOW, "op")))
+    return GrantIndex(table, CODEC), table
 
 
 def test_grant_index_answers_the_same_tuple_until_a_grant_of_that_subject_changes() -> None:
     index, table = grant_index(grant("g1"))
     first = index.of("acme", "ann")
     assert index.of("acme", "ann") is first
-    table.data["g2"] = encode_grant(REGISTRY, GrantRecord(grant("g2"), NOW, "op"))
+    table.data["g2"] = encode_grant(CODEC, GrantRecord(grant("g2"), NOW, "op"))
     index.refresh()
     second = index.of("acme", "ann")
     assert second is not first and {g.grant_id for g in second} == {"g1", "g2"}

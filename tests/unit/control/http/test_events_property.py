@@ -75,7 +75,7 @@ class CheckingEvents:
 
     def __init__(self) -> None:
         self.encoded = 0
-        self._registry = default_codec()
+        self._codec = default_codec()
 
     def publish(self, events: Sequence[tuple[EventLine, datetime]]) -> list[str | None]:
         verdicts: list[str | None] = []
@@ -85,7 +85,7 @@ class CheckingEvents:
             except DefinitionError as exc:
                 verdicts.append(str(exc))
                 continue
-            self._registry.encode(EVENT, record)
+            self._codec.encode(EVENT, record)
             self.encoded += 1
             verdicts.append(None)
         return verdicts

@@ -95,6 +95,6 @@ def test_redeliver_needs_a_well_formed_delivery_key() -> None:
 
 
 def test_a_redelivery_record_round_trips_through_its_avro_schema() -> None:
-    registry = default_codec()
+    codec = default_codec()
     request = Redelivery(KEY, TENANT, USER, "r-1", NOW)
-    assert decode_redelivery(registry, encode_redelivery(registry, request)) == request
+    assert decode_redelivery(codec, encode_redelivery(codec, request)) == request
