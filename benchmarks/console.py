@@ -197,7 +197,7 @@ def main() -> None:
         topology,
         instance_id=f"bench-{uuid.uuid4().hex[:6]}",
         keks=keks,
-        metrics=CollectorRegistry(),
+        metrics_registry=CollectorRegistry(),
         limits=Limits(watchers=args.watchers + 100),
         consumer_overrides={"fetch.wait.max.ms": 10},
     )

@@ -211,7 +211,7 @@ def _delivery(
             settings,
             adapters,
             RedisBudgets(client, key_prefix=f"bench:{run}:"),
-            registry=CollectorRegistry(),
+            metrics_registry=CollectorRegistry(),
             ring=KeyRing(keks, default_codec()),
         )
         stop = threading.Event()

@@ -280,7 +280,7 @@ def _evaluate(
     caps = BudgetCaps(window=timedelta(hours=1), evaluations=10_000_000)
     processor = Evaluator(topology, budgets, caps, metrics=metrics)
     settings = EvaluatorSettings(bootstrap, topology, "bench")
-    app = evaluator_app(settings, processor, registry=registry)
+    app = evaluator_app(settings, processor, metrics_registry=registry)
     events_topic = topology.name(Topic.EVENTS)
     labels = {"group": settings.group, "topic": events_topic}
 

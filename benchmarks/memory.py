@@ -92,7 +92,7 @@ def source_ids(bootstrap: str, redis_url: str, total: int) -> dict[str, Any]:
         metrics=evaluator_metrics(registry),
     )
     settings = EvaluatorSettings(bootstrap, topology, "bench")
-    app = evaluator_app(settings, evaluator, registry=registry)
+    app = evaluator_app(settings, evaluator, metrics_registry=registry)
     labels = {"group": app.group_id, "topic": topology.name(Topic.EVENTS)}
     overrides: dict[str, Any] = {"linger.ms": 50}
     producer = Producer(producer_config(bootstrap, **overrides))

@@ -51,7 +51,7 @@ def _app(
     settings = EvaluatorSettings(
         bootstrap, topology, name, group_id=group, group_protocol=GroupProtocol(protocol)
     )
-    return evaluator_app(settings, processor, registry=registry), processor, registry
+    return evaluator_app(settings, processor, metrics_registry=registry), processor, registry
 
 
 def _member(argv: list[str]) -> None:

@@ -118,7 +118,7 @@ class CommandProcessor:
         codec: AvroCodec | None = None,
         keks: KeyEncryptionKeys | None = None,
         key_cache: int = 65_536,
-        metrics: CollectorRegistry = REGISTRY,
+        metrics_registry: CollectorRegistry = REGISTRY,
         consumer_overrides: dict[str, Any] | None = None,
         producer_overrides: dict[str, Any] | None = None,
         limits: Limits = DEFAULT_LIMITS,
@@ -140,7 +140,7 @@ class CommandProcessor:
         self._keks = keks or KeyEncryptionKeys.load()
         self._key_cache = key_cache
         self._keys: dict[int, KeyView] = {}  # per task partition: its own ring
-        self._counter = command_counter(metrics)
+        self._counter = command_counter(metrics_registry)
         self._topics = {topic: topology.name(topic) for topic in Topic}
         self._pending_grants: dict[str, bytes | None] = {}
         self._grant_cache: dict[str, tuple[bytes, GrantRecord]] = {}
@@ -165,7 +165,7 @@ class CommandProcessor:
             group_protocol=group_protocol,
             consumer_overrides=consumer_overrides,
             producer_overrides=producer_overrides,
-            registry=metrics,
+            metrics_registry=metrics_registry,
             schemas_topic=self._topics[Topic.SCHEMAS],
             codec=self._codec,
         )

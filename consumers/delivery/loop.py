@@ -137,7 +137,7 @@ class DeliveryWorker:
         budgets: RedisBudgets,
         *,
         clock: Clock | None = None,
-        registry: CollectorRegistry = REGISTRY,
+        metrics_registry: CollectorRegistry = REGISTRY,
         codec: AvroCodec | None = None,
         executor: Executor | None = None,
         ring: KeyRing | None = None,
@@ -155,7 +155,7 @@ class DeliveryWorker:
         self._codec = codec or default_codec()
         self.ring = KeyRing(KeyEncryptionKeys.load(), self._codec) if ring is None else ring
         self._keys: KeyView | None = None
-        self._metrics = delivery_metrics(registry)
+        self._metrics = delivery_metrics(metrics_registry)
         self.app = DeliveryApp(
             bootstrap,
             settings.group_id,
@@ -174,7 +174,7 @@ class DeliveryWorker:
             commit_interval_ms=settings.commit_interval_ms,
             consumer_overrides=dict(settings.consumer_overrides),
             group_protocol=settings.group_protocol,
-            registry=registry,
+            metrics_registry=metrics_registry,
             schemas_topic=topology.name(Topic.SCHEMAS),
             codec=self._codec,
         )

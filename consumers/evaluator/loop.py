@@ -432,7 +432,7 @@ def evaluator_app(
     settings: EvaluatorSettings,
     evaluator: Evaluator,
     *,
-    registry: CollectorRegistry = REGISTRY,
+    metrics_registry: CollectorRegistry = REGISTRY,
 ) -> StreamApp:
     """The evaluator's stream app: inputs, tables and the member's stable transactional id."""
     topology = settings.topology
@@ -461,7 +461,7 @@ def evaluator_app(
         static_membership=settings.static_membership,
         consumer_overrides=overrides,
         group_protocol=settings.group_protocol,
-        registry=registry,
+        metrics_registry=metrics_registry,
         schemas_topic=topology.name(Topic.SCHEMAS),
         codec=evaluator.codec,
     )

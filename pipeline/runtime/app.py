@@ -125,7 +125,7 @@ class StreamApp(Transactions, Assignment):
         static_membership: bool = False,
         producer_overrides: dict[str, Any] | None = None,
         consumer_overrides: dict[str, Any] | None = None,
-        registry: CollectorRegistry = REGISTRY,
+        metrics_registry: CollectorRegistry = REGISTRY,
         schemas_topic: str | None = None,
         codec: AvroCodec | None = None,
         judged: Collection[str] | None = None,
@@ -177,7 +177,7 @@ class StreamApp(Transactions, Assignment):
         self._judged = None if judged is None else frozenset(judged)
         self._isolation = Isolation()
         self._state = TaskState(specs, reader, self._placement.count)
-        self._metrics = runtime_metrics(registry)
+        self._metrics = runtime_metrics(metrics_registry)
         self._metrics.group_protocol.labels(group_id, group_protocol.value).set(1)
         self._quarantine = Quarantine(group_id, dead_letter_topic, self._metrics)
         self._producer: Producer | None = None

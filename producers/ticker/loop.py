@@ -170,7 +170,7 @@ class PollTicker:
             static_membership=settings.static_membership,
             group_protocol=settings.group_protocol,
             consumer_overrides=settings.consumer_overrides,
-            registry=metrics_registry,
+            metrics_registry=metrics_registry,
             schemas_topic=topology.name(Topic.SCHEMAS),
             codec=self._codec,
             # Events are the evaluator's to judge: the ticker reads them for pinned states only.

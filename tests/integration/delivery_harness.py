@@ -342,7 +342,7 @@ class Harness:
             adapters,
             self.budgets(),
             clock=clock,
-            registry=self.registry,
+            metrics_registry=self.registry,
             executor=executor,
             ring=self.worker_ring,
         )

@@ -136,7 +136,7 @@ class Stack:
             instance_id="p",
             clock=clock,
             keks=self.keks,
-            metrics=CollectorRegistry(),
+            metrics_registry=CollectorRegistry(),
             consumer_overrides=FAST_GROUP,
         )
         self._threads.start("command-processor", processor.run)
@@ -151,7 +151,7 @@ class Stack:
             evaluators=REGISTERED,
         )
         settings = EvaluatorSettings(bootstrap, topology, "e", consumer_overrides=FAST_GROUP)
-        app: StreamApp = evaluator_app(settings, evaluator, registry=CollectorRegistry())
+        app: StreamApp = evaluator_app(settings, evaluator, metrics_registry=CollectorRegistry())
         self._threads.start("evaluator", lambda stop: run(app, stop, metrics))
         ticker = PollTicker(
             TickerSettings(bootstrap, topology, "t", consumer_overrides=FAST_GROUP),
@@ -193,7 +193,7 @@ class Stack:
             adapters,
             self.budgets(),
             clock=clock,
-            registry=CollectorRegistry(),
+            metrics_registry=CollectorRegistry(),
             ring=ring,
         )
         self._threads.start("delivery", worker.run)

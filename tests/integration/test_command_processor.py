@@ -127,7 +127,7 @@ class Running:
             bootstrap,
             topology,
             instance_id="test",
-            metrics=self.metrics,
+            metrics_registry=self.metrics,
             consumer_overrides={"session.timeout.ms": 6000, "heartbeat.interval.ms": 500},
             producer_overrides=producer_overrides,
         )

@@ -324,7 +324,7 @@ class _Processor:
             topology,
             instance_id="rot",
             keks=keks,
-            metrics=CollectorRegistry(),
+            metrics_registry=CollectorRegistry(),
             consumer_overrides=FAST_GROUP,
         )
         self.stop = threading.Event()

@@ -88,7 +88,7 @@ def start(kafka_bootstrap: str, redis_url: str) -> Iterator[Callable[..., Runnin
             topology, budgets, caps, clock=clock, metrics=metrics, evaluators=evaluators
         )
         settings = EvaluatorSettings(kafka_bootstrap, topology, "one")
-        app = evaluator_app(settings, processor, registry=registry)
+        app = evaluator_app(settings, processor, metrics_registry=registry)
         stop = threading.Event()
         thread = threading.Thread(target=run, args=(app, stop, metrics), daemon=True)
         thread.start()

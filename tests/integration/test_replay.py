@@ -110,7 +110,7 @@ def recorded(
     caps = BudgetCaps(window=timedelta(hours=1), evaluations=1_000_000)
     evaluator = Evaluator(topology, budgets, caps, clock=ManualClock(NOW), metrics=metrics)
     app = evaluator_app(EvaluatorSettings(kafka_bootstrap, topology, "replay"), evaluator,
-                        registry=registry)  # fmt: skip
+                        metrics_registry=registry)  # fmt: skip
     stop = threading.Event()
     processor = CommandProcessor(kafka_bootstrap, topology, instance_id="replay")
     threads = [

@@ -253,7 +253,7 @@ def test_processor_failing_on_one_record_dead_letters_it_alone_and_never_stops(
         fragile,
         tables=[TableSpec("counts", t["changelog"], TableKind.OWNED)],
         dead_letter_topic=t["dlq"],
-        registry=metrics,
+        metrics_registry=metrics,
     )
     apps.append(app)
     labels = {"group": t["group"], "topic": t["a"], "cause": "processing_failed"}

@@ -74,7 +74,7 @@ class Deployment:
         self.topology = Topology(prefix=prefix, partitions=PARTITIONS)
         ensure_topics(connect_admin(bootstrap), self.topology)
         self.producer = Producer(producer_config(bootstrap))
-        self.registry = CollectorRegistry()
+        self.metrics_registry = CollectorRegistry()
         self.ring = KeyRing(KeyEncryptionKeys.load(), CODEC)
 
     def key(self, owner: KeyOwner) -> None:
@@ -152,7 +152,9 @@ class Deployment:
         settings = TickerSettings(
             self.bootstrap, self.topology, "t-1", group_id=group, poll_timeout_s=0.02
         )
-        ticker = PollTicker(settings, clock=clock, metrics_registry=self.registry, **options)
+        ticker = PollTicker(
+            settings, clock=clock, metrics_registry=self.metrics_registry, **options
+        )
         ticker.start()
         return ticker
 
@@ -271,7 +273,7 @@ class Pipeline:
             evaluators=REGISTERED,
         )
         settings = EvaluatorSettings(deployment.bootstrap, deployment.topology, "e-1")
-        self.evaluator = evaluator_app(settings, evaluator, registry=registry)
+        self.evaluator = evaluator_app(settings, evaluator, metrics_registry=registry)
         self.evaluator.start()
         self._consumed = {"group": settings.group, "topic": deployment.name(Topic.TICKS)}
         self._registry = registry
@@ -279,7 +281,7 @@ class Pipeline:
     def _evaluated_all_ticks(self) -> bool:
         """The evaluator has read every tick written so far (at the clock's current instant)."""
         written = sum(
-            self.deployment.registry.get_sample_value(
+            self.deployment.metrics_registry.get_sample_value(
                 "vigil_ticker_due_instants_total", {"kind": kind}
             )
             or 0

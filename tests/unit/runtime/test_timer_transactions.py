@@ -36,7 +36,7 @@ def test_context_outside_a_transaction_is_refused() -> None:
         return None
 
     app = StreamApp(
-        "127.0.0.1:1", "g", "i", ["in"], ignore, registry=CollectorRegistry()
+        "127.0.0.1:1", "g", "i", ["in"], ignore, metrics_registry=CollectorRegistry()
     )  # no network until start()
     with pytest.raises(BrokerError, match="no transaction is open"):
         app.context(0)
@@ -112,7 +112,7 @@ def _app(interval_ms: int) -> StreamApp:
         ["in"],
         ignore,
         commit_interval_ms=interval_ms,
-        registry=CollectorRegistry(),
+        metrics_registry=CollectorRegistry(),
     )  # no network until start()
 
 
