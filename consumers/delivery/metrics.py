@@ -35,7 +35,8 @@ class DeliveryMetrics:
 
 
 def delivery_metrics(metrics_registry: CollectorRegistry = REGISTRY) -> DeliveryMetrics:
-    """The delivery metrics in ``metrics_registry``, created on first use (tests build many workers)."""
+    """The delivery metrics in ``metrics_registry``, created on first use (tests build many
+    workers)."""
     return _made(metrics_registry)
 
 

@@ -36,7 +36,8 @@ class RuntimeMetrics:
 
 
 def runtime_metrics(metrics_registry: CollectorRegistry = REGISTRY) -> RuntimeMetrics:
-    """The runtime's metrics in ``metrics_registry``, created on first use (many apps share them)."""
+    """The runtime's metrics in ``metrics_registry``, created on first use (many apps share
+    them)."""
     return _made(metrics_registry)
 
 
