@@ -74,10 +74,10 @@ from pipeline.rules.commands.limits import DEFAULT_LIMITS, Limits
 from pipeline.rules.data_keys import KeyOwner, evidence_owner, subject_owner
 from pipeline.rules.errors import (
     BrokerError,
-    BudgetStoreError,
     ConfigError,
     DefinitionError,
     ErasedError,
+    InfrastructureError,
     SerdeError,
 )
 from pipeline.rules.keys import subject_key, watcher_key
@@ -262,7 +262,7 @@ class CommandProcessor:
                 self._limits,
                 ceilings=self._ceilings,
             )
-        except (BrokerError, BudgetStoreError):
+        except InfrastructureError:
             raise
         except Exception as exc:  # a rule failing on this command refuses it, never stops us
             log.exception("command %s could not be decided", command.request_id)

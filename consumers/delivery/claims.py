@@ -28,7 +28,7 @@ from consumers.delivery.states import DeliveryStates
 from pipeline.kafka.topics import dead_letter_headers
 from pipeline.records.delivery_state import DeliveryRecord
 from pipeline.rules.dispatch import DispatchAction, cancel, give_up, restore
-from pipeline.rules.errors import BrokerError, BudgetStoreError
+from pipeline.rules.errors import InfrastructureError
 from pipeline.rules.outbox import OutboxEntry
 from pipeline.rules.outcomes import DeliveryStatus, ErrorCode
 from pipeline.runtime.tables import Table
@@ -38,8 +38,6 @@ __all__ = ["Claimer"]
 log = logging.getLogger(__name__)
 
 _S = DeliveryStatus
-# Failures that are not the entry's: the worker backs off and decides it again later.
-_NOT_THE_ENTRYS = (BrokerError, BudgetStoreError)
 
 
 class Claimer:
@@ -82,7 +80,7 @@ class Claimer:
                     self._purge(record, due.partition, store)
                     continue
                 pending = self._prepare(record, due.partition, store, now)
-            except _NOT_THE_ENTRYS:
+            except InfrastructureError:  # not the entry's: decided again later
                 raise
             except Exception as exc:
                 self._give_up(record, due.partition, store, exc, now)
@@ -97,7 +95,7 @@ class Claimer:
             try:
                 decision = self._planner.complete(pending, check)
                 claim = self._apply(pending.record, pending.entry, decision, partition, store)
-            except _NOT_THE_ENTRYS:
+            except InfrastructureError:  # not the entry's: decided again later
                 raise
             except Exception as exc:
                 self._give_up(pending.record, partition, store, exc, now)

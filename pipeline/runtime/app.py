@@ -56,7 +56,7 @@ from pipeline.kafka.clients import (
 from pipeline.kafka.clients import Producer as PlainProducer
 from pipeline.kafka.schema_catalog import SchemaCatalog, register_schemas
 from pipeline.kafka.serde import SchemaRegistry
-from pipeline.rules.errors import BrokerError, BudgetStoreError, UnknownSchemaError
+from pipeline.rules.errors import BrokerError, InfrastructureError, UnknownSchemaError
 from pipeline.runtime.assignment import Assignment, GroupProtocol, group_protocol_config
 from pipeline.runtime.checkpoint import (
     Checkpoint,
@@ -93,9 +93,6 @@ log = logging.getLogger(__name__)
 
 SCHEMAS_TABLE = "vigil.schemas"
 """The global table of the ``schemas`` topic (a name no stage's own table takes)."""
-# Failures that are not the record's: the broker's and the budget store's. They abort, rewind
-# and propagate, and the caller backs off and retries the same records.
-_NOT_THE_RECORDS = (BrokerError, BudgetStoreError)
 # A transaction stops taking records after this share of its timeout: the rest commits in time.
 _BUDGET_SHARE = 3
 
@@ -473,7 +470,7 @@ class StreamApp(Transactions, Assignment):
         except KafkaException as exc:  # from produce: the producer failed, not the processor
             self._recover(exc, "produce")
             return None
-        except _NOT_THE_RECORDS:
+        except InfrastructureError:  # not the record's: abort, rewind, propagate
             log.exception("processor failed: aborting the transaction")
             self._abort()
             self._rewind()
