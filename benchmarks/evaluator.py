@@ -303,7 +303,7 @@ def _evaluate(
             before_main = time.thread_time()
             if app.step() and not started:
                 started, cpu, main_cpu = before, before_cpu, before_main
-        app.commit()
+        app.transaction().commit()
         seconds = time.perf_counter() - started
         cpu_seconds = time.process_time() - cpu
         main_seconds = time.thread_time() - main_cpu

@@ -112,7 +112,7 @@ def source_ids(bootstrap: str, redis_url: str, total: int) -> dict[str, Any]:
             _events(producer, topology, n * phase, phase)
             while consumed() < (n + 1) * phase:
                 app.step()
-            app.commit()
+            app.transaction().commit()
             heap.append(tracemalloc.get_traced_memory()[0])
             memo.append(len(evaluator._home))  # the memo keyed by input: what must stay bounded
     tracemalloc.stop()

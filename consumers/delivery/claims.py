@@ -19,7 +19,6 @@ import logging
 from collections.abc import Callable, Iterable
 from datetime import datetime
 
-from consumers.delivery.app import DeliveryApp
 from consumers.delivery.due import Due, DueKind
 from consumers.delivery.metrics import DeliveryMetrics
 from consumers.delivery.planner import Decision, Pending, Planner
@@ -32,6 +31,7 @@ from pipeline.rules.errors import InfrastructureError
 from pipeline.rules.outbox import OutboxEntry
 from pipeline.rules.outcomes import DeliveryStatus, ErrorCode
 from pipeline.runtime.tables import Table
+from pipeline.runtime.transactions import TransactionScope
 
 __all__ = ["Claimer"]
 
@@ -45,7 +45,7 @@ class Claimer:
 
     def __init__(
         self,
-        app: DeliveryApp,
+        tx: TransactionScope,
         states: DeliveryStates,
         planner: Planner,
         metrics: DeliveryMetrics,
@@ -55,7 +55,7 @@ class Claimer:
         adapter_of: Callable[[OutboxEntry], str],
         dead_letter_topic: str | None = None,
     ) -> None:
-        self._app = app
+        self._tx = tx
         self._states = states
         self._planner = planner
         self._metrics = metrics
@@ -124,7 +124,7 @@ class Claimer:
                 reason, self._outbox_topic, partition, record.outbox_offset
             )
             value = self._states.outbox_value(record.key, partition, entry)
-            self._app.context(partition).produce(
+            self._tx.context(partition).produce(
                 self._dead_letter_topic, record.key, value, headers=[*headers]
             )
         self._metrics.dead_letters.labels(ErrorCode.INTERNAL.value).inc()
@@ -187,5 +187,5 @@ class Claimer:
         if record.state.status in (_S.PENDING, _S.DISPATCHING):
             return
         self._states.delete(store, record.key)
-        self._app.context(partition).produce(self._outbox_topic, record.key, None, partition)
+        self._tx.context(partition).produce(self._outbox_topic, record.key, None, partition)
         self._metrics.purges.inc()

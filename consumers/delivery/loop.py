@@ -1,7 +1,8 @@
 """The delivery consumer group: outbox entries delivered at least once, fenced, budgeted.
 
 DESIGN.md §4 and seed 000's dispatch sequence, on the exactly-once runtime
-(:class:`~consumers.delivery.app.DeliveryApp`):
+(:class:`~pipeline.runtime.app.StreamApp`; the worker drives its transactions through the app's
+``transaction()`` handle and reads its tables by name through ``tables``):
 
 - ``outbox`` is the input (``read_committed``), co-partitioned with ``delivery-state``, this
   group's own changelog table. A new entry becomes ``pending`` in ``delivery-state`` in the
@@ -56,7 +57,6 @@ from prometheus_client import REGISTRY, CollectorRegistry
 from pydantic import ValidationError
 
 from consumers.delivery.adapters import AdapterRegistry
-from consumers.delivery.app import DeliveryApp
 from consumers.delivery.claims import Claimer
 from consumers.delivery.due import DueKind
 from consumers.delivery.metrics import DeliveryMetrics, delivery_metrics
@@ -83,7 +83,7 @@ from pipeline.rules.dispatch import BUDGET_UNAVAILABLE_RETRY, is_redeliverable, 
 from pipeline.rules.errors import BrokerError, SerdeError
 from pipeline.rules.outbox import OutboxEntry
 from pipeline.rules.outcomes import DeliveryStatus
-from pipeline.runtime.app import GroupProtocol, InputRecord, ProcessContext
+from pipeline.runtime.app import GroupProtocol, InputRecord, ProcessContext, StreamApp
 from pipeline.runtime.processing import Message
 from pipeline.runtime.recovery import run_steps
 from pipeline.runtime.tables import Table, TableKind, TableSpec
@@ -158,7 +158,7 @@ class DeliveryWorker:
         self.ring = KeyRing(KeyEncryptionKeys.load(), self._schemas) if ring is None else ring
         self._keys: KeyView | None = None
         self._metrics = delivery_metrics(registry)
-        self.app = DeliveryApp(
+        self.app = StreamApp(
             bootstrap,
             settings.group_id,
             settings.instance_id,
@@ -180,7 +180,8 @@ class DeliveryWorker:
             schemas_topic=topology.name(Topic.SCHEMAS),
             schema_registry=self._schemas,
         )
-        self._states = DeliveryStates(self.app, self._schemas, self.ring)
+        self._tx = self.app.transaction()
+        self._states = DeliveryStates(self.app.tables, self._tx, self._schemas, self.ring)
         self._sends = SendPool(
             adapters,
             settings.senders,
@@ -203,9 +204,10 @@ class DeliveryWorker:
         if self._started:
             return
         self.app.start()
-        self._keys = KeyView(self.app.global_table(KEYS), self.ring)
-        self._grants = GrantIndex(self.app.global_table(GRANTS), self._schemas)
-        self._lifecycle = LifecycleIndex(self.app.global_table(LIFECYCLE), self._schemas)
+        tables = self.app.tables
+        self._keys = KeyView(tables.whole(KEYS), self.ring)
+        self._grants = GrantIndex(tables.whole(GRANTS), self._schemas)
+        self._lifecycle = LifecycleIndex(tables.whole(LIFECYCLE), self._schemas)
         planner = Planner(
             grants=self._grants,
             lifecycle=self._lifecycle,
@@ -215,7 +217,7 @@ class DeliveryWorker:
             unavailable_retry=self.settings.unavailable_retry,
         )
         self._claimer = Claimer(
-            self.app,
+            self._tx,
             self._states,
             planner,
             self._metrics,
@@ -225,7 +227,7 @@ class DeliveryWorker:
             dead_letter_topic=self._dlq_topic,
         )
         self._recorder = Recorder(
-            self.app,
+            self._tx,
             self._states,
             self._lifecycle,
             self._metrics,
@@ -252,7 +254,7 @@ class DeliveryWorker:
         # New entries are claimed and committed in this same turn: waiting for more after
         # the first only delays them (the evaluator's commits bring the outbox in bursts), and
         # so would a commit of their `pending` states before the claim (one commit per turn).
-        self.app.step(self._poll_timeout(), eager=True, commit_due=False)
+        self.app.read(self._poll_timeout())
         self._states.sync(self._sends.claimed)
         self._sends.collect()
         recorded = self._sends.ready() and self._record_answers()
@@ -261,22 +263,22 @@ class DeliveryWorker:
         idle = not self._sends.in_flight
         if recorded or idle or time.monotonic() - self._fired >= self.settings.linger_s:
             claims = self._fire_due()
-        if recorded or claims or self.app.due():
+        if recorded or claims or self._tx.due():
             self._commit(claims)
 
     def _commit(self, claims: list[Claim]) -> None:
         """Commit; only then send the claims and write what waits for the commit."""
         assert self._recorder is not None
         after, self._recorder.after_commit = self._recorder.after_commit, []
-        if not self.app.commit():
+        if not self._tx.commit():
             return  # rolled back: the next turn rebuilds the queue from the tables
         for claim in claims:
             self._sends.submit(claim)
             self._metrics.attempts.labels(claim.adapter).inc()
         self._metrics.in_flight.set(len(self._sends.in_flight))
         if after:
-            self.app.begin()
-            context = self.app.context(-1)
+            self._tx.begin()
+            context = self._tx.context(-1)
             for out in after:
                 context.produce(out.topic, out.key, out.value)
 
@@ -312,7 +314,7 @@ class DeliveryWorker:
     def records(self) -> dict[str, DeliveryRecord]:
         """Every delivery-state record this member holds now (tests and introspection)."""
         out: dict[str, DeliveryRecord] = {}
-        for store in self.app.stores(STATE).values():
+        for store in self.app.tables.stores_of(STATE).values():
             for key, raw in store.items():
                 out[key] = decode_record(self._schemas, raw)
         return out
@@ -409,7 +411,7 @@ class DeliveryWorker:
         age = time.monotonic() - self._views_read
         if age < (self.settings.table_refresh_s if within_s is None else within_s):
             return
-        self.app.catch_up()
+        self.app.tables.catch_up()
         self._views_read = time.monotonic()
         assert self._grants is not None and self._lifecycle is not None
         assert self._keys is not None
@@ -417,7 +419,7 @@ class DeliveryWorker:
         self._grants.refresh()
         dropping = self._lifecycle.refresh()
         if dropping:
-            self.app.begin()
+            self._tx.begin()
             sweep(dropping, self._states, self._budgets, self._metrics, self._clock.now())
 
     # -- the steps: claim (claims), send (sends), record (results) -------------------------
@@ -434,8 +436,8 @@ class DeliveryWorker:
             return []
         self._refresh_views(within_s=_DECIDE_REFRESH_S)
         if any(d.kind is DueKind.PURGE and self._states.dirty(d.key, d.partition) for d in dues):
-            self.app.commit()  # the settled record is persisted before its tombstone
-        self.app.begin()
+            self._tx.commit()  # the settled record is persisted before its tombstone
+        self._tx.begin()
         assert self._claimer is not None
         return self._claimer.fire(dues, now)
 
@@ -444,7 +446,7 @@ class DeliveryWorker:
         answers = self._sends.take()
         if not answers:
             return False
-        self.app.begin()
+        self._tx.begin()
         now = self._clock.now()
         assert self._recorder is not None
         for claim, result in answers:

@@ -21,7 +21,6 @@ from collections.abc import Callable, Iterator
 
 from pydantic import ValidationError
 
-from consumers.delivery.app import DeliveryApp
 from consumers.delivery.due import DueKind, DueQueue
 from pipeline.kafka.serde import SchemaRegistry
 from pipeline.records.delivery_state import DeliveryRecord, decode_record, encode_record
@@ -31,7 +30,9 @@ from pipeline.rules.dispatch import purge_due
 from pipeline.rules.errors import SerdeError
 from pipeline.rules.outbox import OutboxEntry
 from pipeline.rules.outcomes import DeliveryStatus
+from pipeline.runtime.state import TaskState
 from pipeline.runtime.tables import Table
+from pipeline.runtime.transactions import TransactionScope
 
 __all__ = ["OUTBOX", "STATE", "DeliveryStates"]
 
@@ -46,8 +47,11 @@ _UNSETTLED = (_S.PENDING, _S.DISPATCHING)
 class DeliveryStates:
     """The stores, the queue and the entries of one worker."""
 
-    def __init__(self, app: DeliveryApp, schemas: SchemaRegistry, sealer: Sealer) -> None:
-        self._app = app
+    def __init__(
+        self, tables: TaskState, tx: TransactionScope, schemas: SchemaRegistry, sealer: Sealer
+    ) -> None:
+        self._tables = tables
+        self._tx = tx
         self._schemas = schemas
         self._sealer = sealer
         self.queue = DueQueue()
@@ -112,9 +116,9 @@ class DeliveryStates:
 
         ``claimed(key, store)`` says a ``dispatching`` record is a send still in flight (its
         answer will be recorded); any other ``dispatching`` record was interrupted."""
-        stores = self._app.stores(STATE)
-        if self._app.aborts != self._seen_aborts:
-            self._seen_aborts = self._app.aborts
+        stores = self._tables.stores_of(STATE)
+        if self._tx.aborts != self._seen_aborts:
+            self._seen_aborts = self._tx.aborts
             changed = set(stores) | set(self._known)
         else:
             changed = {p for p, s in stores.items() if self._known.get(p) is not s}
@@ -177,5 +181,5 @@ class DeliveryStates:
         return raw if raw is not None else encode_outbox_entry(self._schemas, self._sealer, entry)
 
     def _outbox_raw(self, key: str, partition: int) -> bytes | None:
-        store = self._app.stores(OUTBOX).get(partition)
+        store = self._tables.stores_of(OUTBOX).get(partition)
         return None if store is None else store.get(key)

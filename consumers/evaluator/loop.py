@@ -344,7 +344,7 @@ class Evaluator:
         does not pay for them (and, if asked, compile every definition, as a long-running
         evaluator has); returns how many watchers they index."""
         assert self._app is not None, "attach the app first"
-        tables = {(t.spec.name, t.partition): t for t in self._app.tables()}
+        tables = {(t.spec.name, t.partition): t for t in self._app.tables}
         keys = tables.get((_KEYS, -1))
         if keys is not None and self._keys is None:
             self._keys = KeyView(keys, self._ring)

@@ -40,12 +40,22 @@ class TaskState:
         yield from self._globals.values()
 
     def table(self, name: str, partition: int) -> Table:
+        """The store of ``name`` for ``partition``; a global table is whole for every one."""
         found = self._globals.get(name)  # not ``or``: an empty table is falsy
         if found is None:
             found = self._stores.get((name, partition))
         if found is None:
             raise BrokerError(f"no table {name!r} for partition {partition}")
         return found
+
+    def whole(self, name: str) -> Table:
+        """A global table (``grants``, ``lifecycle``, ``keys``), loaded at start."""
+        return self.table(name, -1)
+
+    def stores_of(self, name: str) -> dict[int, Table]:
+        """The per-partition stores of table ``name`` held now, by partition (they change on
+        a restore: compare them by identity)."""
+        return {p: t for (n, p), t in self._stores.items() if n == name}
 
     def restore(self, numbers: set[int]) -> dict[int, dict[str, int]]:
         """Build and fill the co-partitioned tables of ``numbers``; tail the external ones.
