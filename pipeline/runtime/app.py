@@ -31,7 +31,7 @@ from collections.abc import Callable, Collection
 from types import TracebackType
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, Message
+from confluent_kafka import KafkaException
 from prometheus_client import REGISTRY, CollectorRegistry
 
 from pipeline.kafka.clients import Producer as PlainProducer
@@ -39,7 +39,6 @@ from pipeline.kafka.clients import (
     consumer_config,
     producer_config,
     table_consumer_config,
-    translate,
 )
 from pipeline.kafka.schema_catalog import register_schemas
 from pipeline.kafka.serde import SchemaRegistry
@@ -85,6 +84,16 @@ class StreamApp:
     """An exactly-once consume → process → produce loop over co-partitioned inputs and tables.
 
     No network call happens until :meth:`start` (or entering the context manager).
+
+    ``schemas_topic``: the ``schemas`` topic, read whole to tell a newer writer's schema from
+    garbage (without it an unknown fingerprint always pauses); ``schema_registry``: the schemas
+    this app writes, registered there at :meth:`start`; ``judged``: the inputs whose
+    undecodable records this app dead-letters (default all) — another app's inputs it merely
+    skips, so a record shared by two groups is dead-lettered once; ``group_protocol``:
+    ``consumer`` (KIP-848) rebalances incrementally, ``classic`` (eager) works on every broker
+    (``pipeline.runtime.assignment``); ``slice_records``: how many records of a task partition
+    the processor gets per call (default all of the batch's), the points where a batch may be
+    cut to fit the transaction timeout.
     """
 
     def __init__(
@@ -111,29 +120,15 @@ class StreamApp:
         judged: Collection[str] | None = None,
         group_protocol: GroupProtocol = GroupProtocol.CLASSIC,
     ) -> None:
-        """``schemas_topic``: the ``schemas`` topic, read whole to tell a newer writer's schema
-        from garbage (without it an unknown fingerprint always pauses); ``schema_registry``:
-        the schemas this app writes, registered there at :meth:`start`; ``judged``: the inputs
-        whose undecodable records this app dead-letters (default all) — another app's inputs
-        it merely skips, so a record shared by two groups is dead-lettered once;
-        ``group_protocol``: ``consumer`` (KIP-848) rebalances incrementally, ``classic``
-        (eager) works on every broker (``pipeline.runtime.assignment``); ``slice_records``:
-        how many records of a task partition the processor gets per call (default all of the
-        batch's), the points where a batch may be cut to fit the transaction timeout."""
         self.group_id = group_id
         self.instance_id = instance_id
         self.inputs = list(inputs)
-        self._max_batch = max_batch
         client_id = f"{group_id}-{instance_id}"
         producer = producer_config(
             bootstrap, transactional_id=client_id, **(producer_overrides or {})
         )
-        extra: dict[str, Any] = {"client.id": client_id}
-        if static_membership:
-            extra["group.instance.id"] = client_id
-        consumer = group_protocol_config(
-            consumer_config(bootstrap, group_id, **extra, **(consumer_overrides or {})),
-            group_protocol,
+        consumer = _consumer_config(
+            bootstrap, group_id, client_id, static_membership, consumer_overrides, group_protocol
         )
         metrics = runtime_metrics(registry)
         metrics.group_protocol.labels(group_id, group_protocol.value).set(1)
@@ -161,6 +156,7 @@ class StreamApp:
             metrics,
         )
         self._batches = Batches(
+            max_batch,
             self._member,
             self._scope,
             self._state,
@@ -242,32 +238,20 @@ class StreamApp:
         transaction falls due (:func:`~pipeline.runtime.batch.gather`): the commit is issued
         when the interval has passed, not a window later. While a failed batch is replayed
         (``isolation``), one record per step, each committed on its own."""
-        scope = self._scope
-        if scope.pending_resync:
-            scope.resync()
-        if self._batches.isolation.active:
-            done = self._batches.one_at_a_time(timeout)
-        else:
-            batch = _polled(gather, self._member, scope, self._max_batch, timeout)
-            done = self._batches.process(batch)[0] if batch else 0
-            if scope.due():
-                scope.commit()
+        self._scope.resync_if_asked()
+        done = self._batches.take(gather, timeout)
+        if self._scope.due():
+            self._scope.commit()
         self._serve_producer()
         return done
 
     def read(self, timeout: float = 0.05) -> int:
         """The step of a stage that commits its own transactions (:meth:`transaction`):
         resync if asked → the first records that arrive → decode → process, in the open
-        transaction, which this call does not commit (a replay of a failed batch does,
-        record by record). Returns the number of input records."""
-        scope = self._scope
-        if scope.pending_resync:
-            scope.resync()
-        if self._batches.isolation.active:
-            done = self._batches.one_at_a_time(timeout)
-        else:
-            batch = _polled(first_arrivals, self._member, scope, self._max_batch, timeout)
-            done = self._batches.process(batch)[0] if batch else 0
+        transaction, which this call leaves open (a replay of a failed batch commits record
+        by record). Returns the number of input records."""
+        self._scope.resync_if_asked()
+        done = self._batches.take(first_arrivals, timeout)
         self._serve_producer()
         return done
 
@@ -306,17 +290,21 @@ class StreamApp:
         self._scope.request_resync(reason)
 
 
-def _polled(
-    poll: Callable[[Consumer, Checkpoint, int, float], list[Message]],
-    member: Member,
-    scope: TransactionScope,
-    limit: int,
-    timeout: float,
-) -> list[Message]:
-    try:
-        return poll(member.consumer, scope.checkpoint, limit, timeout)
-    except KafkaException as exc:
-        raise translate(exc, "consume") from exc
+def _consumer_config(
+    bootstrap: str,
+    group_id: str,
+    client_id: str,
+    static_membership: bool,
+    overrides: dict[str, Any] | None,
+    protocol: GroupProtocol,
+) -> dict[str, Any]:
+    """The member's consumer settings: its client id (and instance id when static)."""
+    extra: dict[str, Any] = {"client.id": client_id}
+    if static_membership:
+        extra["group.instance.id"] = client_id
+    return group_protocol_config(
+        consumer_config(bootstrap, group_id, **extra, **(overrides or {})), protocol
+    )
 
 
 def _register_schemas(

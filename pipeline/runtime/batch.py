@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
@@ -42,6 +42,7 @@ SCHEMAS_TABLE = "vigil.schemas"
 """The global table of the ``schemas`` topic (a name no stage's own table takes)."""
 _SLICE_S = 0.005  # slices of a window while waiting for the first records
 _DEAD: Any = object()
+Poll = Callable[[Consumer, Checkpoint, int, float], list[Message]]
 
 
 def gather(consumer: Consumer, checkpoint: Checkpoint, limit: int, timeout: float) -> list[Message]:
@@ -78,6 +79,7 @@ class Batches:
 
     def __init__(
         self,
+        limit: int,
         member: Member,
         scope: TransactionScope,
         state: TaskState,
@@ -94,6 +96,7 @@ class Batches:
     ) -> None:
         self.processor = processor
         self.isolation = isolation
+        self._limit = limit
         self.placement = placement
         self._member = member
         self._scope = scope
@@ -105,6 +108,18 @@ class Batches:
         self._knows_schemas = knows_schemas
         self._metrics = metrics
         self._inputs = member.inputs
+
+    def take(self, poll: Poll, timeout: float) -> int:
+        """Poll → decode → process one batch (``poll``: :func:`gather` or
+        :func:`first_arrivals`); while a failed batch is replayed, one record, committed on its
+        own (:meth:`one_at_a_time`)."""
+        if self.isolation.active:
+            return self.one_at_a_time(timeout)
+        try:
+            batch = poll(self._member.consumer, self._scope.checkpoint, self._limit, timeout)
+        except KafkaException as exc:
+            raise translate(exc, "consume") from exc
+        return self.process(batch)[0] if batch else 0
 
     def one_at_a_time(self, timeout: float) -> int:
         """While a failed batch is replayed (``isolation``): one record, committed on its own,

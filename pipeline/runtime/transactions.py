@@ -218,6 +218,11 @@ class TransactionScope:
             log.warning("%s/%s will resync: %s", self._group_id, self._member.instance_id, reason)
         self.pending_resync = True
 
+    def resync_if_asked(self) -> None:
+        """Resync first if a failure left the member uncertain (:meth:`request_resync`)."""
+        if self.pending_resync:
+            self.resync()
+
     def resync(self) -> None:
         """Rebuild the producer, restore the assigned partitions' tables, rewind the inputs
         (see the module docstring). Raises a retriable ``BrokerFailure`` while the broker
