@@ -35,8 +35,9 @@ import redis
 from confluent_kafka import Producer
 from prometheus_client import CollectorRegistry
 
-from consumers.evaluator.loop import Evaluator, EvaluatorSettings, evaluator_app
+from consumers.evaluator.loop import Evaluator
 from consumers.evaluator.metrics import evaluator_metrics
+from consumers.evaluator.stage import EvaluatorSettings, EvaluatorStage
 from pipeline.kafka.admin import connect_admin, ensure_topics
 from pipeline.kafka.clients import producer_config
 from pipeline.kafka.partitioner import partition_for
@@ -92,7 +93,7 @@ def source_ids(bootstrap: str, redis_url: str, total: int) -> dict[str, Any]:
         metrics=evaluator_metrics(registry),
     )
     settings = EvaluatorSettings(bootstrap, topology, "bench")
-    app = evaluator_app(settings, evaluator, registry=registry)
+    app = EvaluatorStage(settings, evaluator, registry=registry).app
     labels = {"group": app.group_id, "topic": topology.name(Topic.EVENTS)}
     overrides: dict[str, Any] = {"linger.ms": 50}
     producer = Producer(producer_config(bootstrap, **overrides))

@@ -73,7 +73,6 @@ from pipeline.rules.commands import (
 from pipeline.rules.commands.limits import DEFAULT_LIMITS, Limits
 from pipeline.rules.data_keys import KeyOwner, evidence_owner, subject_owner
 from pipeline.rules.errors import (
-    BrokerError,
     ConfigError,
     DefinitionError,
     ErasedError,
@@ -204,7 +203,7 @@ class CommandProcessor:
     def _process(self, batch: list[InputRecord], ctx: ProcessContext) -> None:
         registry = ctx.table(REGISTRY_TABLE)
         keys = self._key_view(ctx)
-        grants = self._grants(_global_table(ctx, GRANTS_TABLE))
+        grants = self._grants(ctx.table(GRANTS_TABLE))
         now = self._clock.now()
         for record in batch:
             self._one(record, ctx, registry, keys, grants, now)
@@ -293,9 +292,9 @@ class CommandProcessor:
 
         return self._index.view(registry, command.subject_key, decode)
 
-    def _grants(self, table: Table | None) -> dict[str, GrantRecord]:
+    def _grants(self, table: Table) -> dict[str, GrantRecord]:
         """Every grant: the global table, decoded once per value, with this step's overlay."""
-        raw: dict[str, bytes | None] = {} if table is None else dict(table.items())
+        raw: dict[str, bytes | None] = dict(table.items())
         raw.update(self._pending_grants)
         grants: dict[str, GrantRecord] = {}
         for grant_id, value in raw.items():
@@ -464,12 +463,3 @@ class _NoKeys:
 
 
 _NO_KEYS: Final = _NoKeys()
-
-
-def _global_table(ctx: ProcessContext, name: str) -> Table | None:
-    """The global table, or None while it is empty: the runtime's lookup treats an empty global
-    table as absent (``TaskState.table`` tests truthiness), and no grants means deny anyway."""
-    try:
-        return ctx.table(name)
-    except BrokerError:
-        return None

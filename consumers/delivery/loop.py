@@ -156,9 +156,47 @@ class DeliveryWorker:
         self._clock: Clock = clock or SystemClock()
         self._schemas = schemas or default_registry()
         self.ring = KeyRing(KeyEncryptionKeys.load(), self._schemas) if ring is None else ring
-        self._keys: KeyView | None = None
         self._metrics = delivery_metrics(registry)
-        self.app = StreamApp(
+        self.app = self._stream_app(bootstrap, registry)
+        tables, self._tx = self.app.tables, self.app.transaction()
+        self._states = DeliveryStates(tables, self._tx, self._schemas, self.ring)
+        self._sends = SendPool(
+            adapters,
+            settings.senders,
+            batch=settings.result_batch,
+            linger_s=settings.linger_s,
+            executor=executor,
+        )
+        # Views of the global tables, empty until start() loads them.
+        self._keys = KeyView(tables.whole(KEYS), self.ring)
+        self._grants = GrantIndex(tables.whole(GRANTS), self._schemas)
+        self._lifecycle = LifecycleIndex(tables.whole(LIFECYCLE), self._schemas)
+        self._claimer = Claimer(
+            self._tx,
+            self._states,
+            self._planner(),
+            self._metrics,
+            self._outbox_topic,
+            in_flight=self._sends.claimed,
+            adapter_of=self._sends.kind,
+            dead_letter_topic=self._dlq_topic,
+        )
+        self._recorder = Recorder(
+            self._tx,
+            self._states,
+            self._lifecycle,
+            self._metrics,
+            outbox_topic=self._outbox_topic,
+            dead_letter_topic=self._dlq_topic,
+        )
+        self._views_read = 0.0
+        self._fired = 0.0
+        self._started = False
+        self._stopping = False
+
+    def _stream_app(self, bootstrap: str, registry: CollectorRegistry) -> StreamApp:
+        topology, settings = self.settings.topology, self.settings
+        return StreamApp(
             bootstrap,
             settings.group_id,
             settings.instance_id,
@@ -180,35 +218,9 @@ class DeliveryWorker:
             schemas_topic=topology.name(Topic.SCHEMAS),
             schema_registry=self._schemas,
         )
-        self._tx = self.app.transaction()
-        self._states = DeliveryStates(self.app.tables, self._tx, self._schemas, self.ring)
-        self._sends = SendPool(
-            adapters,
-            settings.senders,
-            batch=settings.result_batch,
-            linger_s=settings.linger_s,
-            executor=executor,
-        )
-        self._claimer: Claimer | None = None
-        self._recorder: Recorder | None = None
-        self._lifecycle: LifecycleIndex | None = None
-        self._grants: GrantIndex | None = None
-        self._views_read = 0.0
-        self._fired = 0.0
-        self._started = False
-        self._stopping = False
 
-    # -- lifecycle -----------------------------------------------------------------------
-
-    def start(self) -> None:
-        if self._started:
-            return
-        self.app.start()
-        tables = self.app.tables
-        self._keys = KeyView(tables.whole(KEYS), self.ring)
-        self._grants = GrantIndex(tables.whole(GRANTS), self._schemas)
-        self._lifecycle = LifecycleIndex(tables.whole(LIFECYCLE), self._schemas)
-        planner = Planner(
+    def _planner(self) -> Planner:
+        return Planner(
             grants=self._grants,
             lifecycle=self._lifecycle,
             budgets=self._budgets,
@@ -216,24 +228,18 @@ class DeliveryWorker:
             budget_ceilings=self.settings.budget_ceilings,
             unavailable_retry=self.settings.unavailable_retry,
         )
-        self._claimer = Claimer(
-            self._tx,
-            self._states,
-            planner,
-            self._metrics,
-            self._outbox_topic,
-            in_flight=self._sends.claimed,
-            adapter_of=self._sends.kind,
-            dead_letter_topic=self._dlq_topic,
-        )
-        self._recorder = Recorder(
-            self._tx,
-            self._states,
-            self._lifecycle,
-            self._metrics,
-            outbox_topic=self._outbox_topic,
-            dead_letter_topic=self._dlq_topic,
-        )
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._started:
+            return
+        self.app.start()
+        # What start() loaded is where the views begin: records already there are applied,
+        # not swept (a lifecycle record reaches what is queued when it changes).
+        self._keys.refresh()
+        self._grants.refresh()
+        self._lifecycle.refresh()
         self._views_read = time.monotonic()
         self._sends.start()
         self._started = True
@@ -268,7 +274,6 @@ class DeliveryWorker:
 
     def _commit(self, claims: list[Claim]) -> None:
         """Commit; only then send the claims and write what waits for the commit."""
-        assert self._recorder is not None
         after, self._recorder.after_commit = self._recorder.after_commit, []
         if not self._tx.commit():
             return  # rolled back: the next turn rebuilds the queue from the tables
@@ -364,8 +369,7 @@ class DeliveryWorker:
         caught up; if it still does not, it is cancelled.)"""
         states = ctx.table(STATE)
         now = self._clock.now()
-        if self._keys is not None:
-            self._keys.refresh()
+        self._keys.refresh()
         for record in batch:
             entry = record.value
             if entry is None:
@@ -413,8 +417,6 @@ class DeliveryWorker:
             return
         self.app.tables.catch_up()
         self._views_read = time.monotonic()
-        assert self._grants is not None and self._lifecycle is not None
-        assert self._keys is not None
         self._keys.refresh()
         self._grants.refresh()
         dropping = self._lifecycle.refresh()
@@ -438,7 +440,6 @@ class DeliveryWorker:
         if any(d.kind is DueKind.PURGE and self._states.dirty(d.key, d.partition) for d in dues):
             self._tx.commit()  # the settled record is persisted before its tombstone
         self._tx.begin()
-        assert self._claimer is not None
         return self._claimer.fire(dues, now)
 
     def _record_answers(self) -> bool:
@@ -448,7 +449,6 @@ class DeliveryWorker:
             return False
         self._tx.begin()
         now = self._clock.now()
-        assert self._recorder is not None
         for claim, result in answers:
             self._recorder.record(claim, result, now)
         self._metrics.in_flight.set(len(self._sends.in_flight))

@@ -18,8 +18,9 @@ under the watcher version's evidence key (with ``retain_until`` from its evidenc
 outbox entries under the subject's key. A tick or a definition that no longer opens (cancelled,
 erased) is skipped and counted, never evaluated on an empty payload.
 
-Redis unreachable: the batch aborts and rewinds and :func:`run` backs off and retries; nothing
-is ever evaluated unbudgeted. A broker that restarts or stalls: :func:`run` backs off and the
+Redis unreachable: the batch aborts and rewinds and the stage (``consumers.evaluator.stage``)
+backs off and retries; nothing is ever evaluated unbudgeted. A broker that restarts or stalls:
+the stage backs off and the
 member resyncs (``pipeline.runtime.recovery``). Leaves out the command line
 (``pipeline.cli.evaluator_cmd``), the record layouts (``pipeline.records``) and the rules
 themselves (``pipeline.rules``).
@@ -27,18 +28,17 @@ themselves (``pipeline.rules``).
 
 from __future__ import annotations
 
-import gc
 import logging
-import threading
-from collections.abc import Set
+from collections.abc import Iterable, Set
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from prometheus_client import REGISTRY, CollectorRegistry
+from prometheus_client import REGISTRY
 
+from consumers.evaluator.heap import settle_heap
 from consumers.evaluator.lifecycle import LifecycleTracker
-from consumers.evaluator.metrics import EvaluatorMetrics, evaluator_metrics, lag_reporter
+from consumers.evaluator.metrics import EvaluatorMetrics, evaluator_metrics
 from consumers.evaluator.plan import Plan, effective_state
 from pipeline.clock import Clock, SystemClock
 from pipeline.crypto import KeyEncryptionKeys, KeyRing
@@ -57,7 +57,6 @@ from pipeline.redis.budgets import RedisBudgets
 from pipeline.rules.budgets import NO_CEILINGS, BudgetCaps, BudgetCeilings
 from pipeline.rules.commands.system import close_command
 from pipeline.rules.errors import (
-    BudgetStoreError,
     DefinitionError,
     ErasedError,
     SerdeError,
@@ -68,20 +67,18 @@ from pipeline.rules.keys import watcher_key
 from pipeline.rules.outcomes import Outcome, Reason
 from pipeline.rules.retention import retain_until
 from pipeline.rules.watcher_state import WatcherState
-from pipeline.runtime.app import GroupProtocol, InputRecord, ProcessContext, StreamApp
+from pipeline.runtime.app import InputRecord, ProcessContext
 from pipeline.runtime.processing import Message
-from pipeline.runtime.recovery import run_steps
 from pipeline.runtime.tables import Table, TableKind, TableSpec
 from pipeline.runtime.views import GrantIndex, KeyView, WatcherIndex
 
-__all__ = ["Evaluator", "EvaluatorSettings", "Input", "evaluator_app", "run"]
+__all__ = ["Evaluator", "Input", "table_specs"]
 
 log = logging.getLogger(__name__)
 
 _STATE, _WATCHERS, _GRANTS, _LIFECYCLE = "watcher-state", "watchers", "grants", "lifecycle"
 _KEYS = "keys"
 _HOME_MEMO = 16_384  # source ids whose partition is remembered (every in-memory map is bounded)
-GC_THRESHOLDS = (50_000, 20, 20)  # the evaluator process's cyclic collector (see _settle_heap)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,25 +91,6 @@ class Input:
     raw: bytes
     watcher_version: int | None = None  # ticks name the version they were made for
     sealed_tick: tuple[dict[str, Any], str] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class EvaluatorSettings:
-    """Where the evaluator runs: the broker, the topics and the member's stable identity."""
-
-    bootstrap: str
-    topology: Topology
-    instance_id: str
-    group_id: str = ""
-    commit_interval_ms: int = 100
-    static_membership: bool = False  # a restart with the same instance id keeps its partitions
-    consumer_overrides: dict[str, Any] = field(default_factory=dict)
-    # consumer (KIP-848): rebalances move and restore only what moves; classic works everywhere
-    group_protocol: GroupProtocol = GroupProtocol.CLASSIC
-
-    @property
-    def group(self) -> str:
-        return self.group_id or f"{self.topology.prefix}evaluator"
 
 
 @dataclass(slots=True)
@@ -162,7 +140,6 @@ class Evaluator:
         self._tasks: dict[int, _Task] = {}
         self._grants: GrantIndex | None = None
         self._lifecycle: LifecycleTracker | None = None
-        self._app: StreamApp | None = None
 
     @property
     def schemas(self) -> SchemaRegistry:
@@ -334,17 +311,16 @@ class Evaluator:
         if task is None or task.index.table is not watchers or task.state is not state:
             task = _Task(WatcherIndex(watchers, self._registry, self._ring), state)
             self._tasks[ctx.partition] = task
-            _settle_heap()
+            settle_heap()
         else:
             task.index.refresh()
         return task
 
-    def prepare(self, compile_definitions: bool = False) -> int:
-        """Build the views of every partition the attached app holds now, so the first batch
-        does not pay for them (and, if asked, compile every definition, as a long-running
-        evaluator has); returns how many watchers they index."""
-        assert self._app is not None, "attach the app first"
-        tables = {(t.spec.name, t.partition): t for t in self._app.tables}
+    def prepare(self, held: Iterable[Table], compile_definitions: bool = False) -> int:
+        """Build the views of every partition in ``held`` (the app's tables now), so the first
+        batch does not pay for them (and, if asked, compile every definition, as a
+        long-running evaluator has); returns how many watchers they index."""
+        tables = {(t.spec.name, t.partition): t for t in held}
         keys = tables.get((_KEYS, -1))
         if keys is not None and self._keys is None:
             self._keys = KeyView(keys, self._ring)
@@ -359,12 +335,8 @@ class Evaluator:
                             watch.definition.compile()
                         except (ErasedError, DefinitionError) as exc:
                             log.warning("watcher %s not compiled: %s", watch.key, exc)
-        _settle_heap()
+        settle_heap()
         return sum(len(task.index) for task in self._tasks.values())
-
-    def attach(self, app: StreamApp) -> None:
-        """Know the app whose tables :meth:`prepare` indexes."""
-        self._app = app
 
     def _key_view(self, ctx: ProcessContext) -> KeyView:
         if self._keys is None:
@@ -406,86 +378,13 @@ class Evaluator:
         return home
 
 
-def _settle_heap() -> None:
-    """Take what the process holds now (restored tables, indexes, decoded definitions) out of
-    the cyclic garbage collector's full passes (``gc.freeze``).
-
-    These views live as long as the assignment, yet each full collection walked all of them
-    again: with 10,000 watchers that was a tenth of the evaluator's CPU. Objects made later
-    are collected as usual; frozen ones are still freed by reference counting when dropped,
-    but a frozen cycle never is: so the views an earlier assignment froze are unfrozen and
-    collected first (one full collection per rebuild, not per batch), or every rebalance would
-    leak the tables and indexes it replaced.
-
-    The collector's thresholds are raised too (:data:`GC_THRESHOLDS`): each event allocates
-    containers that reference counting frees or the per-watcher caches keep, and at Python's
-    default (700, 10, 10) that set off ~33 young passes per 1,000 events and a full pass every
-    ~3,000, which walked everything made since the freeze and found no garbage: 33–44 µs of
-    CPU per event with 10,000 watchers (``benchmarks.evaluator``; 2–4 µs after).
-    """
-    gc.set_threshold(*GC_THRESHOLDS)
-    gc.unfreeze()
-    gc.collect()
-    gc.freeze()
-
-
-def evaluator_app(
-    settings: EvaluatorSettings,
-    evaluator: Evaluator,
-    *,
-    registry: CollectorRegistry = REGISTRY,
-) -> StreamApp:
-    """The evaluator's stream app: inputs, tables and the member's stable transactional id."""
-    topology = settings.topology
-    inputs = [topology.name(Topic.EVENTS), topology.name(Topic.TICKS)]
-    overrides: dict[str, Any] = {
-        "statistics.interval.ms": 5000,
-        "stats_cb": lag_reporter(evaluator.metrics, set(inputs)),
-        **settings.consumer_overrides,
-    }
-    app = StreamApp(
-        settings.bootstrap,
-        settings.group,
-        settings.instance_id,
-        inputs,
-        evaluator,
-        tables=[
-            TableSpec(_WATCHERS, topology.name(Topic.WATCHERS), TableKind.EXTERNAL),
-            TableSpec(_STATE, topology.name(Topic.WATCHER_STATE), TableKind.OWNED),
-            TableSpec(_GRANTS, topology.name(Topic.GRANTS), TableKind.GLOBAL),
-            TableSpec(_LIFECYCLE, topology.name(Topic.LIFECYCLE), TableKind.GLOBAL),
-            TableSpec(_KEYS, topology.name(Topic.KEYS), TableKind.GLOBAL),
-        ],
-        decode=evaluator.decode,
-        dead_letter_topic=topology.name(Topic.DEAD_LETTER),
-        commit_interval_ms=settings.commit_interval_ms,
-        static_membership=settings.static_membership,
-        consumer_overrides=overrides,
-        group_protocol=settings.group_protocol,
-        registry=registry,
-        schemas_topic=topology.name(Topic.SCHEMAS),
-        schema_registry=evaluator.schemas,
-    )
-    evaluator.attach(app)
-    return app
-
-
-def run(app: StreamApp, stop: threading.Event, metrics: EvaluatorMetrics) -> None:
-    """Step until ``stop``; then commit and leave the group.
-
-    A budget store that does not answer aborts the batch (the runtime rewinds to the committed
-    offsets); a broker that does not answer leaves the member to resync. Either way this loop
-    waits, doubling up to a few seconds, and tries again (``pipeline.runtime.recovery``).
-    """
-
-    def failed(exc: Exception, wait: float) -> None:
-        if isinstance(exc, BudgetStoreError):
-            metrics.budget_store_down.inc()
-            log.warning("budget store unavailable, retrying in %.1fs: %s", wait, exc)
-        else:
-            log.warning("broker unavailable, resyncing in %.1fs: %s", wait, exc)
-
-    try:
-        run_steps(app, app.step, stop, start=app.start, also=(BudgetStoreError,), on_failure=failed)
-    finally:
-        app.close()
+def table_specs(topology: Topology) -> list[TableSpec]:
+    """The evaluator's tables: ``watchers`` (external), its own ``watcher-state``, and
+    ``grants``, ``lifecycle`` and ``keys`` whole."""
+    return [
+        TableSpec(_WATCHERS, topology.name(Topic.WATCHERS), TableKind.EXTERNAL),
+        TableSpec(_STATE, topology.name(Topic.WATCHER_STATE), TableKind.OWNED),
+        TableSpec(_GRANTS, topology.name(Topic.GRANTS), TableKind.GLOBAL),
+        TableSpec(_LIFECYCLE, topology.name(Topic.LIFECYCLE), TableKind.GLOBAL),
+        TableSpec(_KEYS, topology.name(Topic.KEYS), TableKind.GLOBAL),
+    ]
