@@ -85,7 +85,7 @@ from pipeline.runtime.app import GroupProtocol, StreamApp
 from pipeline.runtime.processing import InputRecord, Message, ProcessContext
 from pipeline.runtime.recovery import run_steps
 from pipeline.runtime.tables import Table, TableKind, TableSpec
-from pipeline.runtime.views import KeyView
+from pipeline.runtime.views import UNREADABLE, DecodedCache, KeyView
 
 __all__ = ["CommandProcessor"]
 
@@ -142,7 +142,7 @@ class CommandProcessor:
         self._counter = command_counter(metrics)
         self._topics = {topic: topology.name(topic) for topic in Topic}
         self._pending_grants: dict[str, bytes | None] = {}
-        self._grant_cache: dict[str, tuple[bytes, GrantRecord]] = {}
+        self._grant_cache: DecodedCache[GrantRecord] = DecodedCache()
         self._index = SubjectIndex()
         self.app = StreamApp(
             bootstrap,
@@ -300,16 +300,14 @@ class CommandProcessor:
         for grant_id, value in raw.items():
             if value is None:
                 continue
-            cached = self._grant_cache.get(grant_id)
-            if cached is None or cached[0] != value:
-                try:
-                    cached = (value, decode_grant(self._schemas, value))
-                except (SerdeError, ValueError, KeyError) as exc:
-                    log.error("grant %s is unreadable, ignored (fail-closed): %s", grant_id, exc)
-                    continue
-                self._grant_cache[grant_id] = cached
-            grants[grant_id] = cached[1]
+            try:
+                grants[grant_id] = self._grant_cache.get(grant_id, value, self._decode_grant)
+            except UNREADABLE as exc:
+                log.error("grant %s is unreadable, ignored (fail-closed): %s", grant_id, exc)
         return grants
+
+    def _decode_grant(self, raw: bytes) -> GrantRecord:
+        return decode_grant(self._schemas, raw)
 
     # -- writing one decision ------------------------------------------------------------
 

@@ -419,7 +419,7 @@ class DeliveryWorker:
         self._views_read = time.monotonic()
         self._keys.refresh()
         self._grants.refresh()
-        dropping = self._lifecycle.refresh()
+        dropping = self._lifecycle.dropping_records()
         if dropping:
             self._tx.begin()
             sweep(dropping, self._states, self._budgets, self._metrics, self._clock.now())

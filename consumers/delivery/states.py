@@ -33,6 +33,7 @@ from pipeline.rules.outcomes import DeliveryStatus
 from pipeline.runtime.state import TaskState
 from pipeline.runtime.tables import Table
 from pipeline.runtime.transactions import TransactionScope
+from pipeline.runtime.views import DecodedCache
 
 __all__ = ["OUTBOX", "STATE", "DeliveryStates"]
 
@@ -57,7 +58,7 @@ class DeliveryStates:
         self.queue = DueQueue()
         self._known: dict[int, Table] = {}  # the stores the queue reflects
         self._seen_aborts = 0
-        self._decoded: dict[str, tuple[bytes, DeliveryRecord]] = {}
+        self._decoded: DecodedCache[DeliveryRecord] = DecodedCache()
         self._entries: dict[str, tuple[int, OutboxEntry]] = {}
 
     # -- stores and records ----------------------------------------------------------------
@@ -70,16 +71,14 @@ class DeliveryStates:
 
     def record(self, key: str, raw: bytes) -> DeliveryRecord | None:
         """The record ``raw`` holds (None, logged, when unreadable)."""
-        cached = self._decoded.get(key)
-        if cached is not None and cached[0] is raw:
-            return cached[1]
         try:
-            record = decode_record(self._schemas, raw)
+            return self._decoded.get(key, raw, self._decode)
         except SerdeError as exc:
             log.error("delivery-state record %s is unreadable: %s", key, exc)
             return None
-        self._decoded[key] = (raw, record)
-        return record
+
+    def _decode(self, raw: bytes) -> DeliveryRecord:
+        return decode_record(self._schemas, raw)
 
     def current(self, key: str, partition: int) -> tuple[Table, DeliveryRecord] | None:
         """The store and record of ``key``, if this worker holds it."""
@@ -95,13 +94,13 @@ class DeliveryStates:
         raw = encode_record(self._schemas, record)
         store.set(record.key, raw)
         if record.state.status in _UNSETTLED:
-            self._decoded[record.key] = (raw, record)
+            self._decoded.put(record.key, raw, record)
         else:  # settled: read again only to be purged
-            self._decoded.pop(record.key, None)
+            self._decoded.pop(record.key)
 
     def delete(self, store: Table, key: str) -> None:
         store.delete(key)
-        self._decoded.pop(key, None)
+        self._decoded.pop(key)
         self._entries.pop(key, None)
 
     def dirty(self, key: str, partition: int) -> bool:

@@ -70,7 +70,7 @@ from pipeline.rules.watcher_state import WatcherState
 from pipeline.runtime.app import InputRecord, ProcessContext
 from pipeline.runtime.processing import Message
 from pipeline.runtime.tables import Table, TableKind, TableSpec
-from pipeline.runtime.views import GrantIndex, KeyView, WatcherIndex
+from pipeline.runtime.views import DecodedCache, GrantIndex, KeyView, WatcherIndex
 
 __all__ = ["Evaluator", "Input", "table_specs"]
 
@@ -99,7 +99,7 @@ class _Task:
 
     index: WatcherIndex
     state: Table
-    cache: dict[str, tuple[bytes, WatcherState]] = field(default_factory=dict)
+    cache: DecodedCache[WatcherState] = field(default_factory=DecodedCache)
 
 
 class Evaluator:
@@ -269,7 +269,7 @@ class Evaluator:
                 registry, watch.parts, watch.source_id, next_state, now, text if same else None
             )
             task.state.set(watch.key, data)
-            task.cache[watch.key] = (data, next_state)
+            task.cache.put(watch.key, data, next_state)
         home = self._home_of(watch.source_id)
         until = retain_until(receipt["evaluated_at"], watch.definition.privacy.evidence_retention)
         value = encode_receipt(registry, ring, receipt, watch.source_id, text, until)
@@ -361,12 +361,10 @@ class Evaluator:
         raw = task.state.get(key)
         if raw is None:
             return None
-        cached = task.cache.get(key)
-        if cached is not None and cached[0] is raw:
-            return cached[1]
-        state = decode_state(self._registry, raw)
-        task.cache[key] = (raw, state)
-        return state
+        return task.cache.get(key, raw, self._decode_state)
+
+    def _decode_state(self, raw: bytes) -> WatcherState:
+        return decode_state(self._registry, raw)
 
     def _home_of(self, source_id: str) -> int:
         home = self._home.get(source_id)
