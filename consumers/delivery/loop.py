@@ -51,14 +51,14 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from prometheus_client import REGISTRY, CollectorRegistry
-from pydantic import ValidationError
 
 from consumers.delivery.adapters import AdapterRegistry
 from consumers.delivery.claims import Claimer
 from consumers.delivery.due import DueKind
+from consumers.delivery.intake import Intake
 from consumers.delivery.metrics import DeliveryMetrics, delivery_metrics
 from consumers.delivery.planner import Planner
 from consumers.delivery.results import Recorder
@@ -72,21 +72,15 @@ from pipeline.kafka.topics import Topic, Topology
 from pipeline.records.delivery_state import (
     DeliveryRecord,
     decode_record,
-    first_record,
 )
-from pipeline.records.outbox_entry import decode_outbox_entry
-from pipeline.records.redelivery import decode_redelivery
 from pipeline.redis.budgets import RedisBudgets
 from pipeline.rules.budgets import NO_CEILINGS, BudgetCaps, BudgetCeilings
-from pipeline.rules.commands.model import Redelivery
-from pipeline.rules.dispatch import BUDGET_UNAVAILABLE_RETRY, is_redeliverable, redeliver
-from pipeline.rules.errors import BrokerError, SerdeError
-from pipeline.rules.outbox import OutboxEntry
+from pipeline.rules.dispatch import BUDGET_UNAVAILABLE_RETRY
+from pipeline.rules.errors import BrokerError
 from pipeline.rules.outcomes import DeliveryStatus
-from pipeline.runtime.app import GroupProtocol, InputRecord, ProcessContext, StreamApp
-from pipeline.runtime.processing import Message
+from pipeline.runtime.app import GroupProtocol, StreamApp
 from pipeline.runtime.recovery import run_steps
-from pipeline.runtime.tables import Table, TableKind, TableSpec
+from pipeline.runtime.tables import TableKind, TableSpec
 from pipeline.runtime.views import GrantIndex, KeyView, LifecycleIndex
 
 __all__ = ["DEFAULT_GROUP", "DeliverySettings", "DeliveryWorker"]
@@ -169,26 +163,17 @@ class DeliveryWorker:
         )
         # Views of the global tables, empty until start() loads them.
         self._keys = KeyView(tables.whole(KEYS), self.ring)
+        self._intake = Intake(
+            self._redeliveries_topic,
+            self._schemas,
+            self._keys,
+            self._states,
+            self._clock,
+            self._metrics,
+        )
         self._grants = GrantIndex(tables.whole(GRANTS), self._schemas)
         self._lifecycle = LifecycleIndex(tables.whole(LIFECYCLE), self._schemas)
-        self._claimer = Claimer(
-            self._tx,
-            self._states,
-            self._planner(),
-            self._metrics,
-            self._outbox_topic,
-            in_flight=self._sends.claimed,
-            adapter_of=self._sends.kind,
-            dead_letter_topic=self._dlq_topic,
-        )
-        self._recorder = Recorder(
-            self._tx,
-            self._states,
-            self._lifecycle,
-            self._metrics,
-            outbox_topic=self._outbox_topic,
-            dead_letter_topic=self._dlq_topic,
-        )
+        self._claimer, self._recorder = self._claimer_and_recorder()
         self._views_read = 0.0
         self._fired = 0.0
         self._started = False
@@ -201,7 +186,7 @@ class DeliveryWorker:
             settings.group_id,
             settings.instance_id,
             [self._outbox_topic, self._redeliveries_topic],
-            self._on_outbox,
+            lambda batch, ctx: self._intake.process(batch, ctx),
             tables=[
                 TableSpec(STATE, topology.name(Topic.DELIVERY_STATE), TableKind.OWNED),
                 TableSpec(OUTBOX, self._outbox_topic, TableKind.EXTERNAL),
@@ -209,7 +194,7 @@ class DeliveryWorker:
                 TableSpec(GRANTS, topology.name(Topic.GRANTS), TableKind.GLOBAL),
                 TableSpec(KEYS, topology.name(Topic.KEYS), TableKind.GLOBAL),
             ],
-            decode=self._decode,
+            decode=lambda msg: self._intake.decode(msg),
             dead_letter_topic=self._dlq_topic,
             commit_interval_ms=settings.commit_interval_ms,
             consumer_overrides=dict(settings.consumer_overrides),
@@ -218,6 +203,27 @@ class DeliveryWorker:
             schemas_topic=topology.name(Topic.SCHEMAS),
             schema_registry=self._schemas,
         )
+
+    def _claimer_and_recorder(self) -> tuple[Claimer, Recorder]:
+        claimer = Claimer(
+            self._tx,
+            self._states,
+            self._planner(),
+            self._metrics,
+            self._outbox_topic,
+            in_flight=self._sends.claimed,
+            adapter_of=self._sends.kind,
+            dead_letter_topic=self._dlq_topic,
+        )
+        recorder = Recorder(
+            self._tx,
+            self._states,
+            self._lifecycle,
+            self._metrics,
+            outbox_topic=self._outbox_topic,
+            dead_letter_topic=self._dlq_topic,
+        )
+        return claimer, recorder
 
     def _planner(self) -> Planner:
         return Planner(
@@ -334,78 +340,6 @@ class DeliveryWorker:
             return 0.05
         wait = (next_at - self._clock.now()).total_seconds()
         return min(0.05, max(0.0, wait))
-
-    # -- the outbox, as input ------------------------------------------------------------
-
-    def _decode(self, msg: Message) -> OutboxEntry | Redelivery | None:
-        value = msg.value()
-        if msg.topic() == self._redeliveries_topic:
-            return self._redelivery(msg.key(), value)
-        if value is None:
-            return None  # a tombstone (a purge): nothing to deliver
-        try:
-            entry = decode_outbox_entry(self._schemas, self.ring, value)
-        except (ValidationError, KeyError, TypeError, ValueError) as exc:
-            raise SerdeError(f"not an outbox entry: {exc}") from exc
-        if msg.key() != entry.delivery_key.encode():
-            # The evaluator keys each entry by its delivery key; another key is a foreign or
-            # forged record (it would dodge the key's dedupe and its partition's claims).
-            raise SerdeError("the record key is not the entry's delivery key")
-        return entry
-
-    def _redelivery(self, key: bytes | None, value: bytes | None) -> Redelivery:
-        """A ``redeliveries`` record, keyed by its delivery key as the command processor writes
-        it; anything else (no value, another key) raises and is dead-lettered."""
-        if value is None:
-            raise SerdeError("a redelivery request has no value")
-        request = decode_redelivery(self._schemas, value)
-        if key != request.delivery_key.encode():
-            raise SerdeError("the record key is not the request's delivery key")
-        return request
-
-    def _on_outbox(self, batch: list[InputRecord], ctx: ProcessContext) -> None:
-        """New entries become ``pending``; a key already known never starts over. (An entry
-        that did not open at decode time is opened again when it falls due, with the keys
-        caught up; if it still does not, it is cancelled.)"""
-        states = ctx.table(STATE)
-        now = self._clock.now()
-        self._keys.refresh()
-        for record in batch:
-            entry = record.value
-            if entry is None:
-                continue
-            if isinstance(entry, Redelivery):
-                self._redeliver(entry, ctx.partition, states, now)
-                continue
-            assert isinstance(entry, OutboxEntry)
-            key = entry.delivery_key  # the record's key too (checked at decode)
-            if key in states:
-                continue
-            first = first_record(entry, record.offset, now)
-            self._states.write(states, first)
-            self._states.remember(key, ctx.partition, entry)
-            self._states.queue.schedule(key, ctx.partition, DueKind.ATTEMPT, first.state.due_at)
-
-    def _redeliver(self, request: Redelivery, partition: int, states: Table, now: datetime) -> None:
-        """A ``redeliver`` request: a dead-lettered or suppressed key of the same subject is
-        ``pending`` again, due now, with a fresh attempt count; anything else is ignored."""
-        key = request.delivery_key
-        raw = states.get(key)
-        record = None if raw is None else self._states.record(key, raw)
-        if (
-            record is None
-            or (record.tenant_id, record.user_id) != (request.tenant_id, request.user_id)
-            or not is_redeliverable(record.state)
-        ):
-            state = "absent" if record is None else record.state.status.value
-            log.warning("redeliver %s (request %s) ignored: %s", key, request.request_id, state)
-            self._metrics.redeliveries.labels("ignored").inc()
-            return
-        again = record.moved(redeliver(record.state, now))
-        self._states.write(states, again)
-        self._states.queue.schedule(key, partition, DueKind.ATTEMPT, again.state.due_at)
-        self._metrics.redeliveries.labels("applied").inc()
-        log.info("redeliver %s (request %s): pending again", key, request.request_id)
 
     # -- grants and lifecycle ------------------------------------------------------------
 

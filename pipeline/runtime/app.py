@@ -43,9 +43,8 @@ from pipeline.kafka.clients import (
 from pipeline.kafka.schema_catalog import register_schemas
 from pipeline.kafka.serde import SchemaRegistry
 from pipeline.runtime.assignment import Assignment, GroupProtocol, group_protocol_config
-from pipeline.runtime.batch import SCHEMAS_TABLE, Batches, first_arrivals, gather
+from pipeline.runtime.batch import SCHEMAS_TABLE, Batches, BatchOptions, first_arrivals, gather
 from pipeline.runtime.checkpoint import Checkpoint, TransactionEnd
-from pipeline.runtime.isolation import Isolation
 from pipeline.runtime.member import TIMEOUT_S, Member
 from pipeline.runtime.metrics import runtime_metrics
 from pipeline.runtime.poison import Quarantine
@@ -124,51 +123,35 @@ class StreamApp:
         self.instance_id = instance_id
         self.inputs = list(inputs)
         client_id = f"{group_id}-{instance_id}"
+        metrics = runtime_metrics(registry)
+        metrics.group_protocol.labels(group_id, group_protocol.value).set(1)
         producer = producer_config(
             bootstrap, transactional_id=client_id, **(producer_overrides or {})
         )
         consumer = _consumer_config(
             bootstrap, group_id, client_id, static_membership, consumer_overrides, group_protocol
         )
-        metrics = runtime_metrics(registry)
-        metrics.group_protocol.labels(group_id, group_protocol.value).set(1)
-        self._member = Member(group_id, instance_id, self.inputs, producer, consumer, metrics)
-        placement = Placement(self._member.partition_count)
-        specs = list(tables or [])
-        if schemas_topic is not None:
-            specs.append(TableSpec(SCHEMAS_TABLE, schemas_topic, TableKind.GLOBAL))
+        member = self._member = Member(
+            group_id, instance_id, self.inputs, producer, consumer, metrics
+        )
+        placement = Placement(member.partition_count)
+        specs = [*(tables or []), *_schemas_table(schemas_topic)]
         reader = TableReader(table_consumer_config(bootstrap, client_id))
-        self._state = TaskState(specs, reader, placement.count)
-        self._quarantine = Quarantine(group_id, dead_letter_topic, metrics)
-        budget_s = int(producer["transaction.timeout.ms"]) / 1000 / _BUDGET_SHARE
+        state = self._state = TaskState(specs, reader, placement.count)
+        quarantine = self._quarantine = Quarantine(group_id, dead_letter_topic, metrics)
+        budget_s = member.transaction_timeout_s / _BUDGET_SHARE
         checkpoint = Checkpoint(commit_every, commit_interval_ms / 1000, TIMEOUT_S, budget_s)
-        self._scope = TransactionScope(
-            self._member, self._state, self._quarantine, placement, metrics, checkpoint
+        scope = self._scope = TransactionScope(
+            member, state, quarantine, placement, metrics, checkpoint
         )
-        isolation = Isolation()
+        options = BatchOptions(
+            max_batch, slice_records or max_batch, _judged(judged), schemas_topic is not None
+        )
+        batches = self._batches = Batches(
+            member, scope, state, quarantine, metrics, processor, decode, options
+        )
         self._assignment = Assignment(
-            group_protocol,
-            self._state,
-            self._scope,
-            self._member,
-            self._quarantine,
-            isolation,
-            metrics,
-        )
-        self._batches = Batches(
-            max_batch,
-            self._member,
-            self._scope,
-            self._state,
-            self._quarantine,
-            processor,
-            decode,
-            placement=placement,
-            isolation=isolation,
-            slice_records=slice_records or max_batch,
-            judged=judged,
-            knows_schemas=schemas_topic is not None,
-            metrics=metrics,
+            group_protocol, state, scope, member, quarantine, batches.isolation, metrics
         )
         self._schemas = (bootstrap, schemas_topic, schema_registry, placement)
 
@@ -305,6 +288,15 @@ def _consumer_config(
     return group_protocol_config(
         consumer_config(bootstrap, group_id, **extra, **(overrides or {})), protocol
     )
+
+
+def _judged(inputs: Collection[str] | None) -> frozenset[str] | None:
+    return None if inputs is None else frozenset(inputs)
+
+
+def _schemas_table(topic: str | None) -> list[TableSpec]:
+    """The ``schemas`` topic as a global table, when the app is given one."""
+    return [] if topic is None else [TableSpec(SCHEMAS_TABLE, topic, TableKind.GLOBAL)]
 
 
 def _register_schemas(

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
@@ -30,11 +31,11 @@ from pipeline.runtime.isolation import Isolation, failure_reason
 from pipeline.runtime.member import Member
 from pipeline.runtime.metrics import RuntimeMetrics
 from pipeline.runtime.poison import Cause, Quarantine
-from pipeline.runtime.processing import Decoder, InputRecord, Placement, ProcessContext, Processor
+from pipeline.runtime.processing import Decoder, InputRecord, ProcessContext, Processor
 from pipeline.runtime.state import TaskState
 from pipeline.runtime.transactions import TransactionScope
 
-__all__ = ["SCHEMAS_TABLE", "Batches", "first_arrivals", "gather"]
+__all__ = ["SCHEMAS_TABLE", "BatchOptions", "Batches", "first_arrivals", "gather"]
 
 log = logging.getLogger(__name__)
 
@@ -74,38 +75,44 @@ def first_arrivals(
             return batch
 
 
+@dataclass(frozen=True, slots=True)
+class BatchOptions:
+    """``limit`` records per batch, ``slice_records`` per processor call; ``judged``: the
+    inputs whose undecodable records are dead-lettered (None: all); ``knows_schemas``: a
+    ``schemas`` table tells a newer writer from garbage."""
+
+    limit: int
+    slice_records: int
+    judged: frozenset[str] | None
+    knows_schemas: bool
+
+
 class Batches:
     """Decodes and processes the batches of one member, inside its open transaction."""
 
     def __init__(
         self,
-        limit: int,
         member: Member,
         scope: TransactionScope,
         state: TaskState,
         quarantine: Quarantine,
+        metrics: RuntimeMetrics,
         processor: Processor,
         decode: Decoder | None,
-        *,
-        placement: Placement,
-        isolation: Isolation,
-        slice_records: int,
-        judged: Collection[str] | None,
-        knows_schemas: bool,
-        metrics: RuntimeMetrics,
+        options: BatchOptions,
     ) -> None:
         self.processor = processor
-        self.isolation = isolation
-        self._limit = limit
-        self.placement = placement
+        self.isolation = Isolation()
+        self.placement = scope.placement
+        self._limit = options.limit
         self._member = member
         self._scope = scope
         self._state = state
         self._quarantine = quarantine
         self._decode = decode
-        self._slice = slice_records
-        self._judged = None if judged is None else frozenset(judged)
-        self._knows_schemas = knows_schemas
+        self._slice = options.slice_records
+        self._judged = options.judged
+        self._knows_schemas = options.knows_schemas
         self._metrics = metrics
         self._inputs = member.inputs
 

@@ -79,6 +79,10 @@ class Member:
         return self._consumer
 
     @property
+    def transaction_timeout_s(self) -> float:
+        return int(self._producer_config["transaction.timeout.ms"]) / 1000
+
+    @property
     def joined(self) -> bool:
         return self._consumer is not None
 

@@ -85,7 +85,7 @@ class TransactionScope:
         self._member = member
         self._state = state
         self._quarantine = quarantine
-        self._placement = placement
+        self.placement = placement
         self._metrics = metrics
         self._group_id = member.group_id
 
@@ -115,7 +115,7 @@ class TransactionScope:
             producer.produce,
             producer.poll,
             self._state.table,
-            self._placement.partition_of,
+            self.placement.partition_of,
         )
 
     def commit(self, rewind: bool = True) -> bool:
