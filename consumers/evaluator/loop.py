@@ -18,12 +18,9 @@ under the watcher version's evidence key (with ``retain_until`` from its evidenc
 outbox entries under the subject's key. A tick or a definition that no longer opens (cancelled,
 erased) is skipped and counted, never evaluated on an empty payload.
 
-Redis unreachable: the batch aborts and rewinds and the stage (``consumers.evaluator.stage``)
-backs off and retries; nothing is ever evaluated unbudgeted. A broker that restarts or stalls:
-the stage backs off and the
-member resyncs (``pipeline.runtime.recovery``). Leaves out the command line
-(``pipeline.cli.evaluator_cmd``), the record layouts (``pipeline.records``) and the rules
-themselves (``pipeline.rules``).
+Redis unreachable: the batch aborts and rewinds, and the stage (``stage``) backs off and
+retries; nothing is ever evaluated unbudgeted. Leaves out the stage and its app (``stage``),
+the record layouts (``pipeline.records``) and the rules themselves (``pipeline.rules``).
 """
 
 from __future__ import annotations
@@ -69,6 +66,7 @@ from pipeline.rules.retention import retain_until
 from pipeline.rules.watcher_state import WatcherState
 from pipeline.runtime.app import InputRecord, ProcessContext
 from pipeline.runtime.processing import Message
+from pipeline.runtime.state import TaskState
 from pipeline.runtime.tables import Table, TableKind, TableSpec
 from pipeline.runtime.views import DecodedCache, GrantIndex, KeyView, WatcherIndex
 
@@ -83,9 +81,9 @@ _HOME_MEMO = 16_384  # source ids whose partition is remembered (every in-memory
 
 @dataclass(frozen=True, slots=True)
 class Input:
-    """A decoded input record: its evidence, and its raw bytes for a re-route. A tick whose
-    payload did not open at decode time (its key may arrive with this batch's tables) keeps
-    its value and position to be opened once the keys are caught up (``evidence`` None)."""
+    """A decoded input record: its evidence, and its raw bytes for a re-route. ``evidence``
+    None: a tick that does not open — erased, or (decoded before :meth:`Evaluator.follow_keys`)
+    kept as ``sealed_tick`` to be opened once the keys are caught up."""
 
     evidence: Evidence | None
     raw: bytes
@@ -163,9 +161,13 @@ class Evaluator:
             if expected == "event":
                 return Input(evidence_from_event(value, position), raw)
             version = int(value["watcher_version"])
+            if self._keys is not None:
+                self._keys.refresh()  # the runtime caught the tables up before decoding
             try:
                 return Input(evidence_from_tick(value, position, self._ring), raw, version)
             except ErasedError:
+                if self._keys is not None:
+                    return Input(None, raw, version)  # its key is gone: opened once, erased
                 return Input(None, raw, version, (value, position))
         except SerdeError:
             raise
@@ -186,9 +188,11 @@ class Evaluator:
         events = self._events
         for record in batch:
             item: Input = record.value
-            evidence = item.evidence if item.evidence is not None else self._opened(item)
+            evidence = item.evidence
             if evidence is None:
-                continue
+                evidence = self._opened(item)
+                if evidence is None:
+                    continue
             topic = record.topic
             if topic == events:
                 home = self._home_of(evidence.source_id)
@@ -223,7 +227,9 @@ class Evaluator:
 
     def _opened(self, item: Input) -> Evidence | None:
         """A tick's evidence once the keys are caught up; None (counted) when it is erased."""
-        assert item.sealed_tick is not None
+        if item.sealed_tick is None:  # erased when it was decoded, with the keys caught up
+            self.metrics.skipped.labels("tick_erased").inc()
+            return None
         try:
             return evidence_from_tick(*item.sealed_tick, self._ring)
         except ErasedError:
@@ -337,6 +343,12 @@ class Evaluator:
                             log.warning("watcher %s not compiled: %s", watch.key, exc)
         settle_heap()
         return sum(len(task.index) for task in self._tasks.values())
+
+    def follow_keys(self, tables: TaskState) -> None:
+        """Follow the app's ``keys`` table (it exists, empty, before start): a tick is opened
+        once, at decode time, with the keys its batch sees."""
+        if self._keys is None:
+            self._keys = KeyView(tables.whole(_KEYS), self._ring)
 
     def _key_view(self, ctx: ProcessContext) -> KeyView:
         if self._keys is None:

@@ -85,6 +85,7 @@ class EvaluatorStage:
             schemas_topic=topology.name(Topic.SCHEMAS),
             schema_registry=evaluator.schemas,
         )
+        evaluator.follow_keys(self.app.tables)
 
     def start(self) -> None:
         self.app.start()
