@@ -1,5 +1,4 @@
-"""The evaluator consumer group: decisions in one transaction with their checkpoints (DESIGN.md §2,
-§3, §10, §11).
+"""The evaluator's processor: decisions in one transaction with their inputs (DESIGN §2, §3, §10).
 
 A :class:`~pipeline.runtime.app.StreamApp` over ``events`` and ``ticks`` with ``watchers`` as
 an external co-partitioned table (caught up to its end before each batch, so a create, pause
@@ -323,12 +322,13 @@ class Evaluator:
         return task
 
     def prepare(self, held: Iterable[Table], compile_definitions: bool = False) -> int:
-        """Build the views of every partition in ``held`` (the app's tables now), so the first
-        batch does not pay for them (and, if asked, compile every definition, as a
-        long-running evaluator has); returns how many watchers they index."""
+        """Index the partitions in ``held`` (the app's tables) before the first batch (and compile
+        every definition if asked, as a running evaluator has); returns the watchers indexed."""
         tables = {(t.spec.name, t.partition): t for t in held}
         keys = tables.get((_KEYS, -1))
-        if keys is not None and self._keys is None:
+        if self._keys is not None:
+            self._keys.refresh()  # followed since before start: take in what start loaded
+        elif keys is not None:
             self._keys = KeyView(keys, self._ring)
         for (name, partition), watchers in tables.items():
             state = tables.get((_STATE, partition))
