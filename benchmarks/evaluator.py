@@ -56,8 +56,9 @@ from prometheus_client import CollectorRegistry
 
 from benchmarks.runtime import bare
 from benchmarks.write_equivalent import census, fanout
-from consumers.evaluator.loop import Evaluator, EvaluatorSettings, evaluator_app
+from consumers.evaluator.loop import Evaluator
 from consumers.evaluator.metrics import evaluator_metrics
+from consumers.evaluator.stage import EvaluatorSettings, EvaluatorStage
 from pipeline.crypto import KeyEncryptionKeys, KeyRing, generate_kek_text
 from pipeline.kafka.admin import connect_admin, ensure_topics
 from pipeline.kafka.clients import producer_config
@@ -82,7 +83,7 @@ _WRITTEN = (Topic.RECEIPTS, Topic.OUTBOX, Topic.WATCHER_STATE, Topic.COMMANDS)
 TYPES = 10
 USERS = 100
 NOW = datetime.now(UTC)
-_CODEC = default_codec()
+_REGISTRY = default_codec()
 
 
 class _Loader:
@@ -93,7 +94,7 @@ class _Loader:
         self.tenant = tenant
         overrides: dict[str, Any] = {"linger.ms": 50}
         self.producer = Producer(producer_config(bootstrap, **overrides))
-        self.ring = KeyRing(KeyEncryptionKeys.load(), _CODEC)
+        self.ring = KeyRing(KeyEncryptionKeys.load(), _REGISTRY)
         template = WatcherDefinition.from_json(
             {
                 "watcher_id": "w",
@@ -153,7 +154,7 @@ class _Loader:
             ),
         }
         key = watcher_key(self.tenant, user, watcher_id)
-        value = _CODEC.encode("watcher", record)
+        value = _REGISTRY.encode("watcher", record)
         self._send(Topic.WATCHERS, key, value, partition_for(source_id, PARTITIONS))
         logged = {  # what replay reads the definition from (``vigil replay`` on a kept run)
             "tenant_id": self.tenant,
@@ -176,7 +177,7 @@ class _Loader:
                 canonical_json(body).decode(),
             ),
         }
-        value = _CODEC.encode("definition_log", logged)
+        value = _REGISTRY.encode("definition_log", logged)
         subject = subject_key(self.tenant, user)
         self._send(Topic.DEFINITION_LOG, key, value, partition_for(subject, PARTITIONS))
 
@@ -190,7 +191,7 @@ class _Loader:
             actions=frozenset({Action.EVALUATE}),
             until=NOW + timedelta(days=1),
         )
-        value = encode_grant(_CODEC, GrantRecord(grant, NOW, "bench"))
+        value = encode_grant(_REGISTRY, GrantRecord(grant, NOW, "bench"))
         self._send(Topic.GRANTS, grant.grant_id, value, partition_for(grant.grant_id, PARTITIONS))
 
     def events(self, n: int, sources: list[str], first: int = 0) -> None:
@@ -207,7 +208,7 @@ class _Loader:
                     {"status": "failed" if i % 2 else "passed", "n": i}
                 ).decode(),
             }
-            value = _CODEC.encode("event", record)
+            value = _REGISTRY.encode("event", record)
             self._send(Topic.EVENTS, source, value, partition_for(source, PARTITIONS))
         self.flush()
 
@@ -280,7 +281,7 @@ def _evaluate(
     caps = BudgetCaps(window=timedelta(hours=1), evaluations=10_000_000)
     processor = Evaluator(topology, budgets, caps, metrics=metrics)
     settings = EvaluatorSettings(bootstrap, topology, "bench")
-    app = evaluator_app(settings, processor, metrics_registry=registry)
+    app = EvaluatorStage(settings, processor, metrics_registry=registry).app
     events_topic = topology.name(Topic.EVENTS)
     labels = {"group": settings.group, "topic": events_topic}
 
@@ -291,7 +292,7 @@ def _evaluate(
         deadline = time.monotonic() + 60
         while len(app.assignment()) < 2 * PARTITIONS and time.monotonic() < deadline:
             app.step()
-        indexed = processor.prepare(compile_definitions=compiled)
+        indexed = processor.prepare(app.tables, compile_definitions=compiled)
         loader.events(n, sources, first)
         started = 0.0
         cpu = main_cpu = 0.0
@@ -303,7 +304,7 @@ def _evaluate(
             before_main = time.thread_time()
             if app.step() and not started:
                 started, cpu, main_cpu = before, before_cpu, before_main
-        app.commit()
+        app.transaction().commit()
         seconds = time.perf_counter() - started
         cpu_seconds = time.process_time() - cpu
         main_seconds = time.thread_time() - main_cpu

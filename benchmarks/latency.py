@@ -39,7 +39,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from consumers.evaluator.loop import EvaluatorSettings
+from consumers.evaluator.stage import EvaluatorSettings
 from pipeline.crypto import generate_kek_text
 from pipeline.kafka.scan import scan
 from pipeline.kafka.serde import default_codec

@@ -19,7 +19,6 @@ import logging
 from collections.abc import Callable, Iterable
 from datetime import datetime
 
-from consumers.delivery.app import DeliveryApp
 from consumers.delivery.due import Due, DueKind
 from consumers.delivery.metrics import DeliveryMetrics
 from consumers.delivery.planner import Decision, Pending, Planner
@@ -27,17 +26,15 @@ from consumers.delivery.sends import Claim
 from consumers.delivery.states import DeliveryStates
 from pipeline.records.delivery_state import DeliveryRecord
 from pipeline.rules.dispatch import DispatchAction, cancel, give_up, restore
-from pipeline.rules.errors import BrokerError, BudgetStoreError
+from pipeline.rules.errors import InfrastructureError
 from pipeline.rules.outbox import OutboxEntry
 from pipeline.rules.outcomes import DeliveryStatus, ErrorCode
 from pipeline.runtime.tables import Table
+from pipeline.runtime.transactions import TransactionScope
 
 __all__ = ["Claimer"]
 
 log = logging.getLogger(__name__)
-
-# Failures that are not the entry's: the worker backs off and decides it again later.
-_NOT_THE_ENTRYS = (BrokerError, BudgetStoreError)
 
 
 class Claimer:
@@ -45,7 +42,7 @@ class Claimer:
 
     def __init__(
         self,
-        app: DeliveryApp,
+        tx: TransactionScope,
         states: DeliveryStates,
         planner: Planner,
         metrics: DeliveryMetrics,
@@ -55,7 +52,7 @@ class Claimer:
         adapter_of: Callable[[OutboxEntry], str],
         dead_letter_topic: str | None = None,
     ) -> None:
-        self._app = app
+        self._tx = tx
         self._states = states
         self._planner = planner
         self._metrics = metrics
@@ -80,7 +77,7 @@ class Claimer:
                     self._purge(record, due.partition, store)
                     continue
                 pending = self._prepare(record, due.partition, store, now)
-            except _NOT_THE_ENTRYS:
+            except InfrastructureError:  # not the entry's: decided again later
                 raise
             except Exception as exc:
                 self._give_up(record, due.partition, store, exc, now)
@@ -95,7 +92,7 @@ class Claimer:
             try:
                 decision = self._planner.complete(pending, check)
                 claim = self._apply(pending.record, pending.entry, decision, partition, store)
-            except _NOT_THE_ENTRYS:
+            except InfrastructureError:  # not the entry's: decided again later
                 raise
             except Exception as exc:
                 self._give_up(pending.record, partition, store, exc, now)
@@ -125,7 +122,7 @@ class Claimer:
         entry = self._states.entry(record.key, partition)
         if entry is not None and self._dead_letter_topic is not None:
             topics = (self._dead_letter_topic, self._outbox_topic)
-            self._states.dead_letter(self._app.context(partition), topics, record, entry, reason)
+            self._states.dead_letter(self._tx.context(partition), topics, record, entry, reason)
         self._metrics.dead_letters.labels(ErrorCode.INTERNAL.value).inc()
 
     def _prepare(
@@ -186,5 +183,5 @@ class Claimer:
         if record.state.status in (DeliveryStatus.PENDING, DeliveryStatus.DISPATCHING):
             return
         self._states.delete(store, record.key)
-        self._app.context(partition).produce(self._outbox_topic, record.key, None, partition)
+        self._tx.context(partition).produce(self._outbox_topic, record.key, None, partition)
         self._metrics.purges.inc()

@@ -15,7 +15,6 @@ from __future__ import annotations
 from datetime import datetime
 
 from consumers.delivery.adapters import OutboundRecord, SendResult
-from consumers.delivery.app import DeliveryApp
 from consumers.delivery.metrics import DeliveryMetrics
 from consumers.delivery.sends import Claim
 from consumers.delivery.states import DeliveryStates
@@ -24,6 +23,7 @@ from pipeline.rules.dispatch import cancel, fail, succeed
 from pipeline.rules.outbox import OutboxEntry
 from pipeline.rules.outcomes import DeliveryStatus, ErrorCode
 from pipeline.runtime.processing import ProcessContext
+from pipeline.runtime.transactions import TransactionScope
 from pipeline.runtime.views import LifecycleIndex
 
 __all__ = ["Recorder"]
@@ -34,7 +34,7 @@ class Recorder:
 
     def __init__(
         self,
-        app: DeliveryApp,
+        tx: TransactionScope,
         states: DeliveryStates,
         lifecycle: LifecycleIndex,
         metrics: DeliveryMetrics,
@@ -42,7 +42,7 @@ class Recorder:
         outbox_topic: str,
         dead_letter_topic: str,
     ) -> None:
-        self._app = app
+        self._tx = tx
         self._states = states
         self._lifecycle = lifecycle
         self._metrics = metrics
@@ -62,7 +62,7 @@ class Recorder:
         if state.status is not DeliveryStatus.DISPATCHING or state.attempt != claim.attempt:
             return
         entry = claim.entry
-        ctx = self._app.context(claim.partition)
+        ctx = self._tx.context(claim.partition)
         if result.ok:
             record = record.moved(succeed(state, now))
             for out in result.records:

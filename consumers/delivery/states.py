@@ -21,7 +21,6 @@ from collections.abc import Callable, Iterator
 
 from pydantic import ValidationError
 
-from consumers.delivery.app import DeliveryApp
 from consumers.delivery.due import DueKind, DueQueue
 from pipeline.kafka.serde import AvroCodec
 from pipeline.kafka.topics import dead_letter_headers
@@ -33,7 +32,10 @@ from pipeline.rules.errors import SerdeError
 from pipeline.rules.outbox import OutboxEntry
 from pipeline.rules.outcomes import DeliveryStatus
 from pipeline.runtime.processing import ProcessContext
+from pipeline.runtime.state import TaskState
 from pipeline.runtime.tables import Table
+from pipeline.runtime.transactions import TransactionScope
+from pipeline.runtime.views import DecodedCache
 
 __all__ = ["OUTBOX", "STATE", "DeliveryStates"]
 
@@ -41,20 +43,24 @@ log = logging.getLogger(__name__)
 
 STATE = "delivery-state"
 OUTBOX = "outbox"
+
 _UNSETTLED = (DeliveryStatus.PENDING, DeliveryStatus.DISPATCHING)
 
 
 class DeliveryStates:
     """The stores, the queue and the entries of one worker."""
 
-    def __init__(self, app: DeliveryApp, codec: AvroCodec, sealer: Sealer) -> None:
-        self._app = app
+    def __init__(
+        self, tables: TaskState, tx: TransactionScope, codec: AvroCodec, sealer: Sealer
+    ) -> None:
+        self._tables = tables
+        self._tx = tx
         self._codec = codec
         self._sealer = sealer
         self.queue = DueQueue()
         self._known: dict[int, Table] = {}  # the stores the queue reflects
         self._seen_aborts = 0
-        self._decoded: dict[str, tuple[bytes, DeliveryRecord]] = {}
+        self._decoded: DecodedCache[DeliveryRecord] = DecodedCache()
         self._entries: dict[str, tuple[int, OutboxEntry]] = {}
 
     # -- stores and records ----------------------------------------------------------------
@@ -67,16 +73,14 @@ class DeliveryStates:
 
     def record(self, key: str, raw: bytes) -> DeliveryRecord | None:
         """The record ``raw`` holds (None, logged, when unreadable)."""
-        cached = self._decoded.get(key)
-        if cached is not None and cached[0] is raw:
-            return cached[1]
         try:
-            record = decode_record(self._codec, raw)
+            return self._decoded.get(key, raw, self._decode)
         except SerdeError as exc:
             log.error("delivery-state record %s is unreadable: %s", key, exc)
             return None
-        self._decoded[key] = (raw, record)
-        return record
+
+    def _decode(self, raw: bytes) -> DeliveryRecord:
+        return decode_record(self._codec, raw)
 
     def current(self, key: str, partition: int) -> tuple[Table, DeliveryRecord] | None:
         """The store and record of ``key``, if this worker holds it."""
@@ -92,13 +96,13 @@ class DeliveryStates:
         raw = encode_record(self._codec, record)
         store.set(record.key, raw)
         if record.state.status in _UNSETTLED:
-            self._decoded[record.key] = (raw, record)
+            self._decoded.put(record.key, raw, record)
         else:  # settled: read again only to be purged
-            self._decoded.pop(record.key, None)
+            self._decoded.pop(record.key)
 
     def delete(self, store: Table, key: str) -> None:
         store.delete(key)
-        self._decoded.pop(key, None)
+        self._decoded.pop(key)
         self._entries.pop(key, None)
 
     def dirty(self, key: str, partition: int) -> bool:
@@ -113,9 +117,9 @@ class DeliveryStates:
 
         ``claimed(key, store)`` says a ``dispatching`` record is a send still in flight (its
         answer will be recorded); any other ``dispatching`` record was interrupted."""
-        stores = self._app.stores(STATE)
-        if self._app.aborts != self._seen_aborts:
-            self._seen_aborts = self._app.aborts
+        stores = self._tables.stores_of(STATE)
+        if self._tx.aborts != self._seen_aborts:
+            self._seen_aborts = self._tx.aborts
             changed = set(stores) | set(self._known)
         else:
             changed = {p for p, s in stores.items() if self._known.get(p) is not s}
@@ -193,5 +197,5 @@ class DeliveryStates:
         ctx.produce(dead_letter_topic, record.key, value, headers=[*headers])
 
     def _outbox_raw(self, key: str, partition: int) -> bytes | None:
-        store = self._app.stores(OUTBOX).get(partition)
+        store = self._tables.stores_of(OUTBOX).get(partition)
         return None if store is None else store.get(key)

@@ -24,7 +24,7 @@ from consumers.delivery.adapters.verbs import SocketAgent, VerbExecutor
 from consumers.delivery.loop import DeliverySettings, DeliveryWorker
 from pipeline.cli.context import CliState, pass_state
 from pipeline.cli.options import group_protocol_option, log_level_option
-from pipeline.cli.process import start
+from pipeline.cli.process import run_stage, start
 from pipeline.control.run import ScriptRunner
 from pipeline.control.socket.server import default_socket_path
 from pipeline.crypto import KeyRing
@@ -119,8 +119,5 @@ def delivery(
             executor=executor,
             ring=ring,
         )
-        process.watch(worker.app)
-        click.echo(f"delivery {settings.group_id}/{settings.instance_id} running", err=True)
-        worker.run(process.stop)
+        run_stage(process, "delivery", worker)
     budgets.close()
-    click.echo("delivery stopped", err=True)

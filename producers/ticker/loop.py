@@ -208,10 +208,10 @@ class PollTicker:
         self.app.step(self.settings.poll_timeout_s)
         if not self.app.assignment():
             return StepReport()
-        self.app.catch_up()  # watchers, grants and keys: a pause or revocation applies (§10)
+        self.app.tables.catch_up()  # watchers, grants, keys: a pause or revocation applies (§10)
         self._key_view()
         views = self._views
-        views.sync(self.app.tables())
+        views.sync(self.app.tables)
         now = self._clock.now()
         self._guard.begin_step()
         work, planned, deferred = self._plan(views, now)
@@ -223,7 +223,7 @@ class PollTicker:
         # Ticks are due because time passed, not because a record arrived: the runtime's
         # timer-driven transaction carries the input offsets, the group metadata and the
         # changelog of ``ticker-state`` exactly as a processed batch would.
-        ended = self.app.transaction(
+        ended = self.app.transaction().run(
             lambda context_of: self._write(context_of, views, writes, now, observed)
         )
         if ended is not TransactionEnd.COMMITTED:
@@ -386,19 +386,13 @@ class PollTicker:
     def _key_view(self) -> None:
         """The ``keys`` table into the ring: a shredded key stops opening definitions now."""
         if self._keys is None:
-            for table in self.app.tables():
-                if table.spec.name == _KEYS and table.spec.kind is TableKind.GLOBAL:
-                    self._keys = KeyView(table, self._ring)
-                    break
+            self._keys = KeyView(self.app.tables.whole(_KEYS), self._ring)
         else:
             self._keys.refresh()
 
     def _grant_index(self) -> GrantIndex | None:
         if self._grants is None:
-            for table in self.app.tables():
-                if table.spec.name == _GRANTS and table.spec.kind is TableKind.GLOBAL:
-                    self._grants = GrantIndex(table, self._codec)
-                    break
+            self._grants = GrantIndex(self.app.tables.whole(_GRANTS), self._codec)
         else:
             self._grants.refresh()
         return self._grants

@@ -26,8 +26,9 @@ from prometheus_client import CollectorRegistry
 from consumers.commands.loop import CommandProcessor
 from consumers.delivery.adapters import build_adapters
 from consumers.delivery.loop import DeliverySettings, DeliveryWorker
-from consumers.evaluator.loop import Evaluator, EvaluatorSettings, evaluator_app, run
+from consumers.evaluator.loop import Evaluator
 from consumers.evaluator.metrics import evaluator_metrics
+from consumers.evaluator.stage import EvaluatorSettings, EvaluatorStage
 from pipeline.clock import ManualClock
 from pipeline.config import ToolConfig, parse_config
 from pipeline.control.client import CommandClient, operator_principal
@@ -44,7 +45,6 @@ from pipeline.rules.authz import Action
 from pipeline.rules.budgets import BudgetCaps
 from pipeline.rules.commands import CommandResult, CommandVerb, GrantSpec
 from pipeline.rules.keys import subject_key
-from pipeline.runtime.app import StreamApp
 from pipeline.runtime.keys import read_keys
 from producers.ticker.loop import PollTicker, TickerSettings
 from producers.ticker.tools import REGISTERED
@@ -151,8 +151,8 @@ class Stack:
             evaluators=REGISTERED,
         )
         settings = EvaluatorSettings(bootstrap, topology, "e", consumer_overrides=FAST_GROUP)
-        app: StreamApp = evaluator_app(settings, evaluator, metrics_registry=CollectorRegistry())
-        self._threads.start("evaluator", lambda stop: run(app, stop, metrics))
+        stage = EvaluatorStage(settings, evaluator, metrics_registry=CollectorRegistry())
+        self._threads.start("evaluator", stage.run)
         ticker = PollTicker(
             TickerSettings(bootstrap, topology, "t", consumer_overrides=FAST_GROUP),
             tools={"status-page": ToolConfig(kind="http.json@v1", url=self.tool.url)},

@@ -528,7 +528,7 @@ def test_a_batch_too_slow_for_one_transaction_commits_in_slices_each_command_ans
     )
     assert len(got) == 200 and set(got.values()) == {1}
     assert cuts is not None and cuts >= 2
-    assert app.aborts == 0  # never fenced, nothing redone
+    assert app.transaction().aborts == 0  # never fenced, nothing redone
 
 
 def test_a_fenced_processor_resyncs_and_answers_every_command_once(slow_plane: Plane) -> None:
@@ -545,5 +545,5 @@ def test_a_fenced_processor_resyncs_and_answers_every_command_once(slow_plane: P
     ids = burst(slow_plane, 40)
     got = answers(slow_plane, ids)
     assert len(got) == 40 and set(got.values()) == {1}
-    assert app.aborts >= 1  # it was fenced, and rebuilt
+    assert app.transaction().aborts >= 1  # it was fenced, and rebuilt
     assert slow_plane.running.alive and not slow_plane.running.failures

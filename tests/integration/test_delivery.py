@@ -430,7 +430,7 @@ def test_zombie_worker_cannot_record_after_its_partitions_moved(
 
             poll_until("the zombie's answer", answered, timeout=30)
             assert zombie._record_answers()  # into its stale store, unaware
-            assert not zombie.app.commit()  # fenced by the group generation
+            assert not zombie.app.transaction().commit()  # fenced by the group generation
         zombie.close()
 
     states = [(r.state.status, r.state.attempt) for r in harness.history()[key] if r]
@@ -473,7 +473,7 @@ def test_zombie_that_read_no_outbox_record_is_still_fenced(
 
             poll_until("the zombie's answer", answered, timeout=30)
             assert zombie._record_answers()
-            assert not zombie.app.commit()
+            assert not zombie.app.transaction().commit()
         zombie.close()
 
     states = [(r.state.status, r.state.attempt) for r in harness.history()[key] if r]

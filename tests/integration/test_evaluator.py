@@ -19,9 +19,10 @@ from click.testing import CliRunner
 from prometheus_client import CollectorRegistry
 
 from consumers.commands import CommandProcessor
-from consumers.evaluator.loop import Evaluator, EvaluatorSettings, evaluator_app, run
+from consumers.evaluator.loop import Evaluator
 from consumers.evaluator.metrics import EvaluatorMetrics, evaluator_metrics
 from consumers.evaluator.plan import Plan, effective_state
+from consumers.evaluator.stage import EvaluatorSettings, EvaluatorStage
 from pipeline.cli.main import vigil
 from pipeline.clock import ManualClock
 from pipeline.kafka.partitioner import partition_for
@@ -88,9 +89,9 @@ def start(kafka_bootstrap: str, redis_url: str) -> Iterator[Callable[..., Runnin
             topology, budgets, caps, clock=clock, metrics=metrics, evaluators=evaluators
         )
         settings = EvaluatorSettings(kafka_bootstrap, topology, "one")
-        app = evaluator_app(settings, processor, metrics_registry=registry)
+        stage = EvaluatorStage(settings, processor, metrics_registry=registry)
         stop = threading.Event()
-        thread = threading.Thread(target=run, args=(app, stop, metrics), daemon=True)
+        thread = threading.Thread(target=stage.run, args=(stop,), daemon=True)
         thread.start()
         stops.append((stop, thread))
         writer = Writer(kafka_bootstrap, topology)

@@ -265,7 +265,7 @@ def test_hostile_records_are_dead_lettered_with_reasons_and_good_events_all_deci
     running.step(max_s=60)
     for _ in range(5):
         running.step(max_s=30)
-    running.evaluator.commit()
+    running.evaluator.transaction().commit()
 
     assert running.evaluator.paused == frozenset()
     assert running.ticker.app.paused == frozenset()

@@ -252,8 +252,9 @@ class Pipeline:
     def __init__(self, deployment: Deployment, clock: ManualClock, redis_url: str) -> None:
         import redis
 
-        from consumers.evaluator.loop import Evaluator, EvaluatorSettings, evaluator_app
+        from consumers.evaluator.loop import Evaluator
         from consumers.evaluator.metrics import evaluator_metrics
+        from consumers.evaluator.stage import EvaluatorSettings, EvaluatorStage
         from pipeline.redis.budgets import RedisBudgets
         from pipeline.rules.budgets import BudgetCaps
         from producers.ticker.tools import REGISTERED
@@ -273,7 +274,7 @@ class Pipeline:
             evaluators=REGISTERED,
         )
         settings = EvaluatorSettings(deployment.bootstrap, deployment.topology, "e-1")
-        self.evaluator = evaluator_app(settings, evaluator, metrics_registry=registry)
+        self.evaluator = EvaluatorStage(settings, evaluator, metrics_registry=registry).app
         self.evaluator.start()
         self._consumed = {"group": settings.group, "topic": deployment.name(Topic.TICKS)}
         self._registry = registry
