@@ -71,7 +71,7 @@ def _world(watchers: int, inputs: int) -> tuple[Any, ...]:
     caps = BudgetCaps(window=timedelta(hours=1))
     budgets: Any = None  # the gate is given: Redis is never asked
     evaluator = Evaluator(topology, budgets, caps, keks=keks, metrics=_metrics())
-    ring, registry = evaluator._ring, evaluator.schemas
+    ring, codec = evaluator._ring, evaluator.codec
     grant = Grant(
         grant_id="g",
         tenant_id="bench",
@@ -108,7 +108,7 @@ def _world(watchers: int, inputs: int) -> tuple[Any, ...]:
         _Message(
             events_topic,
             i,
-            registry.encode(
+            codec.encode(
                 "event",
                 {
                     "source_id": "src",

@@ -19,7 +19,7 @@ from pipeline.crypto import KeyEncryptionKeys, KeyRing, generate_kek_text, ring
 from pipeline.crypto.envelope import open_sealed
 from pipeline.crypto.envelope import seal as python_seal
 from pipeline.kafka import partitioner, writers
-from pipeline.kafka.serde import default_registry
+from pipeline.kafka.serde import default_codec
 from pipeline.rules import condition, keys
 from pipeline.rules.condition import condition_to_json, interpret, parse_condition
 from pipeline.rules.data_keys import subject_owner
@@ -271,7 +271,7 @@ def test_native_conditions_on_hostile_values(raw: Any, payload: Any, expected: b
 
 # -- Avro writers ---------------------------------------------------------------------------------
 
-_REGISTRY = default_registry()
+_REGISTRY = default_codec()
 _WRITTEN = [v for v in NEWEST if v.writer is not None]
 
 
@@ -387,10 +387,10 @@ def test_a_cipher_refuses_keys_that_are_not_aes_256() -> None:
 def test_a_key_ring_on_either_path_opens_what_the_other_sealed() -> None:
     keks = KeyEncryptionKeys.parse(generate_kek_text("k1"))
     owner = subject_owner("acme", "ann")
-    native_ring = KeyRing(keks, default_registry())
+    native_ring = KeyRing(keks, default_codec())
     topic_key, raw = native_ring.create(owner, datetime(2026, 11, 29, tzinfo=UTC))
     with python_path(ring):
-        python_ring = KeyRing(keks, default_registry())
+        python_ring = KeyRing(keks, default_codec())
         python_ring.apply(topic_key, raw)
         by_python = python_ring.seal(owner, b"record", b"ann's")
     by_native = native_ring.seal(owner, b"record", b"ann's too")
