@@ -1,7 +1,8 @@
 """The native hot path gives the Python rules' answers byte for byte (DESIGN.md §10 "Compiled
 hot path"): each piece of ``vigil_native`` against the pure-Python path it replaces, on valid
 and hostile values (deep nesting, large documents, integers past 2^53, non-finite floats, lone
-surrogates as invalid UTF-8 decodes to them), and ``vectors.json`` through both paths."""
+surrogates as invalid UTF-8 decodes to them), ``vectors.json`` through both paths, and an
+evaluation's typed ``Receipt`` and ``OutboxEntry``: the same records, written to the same bytes."""
 
 from __future__ import annotations
 
@@ -19,12 +20,22 @@ from pipeline.crypto import KeyEncryptionKeys, KeyRing, generate_kek_text, ring
 from pipeline.crypto.envelope import open_sealed
 from pipeline.crypto.envelope import seal as python_seal
 from pipeline.kafka import partitioner, writers
-from pipeline.kafka.serde import default_codec
+from pipeline.kafka.serde import AvroCodec, default_codec
+from pipeline.records.outbox_entry import encode_outbox_entry
+from pipeline.records.receipt import encode_receipt
+from pipeline.records.watcher_state import encode_state
 from pipeline.rules import condition, keys
+from pipeline.rules.budgets import BudgetVerdict
 from pipeline.rules.condition import condition_to_json, interpret, parse_condition
-from pipeline.rules.data_keys import subject_owner
+from pipeline.rules.data_keys import KeyOwner, subject_owner
+from pipeline.rules.definition import WatcherDefinition
+from pipeline.rules.evaluation import Evaluation, evaluate, recorded_budget
+from pipeline.rules.evidence import Evidence, EvidenceKind
+from pipeline.rules.lifecycle import WatcherStatus
 from pipeline.rules.native import NATIVE, describe, path_name
+from pipeline.rules.watcher_state import WatcherState
 from tests.native import needs_native, python_path
+from tests.unit.consumers.evaluator.test_fast_paths import NOW, grant
 from tests.unit.kafka.test_writers import NEWEST, fastavro_bytes, hostile, values
 from tests.vectors import VECTORS
 
@@ -229,6 +240,7 @@ _PAYLOADS = st.dictionaries(_SEGMENTS, _VALUES, max_size=3)
 
 
 @needs_native
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(raw=_CONDITIONS, payloads=st.lists(_PAYLOADS, min_size=1, max_size=4))
 def test_native_conditions_answer_as_the_interpreter(raw: Any, payloads: list[Any]) -> None:
@@ -290,6 +302,7 @@ def test_native_writers_cover_the_python_writers_schemas() -> None:
 
 
 @needs_native
+@pytest.mark.slow
 @pytest.mark.parametrize("version", _WRITTEN, ids=lambda v: v.source)
 @settings(max_examples=40, deadline=None)
 @given(data=st.data())
@@ -345,6 +358,93 @@ def test_native_instants_in_any_zone_are_the_python_writers() -> None:
             assert native.encode(value) == fastavro_bytes(version, value)
     with pytest.raises(TypeError):
         native.encode({**value, "updated_at": at})  # naive: fastavro decides
+
+
+# -- typed records ------------------------------------------------------------------------------
+
+_FINITE = st.recursive(
+    _LITERALS | st.integers(-(2**53) + 1, 2**53 - 1) | _TEXT,
+    lambda inner: st.dictionaries(_SEGMENTS, inner, max_size=3) | st.lists(inner, max_size=2),
+    max_leaves=10,
+)
+
+
+class _PlainSealer:
+    """Seals as the associated data and plaintext themselves: deterministic, so two encodings
+    of one record compare byte for byte (the cipher is held to the Python one below)."""
+
+    def seal(self, owner: KeyOwner, aad: bytes, plaintext: bytes) -> bytes | None:
+        return b"\x01" + aad + b"\x00" + plaintext
+
+    def open(self, aad: bytes, sealed: bytes) -> bytes | None:
+        return None
+
+
+def _evaluated(raw: Any, payload: dict[str, Any], event_id: str) -> Evaluation:
+    """One evaluation on the path the caller runs (the definition compiles its condition then)."""
+    body: dict[str, Any] = {
+        "watcher_id": "w",
+        "purpose": "ops.alert",
+        "source": {"kind": "event", "source_id": "ci", "event_type": "build", "max_age": "10m"},
+        "condition": raw,
+        "delivery": {"target": "ops-hook"},
+        "expires_at": "2027-06-01T00:00:00Z",
+        "budgets": {"window": "1h", "evaluations": 10},
+        "privacy": {"retain_paths": ["a", "b.c"]},
+    }
+    definition = WatcherDefinition.from_json(body, tenant_id="acme", user_id="ann")
+    evidence = Evidence(
+        source_kind=EvidenceKind.EVENT,
+        source_id="ci",
+        observed_at=NOW,
+        event_type="build",
+        event_id=event_id,
+        payload=payload,
+        position="events:0:7",
+    )
+    state = WatcherState(version=1, status=WatcherStatus.ACTIVE)
+    gate = recorded_budget(BudgetVerdict.OK)
+    return evaluate(definition.with_version(1), state, evidence, [grant()], NOW, gate)
+
+
+def _written(codec: AvroCodec, result: Evaluation) -> list[Any]:
+    """The evaluation's receipt, outbox entry and watcher-state as the evaluator writes them."""
+    sealer = _PlainSealer()
+    receipt = _outcome(encode_receipt, codec, sealer, result.receipt, "ci")
+    entry = (
+        None
+        if result.outbox is None
+        else _outcome(encode_outbox_entry, codec, sealer, result.outbox)
+    )
+    state = _outcome(encode_state, codec, ("acme", "ann", "w"), "ci", result.next_state, NOW)
+    return [receipt, entry, state]
+
+
+@needs_native
+@pytest.mark.slow
+@settings(max_examples=100, deadline=None)
+@given(
+    raw=_CONDITIONS,
+    payload=st.dictionaries(_SEGMENTS, _FINITE, max_size=3),
+    event_id=st.text(st.characters(exclude_categories=["Cs"]), min_size=1, max_size=8),
+)
+def test_typed_records_are_the_python_paths_bytes(
+    raw: Any, payload: dict[str, Any], event_id: str
+) -> None:
+    """An evaluation on either path gives the same typed ``Receipt`` and ``OutboxEntry``, and
+    the evaluator's encoders write them (and the watcher-state) to the same bytes."""
+    with python_path(keys, condition, writers):
+        python_codec = AvroCodec.from_package()
+        python = _outcome(_evaluated, raw, payload, event_id)
+        python_bytes = None if isinstance(python, type) else _written(python_codec, python)
+    native = _outcome(_evaluated, raw, payload, event_id)
+    if isinstance(python, type):
+        assert native is python
+        return
+    assert native.receipt == python.receipt
+    assert native.outbox == python.outbox
+    assert native.next_state == python.next_state
+    assert _written(default_codec(), native) == python_bytes
 
 
 # -- sealing --------------------------------------------------------------------------------------
