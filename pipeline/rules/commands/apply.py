@@ -73,6 +73,7 @@ from pipeline.rules.lifecycle import (
     close_event,
     is_live,
 )
+from pipeline.rules.pinned import check_registered_states
 
 __all__ = ["apply", "refused"]
 
@@ -225,8 +226,10 @@ def _manage(ctx: CommandContext, entry: RegistryEntry) -> None:
 def _approve(ctx: CommandContext) -> CommandOutcome:
     entry = named_watcher(ctx)
     check_revision(ctx, entry)
-    check_grant(ctx, entry.definition(), Action.APPROVE)
+    definition = entry.definition()
+    check_grant(ctx, definition, Action.APPROVE)
     if entry.status is WatcherStatus.PROPOSED:
+        check_registered_states(definition)  # a proposal made before a value was refused
         check_cap(ctx, entry)
     return move(ctx, entry, LifecycleEvent.APPROVE)
 
