@@ -357,7 +357,7 @@ class CommandProcessor:
         )
         for entry in outcome.definitions:
             key = watcher_key(tenant, user, entry.watcher_id)
-            value = encode_definition_log(schemas, ring, entry, command, now)
+            value = encode_definition_log(schemas, ring, entry, command, now, outcome.note)
             ctx.produce(log_topic, key, value, log_partition)
         self._write_grants(ctx, grants, outcome.grants)
         outbox = self._topics[Topic.OUTBOX]

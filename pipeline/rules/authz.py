@@ -91,6 +91,7 @@ class Verb(StrEnum):
     RUN = "run"
     GRANT = "grant"
     REDELIVER = "redeliver"  # a dead-lettered or suppressed delivery sent again
+    REPLAY = "replay"  # write what an authorization failure skipped (operators only)
 
 
 class Grant(BaseModel):

@@ -60,6 +60,7 @@ from pipeline.rules.commands.model import (
     fingerprint,
     watcher_view,
 )
+from pipeline.rules.commands.recover import replay_apply
 from pipeline.rules.commands.redeliver import redeliver
 from pipeline.rules.commands.schedules import schedule
 from pipeline.rules.commands.send import send
@@ -387,4 +388,5 @@ _HANDLERS: Final[dict[CommandVerb, Callable[[CommandContext], CommandOutcome]]] 
     CommandVerb.PROMPT: authorize_control,
     CommandVerb.KEY: _key,
     CommandVerb.REDELIVER: redeliver,
+    CommandVerb.REPLAY_APPLY: replay_apply,
 }
