@@ -64,6 +64,7 @@ from pipeline.rules.commands.recover import replay_apply
 from pipeline.rules.commands.redeliver import redeliver
 from pipeline.rules.commands.schedules import schedule
 from pipeline.rules.commands.send import send
+from pipeline.rules.commands.transfer import export_page, import_watcher
 from pipeline.rules.commands.versions import accept, forget, move
 from pipeline.rules.errors import DefinitionError
 from pipeline.rules.instants import utc
@@ -389,4 +390,6 @@ _HANDLERS: Final[dict[CommandVerb, Callable[[CommandContext], CommandOutcome]]] 
     CommandVerb.KEY: _key,
     CommandVerb.REDELIVER: redeliver,
     CommandVerb.REPLAY_APPLY: replay_apply,
+    CommandVerb.EXPORT: export_page,
+    CommandVerb.IMPORT: import_watcher,
 }

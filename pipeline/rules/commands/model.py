@@ -82,6 +82,8 @@ class CommandVerb(StrEnum):
     KEY = "key"  # make sure the subject has a data key (before a sealed command, §10)
     REDELIVER = "redeliver"  # send a dead-lettered or suppressed delivery again (same key)
     REPLAY_APPLY = "replay_apply"  # an operator's replay --apply: authorized and audited here
+    EXPORT = "export"  # one page of a subject's watchers, as an export file lists them
+    IMPORT = "import"  # one exported watcher, kept as it was (another deployment's)
 
 
 class ResultCode(StrEnum):
