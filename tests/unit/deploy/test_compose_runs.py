@@ -110,6 +110,8 @@ def test_the_daemon_and_delivery_share_the_socket_directory(
     delivery = _mounts(services["delivery"]).get(directory)
     assert daemon is not None and daemon[1], "the daemon creates its socket there"
     assert delivery == daemon, "delivery asks the daemon to run fired `run` and `prompt`"
+    assert services["delivery"]["pid"] == "service:daemon", "its pid means something there"
+    assert _waits_for(services["delivery"], "daemon", "service_started")
     assert re.search(rf"chown vigil [^\n]*{re.escape(directory)}", DOCKERFILE)
 
 
