@@ -22,7 +22,7 @@ import click
 
 from pipeline.cli.context import CliState
 from pipeline.cli.watch_cmd import send_command
-from pipeline.kafka.serde import default_registry
+from pipeline.kafka.serde import default_codec
 from pipeline.ops.replay_apply import read_grants, write_recovery
 from pipeline.ops.replay_reader import Scope, key_ring
 from pipeline.rules.commands import CommandVerb
@@ -54,8 +54,8 @@ def recover(
     refusal)."""
     config = state.config
     bootstrap, topology = config.kafka.bootstrap_servers, config.kafka.topology()
-    registry = default_registry()
-    grants = read_grants(bootstrap, topology, registry)
+    codec = default_codec()
+    grants = read_grants(bootstrap, topology, codec)
     now = datetime.now(UTC)
     plan = plan_recovery(history, grants, now)
     if apply and plan.recoveries:
@@ -80,8 +80,8 @@ def recover(
         where = f"{result.error.field}: " if result.error.field else ""
         click.echo(f"Error: {where}{result.error.message} [{result.error.code.value}]", err=True)
         raise click.exceptions.Exit(1)
-    ring = key_ring(bootstrap, topology, registry, config.privacy.keks())
-    written = write_recovery(bootstrap, topology, registry, ring, plan, config.namespace.name)
+    ring = key_ring(bootstrap, topology, codec, config.privacy.keks())
+    written = write_recovery(bootstrap, topology, codec, ring, plan, config.namespace.name)
     body["applied"] = {
         "records": written,
         "receipts": len(plan.recoveries),

@@ -19,7 +19,8 @@ from typing import NamedTuple
 import confluent_kafka
 from confluent_kafka import KafkaException
 
-from pipeline.kafka.clients import producer_config, translate
+from pipeline.kafka.clients import producer_config
+from pipeline.kafka.failures import translate
 
 __all__ = ["Record", "write_in_one_transaction"]
 

@@ -18,7 +18,7 @@ import logging
 
 from pipeline.kafka.partitioner import partition_for
 from pipeline.kafka.scan import scan
-from pipeline.kafka.serde import SchemaRegistry
+from pipeline.kafka.serde import AvroCodec
 from pipeline.kafka.topics import Topic, Topology
 from pipeline.kafka.transaction import Record, write_in_one_transaction
 from pipeline.records.grant import decode_grant
@@ -36,7 +36,7 @@ __all__ = ["read_grants", "recovery_records", "transactional_id", "write_recover
 log = logging.getLogger(__name__)
 
 
-def read_grants(bootstrap: str, topology: Topology, registry: SchemaRegistry) -> list[Grant]:
+def read_grants(bootstrap: str, topology: Topology, codec: AvroCodec) -> list[Grant]:
     """Every grant ``grants`` holds now (tombstoned ones gone, unreadable ones left out)."""
     latest: dict[bytes, bytes | None] = {}
     for msg in scan(bootstrap, topology.name(Topic.GRANTS)):
@@ -46,14 +46,14 @@ def read_grants(bootstrap: str, topology: Topology, registry: SchemaRegistry) ->
         if raw is None:
             continue
         try:
-            grants.append(decode_grant(registry, raw).grant)
+            grants.append(decode_grant(codec, raw).grant)
         except (SerdeError, ValueError, KeyError, DefinitionError) as exc:
             log.warning("grants record %r is unreadable (left out): %s", key[:80], exc)
     return grants
 
 
 def recovery_records(
-    topology: Topology, registry: SchemaRegistry, sealer: Sealer, plan: RecoveryPlan
+    topology: Topology, codec: AvroCodec, sealer: Sealer, plan: RecoveryPlan
 ) -> list[Record]:
     """The receipts and outbox entries ``plan`` writes, where the evaluator writes them."""
     receipts = topology.name(Topic.RECEIPTS)
@@ -65,12 +65,12 @@ def recovery_records(
         receipt = recovery.receipt
         until = retain_until(receipt.evaluated_at, recovery.evidence_retention)
         key = watcher_key(receipt.tenant_id, receipt.user_id, receipt.watcher_id)
-        value = encode_receipt(registry, sealer, receipt, recovery.source_id, None, until)
+        value = encode_receipt(codec, sealer, receipt, recovery.source_id, None, until)
         place = partition_for(recovery.source_id, receipt_partitions)
         records.append(Record(receipts, key, value, place))
         entry = recovery.outbox
         if entry is not None:
-            value = encode_outbox_entry(registry, sealer, entry)
+            value = encode_outbox_entry(codec, sealer, entry)
             place = partition_for(entry.delivery_key, outbox_partitions)
             records.append(Record(outbox, entry.delivery_key, value, place))
     return records
@@ -83,13 +83,13 @@ def transactional_id(namespace: str) -> str:
 def write_recovery(
     bootstrap: str,
     topology: Topology,
-    registry: SchemaRegistry,
+    codec: AvroCodec,
     sealer: Sealer,
     plan: RecoveryPlan,
     namespace: str,
 ) -> int:
     """Write ``plan`` in one transaction; returns how many records."""
-    records = recovery_records(topology, registry, sealer, plan)
+    records = recovery_records(topology, codec, sealer, plan)
     if not records:
         return 0
     return write_in_one_transaction(bootstrap, transactional_id(namespace), records)

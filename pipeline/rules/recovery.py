@@ -20,7 +20,7 @@ never recovered: a denial cancelled them (``access_revoked``) before data was re
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Final
 
@@ -108,7 +108,7 @@ def plan_recovery(
         if outbox is not None and outbox.delivery_key in known:
             plan.in_outbox += 1
             outbox = None
-        receipt = evaluation.receipt.model_copy(update={"note": NOTE})
+        receipt = replace(evaluation.receipt, note=NOTE)
         definition = history.definitions[
             (skipped.tenant_id, skipped.user_id, skipped.watcher_id, skipped.watcher_version)
         ].definition

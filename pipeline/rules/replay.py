@@ -229,8 +229,8 @@ def replay(
         decision = Decision(
             evaluation.outcome,
             evaluation.reason,
-            None if evaluation.outbox_fields is None else evaluation.outbox_fields["delivery_key"],
-            evaluation.receipt_fields["evidence_digest"],
+            None if evaluation.outbox is None else evaluation.outbox.delivery_key,
+            evaluation.receipt.evidence_digest,
         )
         report.replayed += 1
         report.reasons[decision.reason] = report.reasons.get(decision.reason, 0) + 1

@@ -21,7 +21,7 @@ from click.testing import CliRunner, Result
 
 from pipeline.cli.main import vigil
 from pipeline.control.core import user_principal
-from pipeline.kafka.serde import default_registry
+from pipeline.kafka.serde import default_codec
 from pipeline.kafka.topics import Topic
 from pipeline.records.definition_log import decode_definition_log
 from pipeline.records.notification import decode_notification
@@ -34,7 +34,7 @@ from tests.receiver import Receiver
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
-SCHEMAS = default_registry()
+CODEC = default_codec()
 TYPE = "build.finished"
 
 
@@ -84,7 +84,7 @@ def _deliveries(stack: Stack, tenant: str, user: str, watcher_id: str) -> Counte
         raw = msg.value()
         if raw is None:
             continue
-        value = decode_notification(SCHEMAS, ring, raw)
+        value = decode_notification(CODEC, ring, raw)
         if value["watcher_id"] == watcher_id and value["kind"] == "notification":
             found[value["delivery_key"]] += 1
     return found
@@ -166,7 +166,7 @@ def test_a_revoked_stretch_is_recovered_once_and_a_second_apply_delivers_nothing
         entry
         for msg in read_all(stack.bootstrap, stack.topology.name(Topic.DEFINITION_LOG))
         if msg.value() is not None
-        and (entry := decode_definition_log(SCHEMAS, stack.ring(), msg.value() or b"")).note
+        and (entry := decode_definition_log(CODEC, stack.ring(), msg.value() or b"")).note
         and entry.watcher_id == watcher
     ]
     assert len(audits) == 1, "one apply wrote, one audit"

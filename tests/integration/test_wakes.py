@@ -25,7 +25,7 @@ from pipeline.control.http.api import create_app
 from pipeline.control.http.auth import TokenDirectory
 from pipeline.control.http.common import ApiServices
 from pipeline.control.http.wake_reader import KafkaWakes, StreamSlots, WakeLimits
-from pipeline.kafka.serde import default_registry
+from pipeline.kafka.serde import default_codec
 from pipeline.kafka.topics import Topic
 from pipeline.records.notification import decode_notification
 from pipeline.rules.authz import Action, Principal, Role
@@ -146,7 +146,7 @@ def _ledger_offsets(api: Api) -> dict[str, dict[str, int]]:
         raw = msg.value()
         if raw is None:
             continue
-        value = decode_notification(default_registry(), ring, raw)
+        value = decode_notification(default_codec(), ring, raw)
         if (value["tenant_id"], value["user_id"]) == (TENANT, OWNER):
             found.setdefault(value["delivery_key"], {})[value["kind"]] = msg.offset() or 0
     return found

@@ -23,7 +23,7 @@ from typing import Final, Protocol
 
 from pipeline.kafka.clients import Tail
 from pipeline.kafka.partitioner import partition_for
-from pipeline.kafka.serde import SchemaRegistry, default_registry
+from pipeline.kafka.serde import AvroCodec, default_codec
 from pipeline.kafka.topics import Topic, Topology
 from pipeline.records.notification import NOTIFICATION, NotificationKind
 from pipeline.rules.errors import SerdeError
@@ -99,11 +99,11 @@ class WakesPort(Protocol):
 
 
 class _Follower:
-    def __init__(self, tail: Tail, subject: bytes, partition: int, registry: SchemaRegistry):
+    def __init__(self, tail: Tail, subject: bytes, partition: int, codec: AvroCodec):
         self._tail = tail
         self._subject = subject
         self._partition = partition
-        self._registry = registry
+        self._codec = codec
 
     def poll(self, timeout_s: float) -> list[Wake]:
         found: list[Wake] = []
@@ -112,7 +112,7 @@ class _Follower:
             if msg.key() != self._subject or raw is None:
                 continue  # another subject's record in the same partition, or a tombstone
             try:
-                record_type, value = self._registry.decode(raw)
+                record_type, value = self._codec.decode(raw)
             except (SerdeError, ValueError):
                 continue
             if record_type != NOTIFICATION or value.get("kind") != NotificationKind.WAKE.value:
@@ -129,12 +129,12 @@ class KafkaWakes:
     """Followers of subjects' wakes on ``notifications`` (no network until :meth:`follow`)."""
 
     def __init__(
-        self, bootstrap: str, topology: Topology, *, registry: SchemaRegistry | None = None
+        self, bootstrap: str, topology: Topology, *, codec: AvroCodec | None = None
     ) -> None:
         self._bootstrap = bootstrap
         self._topic = topology.name(Topic.NOTIFICATIONS)
         self._partitions = topology.partitions_for(Topic.NOTIFICATIONS)
-        self._registry = registry or default_registry()
+        self._codec = codec or default_codec()
 
     def follow(self, tenant_id: str, user_id: str, after: str | None) -> WakeFollower:
         """Follow from the end of the subject's partition, or just after ``after`` (the last
@@ -146,7 +146,7 @@ class KafkaWakes:
         resume = _resume_offset(after, partition, end)
         if resume is not None:
             tail.follow(self._topic, partition, resume)
-        return _Follower(tail, subject.encode("utf-8"), partition, self._registry)
+        return _Follower(tail, subject.encode("utf-8"), partition, self._codec)
 
 
 def _resume_offset(after: str | None, partition: int, end: int) -> int | None:
