@@ -10,7 +10,7 @@
 #
 # A cluster of its own (Kafka only): N combined broker+controller KRaft nodes on ports and data
 # of their own, internal topics replicated min(3, N) with transaction.state.log.min.isr and
-# default min ISR min(2, N), unclean leader election off:
+# min.insync.replicas min(2, N) (the offsets topic's), unclean leader election off:
 #   deploy/kafka/kafka.sh cluster-start [N]   start N nodes (default 3; a restart keeps N and data)
 #   deploy/kafka/kafka.sh cluster-stop        stop every node (SIGTERM, SIGKILL after the timeout)
 #   deploy/kafka/kafka.sh cluster-status      each node up or down; exit 0 when all answer
@@ -144,6 +144,7 @@ listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT$sasl_map
 log.dirs=$KAFKA_DATA_DIR/data
 num.partitions=1
 default.replication.factor=$REPLICAS
+min.insync.replicas=$MIN_ISR
 unclean.leader.election.enable=false
 offsets.topic.replication.factor=$REPLICAS
 offsets.topic.num.partitions=4

@@ -1,0 +1,75 @@
+"""Leader and coordinator moves as waits bounded by the caller's deadline (DESIGN §10
+"Replicated safely"): the one retry rule every client path outside the stream runtime uses.
+
+Owns :data:`FAILOVER_WAIT_S` (how long a client waits by default for a cluster to move
+leadership: longer than a broker's session timeout plus a controller election),
+:func:`ride_out` (call again while the failure is retriable, until the deadline; then the last
+failure) and :func:`partition_condition` (one partition's leader and in-sync replicas in words,
+for the error a caller raises when its deadline passed).
+
+Leaves out classifying errors (``pipeline.kafka.clients``) and the stream runtime's own resync
+(``pipeline.runtime``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, Final, TypeVar
+
+from confluent_kafka import KafkaException
+
+from pipeline.kafka.clients import BrokerFailure, ErrorKind, translate
+
+__all__ = ["FAILOVER_WAIT_S", "partition_condition", "ride_out"]
+
+# A killed broker is fenced after broker.session.timeout.ms (9 s by default), its partitions'
+# leadership moves then; a controller failover adds an election. A minute covers both on a
+# loaded machine with room to spare, and is still a wait a person at a terminal accepts.
+FAILOVER_WAIT_S: Final = 60.0
+_FIRST_PAUSE_S: Final = 0.1
+_LONGEST_PAUSE_S: Final = 1.0
+
+T = TypeVar("T")
+
+
+def ride_out(call: Callable[[], T], what: str, deadline: float) -> T:
+    """``call()``, again while it fails retriably (a leader or coordinator moving, a broker
+    away), until ``deadline`` (``time.monotonic()``); then its last failure as a
+    :class:`BrokerFailure` naming ``what``. Other failures are raised at once."""
+    pause = _FIRST_PAUSE_S
+    while True:
+        try:
+            return call()
+        except KafkaException as exc:
+            failure = translate(exc, what)
+            if failure.kind is not ErrorKind.RETRIABLE or time.monotonic() + pause > deadline:
+                raise failure from exc
+        except BrokerFailure as exc:
+            if exc.kind is not ErrorKind.RETRIABLE or time.monotonic() + pause > deadline:
+                raise
+        except TimeoutError as exc:  # a future's wait (admin requests)
+            if time.monotonic() + pause > deadline:
+                raise BrokerFailure(
+                    f"{what}: no answer from the cluster",
+                    code="_TIMED_OUT",
+                    kind=ErrorKind.RETRIABLE,
+                ) from exc
+        time.sleep(pause)
+        pause = min(pause * 2, _LONGEST_PAUSE_S)
+
+
+def partition_condition(metadata: Any, topic: str, partition: int) -> str:
+    """``topic[partition]``'s state in words from a client's cluster metadata: its leader (or
+    none), its replicas and which of them are in sync."""
+    found = metadata.topics.get(topic)
+    if found is None or found.error is not None:
+        error = "unknown topic" if found is None else found.error.str()
+        return f"{topic}[{partition}]: {error}"
+    meta = found.partitions.get(partition)
+    if meta is None:
+        return f"{topic}[{partition}]: no such partition"
+    leader = f"leader broker {meta.leader}" if meta.leader >= 0 else "no leader"
+    replicas = ",".join(str(r) for r in meta.replicas)
+    in_sync = ",".join(str(r) for r in meta.isrs) or "none"
+    return f"{topic}[{partition}]: {leader}, replicas {replicas}, in sync {in_sync}"
