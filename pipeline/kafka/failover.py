@@ -5,7 +5,8 @@ Owns :data:`FAILOVER_WAIT_S` (how long a client waits by default for a cluster t
 leadership: longer than a broker's session timeout plus a controller election),
 :func:`ride_out` (call again while the failure is retriable, until the deadline; then the last
 failure) and :func:`partition_condition` (one partition's leader and in-sync replicas in words,
-for the error a caller raises when its deadline passed).
+for the error a caller raises when its deadline passed; :func:`unsettled_partitions` lists the
+partitions of some topics that have no leader or are short of in-sync replicas).
 
 Leaves out classifying errors (``pipeline.kafka.clients``) and the stream runtime's own resync
 (``pipeline.runtime``).
@@ -21,7 +22,7 @@ from confluent_kafka import KafkaException
 
 from pipeline.kafka.clients import BrokerFailure, ErrorKind, translate
 
-__all__ = ["FAILOVER_WAIT_S", "partition_condition", "ride_out"]
+__all__ = ["FAILOVER_WAIT_S", "partition_condition", "ride_out", "unsettled_partitions"]
 
 # A killed broker is fenced after broker.session.timeout.ms (9 s by default), its partitions'
 # leadership moves then; a controller failover adds an election. A minute covers both on a
@@ -73,3 +74,18 @@ def partition_condition(metadata: Any, topic: str, partition: int) -> str:
     replicas = ",".join(str(r) for r in meta.replicas)
     in_sync = ",".join(str(r) for r in meta.isrs) or "none"
     return f"{topic}[{partition}]: {leader}, replicas {replicas}, in sync {in_sync}"
+
+
+def unsettled_partitions(metadata: Any, topics: list[str]) -> list[str]:
+    """:func:`partition_condition` of each partition of ``topics`` that has no leader or fewer
+    in-sync replicas than replicas (a broker lost, not yet back in sync)."""
+    lines = []
+    for topic in topics:
+        found = metadata.topics.get(topic)
+        if found is None or found.error is not None:
+            lines.append(partition_condition(metadata, topic, 0).replace("[0]", ""))
+            continue
+        for partition, meta in sorted(found.partitions.items()):
+            if meta.leader < 0 or len(meta.isrs) < len(meta.replicas):
+                lines.append(partition_condition(metadata, topic, partition))
+    return lines

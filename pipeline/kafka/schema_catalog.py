@@ -41,16 +41,17 @@ def register_schemas(
     partitions: int,
     registry: SchemaRegistry,
     record_types: Iterable[str] | None = None,
+    timeout_s: float = REGISTRATION_TIMEOUT_S,
 ) -> int:
     """Register the schema this build writes for each of ``record_types`` (default: every
-    type it knows) and wait until the broker has them all; returns how many were sent.
-    Idempotent (same key, same value)."""
+    type it knows) and wait up to ``timeout_s`` until the broker has them all; returns how many
+    were sent. Idempotent (same key, same value)."""
     sent = 0
     for record_type in sorted(registry.record_types if record_types is None else record_types):
         key, value = registration(registry.newest(record_type))
         producer.produce(topic, key, value, partition_for(key, partitions))
         sent += 1
-    producer.flush(REGISTRATION_TIMEOUT_S, "schema registrations")
+    producer.flush(timeout_s, "schema registrations")
     return sent
 
 

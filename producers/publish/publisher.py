@@ -6,6 +6,11 @@ keyed by source id and placed explicitly on Java's partition of that key, so eve
 it where the co-partitioned tables are. The producer is created on first use (no network in
 ``__init__``), and the first use also checks that ``events`` exists with the expected partition
 count and registers the event schema in ``schemas`` (DESIGN.md §10 "Schema upgrades").
+Leader moves are waits (DESIGN §10 "Replicated safely"): a record is retried until the
+publisher's ``timeout_s`` (default :data:`~pipeline.kafka.failover.FAILOVER_WAIT_S`, long enough
+for a broker loss and a controller failover) before it fails, and a failure names the partitions
+without a leader or short of in-sync replicas; "create the topics" is said only when they are
+missing.
 
 Left out: transactions (a publisher is not part of vigil's exactly-once loop; duplicates are
 harmless because the trigger identity ``(event_type, event_id)`` dedupes) and reading events.
@@ -13,13 +18,17 @@ harmless because the trigger identity ``(event_type, event_id)`` dedupes) and re
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Final
 
+from confluent_kafka import KafkaError, KafkaException
+
 from pipeline.config import KafkaConfig, VigilConfig
 from pipeline.kafka.clients import Producer
+from pipeline.kafka.failover import FAILOVER_WAIT_S, ride_out, unsettled_partitions
 from pipeline.kafka.partitioner import partition_for
 from pipeline.kafka.schema_catalog import register_schemas
 from pipeline.kafka.serde import SchemaRegistry, default_registry
@@ -29,7 +38,8 @@ from pipeline.rules.errors import BrokerError, TopologyError
 
 __all__ = ["EventPublisher"]
 
-_METADATA_TIMEOUT_S: Final = 10.0
+_SHOWN: Final = 4  # unsettled partitions named in an error
+_ASK_S: Final = 5.0  # one metadata request; a leader move is waited out by asking again
 
 
 class EventPublisher:
@@ -46,6 +56,7 @@ class EventPublisher:
         *,
         registry: SchemaRegistry | None = None,
         overrides: Mapping[str, Any] | None = None,
+        timeout_s: float = FAILOVER_WAIT_S,
     ) -> None:
         kafka = target.kafka if isinstance(target, VigilConfig) else target
         if isinstance(kafka, KafkaConfig):
@@ -55,7 +66,12 @@ class EventPublisher:
             self._bootstrap = kafka
             self._topology = topology or Topology()
         self._registry = registry or default_registry()
-        settings = {"client.id": "vigil-publisher", "allow.auto.create.topics": False}
+        self._timeout_s = timeout_s
+        settings = {
+            "client.id": "vigil-publisher",
+            "allow.auto.create.topics": False,
+            "message.timeout.ms": int(timeout_s * 1000),
+        }
         self._producer = Producer(self._bootstrap, {**settings, **dict(overrides or {})})
         self._topic = self._topology.name(Topic.EVENTS)
         self._partitions = self._topology.partitions_for(Topic.EVENTS)
@@ -121,30 +137,63 @@ class EventPublisher:
             envelope_id=line.envelope_id,
         )
 
-    def flush(self, timeout: float = 30.0) -> None:
-        """Wait until every queued event is acknowledged, or raise :class:`BrokerError`."""
-        self._producer.flush(timeout, "events")
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait until every queued event is acknowledged (up to ``timeout``, default the
+        publisher's), or raise :class:`BrokerError` naming the partitions that held it up."""
+        try:
+            self._producer.flush(self._timeout_s if timeout is None else timeout, "events")
+        except BrokerError as exc:
+            raise self._explained(exc) from exc
 
     def _register(self) -> None:
         """Register the event schema this build writes before its first event (DESIGN.md §10),
         so readers of an older build pause for it instead of taking it for garbage."""
         topic = self._topology.name(Topic.SCHEMAS)
+        self._topic_of(topic)  # missing: say so, with the command that creates it
         try:
             partitions = self._topology.partitions_for(Topic.SCHEMAS)
             self._registered = register_schemas(
-                self._producer, topic, partitions, self._registry, [EVENT]
+                self._producer, topic, partitions, self._registry, [EVENT], self._timeout_s
             )
         except BrokerError as exc:
+            raise self._explained(exc, "cannot register schemas: ") from exc
+
+    def _topic_of(self, name: str) -> Any:
+        """``name``'s metadata, waiting out a leader move up to the publisher's timeout;
+        :class:`TopologyError` with the command that creates it when the topic is missing."""
+        deadline = time.monotonic() + self._timeout_s
+
+        def ask() -> Any:
+            found = self._producer.metadata(_ASK_S).topics.get(name)
+            error = None if found is None else found.error
+            if error is not None and error.code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                raise KafkaException(error)  # a leader moving: retriable, asked again
+            return found
+
+        found = ride_out(ask, f"reading the metadata of {name}", deadline)
+        if found is None or found.error is not None:
             fix = self._topology.create_command()
-            raise TopologyError(f"{topic}: cannot register schemas ({exc}); run: {fix}") from exc
+            raise TopologyError(f"{name}: missing; create it with: {fix}")
+        return found
+
+    def _explained(self, exc: BrokerError, what: str = "") -> BrokerError:
+        """``exc`` with the partitions of vigil's topics that have no leader or fewer in-sync
+        replicas than replicas, as the cluster says now."""
+        try:
+            metadata = self._producer.metadata(_ASK_S)
+        except BrokerError:
+            return BrokerError(f"{what}{exc}; the cluster does not answer")
+        names = [self._topic, self._topology.name(Topic.SCHEMAS)]
+        troubled = unsettled_partitions(metadata, names)
+        more = f"; and {len(troubled) - _SHOWN} more" if len(troubled) > _SHOWN else ""
+        state = (
+            "; ".join(troubled[:_SHOWN]) + more if troubled else "every partition is in sync now"
+        )
+        return BrokerError(f"{what}{exc} (waited up to {self._timeout_s:g}s); {state}")
 
     def _check_topic(self) -> None:
         """Refuse to publish into a missing topic or one whose partition count drifted."""
-        metadata = self._producer.metadata(_METADATA_TIMEOUT_S)
-        found = metadata.topics.get(self._topic)
-        fix = self._topology.create_command()
-        if found is None or found.error is not None:
-            raise TopologyError(f"{self._topic}: missing; create it with: {fix}")
+        found = self._topic_of(self._topic)
         if len(found.partitions) != self._partitions:
             raise TopologyError(
                 f"{self._topic}: has {len(found.partitions)} partitions, expected "
