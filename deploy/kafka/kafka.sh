@@ -15,6 +15,7 @@
 #   deploy/kafka/kafka.sh cluster-stop        stop every node (SIGTERM, SIGKILL after the timeout)
 #   deploy/kafka/kafka.sh cluster-status      each node up or down; exit 0 when all answer
 #   deploy/kafka/kafka.sh bootstrap           print the cluster's bootstrap servers
+#   deploy/kafka/kafka.sh controller          print the node that is the active controller
 #   deploy/kafka/kafka.sh kill NODE           SIGKILL node NODE (1..N): a crash
 #   deploy/kafka/kafka.sh stop NODE           stop node NODE cleanly (controlled shutdown)
 #   deploy/kafka/kafka.sh start NODE          start node NODE again, wait until it answers
@@ -409,6 +410,22 @@ cluster_stop() {
   say "cluster stopped (${#pids[@]} of $n nodes were running; data $KAFKA_CLUSTER_DIR)"
 }
 
+# The active controller: the leader in the newest quorum state a running node has written.
+controller() {
+  local i n best=-1 leader="" state epoch id; n="$(cluster_nodes)"
+  ((n > 0)) || die "no cluster in $KAFKA_CLUSTER_DIR: run cluster-start first"
+  for ((i = 1; i <= n; i++)); do
+    use_node "$i"
+    [[ -n "$(our_pid)" ]] || continue
+    state="$(cat "$KAFKA_DATA_DIR/data/__cluster_metadata-0/quorum-state" 2>/dev/null)" || continue
+    epoch="$(sed -n 's/.*"leaderEpoch":\([0-9]*\).*/\1/p' <<<"$state")"
+    id="$(sed -n 's/.*"leaderId":\(-\{0,1\}[0-9]*\).*/\1/p' <<<"$state")"
+    if [[ -n "$epoch" && -n "$id" && "$id" != -1 ]] && ((epoch > best)); then best="$epoch"; leader="$id"; fi
+  done
+  [[ -n "$leader" ]] || die "no running node knows the active controller yet"
+  echo "$leader"
+}
+
 cluster_status() {
   local i n up=0; n="$(cluster_nodes)"
   ((n > 0)) || { say "no cluster in $KAFKA_CLUSTER_DIR"; return 1; }
@@ -425,10 +442,10 @@ cmd="" node=""
 for arg in "$@"; do
   case "$arg" in
     --tansu) VIGIL_BROKER=tansu;;
-    fetch|start|stop|status|version|cluster-start|cluster-stop|cluster-status|bootstrap|kill)
+    fetch|start|stop|status|version|cluster-start|cluster-stop|cluster-status|bootstrap|controller|kill)
       [[ -z "$cmd" ]] || die "one command at a time: $cmd, $arg"; cmd="$arg";;
     [0-9]*) [[ -z "$node" ]] || die "one node at a time: $node, $arg"; node="$arg";;
-    *) die "unknown argument '$arg': use fetch|start|stop|status|version [--tansu], or cluster-start [N]|cluster-stop|cluster-status|bootstrap|kill NODE|stop NODE|start NODE";;
+    *) die "unknown argument '$arg': use fetch|start|stop|status|version [--tansu], or cluster-start [N]|cluster-stop|cluster-status|bootstrap|controller|kill NODE|stop NODE|start NODE";;
   esac
 done
 if [[ -n "$node" && "$cmd" != cluster-start ]]; then
@@ -450,6 +467,7 @@ case "$cmd" in
   cluster-stop) cluster_stop;;
   cluster-status) cluster_status;;
   bootstrap) bootstrap;;
+  controller) controller;;
   kill) die "kill NODE: name the node (1..N)";;
-  *) die "usage: kafka.sh fetch|start|stop|status|version [--tansu] | cluster-start [N]|cluster-stop|cluster-status|bootstrap|kill NODE|stop NODE|start NODE";;
+  *) die "usage: kafka.sh fetch|start|stop|status|version [--tansu] | cluster-start [N]|cluster-stop|cluster-status|bootstrap|controller|kill NODE|stop NODE|start NODE";;
 esac

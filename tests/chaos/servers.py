@@ -11,6 +11,9 @@ ports and a temporary data directory; :meth:`OwnKafka.stall` and :meth:`OwnKafka
 SIGSTOP / SIGCONT to this broker's own pid (read from its pid file), never to anything found by
 name.
 
+:class:`OwnKafkaCluster` is ``kafka.sh cluster-start``'s three KRaft nodes on the lane's second
+set of ports, killed, stopped and started node by node.
+
 Left out: vigil's processes (``tests.chaos.stack``).
 """
 
@@ -28,7 +31,14 @@ from typing import IO, Final
 
 from pipeline.ops.dev_stack import port_free
 
-__all__ = ["OwnKafka", "OwnRedis", "OwnRedisCluster", "ServerError", "worker_ports"]
+__all__ = [
+    "OwnKafka",
+    "OwnKafkaCluster",
+    "OwnRedis",
+    "OwnRedisCluster",
+    "ServerError",
+    "worker_ports",
+]
 
 ROOT: Final = Path(__file__).resolve().parents[2]
 KAFKA_SH: Final = ROOT / "deploy" / "kafka" / "kafka.sh"
@@ -84,7 +94,7 @@ def _lane_free(lane: int) -> bool:
 
 def _run(script: Path, verb: str, env: dict[str, str], timeout: float) -> str:
     done = subprocess.run(
-        ["bash", str(script), verb],
+        ["bash", str(script), *verb.split()],
         env={**os.environ, **env},
         stdin=subprocess.DEVNULL,
         capture_output=True,
@@ -148,6 +158,55 @@ class OwnKafka:
         if pid is None:
             raise ServerError(f"no broker pid in {self.data_dir}")
         os.kill(pid, sig)
+
+
+@dataclass
+class OwnKafkaCluster:
+    """``nodes`` combined KRaft nodes of the project's ``kafka.sh cluster-start``: node *i*
+    on ``first_port + 2(i-1)`` (its controller on the next port), data under ``data_dir``."""
+
+    first_port: int
+    data_dir: Path
+    nodes: int = 3
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(f"127.0.0.1:{self.port(node)}" for node in range(1, self.nodes + 1))
+
+    def port(self, node: int) -> int:
+        return self.first_port + 2 * (node - 1)
+
+    def _env(self) -> dict[str, str]:
+        return {
+            "VIGIL_PYTHON": sys.executable,
+            "KAFKA_CLUSTER_PORT": str(self.first_port),
+            "KAFKA_CLUSTER_DIR": str(self.data_dir),
+            "KAFKA_START_TIMEOUT": "120",
+        }
+
+    def _run(self, *args: str, timeout: float = 300) -> str:
+        return _run(KAFKA_SH, " ".join(args), self._env(), timeout)
+
+    def start(self) -> str:
+        return self._run("cluster-start", str(self.nodes))
+
+    def stop(self) -> str:
+        return self._run("cluster-stop")
+
+    def kill(self, node: int) -> str:
+        """SIGKILL one node: a crash, no controlled shutdown."""
+        return self._run("kill", str(node))
+
+    def stop_node(self, node: int) -> str:
+        """Stop one node cleanly (its leadership moves first)."""
+        return self._run("stop", str(node), timeout=120)
+
+    def start_node(self, node: int) -> str:
+        return self._run("start", str(node))
+
+    def controller(self) -> int:
+        """The node that is the active controller now."""
+        return int(self._run("controller", timeout=60))
 
 
 @dataclass

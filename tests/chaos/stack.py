@@ -14,7 +14,8 @@ others (``[instance] namespace``). ``clock_rate`` sets ``VIGIL_TEST_CLOCK_RATE``
 ``VIGIL_TEST_CLOCK_ANCHOR`` for every process: their clocks run that many times faster than the
 wall clock from a shared anchor (the knob is test-only; ``pipeline.clock.clock_from_env``), so
 minutes of cron ticks take seconds. ``args`` adds command-line options per process
-(``{"ticker": ["--static-membership"]}``).
+(``{"ticker": ["--static-membership"]}``). ``evaluator#2`` names a second member of a stage's
+group (its own instance id); ``replication`` the topics' replication factor (a cluster's 3).
 
 Left out: the servers (``tests.chaos.servers``) and what is checked (``tests.chaos.checker``).
 """
@@ -65,19 +66,20 @@ class Stack:
         args: Mapping[str, Iterable[str]] | None = None,
         topic_prefix: str = "vigil.",
         namespace: str | None = None,
+        replication: int = 1,
     ) -> None:
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
         self.bootstrap = bootstrap
         self.redis_url = redis_url
-        self.topology = Topology(topic_prefix, partitions, replication_factor=1)
+        self.topology = Topology(topic_prefix, partitions, replication_factor=replication)
         self.config = root / "vigil.toml"
         instance = '[instance]\nid = "chaos"\n' + (
             "" if namespace is None else f'namespace = "{namespace}"\n'
         )
         self.config.write_text(
             f'[kafka]\nbootstrap_servers = "{bootstrap}"\ntopic_prefix = "{topic_prefix}"\n'
-            f"partitions = {partitions}\nreplication_factor = 1\n\n"
+            f"partitions = {partitions}\nreplication_factor = {replication}\n\n"
             f'[redis]\nurl = "{redis_url}"\n\n'
             f"{instance}\n"
             f'[destinations.{HOOK}]\nkind = "webhook"\nurl = "{receiver_url}/hook"\n'
@@ -135,7 +137,11 @@ class Stack:
     # -- processes -----------------------------------------------------------------------
 
     def start(self, name: str) -> None:
-        args = [*VIGIL, name, "--no-metrics", *self._args.get(name, ())]
+        """Start ``name``: a process of :data:`PIPELINE`, or ``<process>#<n>``, a further member
+        of its group (instance id ``chaos-<n>``)."""
+        kind, _, member = name.partition("#")
+        instance = ["--instance", f"chaos-{member}"] if member else []
+        args = [*VIGIL, kind, "--no-metrics", *instance, *self._args.get(kind, ())]
         with (self.root / f"{name}.log").open("ab") as log:
             self.procs[name] = subprocess.Popen(
                 args, env=self.env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT
