@@ -29,6 +29,7 @@ from confluent_kafka.cimpl import NewTopic
 
 from pipeline.kafka.clients import translate
 from pipeline.kafka.durability import broker_settings, replication_refusal
+from pipeline.kafka.failover import FAILOVER_WAIT_S, ride_out
 from pipeline.kafka.properties import LOG, active
 from pipeline.kafka.topics import Topic, TopicSpec, Topology
 from pipeline.rules.errors import BrokerError, TopologyError
@@ -189,7 +190,13 @@ def _drift(expected: Mapping[str, str], actual: Mapping[str, str | None]) -> dic
 
 
 def describe(admin: AdminClient, topology: Topology) -> list[TopicStatus]:
-    """Every topic of ``topology`` as the broker has it, in spec order."""
+    """Every topic of ``topology`` as the broker has it, in spec order; a leader or
+    controller move is waited out (``pipeline.kafka.failover``)."""
+    deadline = time.monotonic() + FAILOVER_WAIT_S
+    return ride_out(lambda: _describe(admin, topology), "describing topics", deadline)
+
+
+def _describe(admin: AdminClient, topology: Topology) -> list[TopicStatus]:
     layouts = _layouts(admin)
     configs = _configs(
         admin, [topology.name(s.topic) for s in topology if topology.name(s.topic) in layouts]
