@@ -15,7 +15,6 @@ import json
 import shlex
 
 import click
-from confluent_kafka.admin import AdminClient
 
 from pipeline.cli.context import CliState, pass_state
 from pipeline.kafka.admin import (
@@ -26,7 +25,7 @@ from pipeline.kafka.admin import (
     describe,
     ensure_topics,
 )
-from pipeline.kafka.durability import broker_settings, findings
+from pipeline.kafka.durability import cluster_findings
 from pipeline.kafka.topics import Topology
 
 __all__ = ["topics"]
@@ -91,7 +90,7 @@ def create(state: CliState, partitions: int | None, prefix: str | None) -> None:
         f"{len(report.created)} created, {len(report.reconfigured)} reconfigured, "
         f"{len(report.unchanged)} already as specified"
     )
-    for line in _cluster_findings(admin, describe(admin, topology)):
+    for line in cluster_findings(admin, describe(admin, topology)):
         click.echo(f"warning: {line}", err=True)
 
 
@@ -113,7 +112,7 @@ def describe_cmd(
     state.reach_kafka()
     admin = connect_admin(state.config.kafka.bootstrap_servers)
     statuses = describe(admin, topology)
-    cluster = _cluster_findings(admin, statuses)
+    cluster = cluster_findings(admin, statuses)
     fixes = _fixes(state, topology, statuses)
     ok = all(s.state is TopicState.OK for s in statuses) and not cluster
     if as_json:
@@ -145,12 +144,6 @@ def describe_cmd(
             click.echo(fix, err=True)
     if not ok:
         raise click.exceptions.Exit(1)
-
-
-def _cluster_findings(admin: AdminClient, statuses: list[TopicStatus]) -> list[str]:
-    """What on this cluster would lose acknowledged data or stall transactions."""
-    settings = broker_settings(admin)
-    return [] if settings is None else findings(settings, statuses)
 
 
 def _fixes(state: CliState, topology: Topology, statuses: list[TopicStatus]) -> list[str]:

@@ -31,6 +31,7 @@ __all__ = [
     "BrokerSettings",
     "InternalTopic",
     "broker_settings",
+    "cluster_findings",
     "findings",
     "replication_refusal",
 ]
@@ -154,6 +155,13 @@ def findings(settings: BrokerSettings, topics: Iterable[TopicLayout] = ()) -> li
             "acknowledged writes; set unclean.leader.election.enable=false on the brokers"
         )
     return lines
+
+
+def cluster_findings(admin: AdminClient, topics: Iterable[TopicLayout] = ()) -> list[str]:
+    """:func:`findings` of the cluster ``admin`` talks to (none when it does not describe its
+    configs)."""
+    settings = broker_settings(admin)
+    return [] if settings is None else findings(settings, topics)
 
 
 def _internal(settings: BrokerSettings) -> list[str]:

@@ -18,11 +18,17 @@ import time
 from collections.abc import Callable
 from typing import Any, Final, TypeVar
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 
 from pipeline.kafka.clients import BrokerFailure, ErrorKind, translate
 
-__all__ = ["FAILOVER_WAIT_S", "partition_condition", "ride_out", "unsettled_partitions"]
+__all__ = [
+    "FAILOVER_WAIT_S",
+    "partition_condition",
+    "ride_out",
+    "topic_metadata",
+    "unsettled_partitions",
+]
 
 # A killed broker is fenced after broker.session.timeout.ms (9 s by default), its partitions'
 # leadership moves then; a controller failover adds an election. A minute covers both on a
@@ -58,6 +64,22 @@ def ride_out(call: Callable[[], T], what: str, deadline: float) -> T:
                 ) from exc
         time.sleep(pause)
         pause = min(pause * 2, _LONGEST_PAUSE_S)
+
+
+def topic_metadata(metadata_of: Callable[[str], Any], name: str, deadline: float) -> Any | None:
+    """Topic ``name``'s metadata from ``metadata_of(name)`` (a client's ``list_topics``),
+    asked again while the topic reports an error other than "unknown" (a leader moving) until
+    ``deadline``; None when the cluster does not know the topic (it is missing)."""
+
+    def ask() -> Any:
+        found = metadata_of(name).topics.get(name)
+        error = None if found is None else found.error
+        if error is not None and error.code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+            raise KafkaException(error)  # retriable: asked again
+        return found
+
+    found = ride_out(ask, f"reading the metadata of {name}", deadline)
+    return None if found is None or found.error is not None else found
 
 
 def partition_condition(metadata: Any, topic: str, partition: int) -> str:

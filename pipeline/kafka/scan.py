@@ -21,9 +21,10 @@ import uuid
 from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Final, TextIO
+from functools import partial
+from typing import Final, TextIO
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 
 from pipeline.kafka.clients import (
     ErrorKind,
@@ -33,7 +34,7 @@ from pipeline.kafka.clients import (
     table_consumer,
     translate,
 )
-from pipeline.kafka.failover import FAILOVER_WAIT_S, ride_out
+from pipeline.kafka.failover import FAILOVER_WAIT_S, ride_out, topic_metadata
 from pipeline.rules.errors import BrokerError, ConfigError, DefinitionError
 from pipeline.rules.instants import parse_instant, utc
 
@@ -120,15 +121,10 @@ def partitions_of(consumer: Consumer, topic: str) -> list[int]:
     """``topic``'s partitions; a leader move is waited out (:data:`FAILOVER_WAIT_S`), and
     "create the topics" said only when the broker does not know the topic."""
 
-    def ask() -> Any:
-        found = consumer.list_topics(topic, timeout=_META_TIMEOUT_S).topics.get(topic)
-        error = None if found is None else found.error
-        if error is not None and error.code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
-            raise KafkaException(error)  # a leader moving: asked again
-        return found
-
-    metadata = ride_out(ask, f"describe {topic}", time.monotonic() + FAILOVER_WAIT_S)
-    if metadata is None or metadata.error is not None:
+    deadline = time.monotonic() + FAILOVER_WAIT_S
+    listed = partial(consumer.list_topics, timeout=_META_TIMEOUT_S)
+    metadata = topic_metadata(listed, topic, deadline)
+    if metadata is None:
         raise BrokerError(f"topic {topic} is missing: run `vigil topics create`")
     return sorted(metadata.partitions)
 

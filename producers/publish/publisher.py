@@ -24,11 +24,9 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any, Final
 
-from confluent_kafka import KafkaError, KafkaException
-
 from pipeline.config import KafkaConfig, VigilConfig
 from pipeline.kafka.clients import Producer
-from pipeline.kafka.failover import FAILOVER_WAIT_S, ride_out, unsettled_partitions
+from pipeline.kafka.failover import FAILOVER_WAIT_S, topic_metadata, unsettled_partitions
 from pipeline.kafka.partitioner import partition_for
 from pipeline.kafka.schema_catalog import register_schemas
 from pipeline.kafka.serde import SchemaRegistry, default_registry
@@ -162,16 +160,8 @@ class EventPublisher:
         """``name``'s metadata, waiting out a leader move up to the publisher's timeout;
         :class:`TopologyError` with the command that creates it when the topic is missing."""
         deadline = time.monotonic() + self._timeout_s
-
-        def ask() -> Any:
-            found = self._producer.metadata(_ASK_S).topics.get(name)
-            error = None if found is None else found.error
-            if error is not None and error.code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
-                raise KafkaException(error)  # a leader moving: retriable, asked again
-            return found
-
-        found = ride_out(ask, f"reading the metadata of {name}", deadline)
-        if found is None or found.error is not None:
+        found = topic_metadata(lambda _: self._producer.metadata(_ASK_S), name, deadline)
+        if found is None:
             fix = self._topology.create_command()
             raise TopologyError(f"{name}: missing; create it with: {fix}")
         return found

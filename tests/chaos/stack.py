@@ -111,6 +111,7 @@ class Stack:
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.kills: dict[str, int] = {}
         self.unexpected: dict[str, int] = {}  # processes that exited on their own, by code
+        self._down: set[str] = set()  # killed by the test and not started again yet
 
     def now(self) -> datetime:
         """The deployment's clock (scaled when ``clock_rate`` is set)."""
@@ -142,6 +143,7 @@ class Stack:
         kind, _, member = name.partition("#")
         instance = ["--instance", f"chaos-{member}"] if member else []
         args = [*VIGIL, kind, "--no-metrics", *instance, *self._args.get(kind, ())]
+        self._down.discard(name)
         with (self.root / f"{name}.log").open("ab") as log:
             self.procs[name] = subprocess.Popen(
                 args, env=self.env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT
@@ -157,6 +159,7 @@ class Stack:
         proc.send_signal(signal.SIGKILL)
         proc.wait(30)
         self.kills[name] = self.kills.get(name, 0) + 1
+        self._down.add(name)
 
     def alive(self, name: str) -> bool:
         proc = self.procs.get(name)
@@ -166,7 +169,7 @@ class Stack:
         """Record every process that exited although nobody stopped it (it did not recover)."""
         for name, proc in self.procs.items():
             code = proc.poll()
-            if code is not None and name not in self.unexpected:
+            if code is not None and name not in self.unexpected and name not in self._down:
                 self.unexpected[name] = code
 
     def stop_all(self, timeout_s: float = 60.0) -> dict[str, int | None]:
