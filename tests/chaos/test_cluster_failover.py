@@ -47,7 +47,9 @@ class Faults:
     def __init__(self, stack: Stack, cluster: OwnKafkaCluster, receiver: Receiver) -> None:
         self.stack, self.cluster, self.receiver = stack, cluster, receiver
         stack.start_all(MEMBERS)
-        self.run = EventRun(stack, receiver, EVENTS, pause_s=0.5, batch=30)
+        # Paced to last through three faults (each a kill, deliveries without the node, a
+        # restart and a wait until in sync): ~135 batches, 2 s apart.
+        self.run = EventRun(stack, receiver, EVENTS, pause_s=2.0, batch=20)
         self.run.start()
         self.run.progressed(by=DOWN_BY, timeout_s=300)
         self.figures: list[dict[str, Any]] = []
