@@ -66,13 +66,14 @@ class Faults:
         """Take ``node`` down (``kill`` or ``stop``), see deliveries go on without it (with
         ``member`` killed meanwhile and started again), start it, wait until in sync."""
         before, started = self.receiver.distinct_keys(), time.monotonic()
+        print(f"{how} node {node} at {len(before)} delivered", flush=True)
         if how == "kill":
             self.cluster.kill(node)
         else:
             self.cluster.stop_node(node)
         if member is not None:
             self.stack.kill(member)
-        self.run.progressed(by=DOWN_BY, timeout_s=300)
+        self.run.progressed(by=DOWN_BY, timeout_s=420)
         first = self._first_delivery_after(started, before)
         if member is not None:
             self.stack.start(member)
@@ -87,6 +88,7 @@ class Faults:
                 "in_sync_s": round(in_sync, 1),
             }
         )
+        print(json.dumps(self.figures[-1]), flush=True)
 
     def finish(self, scenario: str) -> None:
         verdict = self.run.finish(settle_s=600)
