@@ -1,6 +1,7 @@
 """vigil's clients on a three-node cluster of its own (``kafka.sh cluster-start 3``): topics
-replicated safely, the doctor naming an unsafe transaction log, and ``vigil publish`` riding out
-the loss of the node that leads most of its partitions, first try, within its default timeout.
+replicated safely, the doctor naming an unsafe transaction log, ``vigil publish`` riding out
+the loss of the node that leads most of its partitions, first try, within its default timeout,
+and the reply channel and scans riding out the loss of their partition's leader.
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, Config
 from confluent_kafka.admin._resource import ResourceType
 
 from pipeline.kafka.durability import TRANSACTION_LOG
+from pipeline.kafka.failover import FAILOVER_WAIT_S
+from pipeline.kafka.scan import scan
+from pipeline.kafka.tail import Tail
 from tests.chaos.cluster import busiest_node, wait_in_sync
 from tests.chaos.servers import OwnKafkaCluster, ServerError, worker_ports
 
@@ -138,4 +142,27 @@ def test_publish_while_the_busiest_node_is_killed_succeeds_first_try(
     print(json.dumps({"killed_node": victim, "publish_s": round(took, 1)}))
     assert done.returncode == 0, done.stderr
     assert f"published {EVENTS}, rejected 0" in done.stderr
+    wait_in_sync(cluster.bootstrap, PREFIX)
+
+
+def test_reply_channel_and_scan_ride_out_their_leaders_kill(cluster: OwnKafkaCluster) -> None:
+    """The CI flake (issue 28 item 7): finding the end of a result partition while its leader
+    is being replaced is a wait, not ``NOT_LEADER_FOR_PARTITION``; a scan likewise."""
+    topic = f"{PREFIX}command-results"
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    leader = admin.list_topics(topic, timeout=30).topics[topic].partitions[0].leader
+    cluster.kill(leader)
+    started = time.monotonic()
+    try:
+        tail = Tail(cluster.bootstrap, "cluster-test", FAILOVER_WAIT_S)
+        try:
+            end = tail.follow(topic, 0)
+        finally:
+            tail.close()
+        followed = time.monotonic() - started
+        scanned = sum(1 for _ in scan(cluster.bootstrap, topic))
+    finally:
+        cluster.start_node(leader)
+    print(json.dumps({"killed_node": leader, "follow_s": round(followed, 1)}))
+    assert end >= 0 and scanned >= 0
     wait_in_sync(cluster.bootstrap, PREFIX)
