@@ -74,8 +74,9 @@ class Tail:
         try:
             return ride_out(ask, what, deadline)
         except BrokerFailure as exc:
+            said = str(exc).removesuffix(f" [{exc.code}, {exc.kind.value}]")
             raise BrokerFailure(
-                f"{exc.args[0]} after {wait_s:g}s; {self._condition(topic, partition)}",
+                f"{said} after {wait_s:g}s; {self._condition(topic, partition)}",
                 code=exc.code,
                 kind=exc.kind,
             ) from exc

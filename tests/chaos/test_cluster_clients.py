@@ -145,7 +145,9 @@ def test_publish_while_the_busiest_node_is_killed_succeeds_first_try(
     wait_in_sync(cluster.bootstrap, PREFIX)
 
 
-def test_reply_channel_and_scan_ride_out_their_leaders_kill(cluster: OwnKafkaCluster) -> None:
+def test_reply_channel_and_scan_ride_out_their_leaders_kill(
+    cluster: OwnKafkaCluster, env: dict[str, str]
+) -> None:
     """The CI flake (issue 28 item 7): finding the end of a result partition while its leader
     is being replaced is a wait, not ``NOT_LEADER_FOR_PARTITION``; a scan likewise."""
     topic = f"{PREFIX}command-results"
