@@ -26,9 +26,14 @@ from typing import Any, Final
 
 from pipeline.config import KafkaConfig, VigilConfig
 from pipeline.kafka.clients import Producer
-from pipeline.kafka.failover import FAILOVER_WAIT_S, topic_metadata, unsettled_partitions
+from pipeline.kafka.failover import (
+    FAILOVER_WAIT_S,
+    partition_condition,
+    topic_metadata,
+    unsettled_partitions,
+)
 from pipeline.kafka.partitioner import partition_for
-from pipeline.kafka.schema_catalog import register_schemas
+from pipeline.kafka.schema_catalog import register_schemas, registration
 from pipeline.kafka.serde import SchemaRegistry, default_registry
 from pipeline.kafka.topics import Topic, Topology
 from pipeline.records.event import EVENT, EventLine, event_record
@@ -74,6 +79,7 @@ class EventPublisher:
         self._topic = self._topology.name(Topic.EVENTS)
         self._partitions = self._topology.partitions_for(Topic.EVENTS)
         self._checked = False
+        self._written: set[tuple[str, int]] = set()  # partitions written since the last flush
         self._registered = 0  # schema registrations the producer also delivered
 
     @property
@@ -120,7 +126,9 @@ class EventPublisher:
             self._check_topic()
             self._register()
             self._checked = True
-        self._producer.produce(self._topic, key, value, partition_for(key, self._partitions))
+        partition = partition_for(key, self._partitions)
+        self._producer.produce(self._topic, key, value, partition)
+        self._written.add((self._topic, partition))
 
     def publish_line(self, line: EventLine, observed_at: datetime) -> None:
         """Queue one event as a publisher wrote it (a ``vigil publish`` line, an item of
@@ -142,18 +150,21 @@ class EventPublisher:
             self._producer.flush(self._timeout_s if timeout is None else timeout, "events")
         except BrokerError as exc:
             raise self._explained(exc) from exc
+        self._written.clear()
 
     def _register(self) -> None:
         """Register the event schema this build writes before its first event (DESIGN.md §10),
         so readers of an older build pause for it instead of taking it for garbage."""
         topic = self._topology.name(Topic.SCHEMAS)
         self._topic_of(topic)  # missing: say so, with the command that creates it
+        partitions = self._topology.partitions_for(Topic.SCHEMAS)
         try:
-            partitions = self._topology.partitions_for(Topic.SCHEMAS)
             self._registered = register_schemas(
                 self._producer, topic, partitions, self._registry, [EVENT], self._timeout_s
             )
         except BrokerError as exc:
+            key, _ = registration(self._registry.newest(EVENT))
+            self._written.add((topic, partition_for(key, partitions)))
             raise self._explained(exc, "cannot register schemas: ") from exc
 
     def _topic_of(self, name: str) -> Any:
@@ -168,17 +179,19 @@ class EventPublisher:
 
     def _explained(self, exc: BrokerError, what: str = "") -> BrokerError:
         """``exc`` with the partitions of vigil's topics that have no leader or fewer in-sync
-        replicas than replicas, as the cluster says now."""
+        replicas than replicas, as the cluster says now; when it says none (a dead broker not
+        fenced yet), the partitions written since the last flush and their leaders."""
         try:
             metadata = self._producer.metadata(_ASK_S)
         except BrokerError:
             return BrokerError(f"{what}{exc}; the cluster does not answer")
         names = [self._topic, self._topology.name(Topic.SCHEMAS)]
-        troubled = unsettled_partitions(metadata, names)
+        troubled = unsettled_partitions(metadata, names) or [
+            f"written to {partition_condition(metadata, topic, partition)}"
+            for topic, partition in sorted(self._written)
+        ]
         more = f"; and {len(troubled) - _SHOWN} more" if len(troubled) > _SHOWN else ""
-        state = (
-            "; ".join(troubled[:_SHOWN]) + more if troubled else "every partition is in sync now"
-        )
+        state = "; ".join(troubled[:_SHOWN]) + more if troubled else "nothing was written"
         return BrokerError(f"{what}{exc} (waited up to {self._timeout_s:g}s); {state}")
 
     def _check_topic(self) -> None:

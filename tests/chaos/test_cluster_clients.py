@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import subprocess
 import sys
 import time
@@ -167,4 +168,34 @@ def test_reply_channel_and_scan_ride_out_their_leaders_kill(
         cluster.start_node(leader)
     print(json.dumps({"killed_node": leader, "follow_s": round(followed, 1)}))
     assert end >= 0 and scanned >= 0
+    wait_in_sync(cluster.bootstrap, PREFIX)
+
+
+def test_publish_past_its_timeout_names_the_partition_not_the_create_command(
+    cluster: OwnKafkaCluster, env: dict[str, str]
+) -> None:
+    """A deadline shorter than the cluster's failover: the error names a partition it could not
+    write and what the cluster says of it, never "create the topics" (they exist)."""
+    lines = [
+        json.dumps(
+            {
+                "source_id": f"src.{i % 12}",
+                "event_type": "build.finished",
+                "event_id": f"short-{i}",
+                "observed_at": "2026-12-03T00:00:00Z",
+                "payload": {"n": i},
+            }
+        )
+        for i in range(60)
+    ]
+    victim = busiest_node(cluster.bootstrap, PREFIX)
+    cluster.kill(victim)
+    try:
+        done = _vigil(env, "publish", "--timeout", "3", "-", stdin="\n".join(lines) + "\n")
+    finally:
+        cluster.start_node(victim)
+    assert done.returncode != 0, done.stderr
+    assert re.search(r"vigil\.(events|schemas)\[\d+\]", done.stderr), done.stderr
+    assert "waited up to 3s" in done.stderr, done.stderr
+    assert "topics create" not in done.stderr, done.stderr
     wait_in_sync(cluster.bootstrap, PREFIX)
