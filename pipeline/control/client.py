@@ -32,7 +32,7 @@ from pipeline.crypto import KeyEncryptionKeys, KeyRing
 from pipeline.kafka.clients import Producer
 from pipeline.kafka.failover import FAILOVER_WAIT_S
 from pipeline.kafka.partitioner import partition_for
-from pipeline.kafka.serde import SchemaRegistry, default_registry
+from pipeline.kafka.serde import AvroCodec, default_codec
 from pipeline.kafka.tail import Tail
 from pipeline.kafka.topics import Topic, Topology
 from pipeline.records.command import encode_command
@@ -79,7 +79,7 @@ class CommandClient:
         *,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         clock: Clock | None = None,
-        schemas: SchemaRegistry | None = None,
+        codec: AvroCodec | None = None,
         keks: KeyEncryptionKeys | None = None,
     ) -> None:
         """``keks`` default to ``$VIGIL_MASTER_KEYS`` (none there: a ``ConfigError``)."""
@@ -87,8 +87,8 @@ class CommandClient:
         self._topology = topology
         self._timeout_s = timeout_s
         self._clock = clock or SystemClock()
-        self._schemas = schemas or default_registry()
-        self._ring = KeyRing(keks or KeyEncryptionKeys.load(), self._schemas, cache_size=4096)
+        self._codec = codec or default_codec()
+        self._ring = KeyRing(keks or KeyEncryptionKeys.load(), self._codec, cache_size=4096)
         self._keys = FollowedKeys(bootstrap, topology, self._ring)
         # Producing a command and finding the result channel's end ride out a leader move
         # (FAILOVER_WAIT_S); ``timeout_s`` is how long the answer may take once it is sent.
@@ -201,7 +201,7 @@ class CommandClient:
         key = command.subject_key
         partition = partition_for(key, self._topology.partitions_for(Topic.COMMANDS))
         try:
-            value = encode_command(self._schemas, self._ring, command)
+            value = encode_command(self._codec, self._ring, command)
         except ErasedError as exc:
             raise BrokerError(f"cannot send request {command.request_id}: {exc}") from exc
         self._producer.produce(topic, key, value, partition)
@@ -211,7 +211,7 @@ class CommandClient:
         """The decoded result; a sealed one under a key not seen yet re-reads the keys once."""
         for attempt in (1, 2):
             try:
-                return decode_result(self._schemas, self._ring, msg.value() or b"")
+                return decode_result(self._codec, self._ring, msg.value() or b"")
             except ErasedError as exc:
                 if attempt == 2:
                     raise BrokerError(f"unreadable command result: {exc}") from exc

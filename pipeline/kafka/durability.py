@@ -22,8 +22,8 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._config import ConfigResource
 from confluent_kafka.admin._resource import ResourceType
 
-from pipeline.kafka.clients import BrokerFailure, ErrorKind
 from pipeline.kafka.failover import ride_out
+from pipeline.kafka.failures import BrokerFailure, ErrorKind, answer
 
 __all__ = [
     "OFFSETS_TOPIC",
@@ -88,11 +88,13 @@ class BrokerSettings:
 
 
 def _configs_of(admin: AdminClient, resource: ConfigResource, deadline: float) -> Any:
+    what = f"describing {resource.name}"
+
     def once() -> Any:
         (future,) = admin.describe_configs([resource], request_timeout=_TIMEOUT_S).values()
-        return future.result(timeout=_TIMEOUT_S)
+        return answer(future, what, _TIMEOUT_S)
 
-    return ride_out(once, f"describing {resource.name}", deadline)
+    return ride_out(once, what, deadline)
 
 
 def broker_settings(admin: AdminClient, wait_s: float = _TIMEOUT_S) -> BrokerSettings | None:

@@ -8,7 +8,7 @@ failure) and :func:`partition_condition` (one partition's leader and in-sync rep
 for the error a caller raises when its deadline passed; :func:`unsettled_partitions` lists the
 partitions of some topics that have no leader or are short of in-sync replicas).
 
-Leaves out classifying errors (``pipeline.kafka.clients``) and the stream runtime's own resync
+Leaves out classifying errors (``pipeline.kafka.failures``) and the stream runtime's own resync
 (``pipeline.runtime``).
 """
 
@@ -20,7 +20,7 @@ from typing import Any, Final, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException
 
-from pipeline.kafka.clients import BrokerFailure, ErrorKind, translate
+from pipeline.kafka.failures import BrokerFailure, ErrorKind, translate
 
 __all__ = [
     "FAILOVER_WAIT_S",

@@ -24,7 +24,7 @@ from fastavro.schema import to_parsing_canonical_form
 from pipeline.kafka.clients import Producer
 from pipeline.kafka.failover import FAILOVER_WAIT_S, ride_out
 from pipeline.kafka.partitioner import partition_for
-from pipeline.kafka.serde import SchemaRegistry, SchemaVersion
+from pipeline.kafka.serde import AvroCodec, SchemaVersion
 
 __all__ = ["REGISTRATION_TIMEOUT_S", "SchemaCatalog", "register_schemas", "registration"]
 
@@ -41,7 +41,7 @@ def register_schemas(
     producer: Producer,
     topic: str,
     partitions: int,
-    registry: SchemaRegistry,
+    codec: AvroCodec,
     record_types: Iterable[str] | None = None,
     timeout_s: float = REGISTRATION_TIMEOUT_S,
 ) -> int:
@@ -49,8 +49,8 @@ def register_schemas(
     type it knows) and wait until the broker has them all; a leader moving meanwhile is waited
     out up to ``timeout_s``, sending again what it failed (same key, same value: idempotent).
     Returns how many registrations the broker acknowledged (one sent again counts again)."""
-    types = sorted(registry.record_types if record_types is None else record_types)
-    records = [registration(registry.newest(record_type)) for record_type in types]
+    types = sorted(codec.record_types if record_types is None else record_types)
+    records = [registration(codec.newest(record_type)) for record_type in types]
     before = producer.delivered
     deadline = time.monotonic() + timeout_s
 

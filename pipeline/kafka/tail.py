@@ -16,8 +16,9 @@ from typing import Final
 import confluent_kafka
 from confluent_kafka import KafkaException, Message
 
-from pipeline.kafka.clients import BrokerFailure, ready_batch, table_consumer, translate
+from pipeline.kafka.clients import ready_batch, table_consumer
 from pipeline.kafka.failover import partition_condition, ride_out
+from pipeline.kafka.failures import BrokerFailure, translate
 
 __all__ = ["Tail"]
 

@@ -34,7 +34,7 @@ from pipeline.kafka.failover import (
 )
 from pipeline.kafka.partitioner import partition_for
 from pipeline.kafka.schema_catalog import register_schemas, registration
-from pipeline.kafka.serde import SchemaRegistry, default_registry
+from pipeline.kafka.serde import AvroCodec, default_codec
 from pipeline.kafka.topics import Topic, Topology
 from pipeline.records.event import EVENT, EventLine, event_record
 from pipeline.rules.errors import BrokerError, TopologyError
@@ -57,7 +57,7 @@ class EventPublisher:
         target: str | KafkaConfig | VigilConfig,
         topology: Topology | None = None,
         *,
-        registry: SchemaRegistry | None = None,
+        codec: AvroCodec | None = None,
         overrides: Mapping[str, Any] | None = None,
         timeout_s: float = FAILOVER_WAIT_S,
     ) -> None:
@@ -68,7 +68,7 @@ class EventPublisher:
         else:
             self._bootstrap = kafka
             self._topology = topology or Topology()
-        self._registry = registry or default_registry()
+        self._codec = codec or default_codec()
         self._timeout_s = timeout_s
         settings = {
             "client.id": "vigil-publisher",
@@ -120,7 +120,7 @@ class EventPublisher:
         record = event_record(
             source_id, event_type, event_id, payload, observed_at, cursor, envelope_id
         )
-        value = self._registry.encode(EVENT, record)
+        value = self._codec.encode(EVENT, record)
         key = source_id.encode("utf-8")
         if not self._checked:
             self._check_topic()
@@ -160,10 +160,10 @@ class EventPublisher:
         partitions = self._topology.partitions_for(Topic.SCHEMAS)
         try:
             self._registered = register_schemas(
-                self._producer, topic, partitions, self._registry, [EVENT], self._timeout_s
+                self._producer, topic, partitions, self._codec, [EVENT], self._timeout_s
             )
         except BrokerError as exc:
-            key, _ = registration(self._registry.newest(EVENT))
+            key, _ = registration(self._codec.newest(EVENT))
             self._written.add((topic, partition_for(key, partitions)))
             raise self._explained(exc, "cannot register schemas: ") from exc
 

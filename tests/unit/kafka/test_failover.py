@@ -9,13 +9,13 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from pipeline.kafka.clients import BrokerFailure, ErrorKind
 from pipeline.kafka.failover import (
     partition_condition,
     ride_out,
     topic_metadata,
     unsettled_partitions,
 )
+from pipeline.kafka.failures import BrokerFailure, ErrorKind
 
 pytestmark = pytest.mark.unit
 
