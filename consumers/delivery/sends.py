@@ -21,6 +21,7 @@ import queue
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Protocol
 
 from consumers.delivery.adapters import AdapterRegistry, Delivery, SendResult
@@ -50,6 +51,7 @@ class Claim:
     entry: OutboxEntry
     adapter: str  # the adapter kind, for metrics
     store: Table  # the store it was claimed in: an answer for any other store is stale
+    claimed_at: datetime | None = None  # the claim's time, as delivery-state records it
 
 
 class SendPool:
@@ -90,7 +92,7 @@ class SendPool:
         if self._pool is None:
             raise RuntimeError("the send pool is not started")
         self.in_flight[claim.key] = claim
-        future = self._pool.submit(self._send, claim.entry)
+        future = self._pool.submit(self._send, claim.entry, claim.claimed_at)
         future.add_done_callback(lambda done: self._done.put((claim, done)))
 
     def kind(self, entry: OutboxEntry) -> str:
@@ -100,9 +102,9 @@ class SendPool:
         adapter = self._adapters.resolve(entry.target)
         return "unknown" if adapter is None else adapter.kind.value
 
-    def _send(self, entry: OutboxEntry) -> SendResult:
+    def _send(self, entry: OutboxEntry, claimed_at: datetime | None) -> SendResult:
         if entry.verb not in EXECUTED_VERBS:
-            return self._adapters.send(Delivery.from_entry(entry))
+            return self._adapters.send(Delivery.from_entry(entry, claimed_at))
         if self._executor is None:
             log.error("%s entry %s: no executor in this process", entry.verb, entry.delivery_key)
             return SendResult.failed(ErrorCode.REJECTED)

@@ -21,6 +21,7 @@ from pipeline.rules.definition import WatcherDefinition
 from pipeline.rules.evidence import Evidence, trigger_json
 from pipeline.rules.outcomes import Outcome
 from pipeline.rules.quiet_hours import QuietHours
+from pipeline.rules.schedules import fire_late
 from pipeline.rules.sources import ScheduleSource
 
 __all__ = ["OutboxEntry", "build_entry", "entry_fields"]
@@ -99,7 +100,7 @@ def entry_fields(
         "evidence_digest": digest,
         "evidence_observed_at": evidence.observed_at,
         "due_at": evidence.scheduled_at if is_schedule and evidence.scheduled_at else now,
-        "late": evidence.late,
+        "late": is_schedule and fire_late(evidence, now),
         "created_at": now,
         "retry": definition.retry,
         "quiet_hours": delivery.quiet_hours,

@@ -7,8 +7,8 @@ range is evaluated again by :func:`pipeline.rules.evaluation.evaluate` with the 
 time (or the input's arrival, :attr:`ReplayClock.ARRIVAL`), and with what replay cannot
 recompute taken as recorded: the authorization and budget verdicts, the lifecycle status the
 command processor set (a ``not_active`` receipt was evaluated while paused) and whether the
-pinned evaluator was registered. Conditions, freshness, expiry, dedupe and keys are recomputed.
-A replacement definition (``override``) answers "what would this have fired?".
+pinned evaluator was registered. Conditions, freshness, expiry, dedupe, keys and late flags are
+recomputed. A replacement definition (``override``) answers "what would this have fired?".
 
 Leaves out reading Kafka (``pipeline.ops.replay_reader``) and printing (``pipeline.cli``).
 Inputs that no watcher evaluated have no receipt and are not replayed; neither are inputs a
@@ -120,6 +120,7 @@ class Decision:
     reason: Reason
     delivery_key: str | None
     evidence_digest: str
+    late: bool = False  # the outbox entry's late flag (a schedule fire decided past its grace)
 
     @classmethod
     def of(cls, receipt: Receipt) -> Decision:
@@ -319,11 +320,13 @@ def _evaluate(
         recorded_budget(receipt.budget or BudgetVerdict.OK),
         evaluators=evaluators,
     )
+    entry = result.outbox
     decision = Decision(
         result.outcome,
         result.reason,
-        None if result.outbox is None else result.outbox.delivery_key,
+        None if entry is None else entry.delivery_key,
         result.receipt.evidence_digest,
+        entry is not None and entry.late,
     )
     return result.next_state, decision
 
@@ -364,6 +367,7 @@ def _compare(
     if entry is not None and (
         entry.evidence_digest != decision.evidence_digest
         or entry.watcher_version != receipt.watcher_version
+        or entry.late != decision.late
     ):
         return _difference(DifferenceKind.OUTBOX_MISMATCH, receipt, decision)
     return None

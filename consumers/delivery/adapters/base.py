@@ -25,6 +25,7 @@ from pipeline.rules.instants import rfc3339_micros
 from pipeline.rules.keys import canonical_json
 from pipeline.rules.outbox import OutboxEntry
 from pipeline.rules.outcomes import ErrorCode, Outcome
+from pipeline.rules.schedules import sent_late_by
 
 __all__ = [
     "Adapter",
@@ -49,7 +50,9 @@ class AdapterKind(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Delivery:
-    """One attempt's input: the outbox entry's fields a destination may see."""
+    """One attempt's input: the outbox entry's fields a destination may see. A schedule's fire
+    is ``late`` when it was decided late or is sent late (``late_by``: by how much, from the
+    claim's time; ``pipeline.rules.schedules``)."""
 
     delivery_key: str
     tenant_id: str
@@ -66,9 +69,13 @@ class Delivery:
     wake_session: bool = False
     session_id: str | None = None
     delivery_retention: timedelta | None = None  # how long the ledger may show it
+    late_by: timedelta | None = None
 
     @classmethod
-    def from_entry(cls, entry: OutboxEntry) -> Delivery:
+    def from_entry(cls, entry: OutboxEntry, claimed_at: datetime | None = None) -> Delivery:
+        late_by = None
+        if entry.schedule_time is not None and claimed_at is not None:
+            late_by = sent_late_by(entry.due_at, entry.created_at, entry.late, claimed_at)
         return cls(
             delivery_key=entry.delivery_key,
             tenant_id=entry.tenant_id,
@@ -78,13 +85,14 @@ class Delivery:
             trigger=dict(entry.trigger),
             evidence_digest=entry.evidence_digest,
             due_at=entry.due_at,
-            late=entry.late,
+            late=entry.late or late_by is not None,
             verb=entry.verb,
             target=entry.target,
             text=entry.text,
             wake_session=entry.wake_session,
             session_id=entry.session_id,
             delivery_retention=entry.delivery_retention,
+            late_by=late_by,
         )
 
 

@@ -4,7 +4,7 @@ JSON ``{"chat_id", "text"}`` (DESIGN.md §9), and the text every chat-like adapt
 Such an API takes no idempotency key, so every result says ``repeat_risk``: a crash between
 the send and recording it makes the next worker send the message again. That is documented
 and counted by the consumer; the delivery key still dedupes everything inside vigil. A late
-one-shot's text says it is late and when it was due. The token is read from the environment
+schedule fire's text says when it was due and how late it is. The token is read from the environment
 by ``registry`` and lives only in the request URL; transport errors are reduced to a code so
 it never reaches a log.
 
@@ -31,7 +31,7 @@ from pipeline.http import (
     make_client,
     post,
 )
-from pipeline.rules.instants import rfc3339_seconds
+from pipeline.rules.schedules import late_note
 
 __all__ = ["MAX_TEXT", "ChatAdapter", "TelegramConfig", "chat_text"]
 
@@ -40,14 +40,14 @@ MAX_TEXT: Final = 4096  # Telegram's limit for one message
 
 def chat_text(delivery: Delivery) -> str:
     """What a person reads: the text (``send``/``prompt``), or the watcher and its outcome
-    (``notify``); a late delivery adds when it was due. Cut to :data:`MAX_TEXT`."""
+    (``notify``); a late delivery adds when it was due and how late. Cut to :data:`MAX_TEXT`."""
     text = (
         delivery.text
         if delivery.text is not None
         else (f"{delivery.watcher_id}: {delivery.outcome.value}")
     )
     if delivery.late:
-        text = f"{text}\n(late: this was due at {rfc3339_seconds(delivery.due_at)})"
+        text = f"{text}\n(late: {late_note(delivery.due_at, delivery.late_by)})"
     if len(text) > MAX_TEXT:
         text = text[: MAX_TEXT - 1] + "…"
     return text

@@ -204,8 +204,9 @@ def test_webhook_body_is_canonical_json_with_the_designed_fields() -> None:
     assert body == json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
 
 
-def test_delivery_from_outbox_entry_carries_the_entry_fields() -> None:
-    entry = OutboxEntry(
+def schedule_entry(**changes: Any) -> OutboxEntry:
+    """A fired schedule's ``send`` entry, decided late."""
+    fields: dict[str, Any] = dict(
         delivery_key=KEY,
         tenant_id="acme",
         user_id="u-42",
@@ -226,6 +227,11 @@ def test_delivery_from_outbox_entry_carries_the_entry_fields() -> None:
         wake_session=True,
         session_id="s-1",
     )
+    return OutboxEntry(**(fields | changes))
+
+
+def test_delivery_from_outbox_entry_carries_the_entry_fields() -> None:
+    entry = schedule_entry()
     made = Delivery.from_entry(entry)
     assert (made.delivery_key, made.verb, made.target, made.text, made.late) == (
         KEY,
@@ -271,7 +277,21 @@ def test_console_adapter_prints_the_text_with_repeat_risk(
 
 def test_chat_text_of_a_late_one_shot_says_late_and_when_it_was_due() -> None:
     text = chat_text(delivery(verb="send", text="hi", late=True))
-    assert text == "hi\n(late: this was due at 2026-11-29T12:00:00Z)"
+    assert text == "hi\n(late: due at 2026-11-29T12:00:00Z)"
+    later = delivery(verb="send", text="hi", late=True, late_by=timedelta(minutes=6, seconds=3))
+    assert chat_text(later) == "hi\n(late: due at 2026-11-29T12:00:00Z, late by 6m3s)"
+
+
+def test_schedule_entry_written_on_time_but_claimed_late_is_sent_late() -> None:
+    """Delivery was down: the evaluator decided it on time, the claim came 7 minutes later."""
+    entry = schedule_entry(text="stretch", late=False, schedule_time=NOW)
+    on_time = Delivery.from_entry(entry, NOW + timedelta(seconds=1))
+    assert not on_time.late and "late" not in chat_text(on_time)
+    late = Delivery.from_entry(entry, NOW + timedelta(minutes=7))
+    assert late.late and late.late_by == timedelta(minutes=7)
+    assert chat_text(late) == "stretch\n(late: due at 2026-11-29T12:00:00Z, late by 7m)"
+    notify = entry.model_copy(update={"schedule_time": None})
+    assert not Delivery.from_entry(notify, NOW + timedelta(minutes=7)).late
 
 
 def test_chat_text_of_a_notify_names_the_watcher_and_outcome() -> None:
