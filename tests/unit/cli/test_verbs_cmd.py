@@ -156,7 +156,7 @@ def test_list_json_prints_the_entries(daemon: tuple[Path, Recorder]) -> None:
 
 def test_list_prints_a_table_with_one_row_per_live_schedule(daemon: tuple[Path, Recorder]) -> None:
     path, recorder = daemon
-    entries = [
+    entries: list[dict[str, Any]] = [
         {
             "name": "stretch",
             "chat": "me",
