@@ -1,14 +1,8 @@
-"""Schedule fires that come late or not at all: the rules behind "never silently missed" (seed
-001 stories 6 and 7; DESIGN.md §5, §8, §11).
-
-Owns what every stage asks about one fire of a schedule watcher: whether a one-shot's tick is
-exempt from ``max_age`` (it fires however late, within ``expires_at``) and is the one-shot's
-last possible fire (so it closes whatever came of it); whether a cron tick stands for a missed
-occurrence (the ticker flags those ``late``: they are skipped, each one a ``missed`` receipt);
-whether a fire is late — judged where it is decided (the evaluator at its evaluation time, so
-replay reproduces it) and again where it is sent (delivery at its claim time, which
-``delivery-state`` records) — and how lateness reads: "due at T, late by D". Which instants are
-due is ``ticker`` and ``cron``'s; the order of checks is ``evaluation``'s.
+"""Schedule fires that come late or not at all, never silently missed (seed 001 stories 6-7;
+DESIGN.md §5, §8, §11). Owns: a one-shot's own fire ignores ``max_age`` and closes it whatever
+came of it; a cron tick the ticker made ``late`` is a ``missed`` occurrence, never fired; when a
+fire is late (at evaluation, so replay reproduces it, and at delivery's claim) and how that
+reads, "due at T, late by D". Which instants are due is ``ticker``'s; check order ``evaluation``'s.
 """
 
 from __future__ import annotations
