@@ -2,7 +2,7 @@
 pipeline is down — the evaluator, delivery, or the broker itself — for longer than a schedule
 fire's 5-minute ``max_age`` after its due time still reaches its chat exactly once when that
 part is back, flagged late with its due time ("due at T, late by D"), and the schedule is then
-closed (``list`` no longer shows it).
+closed (``list`` no longer shows it); ``vigil replay`` re-derives its late flag: 0 differences.
 
 Every process runs on a clock twenty times faster than the wall clock
 (``VIGIL_TEST_CLOCK_RATE``, test-only), so six minutes of downtime take eighteen seconds.
@@ -10,6 +10,7 @@ Every process runs on a clock twenty times faster than the wall clock
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
@@ -88,6 +89,11 @@ def delivered_once_late_and_closed(
     wait_for("the one-shot to close", lambda: watcher_id not in live_schedules(subject), 60, stack)
     time.sleep(3)  # a second copy would arrive in this window
     assert len(texts(receiver, "stretch")) == 1
+    # Replay re-derives both fires, late flags included, from what was recorded.
+    done = stack.vigil("replay", "--subject", f"{subject.tenant}/{subject.user}", "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads(done.stdout)
+    assert (report["replayed"], report["difference_count"]) == (2, 0), report
     codes = stack.stop_all()
     assert set(codes.values()) == {0}, f"exit codes {codes}\n{stack.logs()}"
 
