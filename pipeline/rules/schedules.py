@@ -39,6 +39,10 @@ MISSED_NOTE: Final = "skipped: due while nothing ran; a cron schedule resumes at
 STALE_NOTE: Final = "skipped: not fired within max_age; a cron schedule resumes at its next one"
 CLOSED_NOTE: Final = "a one-shot fires once: this was its fire, so the schedule closes"
 
+# Looked up once: every evaluation asks these, and most evidence is no schedule's fire.
+_SCHEDULE: Final = EvidenceKind.SCHEDULE
+_NOT_EVALUATED: Final = frozenset({Reason.NOT_ACTIVE, Reason.EXPIRED})
+
 
 def is_one_shot(definition: WatcherDefinition) -> bool:
     """A schedule with an ``at``: it fires once and is then done."""
@@ -49,11 +53,12 @@ def is_one_shot(definition: WatcherDefinition) -> bool:
 def is_one_shot_fire(definition: WatcherDefinition, evidence: Evidence) -> bool:
     """``evidence`` is the one-shot's own fire: a schedule tick at its ``at`` (not its expiry
     tick, which stands for the instant after the deadline)."""
+    if evidence.source_kind is not _SCHEDULE:  # first: the evaluator's hot path
+        return False
     source = definition.source
     return (
         isinstance(source, ScheduleSource)
         and source.at is not None
-        and evidence.source_kind is EvidenceKind.SCHEDULE
         and evidence.scheduled_at == source.at
     )
 
@@ -65,7 +70,7 @@ def one_shot_close(
     ``satisfied`` when it fired, ``access_revoked`` when denied (as a ``once`` watch),
     ``expired`` when it could not fire. ``None`` for other evidence, or when nothing was
     evaluated (paused: the ticker fires it again on resume; expired: that closes it)."""
-    if reason in (Reason.NOT_ACTIVE, Reason.EXPIRED) or not is_one_shot_fire(definition, evidence):
+    if not is_one_shot_fire(definition, evidence) or reason in _NOT_EVALUATED:
         return None
     if reason is Reason.CONDITION_TRUE:
         return CloseReason.SATISFIED
@@ -77,7 +82,7 @@ def one_shot_close(
 def fire_max_age(definition: WatcherDefinition, evidence: Evidence) -> timedelta | None:
     """How old evidence may be before it is ``stale``; ``None``: never (a one-shot's fire, which
     cannot pile up, so an evaluator down or lagging past ``max_age`` still fires it, late)."""
-    if is_one_shot_fire(definition, evidence):
+    if evidence.source_kind is _SCHEDULE and is_one_shot_fire(definition, evidence):
         return None
     return definition.source.max_age
 
@@ -85,13 +90,10 @@ def fire_max_age(definition: WatcherDefinition, evidence: Evidence) -> timedelta
 def is_missed_occurrence(definition: WatcherDefinition, evidence: Evidence) -> bool:
     """A cron schedule's tick the ticker made past its grace (due while nothing ran): skipped,
     never fired, so missed fires never pile up and none is a silent gap."""
+    if evidence.source_kind is not _SCHEDULE or not evidence.late:
+        return False
     source = definition.source
-    return (
-        isinstance(source, ScheduleSource)
-        and source.cron is not None
-        and evidence.source_kind is EvidenceKind.SCHEDULE
-        and evidence.late
-    )
+    return isinstance(source, ScheduleSource) and source.cron is not None
 
 
 def late_by(due_at: datetime, at: datetime) -> timedelta | None:
