@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
-from consumers.delivery.adapters import AdapterRegistry, Delivery, SendResult
+from consumers.delivery.adapters import AdapterRegistry, SendResult
 from consumers.delivery.adapters.verbs import EXECUTED_VERBS
-from pipeline.rules.outbox import OutboxEntry
+from pipeline.rules.outbox import OutboxEntry, as_sent
 from pipeline.rules.outcomes import ErrorCode
 from pipeline.runtime.tables import Table
 
@@ -43,7 +43,8 @@ class Executor(Protocol):
 
 @dataclass(frozen=True, slots=True, eq=False)
 class Claim:
-    """A persisted claim whose destination is being called."""
+    """A persisted claim whose destination is being called; the destination reads the entry as
+    sent at ``claimed_at`` (``pipeline.rules.outbox.as_sent``: a fire claimed late is late)."""
 
     key: str
     partition: int
@@ -51,7 +52,7 @@ class Claim:
     entry: OutboxEntry
     adapter: str  # the adapter kind, for metrics
     store: Table  # the store it was claimed in: an answer for any other store is stale
-    claimed_at: datetime | None = None  # the claim's time, as delivery-state records it
+    claimed_at: datetime  # the claim's time, as delivery-state records it
 
 
 class SendPool:
@@ -92,7 +93,7 @@ class SendPool:
         if self._pool is None:
             raise RuntimeError("the send pool is not started")
         self.in_flight[claim.key] = claim
-        future = self._pool.submit(self._send, claim.entry, claim.claimed_at)
+        future = self._pool.submit(self._send, as_sent(claim.entry, claim.claimed_at))
         future.add_done_callback(lambda done: self._done.put((claim, done)))
 
     def kind(self, entry: OutboxEntry) -> str:
@@ -102,9 +103,9 @@ class SendPool:
         adapter = self._adapters.resolve(entry.target)
         return "unknown" if adapter is None else adapter.kind.value
 
-    def _send(self, entry: OutboxEntry, claimed_at: datetime | None) -> SendResult:
+    def _send(self, entry: OutboxEntry) -> SendResult:
         if entry.verb not in EXECUTED_VERBS:
-            return self._adapters.send(Delivery.from_entry(entry, claimed_at))
+            return self._adapters.send(entry)
         if self._executor is None:
             log.error("%s entry %s: no executor in this process", entry.verb, entry.delivery_key)
             return SendResult.failed(ErrorCode.REJECTED)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -317,6 +318,6 @@ def test_replay_reproduces_late_flags_of_schedule_fires_and_reports_a_changed_on
     key = next(iter(rec.outbox))
     entry = rec.outbox[key]
     assert entry is not None
-    rec.outbox[key] = entry.model_copy(update={"late": False})
+    rec.outbox[key] = replace(entry, late=False)
     kinds = [d.kind for d in replay(rec.history()).differences]
     assert kinds == [DifferenceKind.OUTBOX_MISMATCH]
