@@ -182,6 +182,7 @@ class AgentConfig(Section):
     run_as: UserName | None = None
     socket_path: Path | None = None  # with run_as; default /tmp/vigil-agent-<uid>/vigil.sock
     env: tuple[EnvName, ...] = ()
+    skill: Path | None = None  # VIGIL_SKILL of every run; default: the shipped agent-skill.md
 
 
 class RunConfig(Section):
