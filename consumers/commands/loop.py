@@ -85,6 +85,16 @@ _MAX_REQUEST_ID: Final = 128
 # may be cut to commit within the transaction timeout (``StreamApp``, slice_records).
 _SLICE: Final = 16
 _VERBS: Final = frozenset(verb.value for verb in CommandVerb)
+# What the processor writes besides its tables (named when a resync waits on their partitions).
+_OUTPUTS: Final = (
+    Topic.COMMAND_RESULTS,
+    Topic.WATCHERS,
+    Topic.LIFECYCLE,
+    Topic.DEFINITION_LOG,
+    Topic.OUTBOX,
+    Topic.REDELIVERIES,
+    Topic.GRANTS,
+)
 REGISTRY_TABLE: Final = "registry"
 KEYS_TABLE: Final = "keys"
 GRANTS_TABLE: Final = "grants"
@@ -172,6 +182,7 @@ class CommandProcessor:
             metrics_registry=metrics_registry,
             schemas_topic=self._topics[Topic.SCHEMAS],
             codec=self._codec,
+            outputs=[self._topics[t] for t in _OUTPUTS],
             **member,
         )
 

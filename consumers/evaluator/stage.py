@@ -84,6 +84,7 @@ class EvaluatorStage:
             metrics_registry=metrics_registry,
             schemas_topic=topology.name(Topic.SCHEMAS),
             codec=evaluator.codec,
+            outputs=[topology.name(t) for t in (Topic.RECEIPTS, Topic.OUTBOX, Topic.COMMANDS)],
         )
         evaluator.follow_keys(self.app.tables)
 

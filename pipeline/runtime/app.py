@@ -90,7 +90,9 @@ class StreamApp:
     ``consumer`` (KIP-848) rebalances incrementally, ``classic`` (eager) works on every broker
     (``pipeline.runtime.assignment``); ``slice_records``: how many records of a task partition
     the processor gets per call (default all of the batch's), the points where a batch may be
-    cut to fit the transaction timeout.
+    cut to fit the transaction timeout; ``outputs``: the topics the processor writes besides
+    the tables' (named with the inputs and tables when a resync waits on partitions short of
+    in-sync replicas, ``replication``).
     """
 
     def __init__(
@@ -116,6 +118,7 @@ class StreamApp:
         codec: AvroCodec | None = None,
         judged: Collection[str] | None = None,
         group_protocol: GroupProtocol = GroupProtocol.CLASSIC,
+        outputs: Collection[str] = (),
     ) -> None:
         self.group_id = group_id
         self.instance_id = instance_id
@@ -140,7 +143,7 @@ class StreamApp:
         budget_s = member.transaction_timeout_s / _BUDGET_SHARE
         checkpoint = Checkpoint(commit_every, commit_interval_ms / 1000, TIMEOUT_S, budget_s)
         scope = self._scope = TransactionScope(
-            member, state, quarantine, placement, metrics, checkpoint
+            member, state, quarantine, placement, metrics, checkpoint, (dead_letter_topic, *outputs)
         )
         options = BatchOptions(
             max_batch, slice_records or max_batch, _judged(judged), schemas_topic is not None

@@ -29,6 +29,7 @@ class RuntimeMetrics:
     unknown_schema: Counter  # labels: group, topic
     paused_partitions: Gauge  # labels: group
     resyncs: Counter  # labels: group
+    under_replicated: Gauge  # labels: group
     consumer_replacements: Counter  # labels: group
     restored_partitions: Counter  # labels: group
     group_protocol: Gauge  # labels: group, protocol (classic | consumer): 1 for the one in use
@@ -101,6 +102,14 @@ def _health(registry: CollectorRegistry) -> dict[str, Any]:
             "vigil_runtime_resyncs",
             "Resyncs after a broker failure left a transaction's outcome unknown (producer "
             "rebuilt, tables restored, inputs rewound).",
+            ["group"],
+            registry=registry,
+        ),
+        under_replicated=Gauge(
+            "vigil_runtime_under_replicated_partitions",
+            "Partitions of the topics this member uses short of in-sync replicas or of a "
+            "leader, as its last resync saw them: its writes wait for them (the log names "
+            "them).",
             ["group"],
             registry=registry,
         ),

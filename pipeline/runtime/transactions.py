@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from confluent_kafka import KafkaException
 
@@ -50,6 +50,7 @@ from pipeline.runtime.member import TIMEOUT_S, Member
 from pipeline.runtime.metrics import RuntimeMetrics
 from pipeline.runtime.poison import Quarantine
 from pipeline.runtime.processing import Placement, ProcessContext
+from pipeline.runtime.replication import ReplicationWatch
 from pipeline.runtime.state import TaskState
 
 __all__ = ["TIMEOUT_S", "TransactionScope"]
@@ -77,8 +78,12 @@ class TransactionScope:
         placement: Placement,
         metrics: RuntimeMetrics,
         checkpoint: Checkpoint,
+        outputs: Iterable[str] = (),
     ) -> None:
+        """``outputs``: what the member writes besides its tables (``replication``)."""
         self.checkpoint = checkpoint
+        used = [*member.inputs, *(spec.topic for spec in state.specs.values()), *outputs]
+        self.replication = ReplicationWatch(member, used, metrics)
         self.positions = InputPositions(TIMEOUT_S)
         self.aborts = 0
         self.pending_resync = False
@@ -226,8 +231,10 @@ class TransactionScope:
     def resync(self) -> None:
         """Rebuild the producer, restore the assigned partitions' tables, rewind the inputs
         (see the module docstring). Raises a retriable ``BrokerFailure`` while the broker
-        cannot answer: call it again after a pause."""
+        cannot answer: call it again after a pause. Partitions short of in-sync replicas,
+        which the member's writes wait for, are named first (``replication``)."""
         self._metrics.resyncs.labels(self._group_id).inc()
+        self.replication.look()
         self._rebuild(restore=True)
         log.warning("%s/%s resynced", self._group_id, self._member.instance_id)
 
