@@ -48,7 +48,7 @@ class Claimer:
         metrics: DeliveryMetrics,
         outbox_topic: str,
         *,
-        in_flight: Callable[[str, Table], bool],
+        in_flight: Callable[[DeliveryRecord], bool],
         adapter_of: Callable[[OutboxEntry], str],
         dead_letter_topic: str | None = None,
     ) -> None:
@@ -131,7 +131,7 @@ class Claimer:
         """Decide what needs no budget; return what waits for its charge."""
         key = record.key
         if record.state.status is DeliveryStatus.DISPATCHING:
-            if self._in_flight(key, store):
+            if self._in_flight(record):  # sent, or answered and recorded soon: not again
                 return None
             record = record.moved(restore(record.state), record.detail)
         state = record.state
@@ -169,7 +169,14 @@ class Claimer:
             adapter = self._adapter_of(entry)
             state = plan.state
             return Claim(
-                record.key, partition, state.attempt, entry, adapter, store, state.updated_at
+                record.key,
+                partition,
+                state.attempt,
+                entry,
+                adapter,
+                state.updated_at,
+                state.redeliveries,
+                record.outbox_offset,
             )
         reason = "" if plan.reason is None else plan.reason.value
         if plan.action is DispatchAction.DEFER:

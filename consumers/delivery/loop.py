@@ -35,7 +35,10 @@ DESIGN.md §4 and seed 000's dispatch sequence, on the exactly-once runtime
   entries are purged once their delivery retention has passed.
 
 Delivery is at least once: a crash between a send and its recorded result sends again under
-the same delivery key, which every adapter passes on.
+the same delivery key, which every adapter passes on. A failover that rolls the worker's
+transaction back or resyncs it (new producer, tables restored) sends nothing again that the
+worker knows: a claim whose send is in flight or whose answer it holds is recorded with that
+answer once the tables are back (``results``).
 
 The worker reads as its steps, one turn at a time (:meth:`DeliveryWorker.step`): read the outbox
 (new entries become ``pending``), record the answers that came back (``results``), fire the due
@@ -201,6 +204,7 @@ class DeliveryWorker:
             metrics_registry=metrics_registry,
             schemas_topic=topology.name(Topic.SCHEMAS),
             codec=self._codec,
+            outputs=[topology.name(Topic.NOTIFICATIONS)],
         )
 
     def _claimer_and_recorder(self) -> tuple[Claimer, Recorder]:
@@ -210,7 +214,7 @@ class DeliveryWorker:
             self._planner(),
             self._metrics,
             self._outbox_topic,
-            in_flight=self._sends.claimed,
+            in_flight=self._claimed,
             adapter_of=self._sends.kind,
             dead_letter_topic=self._dlq_topic,
         )
@@ -266,9 +270,9 @@ class DeliveryWorker:
         # the first only delays them (the evaluator's commits bring the outbox in bursts), and
         # so would a commit of their `pending` states before the claim (one commit per turn).
         self.app.read(self._poll_timeout())
-        self._states.sync(self._sends.claimed)
+        rebuilt = self._states.sync(self._claimed)  # rolled back or restored: held answers too
         self._sends.collect()
-        recorded = self._sends.ready() and self._record_answers()
+        recorded = (self._sends.ready() or rebuilt) and self._record_answers()
         self._refresh_views()
         claims: list[Claim] = []
         idle = not self._sends.in_flight
@@ -299,7 +303,7 @@ class DeliveryWorker:
         try:
             while self._sends.in_flight and time.monotonic() < deadline:
                 self.app.step(0.01)
-                self._states.sync(self._sends.claimed)
+                self._states.sync(self._claimed)
                 self._sends.collect()
                 self._record_answers()
             self._commit([])
@@ -376,13 +380,15 @@ class DeliveryWorker:
         return self._claimer.fire(dues, now)
 
     def _record_answers(self) -> bool:
-        """Record the answers collected (in the open transaction); False if there were none."""
-        answers = self._sends.take()
-        if not answers:
+        """Record the answers collected, and those held from a transaction that was rolled
+        back or lost in a resync (in the open transaction); False if none was recorded."""
+        self._recorder.hold(self._sends.take())
+        if not self._recorder.record_held(self._clock.now()):
             return False
-        self._tx.begin()
-        now = self._clock.now()
-        for claim, result in answers:
-            self._recorder.record(claim, result, now)
         self._metrics.in_flight.set(len(self._sends.in_flight))
         return True
+
+    def _claimed(self, record: DeliveryRecord) -> bool:
+        """Whether ``record`` is a claim this worker sent: its answer is awaited or held, so
+        the claim is recorded, never sent again (``sends``, ``results``)."""
+        return self._sends.claimed(record) or self._recorder.holds(record)

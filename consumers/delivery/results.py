@@ -3,9 +3,16 @@
 :class:`Recorder` writes each answer in the open transaction: ``delivered`` (with the ledger
 records an adapter returns, which must commit with it, and what waits for that commit, such as
 the ``wake_session`` wake), ``pending`` after the §8 backoff, or ``dead_letter`` (also copied to
-``dead-letter`` with its categorical reason). An answer to a claim this member no longer holds
-(revoked, rebuilt, or a later attempt) is dropped: the new owner sends again, at least once.
-A retry of a watcher cancelled meanwhile is ``cancelled`` at once.
+``dead-letter`` with its categorical reason). A retry of a watcher cancelled meanwhile is
+``cancelled`` at once.
+
+An answer is **held** until the write that records it has committed: a transaction rolled
+back or lost in a resync (new producer, tables restored) puts the claim's ``dispatching``
+record back, and the held answer is recorded on it again instead of the entry being sent
+again. An answer is recorded only on its own claim (:meth:`Claim.is_claim_of
+<consumers.delivery.sends.Claim.is_claim_of>`: key, attempt, redelivery count, claim time,
+outbox entry); one whose claim this member no longer holds (revoked, moved on, a later attempt)
+is dropped and the owner sends again, at least once.
 
 Leaves out claiming (``claims``) and calling destinations (``sends``).
 """
@@ -23,6 +30,7 @@ from pipeline.rules.dispatch import cancel, fail, succeed
 from pipeline.rules.outbox import OutboxEntry
 from pipeline.rules.outcomes import DeliveryStatus, ErrorCode
 from pipeline.runtime.processing import ProcessContext
+from pipeline.runtime.tables import Table
 from pipeline.runtime.transactions import TransactionScope
 from pipeline.runtime.views import LifecycleIndex
 
@@ -30,7 +38,8 @@ __all__ = ["Recorder"]
 
 
 class Recorder:
-    """Records answers; collects what may only be written once their transaction commits."""
+    """Records answers, holding each until its write commits; collects what may only be
+    written once their transaction commits."""
 
     def __init__(
         self,
@@ -49,18 +58,41 @@ class Recorder:
         self._outbox_topic = outbox_topic
         self._dlq_topic = dead_letter_topic
         self.after_commit: list[OutboundRecord] = []
+        self._held: dict[str, tuple[Claim, SendResult]] = {}
 
-    def record(self, claim: Claim, result: SendResult, now: datetime) -> None:
-        self._metrics.deliveries.labels(result.label, claim.adapter).inc()
-        if result.repeat_risk:
-            self._metrics.repeat_risk.labels(claim.adapter).inc()
-        found = self._states.current(claim.key, claim.partition)
-        if found is None or found[0] is not claim.store:
-            return  # revoked or rebuilt since the claim: the new owner sends it again
-        store, record = found
+    def hold(self, answers: list[tuple[Claim, SendResult]]) -> None:
+        """Answers that came back (counted once, here), held until recorded and committed."""
+        for claim, result in answers:
+            self._metrics.deliveries.labels(result.label, claim.adapter).inc()
+            if result.repeat_risk:
+                self._metrics.repeat_risk.labels(claim.adapter).inc()
+            self._held[claim.key] = (claim, result)
+
+    def holds(self, record: DeliveryRecord) -> bool:
+        """Whether ``record`` is a claim whose answer is held (to be recorded, not resent)."""
+        held = self._held.get(record.key)
+        return held is not None and held[0].is_claim_of(record)
+
+    def record_held(self, now: datetime) -> int:
+        """Record every held answer whose claim is still its record's state, in the open
+        transaction (begun if need be); returns how many. An answer whose key has moved on in
+        a committed write (or is no longer this member's) is let go; one written in the open
+        transaction stays held until that commits."""
+        recorded = 0
+        for key, (claim, result) in list(self._held.items()):
+            found = self._states.current(key, claim.partition)
+            if found is not None and claim.is_claim_of(found[1]):
+                self._tx.begin()
+                self._record(claim, result, found[0], found[1], now)
+                recorded += 1
+            elif not self._states.dirty(key, claim.partition):
+                del self._held[key]
+        return recorded
+
+    def _record(
+        self, claim: Claim, result: SendResult, store: Table, record: DeliveryRecord, now: datetime
+    ) -> None:
         state = record.state
-        if state.status is not DeliveryStatus.DISPATCHING or state.attempt != claim.attempt:
-            return
         entry = claim.entry
         ctx = self._tx.context(claim.partition)
         if result.ok:

@@ -26,9 +26,9 @@ from typing import Protocol
 
 from consumers.delivery.adapters import AdapterRegistry, SendResult
 from consumers.delivery.adapters.verbs import EXECUTED_VERBS
+from pipeline.records.delivery_state import DeliveryRecord
 from pipeline.rules.outbox import OutboxEntry, as_sent
-from pipeline.rules.outcomes import ErrorCode
-from pipeline.runtime.tables import Table
+from pipeline.rules.outcomes import DeliveryStatus, ErrorCode
 
 __all__ = ["Claim", "Executor", "SendPool"]
 
@@ -44,15 +44,34 @@ class Executor(Protocol):
 @dataclass(frozen=True, slots=True, eq=False)
 class Claim:
     """A persisted claim whose destination is being called; the destination reads the entry as
-    sent at ``claimed_at`` (``pipeline.rules.outbox.as_sent``: a fire claimed late is late)."""
+    sent at ``claimed_at`` (``pipeline.rules.outbox.as_sent``: a fire claimed late is late).
+
+    Its identity is the ``dispatching`` record it persisted (:meth:`is_claim_of`): the key, the
+    attempt, the redelivery count, the claim's time and the outbox entry's offset. An answer is
+    recorded only on that very record, whichever store holds it now (a resync restores the
+    tables into new stores)."""
 
     key: str
     partition: int
     attempt: int
     entry: OutboxEntry
     adapter: str  # the adapter kind, for metrics
-    store: Table  # the store it was claimed in: an answer for any other store is stale
     claimed_at: datetime  # the claim's time, as delivery-state records it
+    redeliveries: int  # the entry's redelivery count when claimed (a redelivery starts over)
+    outbox_offset: int  # the outbox entry's offset the claimed record refers to
+
+    def is_claim_of(self, record: DeliveryRecord) -> bool:
+        """Whether ``record`` is this claim, unmoved since: ``dispatching`` with the same
+        attempt, redelivery count, claim time and outbox entry."""
+        state = record.state
+        return (
+            state.status is DeliveryStatus.DISPATCHING
+            and state.delivery_key == self.key
+            and state.attempt == self.attempt
+            and state.redeliveries == self.redeliveries
+            and state.updated_at == self.claimed_at
+            and record.outbox_offset == self.outbox_offset
+        )
 
 
 class SendPool:
@@ -111,10 +130,10 @@ class SendPool:
             return SendResult.failed(ErrorCode.REJECTED)
         return self._executor.execute(entry)
 
-    def claimed(self, key: str, store: Table) -> bool:
-        """Whether ``key`` is in flight from a claim made in ``store``."""
-        claim = self.in_flight.get(key)
-        return claim is not None and claim.store is store
+    def claimed(self, record: DeliveryRecord) -> bool:
+        """Whether ``record`` is a claim whose send is in flight."""
+        claim = self.in_flight.get(record.key)
+        return claim is not None and claim.is_claim_of(record)
 
     def collect(self) -> None:
         """Move the answers that arrived off the queue, noting when the oldest came."""

@@ -112,11 +112,13 @@ class DeliveryStates:
 
     # -- the queue -------------------------------------------------------------------------
 
-    def sync(self, claimed: Callable[[str, Table], bool]) -> None:
-        """Rebuild the queue for partitions restored, revoked or rolled back since last time.
+    def sync(self, claimed: Callable[[DeliveryRecord], bool]) -> bool:
+        """Rebuild the queue for partitions restored, revoked or rolled back since last time;
+        True if it did.
 
-        ``claimed(key, store)`` says a ``dispatching`` record is a send still in flight (its
-        answer will be recorded); any other ``dispatching`` record was interrupted."""
+        ``claimed(record)`` says a ``dispatching`` record is a claim the worker sent and whose
+        answer it will record (in flight, or answered and held); any other ``dispatching``
+        record was interrupted."""
         stores = self._tables.stores_of(STATE)
         if self._tx.aborts != self._seen_aborts:
             self._seen_aborts = self._tx.aborts
@@ -125,7 +127,7 @@ class DeliveryStates:
             changed = {p for p, s in stores.items() if self._known.get(p) is not s}
             changed |= {p for p in self._known if p not in stores}
         if not changed:
-            return
+            return False
         self.queue.drop_partitions(changed)
         self._decoded.clear()  # a memory bound only: stale entries never match
         gone = changed - set(stores)
@@ -136,8 +138,9 @@ class DeliveryStates:
             for key, raw in store.items():
                 record = self.record(key, raw)
                 if record is not None:
-                    self.schedule(record, partition, store, claimed(key, store))
+                    self.schedule(record, partition, store, claimed(record))
         self._known = dict(stores)
+        return True
 
     def schedule(
         self, record: DeliveryRecord, partition: int, store: Table, in_flight: bool = False
