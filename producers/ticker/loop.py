@@ -17,7 +17,8 @@ watcher is deferred, nothing is written for it); call the allowed tools concurre
 transaction; then write the ticks and the new memories in one transaction that also commits the
 input offsets (``send_offsets_to_transaction``: a fenced zombie cannot commit). A restart restores
 the memories, so it neither loses nor repeats a tick; an aborted step rebuilds the views from the
-rolled-back tables and plans the same instants again.
+rolled-back tables and plans the same instants again, with the tool answers it holds (``calls``:
+a failover or a resync repeats no governed call whose answer the ticker has).
 
 ``observed_at`` of a poll tick is when its tool answered; of a schedule or expiry tick, when it
 was made (§11). Leaves out the rules (``pipeline.rules.ticker``, ``pipeline.rules.cron``), the tools
@@ -46,17 +47,17 @@ from pipeline.records.watcher import Watch
 from pipeline.redis.budgets import RedisBudgets
 from pipeline.rules.budgets import NO_CEILINGS, BudgetCaps, BudgetCeilings, BudgetVerdict
 from pipeline.rules.lifecycle import is_closed
-from pipeline.rules.outcomes import ErrorCode
 from pipeline.rules.retention import retain_until
 from pipeline.rules.ticker import DEFAULT_GRACE, WatcherPlan, plan_watcher
 from pipeline.runtime.app import GroupProtocol, ProcessContext, StreamApp, TransactionEnd
 from pipeline.runtime.recovery import run_steps
 from pipeline.runtime.tables import TableKind, TableSpec
 from pipeline.runtime.views import GrantIndex, KeyView
-from producers.ticker.guard import ToolGuard, Withheld, tool_request
+from producers.ticker.calls import GovernedCalls
+from producers.ticker.guard import ToolGuard, Withheld
 from producers.ticker.metrics import TickerMetrics, ticker_metrics
 from producers.ticker.pinned_states import PinnedStates
-from producers.ticker.tools import ToolRegistry, ToolRequest, ToolResult, build_registry
+from producers.ticker.tools import ToolRegistry, ToolResult, build_registry
 from producers.ticker.views import STATE, WATCHERS, TickerViews
 
 __all__ = ["PollTicker", "StepReport", "TickerSettings"]
@@ -152,7 +153,13 @@ class PollTicker:
             tools or {}, self.states, concurrency=settings.concurrency, metrics=self.metrics.tools
         )
         self._grants: GrantIndex | None = None
-        self.app = StreamApp(
+        self._calls = GovernedCalls(self._guard, self.tools, self.metrics)
+        self.app = self._stream_app(metrics_registry)
+
+    def _stream_app(self, metrics_registry: CollectorRegistry) -> StreamApp:
+        """Watchers and events in; watchers, grants, keys read, ``ticker-state`` owned."""
+        settings, topology = self.settings, self.settings.topology
+        return StreamApp(
             settings.bootstrap,
             settings.group,
             settings.instance_id,
@@ -175,6 +182,7 @@ class PollTicker:
             codec=self._codec,
             # Events are the evaluator's to judge: the ticker reads them for pinned states only.
             judged=[topology.name(Topic.WATCHERS)],
+            outputs=[self._ticks],
         )
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -215,7 +223,7 @@ class PollTicker:
         now = self._clock.now()
         self._guard.begin_step()
         work, planned, deferred = self._plan(views, now)
-        calls = self._call_tools(work, now)
+        calls = self._calls.make(work, self._grant_index(), now)
         observed = self._clock.now()
         writes = self._encoded([w for w in work if w.plan.persist or w.plan.ticks], now, observed)
         if not writes and not views.deletes:
@@ -230,6 +238,7 @@ class PollTicker:
             log.warning("tick transaction aborted: rebuilding the views and planning again")
             views.invalidate()
             return StepReport(planned, 0, calls, deferred, committed=False)
+        self._calls.committed()
         ticks = 0
         for item in writes:
             views.memory[item.key] = item.plan.memory
@@ -280,29 +289,6 @@ class PollTicker:
                     continue
             work.append(_Work(key, watch, plan, verdict))
         return work, len(due), deferred
-
-    def _call_tools(self, work: list[_Work], now: datetime) -> int:
-        """Recheck grant and budget per watcher, then call the allowed tools concurrently."""
-        requests: list[ToolRequest] = []
-        slots: list[tuple[_Work, int]] = []
-        grants = self._grant_index()
-        for item in work:
-            poll = [i for i, tick in enumerate(item.plan.ticks) if tick.calls_tool]
-            if not poll:
-                continue
-            definition = item.watch.definition
-            mine = () if grants is None else grants.of(definition.tenant_id, definition.user_id)
-            withheld = self._guard.withheld(item.watch, item.budget, mine, now)
-            for index in poll:
-                if withheld is not None:
-                    item.results[index] = ToolResult.failed(ErrorCode.REJECTED)
-                    self.metrics.guarded.labels(withheld.value).inc()
-                    continue
-                requests.append(tool_request(item.watch, item.plan.ticks[index]))
-                slots.append((item, index))
-        for (item, index), result in zip(slots, self.tools.call_all(requests), strict=True):
-            item.results[index] = result
-        return len(requests)
 
     def _encoded(self, writes: list[_Work], now: datetime, observed: datetime) -> list[_Work]:
         """Encode each watcher's ticks and memory before the transaction: a watcher whose

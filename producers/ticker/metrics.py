@@ -25,6 +25,7 @@ class TickerMetrics:
         Counter  # labels: reason (authorization_denied | budget_exhausted | budget_unavailable)
     )
     skipped: Counter  # labels: cause (watcher_invalid)
+    reused: Counter
     tools: ToolMetrics
 
 
@@ -59,6 +60,12 @@ def _create(metrics_registry: CollectorRegistry) -> TickerMetrics:
             "Watchers not ticked because planning them failed (an unreadable definition): "
             "the watcher is skipped and logged, the ticker goes on.",
             ["cause"],
+            registry=metrics_registry,
+        ),
+        reused=Counter(
+            "vigil_ticker_tool_answers_reused",
+            "Tool calls not repeated: a tick transaction that did not commit (a failover, a "
+            "resync) is tried again with the answers the ticker holds.",
             registry=metrics_registry,
         ),
         tools=ToolMetrics.create(metrics_registry),

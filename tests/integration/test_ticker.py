@@ -473,3 +473,45 @@ def test_two_tickers_split_partitions_and_survivor_takes_over_without_duplicates
         second.close()
     for run_id in run_ids:
         assert deployment.ticks_of(f"w-{run_id}") == [T0, T0 + MIN, T0 + 2 * MIN]
+
+
+def test_fenced_tick_transaction_is_written_again_without_calling_the_tool_again(
+    deployment: Deployment, unique_name: Callable[[str], str]
+) -> None:
+    """A failover between a governed call and the commit of its tick (a rival takes the
+    ticker's transactional id while the tool answers): the transaction cannot commit, the
+    ticker rebuilds its producer, plans the same instant again and writes it with the answer
+    it holds. The tool is called once."""
+    from confluent_kafka import Producer
+
+    from pipeline.config import ToolConfig
+    from pipeline.kafka.clients import producer_config
+
+    group = unique_name("ticker")
+    rivals: list[Producer] = []
+
+    def answer() -> dict[str, str]:
+        if not rivals:  # the first call: the ticker's producer is fenced meanwhile
+            rival = Producer(producer_config(deployment.bootstrap, transactional_id=f"{group}-t-1"))
+            rival.init_transactions(30)
+            rivals.append(rival)
+        return {"status": "down"}
+
+    server = StatusServer(answer)
+    deployment.watcher(http_definition("w-fenced", "status.a"), T0 - MIN / 2)
+    deployment.grant({"status.a"}, {"status-page"}, "ops.alert", {"ops-hook"})
+    tools = {"status-page": ToolConfig(kind="http.json@v1", url=server.url)}
+    clock = ManualClock(T0 + timedelta(milliseconds=500))
+    try:
+        with deployment.ticker(clock, group, tools=tools) as ticker:
+            settle(ticker, lambda: len(deployment.ticks()) >= 1)
+    finally:
+        server.close()
+
+    assert rivals, "the tool was never called"
+    assert [(t["watcher_id"], t["payload"]) for t in deployment.ticks()] == [
+        ("w-fenced", '{"status":"down"}')
+    ]
+    assert server.calls == 1
+    sample = deployment.metrics_registry.get_sample_value
+    assert sample("vigil_ticker_tool_answers_reused_total") == 1
