@@ -10,7 +10,8 @@ DESIGN.md §4 and seed 000's dispatch sequence, on the exactly-once runtime
   queue (:class:`~consumers.delivery.due.DueQueue`) drive it, so one slow key never holds
   back a partition. The queue is rebuilt whenever the table is restored (assignment, a fenced
   producer) or rolled back (an aborted transaction); ``dispatching`` entries found there are
-  ``pending`` again with the same key and attempt count.
+  ``pending`` again with the same key and attempt count, unless this worker sent that very
+  claim (its answer awaited or held: recorded, not sent again).
 - Due entries are decided (:class:`~consumers.delivery.planner.Planner`: lifecycle,
   authorization, quiet hours, Redis budgets), and the many that may go are claimed
   (``dispatching``, attempt + 1) in one transaction, which carries the consumer's offsets and

@@ -36,6 +36,9 @@ from pipeline.runtime.views import LifecycleIndex
 
 __all__ = ["Recorder"]
 
+# Answers kept for partitions away in a rebalance, at most (they may come back to this member).
+_HELD_AWAY = 4096
+
 
 class Recorder:
     """Records answers, holding each until its write commits; collects what may only be
@@ -76,8 +79,8 @@ class Recorder:
     def record_held(self, now: datetime) -> int:
         """Record every held answer whose claim is still its record's state, in the open
         transaction (begun if need be); returns how many. An answer whose key has moved on in
-        a committed write (or is no longer this member's) is let go; one written in the open
-        transaction stays held until that commits."""
+        a committed write is let go; one written in the open transaction stays held until that
+        commits, and one whose partition is away (a rebalance) until it is back, if few are."""
         recorded = 0
         for key, (claim, result) in list(self._held.items()):
             found = self._states.current(key, claim.partition)
@@ -85,6 +88,9 @@ class Recorder:
                 self._tx.begin()
                 self._record(claim, result, found[0], found[1], now)
                 recorded += 1
+            elif self._states.store(claim.partition) is None:
+                if len(self._held) > _HELD_AWAY:
+                    del self._held[key]
             elif not self._states.dirty(key, claim.partition):
                 del self._held[key]
         return recorded
