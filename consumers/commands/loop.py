@@ -70,6 +70,7 @@ from pipeline.rules.commands import (
     apply,
     refused,
 )
+from pipeline.rules.commands.host import NO_HOST, Host
 from pipeline.rules.commands.limits import DEFAULT_LIMITS, Limits
 from pipeline.rules.data_keys import KeyOwner, evidence_owner, subject_owner
 from pipeline.rules.errors import (
@@ -123,6 +124,7 @@ class CommandProcessor:
         producer_overrides: dict[str, Any] | None = None,
         limits: Limits = DEFAULT_LIMITS,
         ceilings: BudgetCeilings = NO_CEILINGS,
+        host: Host = NO_HOST,
         static_membership: bool = False,
         group_protocol: GroupProtocol = GroupProtocol.CLASSIC,
     ) -> None:
@@ -136,6 +138,7 @@ class CommandProcessor:
         self._limits = limits
         self._clock = clock or SystemClock()
         self._ceilings = ceilings
+        self._host = host
         self._schemas = schemas or default_registry()
         self._keks = keks or KeyEncryptionKeys.load()
         self._key_cache = key_cache
@@ -261,6 +264,7 @@ class CommandProcessor:
                 now,
                 self._limits,
                 ceilings=self._ceilings,
+                host=self._host,
             )
         except (BrokerError, BudgetStoreError):
             raise

@@ -7,7 +7,8 @@ after the role check (``schedule``, which agents hold): the definition must be a
 a ``conflict`` unless ``schedule_update`` (seed 001's ``--update``: replace or create, the one
 update without an expected revision). An agent schedules only ``send`` and ``prompt`` (never
 ``run``), its schedules carry its session, it replaces only the schedules its session created,
-and a new one must fit the subject's and the session's limits. Timing, chats and the argv
+and a new one must fit the subject's and the session's limits. A ``run`` or ``prompt`` is the
+daemon subject's alone (``host``): another subject's schedule only sends. Timing, chats and the argv
 grammar are the control plane's (``pipeline.control``).
 """
 
@@ -19,6 +20,7 @@ from pipeline.rules.commands.context import (
     Refusal,
     bound_session,
     check_grant,
+    check_host_definition,
     check_room,
     submitted_definition,
 )
@@ -46,6 +48,7 @@ def schedule(ctx: CommandContext) -> CommandOutcome:
         raise Refusal(ResultCode.INVALID, "a schedule is schedule:<chat>:<name>", "watcher_id")
     if principal.role is Role.AGENT and definition.delivery.verb is DeliveryVerb.RUN:
         raise Refusal(ResultCode.DENIED, "an agent schedules send or prompt, never run", "argv")
+    check_host_definition(ctx, definition)
     check_grant(ctx, definition, Action.MANAGE)
     before = ctx.view.get(definition.watcher_id)
     if before is not None and is_live(before.status):

@@ -21,6 +21,7 @@ from pipeline.control.run import ScriptRunner
 from pipeline.control.verbs import ErrorKind, VerbResponse
 from pipeline.rules.authz import Principal, Role
 from pipeline.rules.commands import GrantRecord, apply
+from pipeline.rules.commands.host import Host
 from pipeline.rules.commands.immediate import daemon_grant
 from pipeline.rules.commands.model import Command, CommandResult, CommandVerb, RegistryEntry
 from pipeline.rules.errors import DefinitionError
@@ -31,6 +32,7 @@ from pipeline.rules.zones import load_zone
 pytestmark = pytest.mark.unit
 
 T, U = "local", "me"
+HOST = Host.of(T, U, ("me", "ops"))  # the daemon's subject and chats, as the processor knows them
 START = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
 USER = user_principal(T, U)
 
@@ -68,7 +70,9 @@ class InMemoryProcessor:
 
     def send(self, command: Command) -> CommandResult:
         self.seen.append(command)
-        outcome = apply(command, dict(self.registry), dict(self.grants), self.clock.now())
+        outcome = apply(
+            command, dict(self.registry), dict(self.grants), self.clock.now(), host=HOST
+        )
         for watcher_id, entry in outcome.registry:
             if entry is None:
                 self.registry.pop(watcher_id, None)
