@@ -57,6 +57,9 @@ log = logging.getLogger(__name__)
 
 _GRANT_RETRY_S: Final = 2.0
 STARTING: Final = "the vigil daemon is starting: its control grant is not in place yet"
+UNAUTHENTICATED: Final = (
+    "an unknown or expired agent token, or a peer process gone or replaced since it connected"
+)
 _VERBS: Final = frozenset(v.value for v in VerbName)
 _REQUESTS: Final = Counter(
     "vigil_daemon_requests",
@@ -146,7 +149,7 @@ def _handler(
         token = body.get("token") if isinstance(body, dict) else None
         principal = identity.of(peer, token)
         if principal is None:
-            return VerbResponse.failure(ErrorKind.UNAUTHENTICATED, "unknown or expired agent token")
+            return VerbResponse.failure(ErrorKind.UNAUTHENTICATED, UNAUTHENTICATED)
         if ready is not None and not ready.is_set():
             return VerbResponse.failure(ErrorKind.STARTING, STARTING)
         return dispatcher.handle(body, principal)

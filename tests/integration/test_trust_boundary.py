@@ -259,6 +259,50 @@ def test_a_double_forked_child_without_its_token_is_still_the_agent_after_the_ru
     stack.ok("cancel", "--chat", "me", "--name", "orphan")
 
 
+CONNECT_FORK_EXIT: Final = """\
+import json, os, socket, sys, time
+
+out = sys.argv[1]
+sock = socket.socket(socket.AF_UNIX)
+sock.connect(os.environ["VIGIL_SOCKET"])  # the daemon reads this process's pid now
+parent = os.getpid()
+if os.fork() == 0:
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    while os.path.exists(f"/proc/{parent}"):  # until the connecting process is gone
+        time.sleep(0.05)
+    sock.sendall(json.dumps({"verb": "run", "args": ["ok.sh"], "chat": "me"}).encode() + b"\\n")
+    data = b""
+    while not data.endswith(b"\\n"):
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    with open(out + ".tmp", "wb") as f:
+        f.write(data)
+    os.rename(out + ".tmp", out)
+    os._exit(0)
+print("started")
+"""
+
+
+def test_an_agent_that_connects_forks_and_exits_is_refused_run(stack: Stack) -> None:
+    """DESIGN.md §10: socket identity is fail-closed. The connection outlives the process that
+    opened it; its child asks on it once that process is gone: unauthenticated, never the user."""
+    marker = stack.root / "forked-ran.txt"
+    (stack.root / "ok.sh").write_text(f"#!/bin/sh\ntouch {marker}\n")
+    (stack.root / "ok.sh").chmod(0o755)
+    agent = stack.root / "connect-fork-exit.py"
+    agent.write_text(CONNECT_FORK_EXIT)
+    out = stack.root / "connect-fork-exit.json"
+    stack.use_agent([sys.executable, str(agent), str(out)])
+    assert stack.ok("query", "--chat", "me", "go").strip() == "started"
+    answer = _wait(lambda: out.exists() and json.loads(out.read_text()), 60, "the child")
+    assert answer["ok"] is False and answer["error"]["code"] == "unauthenticated", answer
+    assert not marker.exists()
+
+
 # --- the CLI acts as the subject; operators need an explicit identity --------------------------
 
 

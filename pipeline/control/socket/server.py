@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from pipeline.control.isolation import process_info
 from pipeline.control.verbs import ErrorKind, VerbResponse
 from pipeline.rules.errors import ConfigError
 
@@ -53,8 +54,23 @@ _CHUNK: Final = 4096
 
 @dataclass(frozen=True, slots=True)
 class Peer:
+    """A connected process as ``SO_PEERCRED`` named it at connect, with its start time then
+    (clock ticks after boot; None when it was already gone): who asks on every later line."""
+
     pid: int
     uid: int
+    start: int | None = None
+
+    @classmethod
+    def at_connect(cls, pid: int, uid: int) -> Peer:
+        info = process_info(pid)
+        return cls(pid, uid, None if info is None else info.start)
+
+    def unchanged(self) -> bool:
+        """Whether the process that connected still runs (same pid, same start time): else
+        it is gone, or its pid now names another process — fail-closed, never the user."""
+        info = process_info(self.pid)
+        return self.start is not None and info is not None and info.start == self.start
 
 
 Handler = Callable[[object, Peer], VerbResponse]
@@ -213,7 +229,7 @@ class SocketServer:
                     ),
                 )
                 return
-            peer = Peer(pid=pid, uid=uid)
+            peer = Peer.at_connect(pid, uid)
             for line in self._lines(conn):
                 if line is None:
                     response = VerbResponse.failure(
