@@ -289,7 +289,7 @@ class AgentConfig(_Section):
     command: list[Annotated[str, Field(min_length=1)]] | None = Field(default=None, min_length=1)
     timeout: Duration = timedelta(seconds=120)
     run_as: UserName | None = None
-    socket_path: Path | None = None  # with run_as; default /tmp/vigil-agent-<uid>/vigil.sock
+    socket_path: Path | None = None  # with run_as; default: a fresh private directory in /tmp
     env: tuple[EnvName, ...] = ()
 
 

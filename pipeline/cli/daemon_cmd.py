@@ -245,7 +245,13 @@ def daemon(state: CliState, socket_path: Path | None, log_level: str) -> None:
     servers = [SocketServer(path, handler)]
     if agent_user is not None:
         servers.append(
-            SocketServer(agent_path, handler, owner=agent_user.uid, peers={agent_user.uid})
+            SocketServer(
+                agent_path,
+                handler,
+                owner=agent_user.uid,
+                peers={agent_user.uid},
+                remove_dir=config.agent.socket_path is None,  # a fresh private directory
+            )
         )
     for server in servers:
         server.start()

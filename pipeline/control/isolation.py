@@ -1,12 +1,12 @@
 """What a process vigil starts may see and who it runs as (DESIGN.md §10 "Agents are principals
 with less power").
 
-Owns :func:`allowlisted_env` (PATH, HOME, LANG, TZ plus the keys configuration names — never
-vigil's secrets, which ``pipeline.config`` refuses to pass), :class:`AgentUser` (``[agent]
-run_as``: the local user an agent runs as, whose uid the daemon maps to the agent role),
-:func:`can_switch_user` (root, or CAP_SETUID and CAP_SETGID), :func:`agent_socket_path` (where
-an agent under its own uid reaches the daemon) and :func:`process_chain` (a process and its
-ancestors with their process group, session and start time, from Linux ``/proc``), which
+Owns :func:`allowlisted_env` (PATH, HOME, LANG, TZ plus the keys configuration names — never vigil's
+secrets, which ``pipeline.config`` refuses to pass), :class:`AgentUser` (``[agent] run_as``: the
+local user an agent runs as, whose uid the daemon maps to the agent role), :func:`can_switch_user`
+(root, or CAP_SETUID and CAP_SETGID), :func:`agent_socket_path` (where an agent under its own uid
+reaches the daemon: by default a fresh private directory) and :func:`process_chain` (a process and
+its ancestors with their process group, session and start time, from Linux ``/proc``), which
 recognises an agent's descendants after a fork.
 
 Left out: the tokens and runs themselves (``agent``), deciding a peer's principal
@@ -90,11 +90,12 @@ def can_switch_user(status: Path = Path("/proc/self/status")) -> bool:
 
 
 def agent_socket_path(configured: Path | None, user: AgentUser) -> Path:
-    """``[agent] socket_path``, else ``<tmp>/vigil-agent-<uid>/vigil.sock`` (its directory is
-    the agent user's, mode 0700)."""
+    """``[agent] socket_path``, else ``vigil.sock`` in a fresh private directory
+    (``<tmp>/vigil-agent-<uid>-XXXXXXXX``, the daemon's, made now: no one can have squatted its
+    name). Either directory stays the daemon's; only the socket is handed to the agent."""
     if configured is not None:
         return configured.expanduser()
-    return Path(tempfile.gettempdir()) / f"vigil-agent-{user.uid}" / "vigil.sock"
+    return Path(tempfile.mkdtemp(prefix=f"vigil-agent-{user.uid}-")) / "vigil.sock"
 
 
 @dataclass(frozen=True, slots=True)

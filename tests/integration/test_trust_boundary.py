@@ -430,6 +430,71 @@ def test_an_agent_under_run_as_has_no_secrets_and_its_setsid_double_fork_is_stil
         shutil.rmtree(shared, ignore_errors=True)
 
 
+LISTING_AGENT: Final = """\
+import json, os, socket
+with socket.socket(socket.AF_UNIX) as s:
+    s.connect(os.environ["VIGIL_SOCKET"])
+    s.sendall(json.dumps({"verb": "list", "chat": "me"}).encode() + b"\\n")
+    data = b""
+    while not data.endswith(b"\\n"):
+        data += s.recv(65536)
+print("listed" if json.loads(data)["ok"] else data.decode())
+"""
+SQUATTER: Final = """\
+import os, socket, sys, time
+os.makedirs(os.path.dirname(sys.argv[1]), exist_ok=True)
+s = socket.socket(socket.AF_UNIX)
+s.bind(sys.argv[1])
+s.listen(1)
+print("listening", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_foreign_listener_on_the_agent_socket_path_does_not_stop_the_daemon(
+    stack: Stack,
+) -> None:
+    """Issue 27: a listener that is no vigil daemon on the configured agent socket path is
+    replaced (one warning naming its pid); the old fixed default path squatted by the agent's
+    uid is never used (a fresh private directory is); the agent reaches the daemon either way."""
+    user = _agent_user()
+    python = shutil.which("python3", path="/usr/bin:/bin")
+    if python is None:
+        pytest.skip("no system python3 for the agent to run under another uid")
+    shared = Path(tempfile.mkdtemp(prefix="vigil-squat-"))
+    old_default = Path(tempfile.gettempdir()) / f"vigil-agent-{user.pw_uid}" / "vigil.sock"
+    squatters: list[subprocess.Popen[str]] = []
+    try:
+        shared.chmod(0o755)
+        agent = shared / "agent.py"
+        agent.write_text(LISTING_AGENT)
+        agent.chmod(0o644)
+        path = shared / "sock" / "vigil.sock"
+        for squat, uid in ((path, os.getuid()), (old_default, user.pw_uid)):
+            squatters.append(
+                subprocess.Popen(
+                    [python, "-c", SQUATTER, str(squat)],
+                    user=uid,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.DEVNULL,
+                    text=True,
+                )
+            )
+            assert squatters[-1].stdout is not None
+            squatters[-1].stdout.readline()  # listening (or gone: the squat failed, fine)
+        for extra in (f'socket_path = "{path}"\n', ""):
+            stack.use_agent([python, str(agent)], f'run_as = "{AGENT_USER}"\n{extra}')
+            assert stack.ok("query", "--chat", "me", "go").strip() == "listed"
+        assert f"pid {squatters[0].pid} listens on it but is no vigil daemon" in stack.log("daemon")
+    finally:
+        for squatter in squatters:
+            squatter.kill()
+            squatter.communicate()
+        stack.use_agent(["/bin/true"])
+        shutil.rmtree(shared, ignore_errors=True)
+        shutil.rmtree(old_default.parent, ignore_errors=True)
+
+
 def test_without_run_as_the_daemon_says_isolation_is_best_effort(stack: Stack) -> None:
     stack.use_agent(["/bin/true"])
     tail = stack.log("daemon").rsplit("control plane listening", 1)[-1]
