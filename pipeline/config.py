@@ -283,7 +283,8 @@ class ToolConfig(_Section):
 
 class AgentConfig(_Section):
     """The agent behind ``prompt``/``query``. ``run_as`` runs it under another local user, whose
-    uid the daemon maps to the agent role (DESIGN.md §10); ``env`` names the variables it gets
+    uid the daemon maps to the agent role (DESIGN.md §10); ``allow_same_uid`` is the explicit
+    opt-in to an agent under the daemon's own uid instead; ``env`` names the variables it gets
     beyond PATH, HOME, LANG and TZ (never one of vigil's secrets)."""
 
     command: list[Annotated[str, Field(min_length=1)]] | None = Field(default=None, min_length=1)
@@ -291,6 +292,8 @@ class AgentConfig(_Section):
     run_as: UserName | None = None
     socket_path: Path | None = None  # with run_as; default: a fresh private directory in /tmp
     env: tuple[EnvName, ...] = ()
+    # Without run_as the agent shares the daemon's uid: refused unless said here (vigil dev does).
+    allow_same_uid: bool = False
 
 
 class RunConfig(_Section):
@@ -497,8 +500,9 @@ class VigilConfig(_Section):
         return self
 
     def secret_env_names(self) -> frozenset[str]:
-        """The variables that hold vigil's secrets: webhook, chat, tool and Kafka credentials."""
-        names: set[str] = {CONFIG_ENV}
+        """The variables that hold vigil's secrets: the key-encryption keys, webhook, chat, tool
+        and Kafka credentials."""
+        names: set[str] = {CONFIG_ENV, self.privacy.master_key_env}
         for destination in self.destinations.values():
             if isinstance(destination, WebhookDestination) and destination.secret_env:
                 names.add(destination.secret_env)

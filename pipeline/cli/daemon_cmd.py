@@ -8,8 +8,9 @@ tokens, the script runner and the :class:`Dispatcher`. Who a peer is follows
 :class:`~pipeline.control.identity.PeerIdentity`: our own uid (``SO_PEERCRED``) is the
 configured user unless it bears a live agent token or descends from an agent run; with
 ``[agent] run_as`` the agent runs under that user's uid, reaches the daemon on a socket of its
-own and is the agent whatever it forks. Without ``run_as`` the daemon warns at start that agent
-isolation is by process ancestry only. Agents and scripts get an allowlisted environment. At
+own and is the agent whatever it forks. Without ``run_as`` an agent is refused unless
+``[agent] allow_same_uid`` opts in (``vigil dev`` does), and the daemon warns at start that
+agent isolation is by process ancestry only. Agents and scripts get an allowlisted environment. At
 start the daemon ensures, in the background and idempotently, the one grant its verbs need
 (``vigil grant list`` shows it; revoking it locks the verbs); until the command processor has
 answered, verbs are answered ``starting`` (the CLI asks again for a while) and ``/readyz`` of
@@ -51,7 +52,7 @@ from pipeline.rules.commands.model import CommandVerb
 from pipeline.rules.errors import ConfigError, DefinitionError, VigilError
 from pipeline.rules.zones import load_zone
 
-__all__ = ["BEST_EFFORT", "daemon", "ensure_grant", "host_zone"]
+__all__ = ["BEST_EFFORT", "SAME_UID", "daemon", "ensure_grant", "host_zone"]
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +66,11 @@ _REQUESTS: Final = Counter(
     "vigil_daemon_requests",
     "Requests on the daemon's socket by verb and result (ok, or the error code).",
     ["verb", "result"],
+)
+SAME_UID: Final = (
+    "[agent] command would run under the daemon's own uid, where it can read vigil.toml and key "
+    'files and act as you: set [agent] run_as = "USER" (a user of its own), or '
+    "[agent] allow_same_uid = true to accept that risk (vigil dev does)"
 )
 BEST_EFFORT: Final = (
     "agent isolation is by process ancestry only (best effort): a process an agent starts that "
@@ -158,8 +164,11 @@ def _handler(
 
 
 def _agent_user(config: VigilConfig) -> AgentUser | None:
-    """``[agent] run_as``, checked: the user exists, is not us, and we may switch to it."""
+    """``[agent] run_as``, checked: the user exists, is not us, and we may switch to it. An
+    agent under our own uid is refused unless ``[agent] allow_same_uid`` says so (vigil dev)."""
     if config.agent.run_as is None:
+        if config.agent.command and not config.agent.allow_same_uid:
+            raise ConfigError(SAME_UID)
         return None
     user = AgentUser.resolve(config.agent.run_as)
     if not can_switch_user():

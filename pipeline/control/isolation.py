@@ -5,8 +5,9 @@ Owns :func:`allowlisted_env` (PATH, HOME, LANG, TZ plus the keys configuration n
 secrets, which ``pipeline.config`` refuses to pass), :class:`AgentUser` (``[agent] run_as``: the
 local user an agent runs as, whose uid the daemon maps to the agent role), :func:`can_switch_user`
 (root, or CAP_SETUID and CAP_SETGID), :func:`agent_socket_path` (where an agent under its own uid
-reaches the daemon: by default a fresh private directory) and :func:`process_chain` (a process and
-its ancestors with their process group, session and start time, from Linux ``/proc``), which
+reaches the daemon: by default a fresh private directory), :func:`clean_start` (a child starts with
+no capability, as ``[agent] run_as``'s user when one is named) and :func:`process_chain` (a process
+and its ancestors with their process group, session and start time, from Linux ``/proc``), which
 recognises an agent's descendants after a fork.
 
 Left out: the tokens and runs themselves (``agent``), deciding a peer's principal
@@ -18,11 +19,12 @@ from __future__ import annotations
 import os
 import pwd
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from pipeline.control.hardening import clear_capability_sets, drop_capabilities
 from pipeline.rules.errors import ConfigError
 
 __all__ = [
@@ -32,6 +34,7 @@ __all__ = [
     "agent_socket_path",
     "allowlisted_env",
     "can_switch_user",
+    "clean_start",
     "process_chain",
     "process_info",
 ]
@@ -73,6 +76,23 @@ class AgentUser:
 
     def working_dir(self) -> Path:
         return self.home if self.home.is_dir() else Path("/")
+
+
+def clean_start(user: AgentUser | None = None) -> Callable[[], None]:
+    """What a child (the agent, a ``run`` script) does between fork and exec: drop every
+    capability and the means to regain one (``hardening``), switching to ``user`` (no
+    supplementary groups) in between, when one is given. Runs in the forked child: it touches
+    nothing but the process itself."""
+
+    def start() -> None:
+        drop_capabilities()
+        if user is not None:
+            os.setgroups([])
+            os.setresgid(user.gid, user.gid, user.gid)
+            os.setresuid(user.uid, user.uid, user.uid)
+        clear_capability_sets()
+
+    return start
 
 
 def can_switch_user(status: Path = Path("/proc/self/status")) -> bool:

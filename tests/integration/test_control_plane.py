@@ -77,7 +77,8 @@ class Stack:
             f'[redis]\nurl = "{redis}"\n\n'
             f'[subject]\ntenant_id = "cp"\nuser_id = "{prefix}"\ntimezone = "UTC"\n\n'
             f"{chats}"
-            f'[agent]\ncommand = ["{sys.executable}", "{agent}"]\ntimeout = "20s"\n\n'
+            f'[agent]\ncommand = ["{sys.executable}", "{agent}"]\ntimeout = "20s"\n'
+            "allow_same_uid = true\n\n"
             f'[run]\nallow_dir = "{self.scripts}"\n\n'
             f'[instance]\nid = "{prefix}"\n\n'
             '[operator]\nname = "ops"\n\n'

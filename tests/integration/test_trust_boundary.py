@@ -133,9 +133,11 @@ class Stack:
         _wait(lambda: self.log("daemon").count("control grant") > before, 90, "the daemon")
 
     def use_agent(self, command: list[str], extra: str = "") -> None:
-        """Run ``command`` as the agent (restarting the daemon on the new config)."""
+        """Run ``command`` as the agent (restarting the daemon on the new config): under our
+        own uid (the explicit opt-in) unless ``extra`` names ``run_as``."""
         text = self.config.read_text().split("[agent]")[0]
-        self.restart_daemon(text + f"[agent]\ncommand = {json.dumps(command)}\n{extra}")
+        same = "" if "run_as" in extra else "allow_same_uid = true\n"
+        self.restart_daemon(text + f"[agent]\ncommand = {json.dumps(command)}\n{same}{extra}")
 
     def schedules(self) -> dict[str, list[str]]:
         listed = json.loads(self.ok("list", "--json", "--chat", "me"))
@@ -303,6 +305,60 @@ def test_an_agent_that_connects_forks_and_exits_is_refused_run(stack: Stack) -> 
     assert not marker.exists()
 
 
+SNOOPING_AGENT: Final = """\
+import json, os, subprocess, sys
+
+names, vigil, config = sys.argv[1].split(","), sys.argv[2].split(), sys.argv[3]
+found, readable = {}, 0
+parent = os.getppid()
+for pid in [p for p in os.listdir("/proc") if p.isdigit()]:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            if b"pipeline.cli.main" not in f.read() and int(pid) != parent:
+                continue
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            entries = f.read().split(b"\\0")
+    except OSError:
+        continue
+    readable += 1
+    seen = [e.split(b"=", 1)[0].decode() for e in entries if b"=" in e and e.split(b"=", 1)[1]]
+    found[pid] = sorted(set(seen) & set(names))
+status = dict(line.split(":", 1) for line in open("/proc/self/status").read().splitlines())
+env = {k: v for k, v in os.environ.items() if k != "VIGIL_AGENT_TOKEN"}
+operator = subprocess.run([*vigil, "--config", config, "--as-operator", "grant", "list"],
+                          env=env, capture_output=True, text=True)
+print(json.dumps({
+    "found": {pid: hit for pid, hit in found.items() if hit}, "readable": readable,
+    "caps": {k: status[k].strip() for k in ("CapEff", "CapAmb", "CapPrm", "CapInh")},
+    "operator": [operator.returncode, operator.stderr.strip()[-200:]],
+    "own": sorted(set(os.environ) & set(names)),
+}))
+"""
+
+
+def test_an_agent_finds_no_secret_in_any_vigil_process_and_cannot_become_operator(
+    stack: Stack,
+) -> None:
+    """DESIGN.md §10 "Secrets are out of the agent's reach": vigil processes are non-dumpable
+    and blank their secret variables once read, the agent starts with no capability, and
+    without vigil's key-encryption keys (which it never gets) it cannot act as the operator."""
+    names = [SECRET, "VIGIL_MASTER_KEYS", "VIGIL_CONFIG"]
+    agent = stack.root / "snooping-agent.py"
+    agent.write_text(SNOOPING_AGENT)
+    stack.use_agent(
+        [sys.executable, str(agent), ",".join(names), " ".join(VIGIL), str(stack.config)]
+    )
+    seen = json.loads(stack.ok("query", "--chat", "me", "go"))
+    assert seen["found"] == {} and seen["own"] == [], seen
+    assert set(seen["caps"].values()) == {"0000000000000000"}, seen
+    code, message = seen["operator"]
+    assert code == 1 and "VIGIL_MASTER_KEYS" in message, seen
+    # What a privileged reader sees in the daemon's environment: the secrets' values blanked.
+    shown = Path(f"/proc/{stack.procs['daemon'].pid}/environ").read_bytes()
+    for name in (SECRET, "VIGIL_MASTER_KEYS"):
+        assert stack.env[name].encode() not in shown, name
+
+
 # --- the CLI acts as the subject; operators need an explicit identity --------------------------
 
 
@@ -372,6 +428,8 @@ def ask(body):
 out = sys.argv[1]
 with open(out + ".env", "w") as f:
     f.write("\\n".join(sorted(os.environ)))
+with open(out + ".caps", "w") as f:
+    f.write("\\n".join(l for l in open("/proc/self/status").read().splitlines() if l[:3] == "Cap"))
 if os.fork() == 0:
     os.setsid()  # leave the run's session and process group
     null = os.open(os.devnull, os.O_RDWR)
@@ -392,7 +450,7 @@ print("started")
 """
 
 
-def test_an_agent_under_run_as_has_no_secrets_and_its_setsid_double_fork_is_still_the_agent(
+def test_an_agent_under_run_as_has_no_secrets_no_capability_and_its_double_fork_is_the_agent(
     stack: Stack,
 ) -> None:
     user = _agent_user()
@@ -421,6 +479,10 @@ def test_an_agent_under_run_as_has_no_secrets_and_its_setsid_double_fork_is_stil
         assert orphan["ok"] is True, orphan
         seen = stack.watcher("schedule:me:uid-orphan")
         assert seen["session_id"] == f"agent-uid-{user.pw_uid}"
+        caps = dict(line.split(":") for line in (box / "answers.json.caps").read_text().split("\n"))
+        assert {
+            k: caps[k].strip() for k in ("CapEff", "CapAmb", "CapPrm", "CapInh")
+        } == dict.fromkeys(("CapEff", "CapAmb", "CapPrm", "CapInh"), "0000000000000000"), caps
         names = set((box / "answers.json.env").read_text().split())
         assert SECRET not in names and "VIGIL_CONFIG" not in names
         assert names >= {"PATH", "VIGIL_SOCKET", "VIGIL_AGENT_TOKEN", "VIGIL_CHAT_ID"}

@@ -163,6 +163,15 @@ def test_agents_and_scripts_may_never_be_passed_a_secret_or_a_vigil_variable(
     assert getattr(parse_config(data), section).env == ("LC_ALL",)
 
 
+def test_the_key_encryption_keys_variable_is_a_secret_never_passed_on() -> None:
+    """Issue 27: a KEK variable of any name is among the secrets agents and scripts never get."""
+    data: dict[str, Any] = {"privacy": {"master_key_env": "OUR_KEKS"}}
+    assert {"OUR_KEKS", "VIGIL_CONFIG"} <= parse_config(data).secret_env_names()
+    for section in ("agent", "run"):
+        with pytest.raises(ConfigError, match=r"may not pass .*OUR_KEKS"):
+            parse_config({**data, section: {"env": ["OUR_KEKS"]}})
+
+
 def test_limits_default_to_design_10_and_are_configurable() -> None:
     limits = parse_config({}).limits.limits()
     assert (limits.watchers, limits.proposals, limits.schedules, limits.session_schedules) == (
