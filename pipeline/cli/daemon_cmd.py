@@ -166,8 +166,10 @@ def _handler(
 def _agent_user(config: VigilConfig) -> AgentUser | None:
     """``[agent] run_as``, checked: the user exists, is not us, and we may switch to it. An
     agent under our own uid is refused unless ``[agent] allow_same_uid`` says so (vigil dev)."""
+    if not config.agent.command:
+        return None  # no agent: nobody to run as
     if config.agent.run_as is None:
-        if config.agent.command and not config.agent.allow_same_uid:
+        if not config.agent.allow_same_uid:
             raise ConfigError(SAME_UID)
         return None
     user = AgentUser.resolve(config.agent.run_as)

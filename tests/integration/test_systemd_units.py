@@ -47,5 +47,8 @@ def test_every_process_has_a_unit_and_systemd_accepts_them(tmp_path: Path) -> No
     delivery = (UNITS / "vigil-delivery.service").read_text(encoding="utf-8")
     assert socket in daemon and socket in delivery  # one setting both read
     assert "--socket" not in daemon
+    # The agent under a user of its own; the daemon holds only what switches to it.
+    assert "Environment=VIGIL_AGENT__RUN_AS=vigil-agent\n" in daemon
+    assert "AmbientCapabilities=CAP_SETUID CAP_SETGID CAP_CHOWN CAP_SETPCAP\n" in daemon
     target = (UNITS / "vigil.target").read_text(encoding="utf-8")
     assert all(name in target for name in names)
