@@ -328,11 +328,15 @@ class LimitsConfig(_Section):
     proposal_ttl: Duration = timedelta(hours=24)
     schedules: int = Field(default=100, ge=1)
     session_schedules: int = Field(default=10, ge=1)
+    session_proposals: int = Field(default=10, ge=1)
+    agent_cron_ttl: Duration = timedelta(days=30)  # an agent's cron schedule expires by then
 
     @model_validator(mode="after")
     def _ttl(self) -> LimitsConfig:
         if not timedelta(minutes=1) <= self.proposal_ttl <= timedelta(days=30):
             raise ValueError("proposal_ttl is between 1m and 30d")
+        if not timedelta(minutes=1) <= self.agent_cron_ttl <= timedelta(days=366):
+            raise ValueError("agent_cron_ttl is between 1m and 366d")
         return self
 
     def limits(self) -> Limits:
@@ -342,6 +346,8 @@ class LimitsConfig(_Section):
             proposal_ttl=self.proposal_ttl,
             schedules=self.schedules,
             session_schedules=self.session_schedules,
+            session_proposals=self.session_proposals,
+            agent_cron_ttl=self.agent_cron_ttl,
         )
 
 

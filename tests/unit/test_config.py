@@ -181,12 +181,17 @@ def test_limits_default_to_design_10_and_are_configurable() -> None:
         10,
     )
     assert limits.proposal_ttl.total_seconds() == 24 * 3600
+    assert (limits.session_proposals, limits.agent_cron_ttl.days) == (10, 30)
     tuned = parse_config({"limits": {"schedules": 5, "proposal_ttl": "2h"}}).limits.limits()
     assert (tuned.schedules, tuned.proposal_ttl.total_seconds()) == (5, 7200)
     with pytest.raises(ConfigError, match="limits"):
         parse_config({"limits": {"proposal_ttl": "90d"}})
     with pytest.raises(ConfigError, match=r"limits\.watchers"):
         parse_config({"limits": {"watchers": 0}})
+    with pytest.raises(ConfigError, match="agent_cron_ttl"):
+        parse_config({"limits": {"agent_cron_ttl": "400d"}})
+    short = parse_config({"limits": {"agent_cron_ttl": "7d", "session_proposals": 3}})
+    assert (short.limits.limits().agent_cron_ttl.days, short.limits.session_proposals) == (7, 3)
 
 
 def test_environment_variables_override_the_file(tmp_path: Path) -> None:

@@ -216,7 +216,7 @@ def _propose(ctx: CommandContext) -> CommandOutcome:
             f"watcher {definition.watcher_id!r} exists and is {before.status.value}",
             "watcher_id",
         )
-    check_room(ctx, definition.watcher_id, proposal=True)
+    check_room(ctx, definition.watcher_id, proposal=True, session_id=definition.session_id)
     return accept(ctx, definition, WatcherStatus.PROPOSED, before)
 
 

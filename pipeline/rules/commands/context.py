@@ -317,7 +317,8 @@ def check_cap(ctx: CommandContext, entry: RegistryEntry) -> None:
 def check_room(
     ctx: CommandContext, watcher_id: str, *, proposal: bool = False, session_id: str | None = None
 ) -> None:
-    """A new live watcher fits the subject's limits (and a schedule its session's)."""
+    """A new live watcher fits the subject's limits (and a schedule or a proposal its
+    session's)."""
     limits = ctx.limits
     room = Room.count(ctx.view.values(), leaving_out=watcher_id, session_id=session_id)
     if is_schedule(watcher_id):
@@ -331,6 +332,11 @@ def check_room(
         return
     if proposal and room.proposals >= limits.proposals:
         raise _cap(f"the subject already has {room.proposals} pending proposals", "watcher_id")
+    if proposal and session_id is not None and room.session_proposals >= limits.session_proposals:
+        raise _cap(
+            f"session {session_id!r} already has {room.session_proposals} pending proposals",
+            "session_id",
+        )
     if room.watchers >= limits.watchers:
         raise _cap(f"the subject already has {room.watchers} live watchers", "watcher_id")
 
