@@ -494,6 +494,20 @@ class VigilConfig(_Section):
         return self
 
     @model_validator(mode="after")
+    def _one_principal_per_token(self) -> VigilConfig:
+        # A token names one principal: a second with the same digest would be silently shadowed.
+        seen: dict[str, str] = {}
+        for name, principal in self.principals.items():
+            digest = principal.token_sha256.get_secret_value()
+            if digest in seen:
+                raise ValueError(
+                    f"[principals.{seen[digest]}] and [principals.{name}] have the same "
+                    "token_sha256: a token authenticates one principal"
+                )
+            seen[digest] = name
+        return self
+
+    @model_validator(mode="after")
     def _no_secret_passed_on(self) -> VigilConfig:
         # Agents and scripts never see vigil's secrets (DESIGN.md §10).
         secrets = self.secret_env_names()

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Final
 
-from pipeline.records.codec import Codec, decoded, json_text, parse_json
+from pipeline.records.codec import Codec, decoded, json_text
 from pipeline.records.sealing import Sealer, identity, open_fields, seal_text
 from pipeline.rules.data_keys import KeyOwner, evidence_owner
 from pipeline.rules.instants import to_epoch_micros
@@ -115,11 +115,10 @@ def decode_receipt(codec: Codec, sealer: Sealer, data: bytes) -> tuple[Receipt, 
     sealed = value.pop("sealed", None)
     source_id = value.pop("source_id")
     fields = dict(value)
-    if sealed is None:  # written before sealing: plaintext
-        fields["trigger"] = parse_json(value["trigger"] or "{}", "trigger")
-        fields["payload"] = (
-            None if value["payload"] is None else parse_json(value["payload"], "payload")
-        )
+    if sealed is None:  # never written so: plaintext would be a downgrade erasure misses
+        fields["erased"] = True
+        fields["trigger"] = {}
+        fields["payload"] = None
     else:
         aad = receipt_identity(
             value["tenant_id"],

@@ -231,3 +231,16 @@ def test_stale_schedule_table_is_ignored_with_one_warning_line(
 def test_a_schedule_key_that_is_not_the_old_table_is_still_refused() -> None:
     with pytest.raises(ConfigError, match="schedule: unknown key"):
         parse_config({"schedule": {"name": "x"}})
+
+
+def test_two_principals_with_one_token_are_refused_naming_both() -> None:
+    """Issue 27: a duplicated token_sha256 silently mapped to one principal; now refused."""
+    digest = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
+    principals = {
+        "ops": {"token_sha256": digest, "role": "user", "tenant_id": "t", "user_id": "u"},
+        "bot": {"token_sha256": digest, "role": "manager", "tenant_id": "t", "user_id": "m"},
+    }
+    with pytest.raises(ConfigError, match=r"\[principals\.ops\] and \[principals\.bot\]"):
+        parse_config({"principals": principals})
+    principals["bot"]["token_sha256"] = "0" * 64
+    assert set(parse_config({"principals": principals}).principals) == {"ops", "bot"}

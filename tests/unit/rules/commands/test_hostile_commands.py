@@ -67,12 +67,12 @@ from pipeline.rules.outbox import OutboxEntry, build_entry
 from pipeline.rules.outcomes import ErrorCode
 from pipeline.rules.sources import EventSource, PollingSource
 from pipeline.rules.ticker import plan_watcher
-from tests.keyring import OpenRing
+from tests.keyring import OpenRing, sealed_command_value
 
 pytestmark = pytest.mark.unit
 
 _HEX_KEY = re.compile(r"[0-9a-f]{64}")
-RING = OpenRing()  # a command value without sealed content reads as written
+RING = OpenRing()  # seals a command value's content under a key made for its subject
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 CENTURY = timedelta(days=36_525)
@@ -568,7 +568,7 @@ class Processor:
     def decide(self, value: dict[str, Any]) -> None:
         self.decided += 1
         try:
-            command = command_from_value(value, RING)
+            command = command_from_value(sealed_command_value(RING, value), RING)
         except DefinitionError as exc:  # the consumer's edge: an ``invalid`` result
             result = refused(str(value["request_id"]), str(value["verb"]), exc, NOW)
             assert result.error is not None and result.error.code is ResultCode.INVALID
@@ -739,4 +739,5 @@ def created(body: dict[str, Any]) -> CommandOutcome:
         "issued_at": NOW,
         "definition": json.dumps(body),
     }
-    return apply(command_from_value(value, RING), {}, GRANTS, NOW, host=HOSTS[0])
+    command = command_from_value(sealed_command_value(RING, value), RING)
+    return apply(command, {}, GRANTS, NOW, host=HOSTS[0])
