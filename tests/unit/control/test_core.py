@@ -251,6 +251,34 @@ def test_run_starts_an_allowlisted_script_with_the_chat_in_its_env(
     assert result["pid"] > 0
 
 
+def test_a_fired_schedules_run_asked_by_delivery_carries_its_key_and_schedule(
+    make: Any, tmp_path: Path
+) -> None:
+    """Delivery asks the daemon to start a fired run: the script gets the entry's delivery key
+    and the schedule's name and time, and the command processor authorizes it as any run."""
+    d, _, runner = make()
+    out = tmp_path / "fired"
+    script = tmp_path / "scripts" / "fired.sh"
+    script.write_text(
+        f'#!/bin/sh\necho "$VIGIL_DELIVERY_KEY|$VIGIL_SCHEDULE_NAME|$VIGIL_SCHEDULE_TIME" > {out}\n'
+    )
+    script.chmod(0o700)
+    request = {
+        "verb": "run",
+        "args": ["fired.sh"],
+        "chat": "me",
+        "delivery_key": "ab" * 32,
+        "schedule_name": "nightly",
+        "schedule_time": "2026-12-01T07:00:00Z",
+    }
+    result = _ok(d.handle(request, USER))
+    runner.wait_all(10)
+    assert result["delivery_key"] == "ab" * 32
+    assert out.read_text().strip() == f"{'ab' * 32}|nightly|2026-12-01T07:00:00Z"
+    bad = d.handle({**request, "delivery_key": "not-a-key"}, USER)
+    assert bad.error is not None and bad.error.code is ErrorKind.INVALID
+
+
 def test_run_outside_the_allowlist_is_refused(make: Any, tmp_path: Path) -> None:
     d, _, _ = make()
     outside = tmp_path / "evil.sh"
