@@ -6,8 +6,11 @@ now or scheduled, replacing or cancelling the user's schedule, ``query``/``promp
 its own proposal through ``vigil watch``, acting as an operator — also from a double-forked
 child that dropped its token, after the run ended. With ``[agent] run_as`` the agent runs
 under its own uid, sees none of vigil's secrets, and a child that calls ``setsid`` and
-double-forks is still the agent. A revoked grant refuses pause, cancel, erase and every daemon
-verb, changing nothing; an update with a stale or missing revision is refused.
+double-forks is still the agent, and it holds no capability. A revoked grant refuses pause,
+cancel, erase and every daemon verb, changing nothing; an update with a stale or missing revision
+is refused. Issue 27: an agent that reads every vigil process's environment finds no secret and
+cannot become the operator; one that connects, forks and exits is refused on that connection; a
+foreign listener on the agent socket path does not stop the daemon.
 """
 
 from __future__ import annotations
