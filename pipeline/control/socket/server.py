@@ -127,6 +127,7 @@ class SocketServer:
         """Bind 0600 in a directory of ours (``claim``): a live daemon on the path refuses, a
         stale socket or a listener that is no vigil daemon is replaced."""
         directory = claim_directory(self.path.parent, shared=self._owner is not None)
+        sock: socket.socket | None = None
         try:
             clear_path(self.path, directory)
             sock = self._bind()
@@ -134,6 +135,8 @@ class SocketServer:
                 hand_to(self.path, directory, self._owner)
             self._inode = os.stat(self.path.name, dir_fd=directory, follow_symlinks=False).st_ino
         except BaseException:
+            if sock is not None:
+                sock.close()
             os.close(directory)
             raise
         self._directory = directory
