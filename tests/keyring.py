@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pipeline.crypto import KeyEncryptionKeys, KeyRing
-from pipeline.kafka.serde import default_registry
+from pipeline.kafka.serde import default_codec
 from pipeline.records.sealing import identity, seal_definition, seal_fields
 from pipeline.rules.data_keys import KeyOwner, subject_owner
 from pipeline.rules.definition import WatcherDefinition
@@ -25,7 +25,7 @@ _MADE = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def ring_with(*owners: KeyOwner, keks: KeyEncryptionKeys | None = None) -> KeyRing:
-    ring = KeyRing(keks or KeyEncryptionKeys.load(), default_registry())
+    ring = KeyRing(keks or KeyEncryptionKeys.load(), default_codec())
     for owner in owners:
         ring.create(owner, _MADE)
     return ring
@@ -35,7 +35,7 @@ class OpenRing(KeyRing):
     """A ring that makes a key for any owner on first seal (never for open)."""
 
     def __init__(self, keks: KeyEncryptionKeys | None = None) -> None:
-        super().__init__(keks or KeyEncryptionKeys.load(), default_registry())
+        super().__init__(keks or KeyEncryptionKeys.load(), default_codec())
 
     def seal(self, owner: KeyOwner, aad: bytes, plaintext: bytes) -> bytes | None:
         if self.record(owner) is None:

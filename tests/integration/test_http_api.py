@@ -20,7 +20,7 @@ from confluent_kafka import Producer
 from pipeline.crypto import KeyEncryptionKeys, KeyRing
 from pipeline.kafka.clients import producer_config
 from pipeline.kafka.partitioner import partition_for
-from pipeline.kafka.serde import default_registry
+from pipeline.kafka.serde import default_codec
 from pipeline.kafka.topics import Topic
 from pipeline.records.notification import NotificationKind, encode_notification
 from pipeline.records.receipt import encode_receipt
@@ -235,7 +235,7 @@ def test_evaluations_are_the_watchers_receipts_newest_first(plane: Plane) -> Non
     made = propose(plane, agent_watch("eval-1", run="r-2", session="s-eval"), "owner")
     assert made.status_code == 201
     key = watcher_key(TENANT, USER, "eval-1")
-    ring = KeyRing(KeyEncryptionKeys.load(), default_registry())  # the keys the processor made
+    ring = KeyRing(KeyEncryptionKeys.load(), default_codec())  # the keys the processor made
     read_keys(plane.bootstrap, plane.topology, ring, [(TENANT, USER)])
     base = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
     for minutes, reason in ((0, Reason.CONDITION_FALSE), (5, Reason.STALE)):
@@ -254,7 +254,7 @@ def test_evaluations_are_the_watchers_receipts_newest_first(plane: Plane) -> Non
             reason=reason,
             authorized=True,
         )
-        value = encode_receipt(default_registry(), ring, receipt, "run:r-2")
+        value = encode_receipt(default_codec(), ring, receipt, "run:r-2")
         produce(plane, Topic.RECEIPTS, key, "run:r-2", value)
     found = plane.call("GET", "/v1/watches/eval-1/evaluations").json()["evaluations"]
     assert [e["reason"] for e in found] == ["stale", "condition_false"]
@@ -268,7 +268,7 @@ def notification(
 ) -> bytes:
     """A ledger record as delivery writes it: a notification's text sealed under ``ring``."""
     return encode_notification(
-        default_registry(),
+        default_codec(),
         ring,
         NotificationKind(kind),
         delivery_key=delivery_key,
@@ -285,7 +285,7 @@ def test_the_ledger_dedupes_skips_wakes_and_acknowledges_once(plane: Plane) -> N
     subject = subject_key(TENANT, USER)
     first, second = "a" * 64, "b" * 64
     propose(plane, agent_watch("note-key", run="r-2", session="s-note"), "owner")  # a data key
-    ring = KeyRing(KeyEncryptionKeys.load(), default_registry())  # the keys the processor made
+    ring = KeyRing(KeyEncryptionKeys.load(), default_codec())  # the keys the processor made
     read_keys(plane.bootstrap, plane.topology, ring, [(TENANT, USER)])
     for key, kind in ((first, "notification"), (first, "notification"), (first, "wake")):
         produce(plane, Topic.NOTIFICATIONS, subject, subject, notification(ring, key, kind))

@@ -39,8 +39,8 @@ from pipeline.clock import Clock, SystemClock
 from pipeline.control.core import AgentPort, RunPort
 from pipeline.control.run import RunStarted
 from pipeline.control.socket.client import call
-from pipeline.control.verbs import ErrorKind
-from pipeline.kafka.serde import SchemaRegistry, default_registry
+from pipeline.control.verbs import VerbErrorKind
+from pipeline.kafka.serde import AvroCodec, default_codec
 from pipeline.records.outbox_entry import encode_outbox_entry
 from pipeline.records.sealing import Sealer
 from pipeline.rules.commands.host import NO_HOST, Host, host_verdict
@@ -56,7 +56,12 @@ log = logging.getLogger(__name__)
 
 EXECUTED_VERBS: Final = frozenset({"prompt", "run"})
 _REFUSED: Final = frozenset(
-    {ErrorKind.INVALID, ErrorKind.DENIED, ErrorKind.NOT_FOUND, ErrorKind.UNKNOWN_VERB}
+    {
+        VerbErrorKind.INVALID,
+        VerbErrorKind.DENIED,
+        VerbErrorKind.NOT_FOUND,
+        VerbErrorKind.UNKNOWN_VERB,
+    }
 )
 
 
@@ -126,7 +131,7 @@ class VerbExecutor:
         *,
         sealer: Sealer,
         host: Host = NO_HOST,
-        schemas: SchemaRegistry | None = None,
+        codec: AvroCodec | None = None,
         clock: Clock | None = None,
     ) -> None:
         """``sealer`` seals a prompt's answer (the delivery worker's key ring); ``host`` is the
@@ -136,7 +141,7 @@ class VerbExecutor:
         self._runner = runner
         self._topic = outbox_topic
         self._host = host
-        self._schemas = schemas or default_registry()
+        self._codec = codec or default_codec()
         self._clock = clock or SystemClock()
 
     def execute(self, entry: OutboxEntry) -> SendResult:
@@ -175,7 +180,7 @@ class VerbExecutor:
         record = OutboundRecord(
             topic=self._topic,
             key=follow_up.delivery_key.encode("utf-8"),
-            value=encode_outbox_entry(self._schemas, self._sealer, follow_up),
+            value=encode_outbox_entry(self._codec, self._sealer, follow_up),
         )
         return SendResult(ok=True, records=(record,))
 

@@ -46,7 +46,7 @@ from pipeline.crypto import KeyEncryptionKeys, KeyRing
 from pipeline.kafka.clients import Producer
 from pipeline.kafka.partitioner import partition_for
 from pipeline.kafka.scan import scan
-from pipeline.kafka.serde import SchemaRegistry, default_registry
+from pipeline.kafka.serde import AvroCodec, default_codec
 from pipeline.kafka.topics import Topic, Topology
 from pipeline.records.lifecycle import decode_lifecycle
 from pipeline.records.notification import (
@@ -123,20 +123,20 @@ class LedgerStore:
         topology: Topology,
         clock: Clock,
         *,
-        schemas: SchemaRegistry | None = None,
+        codec: AvroCodec | None = None,
         max_scan: int = DEFAULT_MAX_SCAN,
         keks: KeyEncryptionKeys | None = None,
     ) -> None:
         self._bootstrap = bootstrap
         self._topology = topology
         self._clock = clock
-        self._schemas = schemas or default_registry()
+        self._codec = codec or default_codec()
         self._keks = keks or KeyEncryptionKeys.load()
         self._producer = Producer(bootstrap)
         self._max_scan = max_scan
         self._ready: tuple[float, str | None] | None = None
         self._ready_lock = threading.Lock()
-        ring = KeyRing(self._keks, self._schemas, cache_size=4096)
+        ring = KeyRing(self._keks, self._codec, cache_size=4096)
         self._keys = FollowedKeys(bootstrap, topology, ring)
 
     # -- receipts ---------------------------------------------------------------------------
@@ -158,7 +158,7 @@ class LedgerStore:
             if msg.key() != wanted or raw is None:
                 continue
             try:
-                receipt, _ = decode_receipt(self._schemas, ring, raw)
+                receipt, _ = decode_receipt(self._codec, ring, raw)
             except (SerdeError, ValueError):
                 continue  # the dead-letter path's business, not the reader's
             if not retained(receipt.retain_until, now):
@@ -193,7 +193,7 @@ class LedgerStore:
             if raw is None or not key.startswith(mine):
                 continue
             try:
-                receipt, _ = decode_receipt(self._schemas, ring, raw)
+                receipt, _ = decode_receipt(self._codec, ring, raw)
             except (SerdeError, ValueError):
                 continue
             if (receipt.tenant_id, receipt.user_id) != (tenant_id, user_id):
@@ -218,7 +218,7 @@ class LedgerStore:
             if msg.key() != wanted or raw is None:
                 continue
             try:
-                record = decode_lifecycle(self._schemas, raw)
+                record = decode_lifecycle(self._codec, raw)
             except (SerdeError, ValueError, KeyError):
                 continue
             if (record.tenant_id, record.user_id, record.watcher_id) != (
@@ -253,7 +253,7 @@ class LedgerStore:
             if key != subject or raw is None:
                 continue
             try:
-                value = decode_notification(self._schemas, ring, raw)
+                value = decode_notification(self._codec, ring, raw)
             except (SerdeError, ValueError):
                 continue
             dkey = value["delivery_key"]
@@ -282,7 +282,7 @@ class LedgerStore:
             return {"delivery_key": delivery_key, "acked_at": note["acked_at"], "already": True}
         now = utc(self._clock.now())
         value = encode_notification(
-            self._schemas,
+            self._codec,
             self._ring(tenant_id, user_id),
             NotificationKind.ACK,
             delivery_key=delivery_key,
@@ -310,7 +310,7 @@ class LedgerStore:
             user_id,
             state=delivery_state_filter(state),
             watcher_id=watcher_id,
-            schemas=self._schemas,
+            codec=self._codec,
             max_scan=self._max_scan,
         )
         return [delivery_view(r) for r in records]
@@ -323,7 +323,7 @@ class LedgerStore:
             tenant_id,
             user_id,
             delivery_key,
-            schemas=self._schemas,
+            codec=self._codec,
             max_scan=self._max_scan,
         )
         return None if record is None else delivery_view(record)
@@ -380,13 +380,26 @@ def _instant(value: datetime | None) -> str | None:
 
 
 def _evaluation(receipt: Receipt, source_id: str) -> dict[str, Any]:
-    out = receipt.model_dump(
-        mode="json", exclude={"tenant_id", "user_id", "position", "erased", "retain_until"}
-    )
-    out["source_id"] = source_id
-    out["evaluated_at"] = rfc3339_micros(receipt.evaluated_at)
-    out["observed_at"] = rfc3339_micros(receipt.observed_at)
-    return out
+    budget, tool_error = receipt.budget, receipt.tool_error
+    return {
+        "watcher_id": receipt.watcher_id,
+        "watcher_version": receipt.watcher_version,
+        "evaluated_at": rfc3339_micros(receipt.evaluated_at),
+        "evidence_digest": receipt.evidence_digest,
+        "trigger": dict(receipt.trigger),
+        "trigger_key": receipt.trigger_key,
+        "observed_at": rfc3339_micros(receipt.observed_at),
+        "outcome": receipt.outcome.value,
+        "reason": receipt.reason.value,
+        "authorized": receipt.authorized,
+        "authorization": receipt.authorization,
+        "budget": None if budget is None else budget.value,
+        "tool_error": None if tool_error is None else tool_error.value,
+        "payload": receipt.payload,
+        "delivery_key": receipt.delivery_key,
+        "note": receipt.note,
+        "source_id": source_id,
+    }
 
 
 def _notification(value: dict[str, Any]) -> dict[str, Any]:

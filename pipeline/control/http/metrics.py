@@ -26,19 +26,19 @@ class ApiMetrics:
     seconds: Histogram  # labels: method, route
 
 
-def _create(registry: CollectorRegistry) -> ApiMetrics:
+def _create(metrics_registry: CollectorRegistry) -> ApiMetrics:
     return ApiMetrics(
         requests=Counter(
             "vigil_api_requests",
             "HTTP API requests by method, route template and status code.",
             ["method", "route", "status"],
-            registry=registry,
+            registry=metrics_registry,
         ),
         seconds=Histogram(
             "vigil_api_request_seconds",
             "HTTP API request latency by method and route template.",
             ["method", "route"],
-            registry=registry,
+            registry=metrics_registry,
         ),
     )
 
@@ -50,9 +50,9 @@ _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"
 class RequestMetrics:
     """Count and time every HTTP request passing through."""
 
-    def __init__(self, app: ASGIApp, *, registry: CollectorRegistry = REGISTRY) -> None:
+    def __init__(self, app: ASGIApp, *, metrics_registry: CollectorRegistry = REGISTRY) -> None:
         self._app = app
-        self._metrics = api_metrics(registry)
+        self._metrics = api_metrics(metrics_registry)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from pipeline.kafka.serde import default_registry
+from pipeline.kafka.serde import default_codec
 from pipeline.records.codec import decoded
 from pipeline.records.notification import (
     NOTIFICATION,
@@ -26,7 +26,7 @@ pytestmark = pytest.mark.unit
 
 NOW = datetime(2026, 12, 1, 7, 0, tzinfo=UTC)
 RING = ring_with(subject_owner("t", "u"))
-CODEC = default_registry()
+CODEC = default_codec()
 
 
 def test_an_outbox_entry_without_its_sealed_field_is_refused() -> None:

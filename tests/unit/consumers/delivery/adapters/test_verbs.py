@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -12,8 +14,8 @@ from pipeline.clock import ManualClock
 from pipeline.control.agent import AgentRunner, AgentTokens
 from pipeline.control.run import ScriptRunner
 from pipeline.control.socket.server import Peer, SocketServer
-from pipeline.control.verbs import ErrorKind, VerbResponse
-from pipeline.kafka.serde import default_registry
+from pipeline.control.verbs import VerbErrorKind, VerbResponse
+from pipeline.kafka.serde import default_codec
 from pipeline.records.outbox_entry import decode_outbox_entry
 from pipeline.rules.commands.host import Host
 from pipeline.rules.commands.immediate import immediate_entry
@@ -31,11 +33,11 @@ RING = ring_with(subject_owner("t", "u"))
 HOST = Host.of("t", "u", ["me"])
 
 
-def _fired(verb: str, **fields: object) -> OutboxEntry:
+def _fired(verb: str, **fields: Any) -> OutboxEntry:
     base = immediate_entry(
         tenant_id="t", user_id="u", verb="send", request_id="r1", chat="me", now=NOW, text="x"
     )
-    update: dict[str, object] = {
+    update: dict[str, Any] = {
         "watcher_id": "schedule:me:digest",
         "watcher_version": 1,
         "source_id": "schedule:me",
@@ -46,7 +48,7 @@ def _fired(verb: str, **fields: object) -> OutboxEntry:
         "schedule_time": NOW - timedelta(seconds=5),
         **fields,
     }
-    return base.model_copy(update=update)
+    return replace(base, **update)
 
 
 def _executor(tmp_path: Path, agent_body: str) -> tuple[VerbExecutor, ScriptRunner]:
@@ -72,7 +74,7 @@ def test_fired_prompt_returns_its_answer_as_a_derived_send_entry(tmp_path: Path)
     [record] = result.records
     assert record.topic == "p.outbox"
     assert b"digest for today" not in record.value, "the answer travels sealed"
-    answer = decode_outbox_entry(default_registry(), RING, record.value)
+    answer = decode_outbox_entry(default_codec(), RING, record.value)
     assert answer.delivery_key == derived_delivery_key(entry.delivery_key, "answer")
     assert record.key == answer.delivery_key.encode()
     assert (answer.verb, answer.text, answer.target) == ("send", "digest for today", "me")
@@ -113,7 +115,7 @@ def test_fired_run_outside_the_allowlist_is_rejected(tmp_path: Path) -> None:
     ],
 )
 def test_a_fired_entry_not_the_daemons_is_rejected_and_never_executed(
-    tmp_path: Path, change: dict[str, str]
+    tmp_path: Path, change: dict[str, Any]
 ) -> None:
     """DESIGN.md §10: delivery asks the host's rule again, whatever reached the outbox."""
     marker = tmp_path / "ran.txt"
@@ -122,7 +124,7 @@ def test_a_fired_entry_not_the_daemons_is_rejected_and_never_executed(
     script.write_text(f"#!/bin/sh\ntouch {marker}\n")
     script.chmod(0o700)
     for entry in (_fired("prompt", text="hi"), _fired("run", text=None, args=("job.sh",))):
-        result = executor.execute(entry.model_copy(update=change))
+        result = executor.execute(replace(entry, **change))
         assert result.error is ErrorCode.REJECTED and result.records == ()
     runner.wait_all(5)
     assert not marker.exists()
@@ -136,9 +138,9 @@ def test_the_socket_runner_asks_the_daemon_with_the_entrys_key_and_schedule(
     def handler(body: object, peer: Peer) -> VerbResponse:
         asked.append(body)
         if isinstance(body, dict) and body["args"][0] == "gone.sh":
-            return VerbResponse.failure(ErrorKind.INVALID, "no script 'gone.sh'", "args")
+            return VerbResponse.failure(VerbErrorKind.INVALID, "no script 'gone.sh'", "args")
         if isinstance(body, dict) and body["args"][0] == "later.sh":
-            return VerbResponse.failure(ErrorKind.UNAVAILABLE, "the broker is away")
+            return VerbResponse.failure(VerbErrorKind.UNAVAILABLE, "the broker is away")
         return VerbResponse.success(script="/s/job.sh", pid=42)
 
     with SocketServer(tmp_path / "d" / "v.sock", handler) as server:
