@@ -40,6 +40,7 @@ from pipeline.control.http.api import ApiServices, SchedulePort, create_app
 from pipeline.control.http.auth import TokenDirectory
 from pipeline.control.http.backend import ClientPool, LedgerStore
 from pipeline.control.http.metrics import RequestMetrics
+from pipeline.control.http.wake_reader import KafkaWakes
 from pipeline.control.run import RunStarted
 from pipeline.control.status import StatusReader
 from pipeline.crypto import KeyEncryptionKeys, generate_kek_text
@@ -138,6 +139,7 @@ def build_services(
         clock=clock,
         max_body=config.api.max_body,
         events=events,
+        wakes=KafkaWakes(bootstrap, topology),
         publishers={
             name: frozenset(p.sources)
             for name, p in config.principals.items()

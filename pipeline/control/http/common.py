@@ -33,6 +33,7 @@ from pipeline.control.http.auth import (
 )
 from pipeline.control.http.guard import DEFAULT_MAX_BODY, PRINCIPAL
 from pipeline.control.http.models import REF_PATTERN, ErrorBody
+from pipeline.control.http.wake_reader import StreamSlots, WakesPort
 from pipeline.control.verbs import VerbResponse
 from pipeline.records.event import EventLine
 from pipeline.rules.authz import Principal
@@ -122,6 +123,8 @@ class ApiServices:
     status: StatusPort | None = None  # the console's header (None: not shown)
     chats: tuple[str, ...] = ()  # the configured chats, whose schedules the console shows
     clock: Clock = field(default_factory=SystemClock)  # the console's "now" (next polls)
+    wakes: WakesPort | None = None  # GET /v1/ledger/wakes (None: not served)
+    wake_slots: StreamSlots = field(default_factory=StreamSlots)  # its open streams, bounded
 
 
 def _services(request: Request) -> ApiServices:
