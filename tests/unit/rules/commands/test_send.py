@@ -26,6 +26,7 @@ from pipeline.rules.commands import (
     RegistryEntry,
     ResultCode,
     apply,
+    watcher_view,
 )
 from pipeline.rules.commands.context import role_verb
 from pipeline.rules.commands.host import NO_HOST, Host
@@ -43,6 +44,7 @@ _ids = itertools.count()
 
 OWNER = Principal(name="daemon:local/me", role=Role.USER, tenant_id=T, user_id=U)
 AGENT = Principal(name="agent:r-1", role=Role.AGENT, tenant_id=T, user_id=U, session_id="r-1")
+OPERATOR = Principal(name="op", role=Role.OPERATOR, tenant_id="ops", user_id="root")
 
 
 def control_grants(*chats: str, **changes: Any) -> dict[str, GrantRecord]:
@@ -267,10 +269,12 @@ def test_an_agent_may_not_schedule_run() -> None:
 def test_run_and_prompt_are_the_daemon_subjects_alone_over_any_edge(verb: str) -> None:
     """DESIGN.md §10 "The host's powers stay with the host": another tenant (or user) with a
     grant of its own, another purpose, another chat, or a processor told of no daemon: refused
-    at create, update and schedule; the daemon's subject for its chat: accepted."""
+    at create, update, schedule and import; the daemon's subject for its chat: accepted."""
     act = {"verb": "run", "args": ["ok.sh"]} if verb == "run" else {"verb": verb, "text": "hi"}
     body = {**schedule(), "delivery": {"target": "me", **act}}
-    assert decide(command(CommandVerb.SCHEDULE, OWNER, definition=body)).result.ok
+    scheduled = decide(command(CommandVerb.SCHEDULE, OWNER, definition=body))
+    assert scheduled.result.ok
+    exported = watcher_view(scheduled.definitions[0])  # as export writes it, for import
     other_tenant = Host.of("other", U, ["me"])
     other_user = Host.of(T, "someone", ["me"])
     for host in (other_tenant, other_user, Host.of(T, U, ["elsewhere"]), NO_HOST):
@@ -279,6 +283,9 @@ def test_run_and_prompt_are_the_daemon_subjects_alone_over_any_edge(verb: str) -
             assert refusal(outcome) == (ResultCode.DENIED, "delivery.verb"), (host, cmd_verb)
         authorized = decide(command(CommandVerb.RUN, OWNER, target="me"), host=host)
         assert refusal(authorized) == (ResultCode.DENIED, "verb")
+        imported = decide(command(CommandVerb.IMPORT, OPERATOR, definition=exported), host=host)
+        assert refusal(imported) == (ResultCode.DENIED, "delivery.verb"), host
+    assert decide(command(CommandVerb.IMPORT, OPERATOR, definition=exported)).result.ok
     grants = control_grants()
     [record] = grants.values()
     wider = record.grant.model_copy(update={"purpose": "ops.alert", "grant_id": "g-ops"})
