@@ -78,8 +78,10 @@ def test_another_process_of_the_same_uid_cannot_read_a_hardened_environment() ->
     if python is None:
         pytest.skip("no system python3 to run under another uid")
     secret_env = {"PATH": "/usr/bin:/bin", "X_SECRET": VALUE}
-    hardened = "import ctypes, sys; ctypes.CDLL(None).prctl(4, 0, 0, 0, 0); sys.stdin.readline()"
-    plain = "import sys; sys.stdin.readline()"
+    # Each says it is ready (hardened or not) before the reader looks: no race with its start-up.
+    ready = "print('ready', flush=True); sys.stdin.readline()"
+    hardened = f"import ctypes, sys; ctypes.CDLL(None).prctl(4, 0, 0, 0, 0); {ready}"
+    plain = f"import sys; {ready}"
     reader = (
         "import sys\n"
         "try:\n    open(f'/proc/{sys.argv[1]}/environ', 'rb').read(); print('read')\n"
@@ -90,9 +92,11 @@ def test_another_process_of_the_same_uid_cannot_read_a_hardened_environment() ->
             [python, "-c", code],
             env=secret_env,
             stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
             preexec_fn=clean_start(user),
         )
         try:
+            assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
             seen = subprocess.run(
                 [python, "-c", reader, str(proc.pid)],
                 capture_output=True,
