@@ -111,7 +111,7 @@ def delivery(
         host=Host.of(config.subject.tenant_id, config.subject.user_id, config.chats),
     )
     budgets = process.budgets()
-    with build_adapters(config, sealer=ring) as adapters:
+    with build_adapters(config, sealer=ring, clock=process.clock) as adapters:
         worker = DeliveryWorker(
             process.bootstrap,
             settings,
