@@ -78,12 +78,14 @@ class SdkEvents:
         self._publisher = EventPublisher(config)
         self._lock = threading.Lock()
 
-    def publish(self, events: Sequence[tuple[EventLine, datetime]]) -> list[str | None]:
+    def publish(
+        self, events: Sequence[tuple[EventLine, datetime]], tenant_id: str
+    ) -> list[str | None]:
         verdicts: list[str | None] = []
         with self._lock:
             for line, observed_at in events:
                 try:
-                    self._publisher.publish_line(line, observed_at)
+                    self._publisher.publish_line(line, observed_at, tenant_id)
                 except DefinitionError as exc:
                     verdicts.append(str(exc))
                     continue

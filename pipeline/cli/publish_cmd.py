@@ -6,7 +6,8 @@ stops there (what came before is still flushed), with ``--skip-invalid`` it goes
 ``observed_at`` outside the freshness window this side can know earns a warning line (the event
 is still published). ``--dry-run`` checks every line and publishes nothing: no broker is needed.
 Long inputs get a progress line on stderr; every run ends with ``published N, rejected M``
-there, and exits 1 when anything was rejected.
+there, and exits 1 when anything was rejected. Every event carries the configured subject's
+tenant (``[subject] tenant_id``), the one pinned evaluators match it to.
 
 Left out: the checks (``pipeline.ops.validate``) and the producer (``producers.publish``).
 """
@@ -96,7 +97,8 @@ def publish(
     seen = rejected = published = 0
     if not dry_run:
         state.reach_kafka()
-    publisher = None if dry_run else EventPublisher(state.config)
+    tenant = state.config.subject.tenant_id  # what every event carries (never the payload's)
+    publisher = None if dry_run else EventPublisher(state.config, tenant_id=tenant)
     try:
         for number, text in enumerate(source, start=1):
             if not text.strip():

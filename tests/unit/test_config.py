@@ -73,6 +73,11 @@ def test_config_is_frozen() -> None:
                                     "tenant_id": "t", "user_id": "u"}}},
             "principals.bot",
         ),
+        (
+            {"principals": {"ci": {"token_sha256": TOKEN_DIGEST, "role": "publisher",
+                                   "user_id": "ci", "sources": ["ci.pipeline"]}}},
+            "principals.ci.tenant_id",
+        ),
     ],
 )  # fmt: skip
 def test_invalid_value_error_names_its_key(data: dict[str, Any], key: str) -> None:

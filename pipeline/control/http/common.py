@@ -97,10 +97,13 @@ class SchedulePort(Protocol):
 
 class EventsPort(Protocol):
     """The publisher SDK's seam (``producers.publish``, wired by ``vigil api``): each event
-    checked and placed as the SDK does, the batch flushed; per event ``None`` (accepted) or why
-    it was refused. A broker that does not acknowledge raises :class:`BrokerError`."""
+    checked and placed as the SDK does, carrying ``tenant_id`` (the publisher principal's), the
+    batch flushed; per event ``None`` (accepted) or why it was refused. A broker that does not
+    acknowledge raises :class:`BrokerError`."""
 
-    def publish(self, events: Sequence[tuple[EventLine, datetime]]) -> list[str | None]: ...
+    def publish(
+        self, events: Sequence[tuple[EventLine, datetime]], tenant_id: str
+    ) -> list[str | None]: ...
 
 
 class StatusPort(Protocol):
