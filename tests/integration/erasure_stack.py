@@ -174,7 +174,12 @@ class Stack:
                 "chats": {"me": {"kind": "console"}},
                 "destinations": {
                     "inbox": {"kind": "in_app"},
-                    "hook": {"kind": "webhook", "url": self.receiver.hook_url, "timeout": "2s"},
+                    "hook": {
+                        "kind": "webhook",
+                        "url": self.receiver.hook_url,
+                        "timeout": "2s",
+                        "unsigned": True,
+                    },
                 },
             }
         )
