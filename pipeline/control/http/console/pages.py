@@ -50,7 +50,7 @@ from pipeline.control.http.console.sessions import (
     set_cookie,
 )
 from pipeline.control.http.console.sources import KnownSources
-from pipeline.control.http.deliveries import may_read, read_one
+from pipeline.control.http.deliveries import granted, may_read, read_one
 from pipeline.control.schedules import next_look
 from pipeline.rules.authz import Principal, Role, Subject, Verb, may
 from pipeline.rules.commands.context import AGENT_CAP
@@ -556,6 +556,7 @@ def _routes(router: APIRouter, console: Console) -> None:
             who = session.principal
             tenant, user = who.tenant_id, who.user_id
             may_read(who, tenant, user)
+            granted(services, who, tenant, user)
             state = _query(request, "state", _DELIVERY_STATES)
             watcher_id = _query(request, "watcher")
             rows = guarded(lambda: services.ledger.deliveries(tenant, user, state, watcher_id))

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -18,6 +19,8 @@ from pipeline.control.http.api import create_app
 from pipeline.control.http.auth import TokenDirectory
 from pipeline.control.http.common import ApiServices
 from pipeline.control.http.limits import RateLimiter
+from pipeline.rules.authz import Action, Principal, Role
+from pipeline.rules.commands import CommandVerb, GrantSpec
 from tests.unit.control.http.test_auth import MemoryProcessor, NoLedger, refuse_schedules
 
 pytestmark = pytest.mark.unit
@@ -66,9 +69,22 @@ def services(ledger: CountingLedger, **limits: Any) -> ApiServices:
             }
         }
     )
+    processor = MemoryProcessor()
+    operator = Principal(name="op", role=Role.OPERATOR, tenant_id="acme", user_id="ops")
+    spec = GrantSpec(
+        tenant_id="acme",
+        user_id="u-1",
+        purpose="ops.alert",
+        sources=("ci.pipeline",),
+        targets=("in-app",),
+        actions=(Action.MANAGE,),
+        until=datetime.now(UTC) + timedelta(days=1),
+    )
+    grant = processor.command(CommandVerb.GRANT_ADD, operator, "acme", "u-1", grant=spec)
+    assert processor.send(grant).ok
     return ApiServices(
         tokens=TokenDirectory.from_config(config.principals),
-        commands=MemoryProcessor(),
+        commands=processor,
         ledger=ledger,
         schedules=refuse_schedules,
         **limits,
