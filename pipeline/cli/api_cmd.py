@@ -34,9 +34,10 @@ from pipeline.config import VigilConfig
 from pipeline.control.core import Dispatcher, Subjecthood
 from pipeline.control.http.api import ApiServices, SchedulePort, create_app
 from pipeline.control.http.auth import TokenDirectory
-from pipeline.control.http.backend import ClientPool, LedgerStore
+from pipeline.control.http.backend import LedgerStore
 from pipeline.control.http.limits import RateLimiter
 from pipeline.control.http.metrics import RequestMetrics
+from pipeline.control.http.pool import ClientPool
 from pipeline.control.run import RunStarted
 from pipeline.control.status import StatusReader
 from pipeline.crypto import KeyEncryptionKeys, generate_kek_text

@@ -68,6 +68,12 @@ class Follower:
                 self._probe.close()
                 self._probe = None
 
+    @property
+    def ready(self) -> bool:
+        """Whether every partition was read to its end once (no wait, no start)."""
+        with self._lock:
+            return self._caught_up
+
     def caught_up(self, timeout_s: float) -> float:
         """Wait until every partition was read to its end once (starting the reader); returns
         what is left of ``timeout_s``."""

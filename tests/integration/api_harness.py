@@ -245,6 +245,10 @@ def running_plane(bootstrap: str, tmp: Path) -> Iterator[Plane]:
             httpx.Client(base_url=url, timeout=60) as http,
         ):
             plane = Plane(url, bootstrap, topology, config, path, http)
+            deadline = time.monotonic() + 60  # ready once the ledger index has read the log
+            while http.get("/readyz").status_code != 200:
+                assert time.monotonic() < deadline, "the API did not get ready"
+                time.sleep(0.1)
             plane.grant(
                 tenant_id=TENANT,
                 user_id=USER,

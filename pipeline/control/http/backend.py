@@ -1,17 +1,14 @@
-"""The HTTP API's Kafka edge: command round trips in parallel, receipts, the in-app ledger.
+"""The HTTP API's reads of the log: receipts, lifecycle records, the in-app ledger, deliveries.
 
-Owns :class:`ClientPool` (several :class:`~pipeline.control.client.CommandClient` s, so concurrent
-requests reach the command processor concurrently — one client serializes its round trips; a request
-waits for a free one at most ``wait_s``, then :class:`PoolBusyError`, a 503), :class:`LedgerStore`
-(reads the newest ``max_scan`` records of a partition of ``receipts`` or ``lifecycle`` — never a
-whole partition, each read counted in ``vigil_api_log_scans_total`` — and folds them: a watcher's
-receipts newest first; the newest receipt of each of a subject's watchers (the console's last
-outcomes and last fires); a watcher's lifecycle records still in the compacted log; and from the
-ledger index (``index``: each subject's own newest records, no scan per request) a subject's ledger
-deduped on delivery key, ``wake`` records skipped, acknowledgements applied, and its deliveries,
-``pipeline.control.deliveries``), the acknowledgement record (kind ``ack`` on ``notifications``,
-keyed by subject like its notification, so it lives and is erased exactly as long as the ledger
-does) and the readiness probe (one shared producer's metadata, its answer cached for
+Owns :class:`LedgerStore` (reads the newest ``max_scan`` records of a partition of ``receipts`` or
+``lifecycle`` — never a whole partition, each read counted in ``vigil_api_log_scans_total`` — and
+folds them: a watcher's receipts newest first; the newest receipt of each of a subject's watchers
+(the console's last outcomes and last fires); a watcher's lifecycle records still in the compacted
+log; and from the ledger index (``index``: each subject's own newest records, no scan per request) a
+subject's ledger deduped on delivery key, ``wake`` records skipped, acknowledgements applied, and
+its deliveries, ``pipeline.control.deliveries``), the acknowledgement record (kind ``ack`` on
+``notifications``, keyed by subject like its notification, so it lives and is erased exactly as long
+as the ledger does) and the readiness probe (one shared producer's metadata, its answer cached for
 :data:`READY_CACHE_S` so probes cost nothing).
 
 Sealed fields are opened with the subject's data keys read afresh for every request
@@ -21,24 +18,21 @@ showing: a receipt or notification that no longer opens is left out and counted 
 (DESIGN §10), never shown. Records past their ``retain_until`` (the watcher's evidence or
 delivery retention) are left out too, whatever the topic still holds.
 
-Left out: who may read what (the routes check with the command processor or ``authz.may``
-first) and the record schemas (``schemas/``).
+Left out: command round trips (``pool``), who may read what (the routes check with the command
+processor or ``authz.may`` first) and the record schemas (``schemas/``).
 """
 
 from __future__ import annotations
 
-import queue
 import threading
 import time
 from collections.abc import Collection, Iterable, Iterator
-from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, Final
 
 from prometheus_client import REGISTRY, CollectorRegistry
 
 from pipeline.clock import Clock
-from pipeline.control.client import CommandClient
 from pipeline.control.deliveries import delivery_state_filter, delivery_view, matching
 from pipeline.control.http.index import DEFAULT_MAX_RECORDS, DEFAULT_PER_SUBJECT, LedgerIndex
 from pipeline.control.http.metrics import api_metrics
@@ -55,8 +49,6 @@ from pipeline.records.notification import (
     encode_notification,
 )
 from pipeline.records.receipt import decode_receipt
-from pipeline.rules.authz import Principal
-from pipeline.rules.commands.model import Command, CommandResult, CommandVerb
 from pipeline.rules.errors import BrokerError, SerdeError
 from pipeline.rules.instants import rfc3339_micros, utc
 from pipeline.rules.keys import subject_key, watcher_key
@@ -65,80 +57,12 @@ from pipeline.rules.retention import retained
 from pipeline.runtime.keys import FollowedKeys
 from pipeline.runtime.processing import Message
 
-__all__ = [
-    "DEFAULT_MAX_SCAN",
-    "DEFAULT_POOL_WAIT_S",
-    "READY_CACHE_S",
-    "ClientPool",
-    "LedgerStore",
-    "PoolBusyError",
-]
+__all__ = ["DEFAULT_MAX_SCAN", "READY_CACHE_S", "LedgerStore"]
 
 _READ_TIMEOUT_S: Final = 15.0
 _READY_TIMEOUT_S: Final = 3.0
 READY_CACHE_S: Final = 2.0
 DEFAULT_MAX_SCAN: Final = 10_000
-DEFAULT_POOL_WAIT_S: Final = 5.0
-
-
-class PoolBusyError(BrokerError):
-    """Every command client stayed busy past the wait: the API answers 503 with Retry-After."""
-
-    def __init__(self, message: str, wait_s: float) -> None:
-        super().__init__(message)
-        self.wait_s = wait_s
-
-
-class ClientPool:
-    """``size`` command clients; each request borrows one (the ``CommandPort`` of dispatch),
-    waiting at most ``wait_s`` for one to be free (then :class:`BrokerError`: a 503)."""
-
-    def __init__(
-        self,
-        bootstrap: str,
-        topology: Topology,
-        *,
-        size: int = 4,
-        timeout_s: float = 15.0,
-        wait_s: float = DEFAULT_POOL_WAIT_S,
-        keks: KeyEncryptionKeys | None = None,
-    ) -> None:
-        keks = keks or KeyEncryptionKeys.load()
-        self._wait_s = wait_s
-        self._clients = [
-            CommandClient(bootstrap, topology, timeout_s=timeout_s, keks=keks) for _ in range(size)
-        ]
-        self._free: queue.Queue[CommandClient] = queue.Queue()
-        for client in self._clients:
-            self._free.put(client)
-
-    def command(
-        self, verb: CommandVerb, principal: Principal, tenant_id: str, user_id: str, **fields: Any
-    ) -> Command:
-        return self._clients[0].command(verb, principal, tenant_id, user_id, **fields)
-
-    def send(self, command: Command) -> CommandResult:
-        with self._borrow() as client:
-            return client.send(command)
-
-    @contextmanager
-    def _borrow(self) -> Iterator[CommandClient]:
-        try:
-            client = self._free.get(timeout=self._wait_s)
-        except queue.Empty:
-            raise PoolBusyError(
-                f"all {len(self._clients)} command clients stayed busy for {self._wait_s:g} s: "
-                "try again shortly",
-                self._wait_s,
-            ) from None
-        try:
-            yield client
-        finally:
-            self._free.put(client)
-
-    def close(self) -> None:
-        for client in self._clients:
-            client.close()
 
 
 class LedgerStore:
@@ -361,13 +285,14 @@ class LedgerStore:
     # -- readiness --------------------------------------------------------------------------
 
     def ready(self) -> str | None:
-        """None when the broker answers and the command topic exists; else what is wrong. One
-        metadata request per :data:`READY_CACHE_S` at most, however often it is probed."""
+        """None when the broker answers, the command topic exists and the ledger index has read
+        the log once; else what is wrong. One metadata request per :data:`READY_CACHE_S` at
+        most, however often it is probed."""
         with self._ready_lock:
             cached = self._ready
             if cached is not None and time.monotonic() - cached[0] < READY_CACHE_S:
                 return cached[1]
-            answer = self._probe()
+            answer = self._probe() or self._index.ready()
             self._ready = (time.monotonic(), answer)
             return answer
 

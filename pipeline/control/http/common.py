@@ -31,10 +31,10 @@ from pipeline.control.http.auth import (
     TokenDirectory,
     from_command_error,
 )
-from pipeline.control.http.backend import PoolBusyError
 from pipeline.control.http.guard import DEFAULT_MAX_BODY, PRINCIPAL
 from pipeline.control.http.limits import RateLimiter
 from pipeline.control.http.models import REF_PATTERN, ErrorBody
+from pipeline.control.http.pool import PoolBusyError
 from pipeline.control.verbs import VerbResponse
 from pipeline.records.event import EventLine
 from pipeline.rules.authz import Principal

@@ -101,6 +101,12 @@ class LedgerIndex:
             found = self._subjects.get(subject_key(tenant_id, user_id))
             return None if found is None else found.deliveries.get(key)
 
+    def ready(self) -> str | None:
+        """None once the first catch-up is done, else what is still going on (the reader is
+        started here: a readiness probe warms the index before the first request needs it)."""
+        self._follower.start()
+        return None if self._follower.ready else "the ledger index is still reading the log"
+
     def close(self) -> None:
         self._follower.close()
 

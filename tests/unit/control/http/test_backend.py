@@ -32,7 +32,7 @@ def test_readiness_is_probed_once_however_often_it_is_asked(
 
 
 def test_a_request_waits_for_a_free_command_client_only_until_its_deadline() -> None:
-    from pipeline.control.http.backend import ClientPool, PoolBusyError
+    from pipeline.control.http.pool import ClientPool, PoolBusyError
     from pipeline.crypto import KeyEncryptionKeys
 
     pool = ClientPool("127.0.0.1:1", Topology("t.", 2), size=1, wait_s=0.2,
