@@ -42,10 +42,11 @@ from pipeline.kafka.serde import default_registry
 from pipeline.kafka.topics import Topic, Topology
 from pipeline.records.notification import NotificationKind, encode_notification
 from pipeline.rules.data_keys import subject_owner
+from pipeline.rules.errors import BrokerError
 from pipeline.rules.keys import subject_key
 from tests.names import fresh
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
 VIGIL: Final = [sys.executable, "-m", "pipeline.cli.main"]
 PARTITIONS: Final = 2
@@ -94,7 +95,14 @@ class Deployment:
 
     def __post_init__(self) -> None:
         self.topology = Topology(prefix=self.prefix, partitions=PARTITIONS)
-        ensure_topics(connect_admin(self.bootstrap), self.topology)
+        deadline = time.monotonic() + 300  # a shared broker's controller may be slow to show them
+        while True:
+            try:
+                ensure_topics(connect_admin(self.bootstrap), self.topology)
+                break
+            except BrokerError:
+                if time.monotonic() > deadline:
+                    raise
         self.procs: list[subprocess.Popen[bytes]] = []
 
     def config(self, api: str) -> Path:
