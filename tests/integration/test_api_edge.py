@@ -227,6 +227,17 @@ def test_200_console_page_loads_by_a_publisher_start_no_read_of_the_log(
         statuses = [publisher.get(pages[n % len(pages)]).status_code for n in range(200)]
     assert set(statuses) <= {200, 403, 404}, statuses
     assert deployment.scans() == before, "a publisher's console pages started a read"
+    watcher = {
+        "watcher_id": "w-edge",
+        "purpose": "ops.alert",
+        "source": {"kind": "event", "source_id": "ci.pipeline", "event_type": "build.finished",
+                   "max_age": "10m"},
+        "condition": {"eq": ["status", "failed"]},
+        "delivery": {"target": "in-app"},
+        "expires_at": "2099-01-01T00:00:00Z",
+    }  # fmt: skip
+    made = deployment.call("POST", "/v1/watches", "owner", json=watcher)
+    assert made.status_code == 201, made.text
     with signed_in(deployment, "owner") as owner:
         assert owner.get("/ui/watches").status_code == 200
     assert deployment.scans() > before, "an owner's page reads its receipts: the counter counts"

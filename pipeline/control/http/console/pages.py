@@ -7,11 +7,12 @@ processor decides (so roles, grants and the cap hold exactly as over ``/v1``; an
 watcher or delivery is "not found", a 404 page), reads of receipts and deliveries come after
 the same checks the API makes. Agents (and scoped chats) see no proposals page and cannot
 approve: the page is a 404 for them and the processor refuses the command anyway. Lists are
-filtered and paginated on the server (:data:`PAGE_SIZE` rows). A page's reads of the log run
-beside its command round trip, never after it, and are shown only once the command answered:
-the watches list's last outcomes (one read, not one per row), a watcher's lifecycle records,
-deliveries and — when its source is known from an earlier page (:class:`KnownSources`, a hint
-the answer checks) — its receipts.
+filtered and paginated on the server (:data:`PAGE_SIZE` rows). No page reads the log for a role
+that may not read it (checked first, ``authz.may``). The watches list's last outcomes are read
+once the ``list`` answered, from the listed rows' partitions only (one read, not one per row); a
+watcher page's reads run beside its ``show`` round trip and are shown only once it answered:
+lifecycle records, deliveries and — when its source is known from an earlier page
+(:class:`KnownSources`, a hint the answer checks) — its receipts.
 
 A ``GET`` without a session goes to the sign-in page; a ``POST`` without a session or without
 its session's CSRF token is refused (403) before anything is decided. Bodies are URL-encoded
@@ -339,35 +340,28 @@ def _routes(router: APIRouter, console: Console) -> None:
             chat = _query(request, "session")
             notice = None
             page_number = _page_number(request)
-            # Each row's last outcome is its newest receipt: one read of the receipts the
-            # rows can be on, beside the ``list`` round trip (shown only for the rows listed),
-            # and only for a role that may read receipts at all (no read before that check).
-            outcomes = None
-            if _may(who, Verb.EVALUATIONS):
-                sources = None if source is None else [source]
-                outcomes = console.pool.submit(
-                    services.ledger.latest, who.tenant_id, who.user_id, sources
-                )
             try:
                 shown, total = console.page_of(
                     who, page_number, state=state, session_id=chat, source_id=source
                 )
             except ApiError as exc:
-                if outcomes is not None:
-                    outcomes.cancel()
                 if exc.code is not ApiCode.DENIED:
                     raise
                 shown, total = [], 0
                 notice = exc.message  # no grant to manage anything: nothing to list
-            else:
-                now = services.clock.now()
-                last: dict[str, dict[str, Any]] = (
-                    {} if outcomes is None else guarded(partial(outcomes.result, _READ_TIMEOUT_S))
-                )
-                for row in shown:
-                    live = row.get("status") == "active"
-                    row["next_look"] = next_look(row.get("definition") or {}, now) if live else None
-                    row["last"] = last.get(row.get("watcher_id", ""))
+            # Each row's last outcome is its newest receipt: read once the command processor
+            # listed the rows (authorized: no read before), from their sources' partitions
+            # only, and only by a role that may read receipts at all.
+            sources = {str(row.get("source_id", "")) for row in shown}
+            last: dict[str, dict[str, Any]] = {}
+            if shown and _may(who, Verb.EVALUATIONS):
+                read = services.ledger.latest
+                last = guarded(partial(read, who.tenant_id, who.user_id, sorted(sources)))
+            now = services.clock.now()
+            for row in shown:
+                live = row.get("status") == "active"
+                row["next_look"] = next_look(row.get("definition") or {}, now) if live else None
+                row["last"] = last.get(row.get("watcher_id", ""))
             pages = max(1, -(-total // PAGE_SIZE))
             filters = {k: v for k, v in (("state", state), ("source", source), ("session", chat))}
             return console.render(
