@@ -41,7 +41,7 @@ from pipeline.crypto import KeyEncryptionKeys, KeyRing, generate_kek_text
 from pipeline.kafka.admin import connect_admin, ensure_topics
 from pipeline.kafka.clients import Producer, table_consumer
 from pipeline.kafka.partitioner import partition_for
-from pipeline.kafka.serde import default_registry
+from pipeline.kafka.serde import default_codec
 from pipeline.kafka.topics import Topic, Topology
 from pipeline.records.command import encode_command
 from pipeline.records.command_result import decode_result
@@ -81,7 +81,7 @@ def definition(n: int) -> dict[str, Any]:
 def populate(bootstrap: str, topology: Topology, user: str, count: int, keks: Any) -> float:
     """``count`` watchers for ``user``, made through the command processor (the commands
     produced at once, every result awaited and checked); seconds taken."""
-    schemas = default_registry()
+    codec = default_codec()
     until = datetime(2030, 1, 1, tzinfo=UTC)
     operator = operator_principal("bench", "root")
     started = time.perf_counter()
@@ -101,7 +101,7 @@ def populate(bootstrap: str, topology: Topology, user: str, count: int, keks: An
         assert done.ok, done.error
         first = client.command(CommandVerb.CREATE, operator, TENANT, user, definition=definition(0))
         assert client.send(first).ok  # the subject's data key exists from here on
-        ring = KeyRing(keks, schemas)
+        ring = KeyRing(keks, codec)
         read_keys(bootstrap, topology, ring, [(TENANT, user)])
         commands = topology.name(Topic.COMMANDS)
         partition = partition_for(
@@ -122,7 +122,7 @@ def populate(bootstrap: str, topology: Topology, user: str, count: int, keks: An
                         CommandVerb.CREATE, operator, TENANT, user, definition=definition(n)
                     )
                     wanted.add(cmd.request_id.encode())
-                    value = encode_command(schemas, ring, cmd)
+                    value = encode_command(codec, ring, cmd)
                     producer.produce(commands, cmd.subject_key, value, partition)
                 producer.flush(120, "commands")
                 deadline = time.monotonic() + 600
@@ -130,7 +130,7 @@ def populate(bootstrap: str, topology: Topology, user: str, count: int, keks: An
                     for msg in results.consume(1000, 0.2):
                         key = msg.key()
                         if msg.error() is None and key in wanted:
-                            result = decode_result(schemas, ring, msg.value() or b"")
+                            result = decode_result(codec, ring, msg.value() or b"")
                             assert result.ok, result.error
                             wanted.discard(key)
                 assert not wanted, f"{len(wanted)} creates unanswered"
@@ -197,7 +197,7 @@ def main() -> None:
         topology,
         instance_id=f"bench-{uuid.uuid4().hex[:6]}",
         keks=keks,
-        metrics=CollectorRegistry(),
+        metrics_registry=CollectorRegistry(),
         limits=Limits(watchers=args.watchers + 100),
         consumer_overrides={"fetch.wait.max.ms": 10},
     )

@@ -35,14 +35,14 @@ import redis
 from confluent_kafka import Producer
 from prometheus_client import CollectorRegistry
 
-from consumers.delivery.adapters import Delivery, build_adapters, webhook_body
+from consumers.delivery.adapters import build_adapters, webhook_body
 from consumers.delivery.loop import DeliverySettings, DeliveryWorker
 from pipeline.config import parse_config
 from pipeline.crypto import KeyEncryptionKeys, KeyRing, generate_kek_text
 from pipeline.kafka.admin import connect_admin, ensure_topics
 from pipeline.kafka.clients import producer_config
 from pipeline.kafka.partitioner import partition_for
-from pipeline.kafka.serde import default_registry
+from pipeline.kafka.serde import default_codec
 from pipeline.kafka.topics import Topic, Topology
 from pipeline.records.outbox_entry import encode_outbox_entry
 from pipeline.redis.budgets import RedisBudgets
@@ -123,7 +123,7 @@ def _entries(run: str, n: int) -> list[OutboxEntry]:
 
 
 def _grant(producer: Producer, topology: Topology, run: str) -> None:
-    value = default_registry().encode(
+    value = default_codec().encode(
         "grant",
         {
             "grant_id": f"g-{run}",
@@ -201,7 +201,7 @@ def _delivery(
         max_in_flight=max_in_flight,
     )
     keks = KeyEncryptionKeys.load()
-    writer = KeyRing(keks, default_registry())  # the evaluator's side: seals the entries
+    writer = KeyRing(keks, default_codec())  # the evaluator's side: seals the entries
     for owner in {subject_owner(e.tenant_id, e.user_id) for e in entries}:
         topic_key, raw = writer.create(owner, datetime.now(UTC))
         place = partition_for(owner.subject_key, topology.partitions)
@@ -213,8 +213,8 @@ def _delivery(
             settings,
             adapters,
             RedisBudgets(client, key_prefix=f"bench:{run}:"),
-            registry=CollectorRegistry(),
-            ring=KeyRing(keks, default_registry()),
+            metrics_registry=CollectorRegistry(),
+            ring=KeyRing(keks, default_codec()),
         )
         stop = threading.Event()
         worker.start()
@@ -222,12 +222,12 @@ def _delivery(
             worker.step()
         thread = threading.Thread(target=worker.run, args=(stop,), daemon=True)
         thread.start()
-        schemas = default_registry()
+        codec = default_codec()
         outbox = topology.name(Topic.OUTBOX)
         started = time.monotonic()
         for entry in entries:
             key = entry.delivery_key
-            value = encode_outbox_entry(schemas, writer, entry)
+            value = encode_outbox_entry(codec, writer, entry)
             while True:
                 try:
                     producer.produce(outbox, value, key, partition_for(key, topology.partitions))
@@ -258,7 +258,7 @@ def main() -> None:
     admin = connect_admin(bootstrap)
     ensure_topics(admin, topology)
     entries = _entries(run, args.entries)
-    bodies = [(e.delivery_key, webhook_body(Delivery.from_entry(e))) for e in entries]
+    bodies = [(e.delivery_key, webhook_body(e)) for e in entries]
     receiver = _ReceiverProcess()
     try:
         bare_s = _bare(receiver.url, bodies, args.senders)

@@ -56,13 +56,14 @@ from prometheus_client import CollectorRegistry
 
 from benchmarks.runtime import bare
 from benchmarks.write_equivalent import census, fanout
-from consumers.evaluator.loop import Evaluator, EvaluatorSettings, evaluator_app
+from consumers.evaluator.loop import Evaluator
 from consumers.evaluator.metrics import evaluator_metrics
+from consumers.evaluator.stage import EvaluatorSettings, EvaluatorStage
 from pipeline.crypto import KeyEncryptionKeys, KeyRing, generate_kek_text
 from pipeline.kafka.admin import connect_admin, ensure_topics
 from pipeline.kafka.clients import producer_config
 from pipeline.kafka.partitioner import partition_for
-from pipeline.kafka.serde import default_registry
+from pipeline.kafka.serde import default_codec
 from pipeline.kafka.topics import Topic, Topology
 from pipeline.records.grant import encode_grant
 from pipeline.records.sealing import seal_definition
@@ -82,7 +83,7 @@ _WRITTEN = (Topic.RECEIPTS, Topic.OUTBOX, Topic.WATCHER_STATE, Topic.COMMANDS)
 TYPES = 10
 USERS = 100
 NOW = datetime.now(UTC)
-_REGISTRY = default_registry()
+_REGISTRY = default_codec()
 
 
 class _Loader:
@@ -280,7 +281,7 @@ def _evaluate(
     caps = BudgetCaps(window=timedelta(hours=1), evaluations=10_000_000)
     processor = Evaluator(topology, budgets, caps, metrics=metrics)
     settings = EvaluatorSettings(bootstrap, topology, "bench")
-    app = evaluator_app(settings, processor, registry=registry)
+    app = EvaluatorStage(settings, processor, metrics_registry=registry).app
     events_topic = topology.name(Topic.EVENTS)
     labels = {"group": settings.group, "topic": events_topic}
 
@@ -291,7 +292,7 @@ def _evaluate(
         deadline = time.monotonic() + 60
         while len(app.assignment()) < 2 * PARTITIONS and time.monotonic() < deadline:
             app.step()
-        indexed = processor.prepare(compile_definitions=compiled)
+        indexed = processor.prepare(app.tables, compile_definitions=compiled)
         loader.events(n, sources, first)
         started = 0.0
         cpu = main_cpu = 0.0
@@ -303,7 +304,7 @@ def _evaluate(
             before_main = time.thread_time()
             if app.step() and not started:
                 started, cpu, main_cpu = before, before_cpu, before_main
-        app.commit()
+        app.transaction().commit()
         seconds = time.perf_counter() - started
         cpu_seconds = time.process_time() - cpu
         main_seconds = time.thread_time() - main_cpu

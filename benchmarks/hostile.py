@@ -23,7 +23,7 @@ from functools import partial
 from typing import Any
 
 from pipeline.crypto import KeyEncryptionKeys, KeyRing, generate_kek_text
-from pipeline.kafka.serde import default_registry
+from pipeline.kafka.serde import default_codec
 from pipeline.records.command import command_from_value
 from pipeline.rules.authz import Action, Grant
 from pipeline.rules.commands import GrantRecord, apply
@@ -38,7 +38,7 @@ REPEATS = 5
 GOAL_MS = 50.0
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 TENANT, USER = "acme", "u-42"
-_RING = KeyRing(KeyEncryptionKeys.parse(generate_kek_text()), default_registry())  # plain commands
+_RING = KeyRing(KeyEncryptionKeys.parse(generate_kek_text()), default_codec())  # plain commands
 SHAPES = {
     "letters": "a",
     "userinfo_pairs": "a:",

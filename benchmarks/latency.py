@@ -39,10 +39,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from consumers.evaluator.loop import EvaluatorSettings
+from consumers.evaluator.stage import EvaluatorSettings
 from pipeline.crypto import generate_kek_text
 from pipeline.kafka.scan import scan
-from pipeline.kafka.serde import default_registry
+from pipeline.kafka.serde import default_codec
 from pipeline.kafka.topics import Topic, Topology
 from pipeline.records.delivery_state import decode_record
 from pipeline.rules.keys import EventTrigger, delivery_key
@@ -200,7 +200,7 @@ def _stages(
         if key in expected and key not in written:
             written[key] = msg.timestamp()[1] / 1000
     claimed: dict[str, tuple[float, float]] = {}  # key -> (pending created, claim decided)
-    codec = default_registry()
+    codec = default_codec()
     for msg in scan(stack.bootstrap, stack.topology.name(Topic.DELIVERY_STATE)):
         key = (msg.key() or b"").decode()
         value = msg.value()

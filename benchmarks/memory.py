@@ -35,12 +35,13 @@ import redis
 from confluent_kafka import Producer
 from prometheus_client import CollectorRegistry
 
-from consumers.evaluator.loop import Evaluator, EvaluatorSettings, evaluator_app
+from consumers.evaluator.loop import Evaluator
 from consumers.evaluator.metrics import evaluator_metrics
+from consumers.evaluator.stage import EvaluatorSettings, EvaluatorStage
 from pipeline.kafka.admin import connect_admin, ensure_topics
 from pipeline.kafka.clients import producer_config
 from pipeline.kafka.partitioner import partition_for
-from pipeline.kafka.serde import default_registry
+from pipeline.kafka.serde import default_codec
 from pipeline.kafka.topics import Topic, Topology
 from pipeline.redis.budgets import RedisBudgets
 from pipeline.rules.budgets import BudgetCaps, BudgetScope, BudgetVerdict, Charge, Dimension
@@ -53,7 +54,7 @@ KIB = 1024
 
 
 def _events(producer: Producer, topology: Topology, start: int, count: int) -> None:
-    registry = default_registry()
+    registry = default_codec()
     topic = topology.name(Topic.EVENTS)
     now = datetime.now(UTC)
     for i in range(start, start + count):
@@ -92,7 +93,7 @@ def source_ids(bootstrap: str, redis_url: str, total: int) -> dict[str, Any]:
         metrics=evaluator_metrics(registry),
     )
     settings = EvaluatorSettings(bootstrap, topology, "bench")
-    app = evaluator_app(settings, evaluator, registry=registry)
+    app = EvaluatorStage(settings, evaluator, metrics_registry=registry).app
     labels = {"group": app.group_id, "topic": topology.name(Topic.EVENTS)}
     overrides: dict[str, Any] = {"linger.ms": 50}
     producer = Producer(producer_config(bootstrap, **overrides))
@@ -112,7 +113,7 @@ def source_ids(bootstrap: str, redis_url: str, total: int) -> dict[str, Any]:
             _events(producer, topology, n * phase, phase)
             while consumed() < (n + 1) * phase:
                 app.step()
-            app.commit()
+            app.transaction().commit()
             heap.append(tracemalloc.get_traced_memory()[0])
             memo.append(len(evaluator._home))  # the memo keyed by input: what must stay bounded
     tracemalloc.stop()

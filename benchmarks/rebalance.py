@@ -28,8 +28,9 @@ import redis
 from prometheus_client import CollectorRegistry
 
 from benchmarks.evaluator import PARTITIONS, _Loader, _world
-from consumers.evaluator.loop import Evaluator, EvaluatorSettings, evaluator_app
+from consumers.evaluator.loop import Evaluator
 from consumers.evaluator.metrics import evaluator_metrics
+from consumers.evaluator.stage import EvaluatorSettings, EvaluatorStage
 from pipeline.crypto import generate_kek_text
 from pipeline.kafka.topics import Topology
 from pipeline.redis.budgets import RedisBudgets
@@ -51,7 +52,7 @@ def _app(
     settings = EvaluatorSettings(
         bootstrap, topology, name, group_id=group, group_protocol=GroupProtocol(protocol)
     )
-    return evaluator_app(settings, processor, registry=registry), processor, registry
+    return EvaluatorStage(settings, processor, metrics_registry=registry).app, processor, registry
 
 
 def _member(argv: list[str]) -> None:
@@ -100,7 +101,7 @@ def _join(
         deadline = time.monotonic() + _SETTLE_S
         while len(app.assignment()) < 2 * PARTITIONS and time.monotonic() < deadline:
             app.step()
-        indexed = processor.prepare(compile_definitions=True)
+        indexed = processor.prepare(app.tables, compile_definitions=True)
         publisher = threading.Thread(target=_publish, args=(loader, sources, rate, stop))
         publisher.start()
         for _ in range(40):  # warm: a few seconds of steady steps

@@ -145,7 +145,7 @@ def runtime(bootstrap: str, source: str, sink: str, n: int) -> tuple[float, floa
     with app:
         while seen[0] < n:
             app.step()
-        app.commit()
+        app.transaction().commit()
         elapsed = time.perf_counter() - float(seen[1]), time.process_time() - float(seen[2])
     return elapsed
 

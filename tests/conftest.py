@@ -167,3 +167,17 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 @pytest.fixture
 def unique_name() -> Callable[[str], str]:
     return fresh
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The inner loop stays fast: a ``-m`` expression that does not name ``slow`` (``-m unit``)
+    leaves the long generated-input properties out; a run without ``-m`` (``make test``, CI)
+    and ``-m slow`` keep them."""
+    expression = config.getoption("markexpr") or ""
+    if not expression or "slow" in expression:
+        return
+    slow = [item for item in items if item.get_closest_marker("slow") is not None]
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [item for item in items if item.get_closest_marker("slow") is None]

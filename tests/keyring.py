@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from pipeline.crypto import KeyEncryptionKeys, KeyRing
-from pipeline.kafka.serde import default_registry
+from pipeline.kafka.serde import default_codec
 from pipeline.records.sealing import seal_definition
 from pipeline.rules.data_keys import KeyOwner
 from pipeline.rules.definition import WatcherDefinition
@@ -23,7 +23,7 @@ _MADE = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def ring_with(*owners: KeyOwner, keks: KeyEncryptionKeys | None = None) -> KeyRing:
-    ring = KeyRing(keks or KeyEncryptionKeys.load(), default_registry())
+    ring = KeyRing(keks or KeyEncryptionKeys.load(), default_codec())
     for owner in owners:
         ring.create(owner, _MADE)
     return ring
@@ -33,7 +33,7 @@ class OpenRing(KeyRing):
     """A ring that makes a key for any owner on first seal (never for open)."""
 
     def __init__(self, keks: KeyEncryptionKeys | None = None) -> None:
-        super().__init__(keks or KeyEncryptionKeys.load(), default_registry())
+        super().__init__(keks or KeyEncryptionKeys.load(), default_codec())
 
     def seal(self, owner: KeyOwner, aad: bytes, plaintext: bytes) -> bytes | None:
         if self.record(owner) is None:

@@ -44,49 +44,37 @@ from prometheus_client import REGISTRY, CollectorRegistry
 
 from consumers.commands.metrics import command_counter
 from consumers.commands.registry import SubjectIndex
+from consumers.commands.writes import DecisionWriter
 from pipeline.clock import Clock, SystemClock
 from pipeline.crypto import KeyEncryptionKeys, KeyRing
-from pipeline.kafka.partitioner import partition_for
-from pipeline.kafka.serde import SchemaRegistry, default_registry
+from pipeline.kafka.serde import AvroCodec, default_codec
 from pipeline.kafka.topics import Topic, Topology
 from pipeline.records.command import command_from_value
-from pipeline.records.command_result import encode_result
-from pipeline.records.definition_log import encode_definition_log
-from pipeline.records.grant import decode_grant, encode_grant
-from pipeline.records.lifecycle import encode_lifecycle
-from pipeline.records.outbox_entry import encode_outbox_entry
-from pipeline.records.redelivery import encode_redelivery
-from pipeline.records.registry_entry import decode_entry, encode_entry
-from pipeline.records.watcher import encode_watcher
+from pipeline.records.grant import decode_grant
+from pipeline.records.registry_entry import decode_entry
 from pipeline.rules.budgets import NO_CEILINGS, BudgetCeilings
 from pipeline.rules.commands import (
     Command,
-    CommandOutcome,
-    CommandResult,
     CommandVerb,
     GrantRecord,
     RegistryEntry,
-    Shred,
     apply,
     refused,
 )
 from pipeline.rules.commands.limits import DEFAULT_LIMITS, Limits
-from pipeline.rules.data_keys import KeyOwner, evidence_owner, subject_owner
+from pipeline.rules.data_keys import subject_owner
 from pipeline.rules.errors import (
-    BrokerError,
-    BudgetStoreError,
     ConfigError,
     DefinitionError,
     ErasedError,
+    InfrastructureError,
     SerdeError,
 )
-from pipeline.rules.keys import subject_key, watcher_key
-from pipeline.rules.lifecycle import is_live
 from pipeline.runtime.app import GroupProtocol, StreamApp
 from pipeline.runtime.processing import InputRecord, Message, ProcessContext
 from pipeline.runtime.recovery import run_steps
 from pipeline.runtime.tables import Table, TableKind, TableSpec
-from pipeline.runtime.views import KeyView
+from pipeline.runtime.views import UNREADABLE, DecodedCache, KeyView
 
 __all__ = ["CommandProcessor"]
 
@@ -115,10 +103,10 @@ class CommandProcessor:
         instance_id: str,
         group_id: str | None = None,
         clock: Clock | None = None,
-        schemas: SchemaRegistry | None = None,
+        codec: AvroCodec | None = None,
         keks: KeyEncryptionKeys | None = None,
         key_cache: int = 65_536,
-        metrics: CollectorRegistry = REGISTRY,
+        metrics_registry: CollectorRegistry = REGISTRY,
         consumer_overrides: dict[str, Any] | None = None,
         producer_overrides: dict[str, Any] | None = None,
         limits: Limits = DEFAULT_LIMITS,
@@ -136,18 +124,38 @@ class CommandProcessor:
         self._limits = limits
         self._clock = clock or SystemClock()
         self._ceilings = ceilings
-        self._schemas = schemas or default_registry()
+        self._codec = codec or default_codec()
         self._keks = keks or KeyEncryptionKeys.load()
         self._key_cache = key_cache
         self._keys: dict[int, KeyView] = {}  # per task partition: its own ring
-        self._counter = command_counter(metrics)
+        self._counter = command_counter(metrics_registry)
         self._topics = {topic: topology.name(topic) for topic in Topic}
-        self._pending_grants: dict[str, bytes | None] = {}
-        self._grant_cache: dict[str, tuple[bytes, GrantRecord]] = {}
+        self._grant_cache: DecodedCache[GrantRecord] = DecodedCache()
         self._index = SubjectIndex()
-        self.app = StreamApp(
+        self._writer = DecisionWriter(topology, self._codec, self._index)
+        self.app = self._stream_app(
             bootstrap,
             group_id or f"{topology.prefix}command-processor",
+            instance_id,
+            metrics_registry,
+            static_membership=static_membership,
+            group_protocol=group_protocol,
+            consumer_overrides=consumer_overrides,
+            producer_overrides=producer_overrides,
+        )
+
+    def _stream_app(
+        self,
+        bootstrap: str,
+        group_id: str,
+        instance_id: str,
+        metrics_registry: CollectorRegistry,
+        **member: Any,
+    ) -> StreamApp:
+        """Commands in, ``registry`` and ``keys`` owned, ``grants`` whole; every step commits."""
+        return StreamApp(
+            bootstrap,
+            group_id,
             instance_id,
             [self._topics[Topic.COMMANDS]],
             self._process,
@@ -161,13 +169,10 @@ class CommandProcessor:
             commit_interval_ms=0,
             max_batch=200,
             slice_records=_SLICE,
-            static_membership=static_membership,
-            group_protocol=group_protocol,
-            consumer_overrides=consumer_overrides,
-            producer_overrides=producer_overrides,
-            registry=metrics,
+            metrics_registry=metrics_registry,
             schemas_topic=self._topics[Topic.SCHEMAS],
-            schema_registry=self._schemas,
+            codec=self._codec,
+            **member,
         )
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -180,7 +185,7 @@ class CommandProcessor:
         try:
             return self.app.step(timeout)
         finally:
-            self._pending_grants.clear()  # committed (visible next step) or aborted (redone)
+            self._writer.pending_grants.clear()  # committed (visible next step) or aborted (redone)
 
     def run(self, stop: threading.Event) -> None:
         """Process until ``stop`` is set, then commit and leave the group; a broker outage
@@ -196,7 +201,7 @@ class CommandProcessor:
     # -- one batch -----------------------------------------------------------------------
 
     def _decode(self, msg: Message) -> dict[str, Any]:
-        record_type, value = self._schemas.decode(msg.value() or b"")
+        record_type, value = self._codec.decode(msg.value() or b"")
         if record_type != COMMAND:
             raise SerdeError(f"a {record_type} record on {msg.topic()}, expected a command")
         return value
@@ -204,7 +209,7 @@ class CommandProcessor:
     def _process(self, batch: list[InputRecord], ctx: ProcessContext) -> None:
         registry = ctx.table(REGISTRY_TABLE)
         keys = self._key_view(ctx)
-        grants = self._grants(_global_table(ctx, GRANTS_TABLE))
+        grants = self._grants(ctx.table(GRANTS_TABLE))
         now = self._clock.now()
         for record in batch:
             self._one(record, ctx, registry, keys, grants, now)
@@ -215,7 +220,7 @@ class CommandProcessor:
         table = ctx.table(KEYS_TABLE)
         view = self._keys.get(ctx.partition)
         if view is None or view.table is not table:
-            ring = KeyRing(self._keks, self._schemas, cache_size=self._key_cache)
+            ring = KeyRing(self._keks, self._codec, cache_size=self._key_cache)
             view = self._keys[ctx.partition] = KeyView(table, ring)
         else:
             view.refresh()
@@ -251,7 +256,7 @@ class CommandProcessor:
                     if isinstance(tenant, str) and isinstance(user, str)
                     else None
                 )
-                self._answer(ctx, refused(request_id, verb, exc, now), keys.ring, owner)
+                self._writer.answer(ctx, refused(request_id, verb, exc, now), keys.ring, owner)
             return
         try:
             outcome = apply(
@@ -262,18 +267,18 @@ class CommandProcessor:
                 self._limits,
                 ceilings=self._ceilings,
             )
-        except (BrokerError, BudgetStoreError):
+        except InfrastructureError:
             raise
         except Exception as exc:  # a rule failing on this command refuses it, never stops us
             log.exception("command %s could not be decided", command.request_id)
             reason = DefinitionError(f"cannot be decided: {type(exc).__name__}: {exc}")
             self._counter.labels(command.verb.value, "invalid").inc()
             owner = subject_owner(command.tenant_id, command.user_id)
-            self._answer(
+            self._writer.answer(
                 ctx, refused(command.request_id, command.verb.value, reason, now), keys.ring, owner
             )
             return
-        self._write(ctx, registry, keys, grants, command, outcome)
+        self._writer.decision(ctx, registry, keys, grants, command, outcome)
         error = outcome.result.error
         self._counter.labels(command.verb.value, "ok" if error is None else error.code).inc()
 
@@ -286,190 +291,26 @@ class CommandProcessor:
 
         def decode(raw: bytes) -> RegistryEntry | None:
             try:
-                return decode_entry(self._schemas, ring, raw)
+                return decode_entry(self._codec, ring, raw)
             except ErasedError:
                 log.warning("a registry entry of %s is erased: left out", command.subject_key)
                 return None
 
         return self._index.view(registry, command.subject_key, decode)
 
-    def _grants(self, table: Table | None) -> dict[str, GrantRecord]:
+    def _grants(self, table: Table) -> dict[str, GrantRecord]:
         """Every grant: the global table, decoded once per value, with this step's overlay."""
-        raw: dict[str, bytes | None] = {} if table is None else dict(table.items())
-        raw.update(self._pending_grants)
+        raw: dict[str, bytes | None] = dict(table.items())
+        raw.update(self._writer.pending_grants)
         grants: dict[str, GrantRecord] = {}
         for grant_id, value in raw.items():
             if value is None:
                 continue
-            cached = self._grant_cache.get(grant_id)
-            if cached is None or cached[0] != value:
-                try:
-                    cached = (value, decode_grant(self._schemas, value))
-                except (SerdeError, ValueError, KeyError) as exc:
-                    log.error("grant %s is unreadable, ignored (fail-closed): %s", grant_id, exc)
-                    continue
-                self._grant_cache[grant_id] = cached
-            grants[grant_id] = cached[1]
+            try:
+                grants[grant_id] = self._grant_cache.get(grant_id, value, self._decode_grant)
+            except UNREADABLE as exc:
+                log.error("grant %s is unreadable, ignored (fail-closed): %s", grant_id, exc)
         return grants
 
-    # -- writing one decision ------------------------------------------------------------
-
-    def _write(
-        self,
-        ctx: ProcessContext,
-        registry: Table,
-        keys: KeyView,
-        grants: dict[str, GrantRecord],
-        command: Command,
-        outcome: CommandOutcome,
-    ) -> None:
-        tenant, user = command.tenant_id, command.user_id
-        schemas, ring = self._schemas, keys.ring
-        now = outcome.result.processed_at
-        shredded = self._shred(keys, tenant, user, outcome.shred)
-        self._ensure_keys(keys, command, outcome, now)
-        for watcher_id, entry in outcome.registry:
-            key = watcher_key(tenant, user, watcher_id)
-            if entry is None:
-                registry.delete(key)
-            else:
-                registry.set(key, encode_entry(schemas, ring, entry))
-                self._index.add(registry, key)
-        watchers = self._topics[Topic.WATCHERS]
-        count = self._topology.partitions_for(Topic.WATCHERS)
-        for write in outcome.watchers:
-            key = watcher_key(tenant, user, write.watcher_id)
-            value = None if write.entry is None else encode_watcher(schemas, ring, write.entry)
-            ctx.produce(watchers, key, value, partition_for(write.source_id, count))
-        for change in outcome.lifecycle:
-            key = (
-                subject_key(tenant, user)
-                if change.watcher_id is None
-                else watcher_key(tenant, user, change.watcher_id)
-            )
-            value = (
-                None if change.tombstone else encode_lifecycle(schemas, change, tenant, user, now)
-            )
-            ctx.produce(self._topics[Topic.LIFECYCLE], key, value)
-        log_topic = self._topics[Topic.DEFINITION_LOG]
-        log_partition = partition_for(
-            subject_key(tenant, user), self._topology.partitions_for(Topic.DEFINITION_LOG)
-        )
-        for entry in outcome.definitions:
-            key = watcher_key(tenant, user, entry.watcher_id)
-            value = encode_definition_log(schemas, ring, entry, command, now)
-            ctx.produce(log_topic, key, value, log_partition)
-        self._write_grants(ctx, grants, outcome.grants)
-        outbox = self._topics[Topic.OUTBOX]
-        outbox_partitions = self._topology.partitions_for(Topic.OUTBOX)
-        for delivery in outcome.outbox:
-            key = delivery.delivery_key
-            value = encode_outbox_entry(schemas, ring, delivery)
-            ctx.produce(outbox, key, value, partition_for(key, outbox_partitions))
-        redeliveries = self._topics[Topic.REDELIVERIES]
-        for request in outcome.redeliveries:
-            key = request.delivery_key
-            value = encode_redelivery(schemas, request)
-            ctx.produce(redeliveries, key, value, partition_for(key, outbox_partitions))
-        result = outcome.result
-        if shredded and result.result is not None:
-            result = result.model_copy(
-                update={"result": {**result.result, "keys_shredded": shredded}}
-            )
-        self._answer(ctx, result, ring, subject_owner(tenant, user))
-
-    # -- data keys -----------------------------------------------------------------------
-
-    def _shred(self, keys: KeyView, tenant: str, user: str, shred: tuple[Shred, ...]) -> int:
-        """Tombstone the keys ``shred`` names (the partition's table writes its changelog);
-        returns how many."""
-        done = 0
-        for scope in shred:
-            owners = keys.ring.owners(tenant, user, scope.watcher_id)
-            if scope.watcher_id is not None:  # cancel: the watcher's evidence keys only
-                owners = [o for o in owners if o.watcher_id is not None]
-            for owner in owners:
-                keys.table.delete(owner.topic_key)
-                keys.ring.apply(owner.topic_key, None)
-                done += 1
-        return done
-
-    def _ensure_keys(
-        self, keys: KeyView, command: Command, outcome: CommandOutcome, now: datetime
-    ) -> None:
-        """The keys this command's writes seal under: the subject's (when it writes anything
-        of the subject's, or asks with ``key``) and each new version's evidence key; and every
-        key of the subject still wrapped under an older KEK, wrapped again under the newest."""
-        if not outcome.result.ok or command.verb is CommandVerb.ERASE:
-            return
-        entries = [entry for _, entry in outcome.registry if entry is not None]
-        wanted: list[KeyOwner] = []
-        if command.verb is CommandVerb.KEY or entries or outcome.outbox or outcome.definitions:
-            wanted.append(subject_owner(command.tenant_id, command.user_id))
-        # Evidence keys for versions that can still gather evidence: a cancel's shredded key is
-        # never made again, and a closed watcher gathers none.
-        wanted.extend(
-            evidence_owner(e.tenant_id, e.user_id, e.watcher_id, e.version)
-            for e in entries
-            if is_live(e.status)
-        )
-        for owner in wanted:
-            if keys.ring.record(owner) is None:
-                topic_key, raw = keys.ring.create(owner, now)
-                keys.table.set(topic_key, raw)
-        for owner in keys.ring.older_owners(command.tenant_id, command.user_id):
-            renewed = keys.ring.rewrapped(owner)  # None unless an older KEK wraps it
-            if renewed is not None:
-                keys.table.set(*renewed)
-
-    def _write_grants(
-        self,
-        ctx: ProcessContext,
-        grants: dict[str, GrantRecord],
-        writes: tuple[tuple[str, GrantRecord | None], ...],
-    ) -> None:
-        for grant_id, record in writes:
-            value = None if record is None else encode_grant(self._schemas, record)
-            ctx.produce(self._topics[Topic.GRANTS], grant_id, value)
-            self._pending_grants[grant_id] = value
-            if record is None:
-                grants.pop(grant_id, None)
-            else:
-                grants[grant_id] = record
-
-    def _answer(
-        self,
-        ctx: ProcessContext,
-        result: CommandResult,
-        ring: KeyRing | None = None,
-        owner: KeyOwner | None = None,
-    ) -> None:
-        """The result, its body sealed under ``owner``'s key (plain without one: then it
-        carries no subject content, e.g. an erasure's own answer or a refusal)."""
-        if ring is None or owner is None or ring.record(owner) is None:
-            value = encode_result(self._schemas, _NO_KEYS, result, None)
-        else:
-            value = encode_result(self._schemas, ring, result, owner)
-        ctx.produce(self._topics[Topic.COMMAND_RESULTS], result.request_id, value)
-
-
-class _NoKeys:
-    """The sealer of a result body with no key to seal under: it never seals or opens."""
-
-    def seal(self, owner: KeyOwner, aad: bytes, plaintext: bytes) -> bytes | None:
-        return None
-
-    def open(self, aad: bytes, sealed: bytes) -> bytes | None:
-        return None
-
-
-_NO_KEYS: Final = _NoKeys()
-
-
-def _global_table(ctx: ProcessContext, name: str) -> Table | None:
-    """The global table, or None while it is empty: the runtime's lookup treats an empty global
-    table as absent (``TaskState.table`` tests truthiness), and no grants means deny anyway."""
-    try:
-        return ctx.table(name)
-    except BrokerError:
-        return None
+    def _decode_grant(self, raw: bytes) -> GrantRecord:
+        return decode_grant(self._codec, raw)

@@ -15,11 +15,11 @@ __all__ = ["command_counter"]
 
 
 @per_registry
-def command_counter(registry: CollectorRegistry) -> Counter:
+def command_counter(metrics_registry: CollectorRegistry) -> Counter:
     """``vigil_commands_total{verb, result}``: result is ``ok`` or the error code."""
     return Counter(
         "vigil_commands",
         "Commands decided by the command processor, by verb and result.",
         ["verb", "result"],
-        registry=registry,
+        registry=metrics_registry,
     )

@@ -19,27 +19,22 @@ import logging
 from collections.abc import Callable, Iterable
 from datetime import datetime
 
-from consumers.delivery.app import DeliveryApp
 from consumers.delivery.due import Due, DueKind
 from consumers.delivery.metrics import DeliveryMetrics
 from consumers.delivery.planner import Decision, Pending, Planner
 from consumers.delivery.sends import Claim
 from consumers.delivery.states import DeliveryStates
-from pipeline.kafka.topics import dead_letter_headers
 from pipeline.records.delivery_state import DeliveryRecord
 from pipeline.rules.dispatch import DispatchAction, cancel, give_up, restore
-from pipeline.rules.errors import BrokerError, BudgetStoreError
+from pipeline.rules.errors import InfrastructureError
 from pipeline.rules.outbox import OutboxEntry
 from pipeline.rules.outcomes import DeliveryStatus, ErrorCode
 from pipeline.runtime.tables import Table
+from pipeline.runtime.transactions import TransactionScope
 
 __all__ = ["Claimer"]
 
 log = logging.getLogger(__name__)
-
-_S = DeliveryStatus
-# Failures that are not the entry's: the worker backs off and decides it again later.
-_NOT_THE_ENTRYS = (BrokerError, BudgetStoreError)
 
 
 class Claimer:
@@ -47,7 +42,7 @@ class Claimer:
 
     def __init__(
         self,
-        app: DeliveryApp,
+        tx: TransactionScope,
         states: DeliveryStates,
         planner: Planner,
         metrics: DeliveryMetrics,
@@ -57,7 +52,7 @@ class Claimer:
         adapter_of: Callable[[OutboxEntry], str],
         dead_letter_topic: str | None = None,
     ) -> None:
-        self._app = app
+        self._tx = tx
         self._states = states
         self._planner = planner
         self._metrics = metrics
@@ -82,7 +77,7 @@ class Claimer:
                     self._purge(record, due.partition, store)
                     continue
                 pending = self._prepare(record, due.partition, store, now)
-            except _NOT_THE_ENTRYS:
+            except InfrastructureError:  # not the entry's: decided again later
                 raise
             except Exception as exc:
                 self._give_up(record, due.partition, store, exc, now)
@@ -97,7 +92,7 @@ class Claimer:
             try:
                 decision = self._planner.complete(pending, check)
                 claim = self._apply(pending.record, pending.entry, decision, partition, store)
-            except _NOT_THE_ENTRYS:
+            except InfrastructureError:  # not the entry's: decided again later
                 raise
             except Exception as exc:
                 self._give_up(pending.record, partition, store, exc, now)
@@ -112,23 +107,22 @@ class Claimer:
         """Dead-letter an entry that cannot be decided: ``dead_letter`` (``internal``) in
         ``delivery-state``, its outbox value on ``dead-letter`` with the reason, a metric and a
         log line — never the worker's exit, never a retry loop."""
-        state = restore(record.state) if record.state.status is _S.DISPATCHING else record.state
+        state = (
+            restore(record.state)
+            if record.state.status is DeliveryStatus.DISPATCHING
+            else record.state
+        )
         reason = f"internal: {type(exc).__name__}: {str(exc)[:500]}"
         log.error("delivery %s cannot be decided, dead-lettered: %s", record.key, reason)
-        if state.status is not _S.PENDING:
+        if state.status is not DeliveryStatus.PENDING:
             return  # settled already: nothing is retried, nothing to record
         record = record.moved(give_up(state, ErrorCode.INTERNAL, now), reason)
         self._states.write(store, record)
         self._states.schedule(record, partition, store)
         entry = self._states.entry(record.key, partition)
         if entry is not None and self._dead_letter_topic is not None:
-            headers = dead_letter_headers(
-                reason, self._outbox_topic, partition, record.outbox_offset
-            )
-            value = self._states.outbox_value(record.key, partition, entry)
-            self._app.context(partition).produce(
-                self._dead_letter_topic, record.key, value, headers=[*headers]
-            )
+            topics = (self._dead_letter_topic, self._outbox_topic)
+            self._states.dead_letter(self._tx.context(partition), topics, record, entry, reason)
         self._metrics.dead_letters.labels(ErrorCode.INTERNAL.value).inc()
 
     def _prepare(
@@ -136,12 +130,12 @@ class Claimer:
     ) -> Pending | None:
         """Decide what needs no budget; return what waits for its charge."""
         key = record.key
-        if record.state.status is _S.DISPATCHING:
+        if record.state.status is DeliveryStatus.DISPATCHING:
             if self._in_flight(key, store):
                 return None
             record = record.moved(restore(record.state), record.detail)
         state = record.state
-        if state.status is not _S.PENDING:
+        if state.status is not DeliveryStatus.PENDING:
             self._states.schedule(record, partition, store)
             return None
         if state.due_at > now:
@@ -186,8 +180,8 @@ class Claimer:
 
     def _purge(self, record: DeliveryRecord, partition: int, store: Table) -> None:
         """Tombstones on ``delivery-state`` and ``outbox``. Unsettled work is never purged."""
-        if record.state.status in (_S.PENDING, _S.DISPATCHING):
+        if record.state.status in (DeliveryStatus.PENDING, DeliveryStatus.DISPATCHING):
             return
         self._states.delete(store, record.key)
-        self._app.context(partition).produce(self._outbox_topic, record.key, None, partition)
+        self._tx.context(partition).produce(self._outbox_topic, record.key, None, partition)
         self._metrics.purges.inc()

@@ -1,7 +1,8 @@
 """The delivery consumer group: outbox entries delivered at least once, fenced, budgeted.
 
 DESIGN.md §4 and seed 000's dispatch sequence, on the exactly-once runtime
-(:class:`~consumers.delivery.app.DeliveryApp`):
+(:class:`~pipeline.runtime.app.StreamApp`; the worker drives its transactions through the app's
+``transaction()`` handle and reads its tables by name through ``tables``):
 
 - ``outbox`` is the input (``read_committed``), co-partitioned with ``delivery-state``, this
   group's own changelog table. A new entry becomes ``pending`` in ``delivery-state`` in the
@@ -50,15 +51,14 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from prometheus_client import REGISTRY, CollectorRegistry
-from pydantic import ValidationError
 
 from consumers.delivery.adapters import AdapterRegistry
-from consumers.delivery.app import DeliveryApp
 from consumers.delivery.claims import Claimer
 from consumers.delivery.due import DueKind
+from consumers.delivery.intake import Intake
 from consumers.delivery.metrics import DeliveryMetrics, delivery_metrics
 from consumers.delivery.planner import Planner
 from consumers.delivery.results import Recorder
@@ -67,26 +67,19 @@ from consumers.delivery.states import OUTBOX, STATE, DeliveryStates
 from consumers.delivery.sweep import sweep
 from pipeline.clock import Clock, SystemClock
 from pipeline.crypto import KeyEncryptionKeys, KeyRing
-from pipeline.kafka.serde import SchemaRegistry, default_registry
+from pipeline.kafka.serde import AvroCodec, default_codec
 from pipeline.kafka.topics import Topic, Topology
 from pipeline.records.delivery_state import (
     DeliveryRecord,
     decode_record,
-    first_record,
 )
-from pipeline.records.outbox_entry import decode_outbox_entry
-from pipeline.records.redelivery import decode_redelivery
 from pipeline.redis.budgets import RedisBudgets
 from pipeline.rules.budgets import NO_CEILINGS, BudgetCaps, BudgetCeilings
-from pipeline.rules.commands.model import Redelivery
-from pipeline.rules.dispatch import BUDGET_UNAVAILABLE_RETRY, is_redeliverable, redeliver
-from pipeline.rules.errors import BrokerError, SerdeError
-from pipeline.rules.outbox import OutboxEntry
-from pipeline.rules.outcomes import DeliveryStatus
-from pipeline.runtime.app import GroupProtocol, InputRecord, ProcessContext
-from pipeline.runtime.processing import Message
+from pipeline.rules.dispatch import BUDGET_UNAVAILABLE_RETRY
+from pipeline.rules.errors import BrokerError
+from pipeline.runtime.app import GroupProtocol, StreamApp
 from pipeline.runtime.recovery import run_steps
-from pipeline.runtime.tables import Table, TableKind, TableSpec
+from pipeline.runtime.tables import TableKind, TableSpec
 from pipeline.runtime.views import GrantIndex, KeyView, LifecycleIndex
 
 __all__ = ["DEFAULT_GROUP", "DeliverySettings", "DeliveryWorker"]
@@ -97,7 +90,7 @@ DEFAULT_GROUP = "vigil.delivery"
 LIFECYCLE = "lifecycle"
 GRANTS = "grants"
 KEYS = "keys"
-_S = DeliveryStatus
+
 # Before deciding due entries, grants and lifecycle are at most this old: a revocation or a
 # cancel applies to every attempt decided from 50 ms after it reached the broker.
 _DECIDE_REFRESH_S = 0.05
@@ -139,8 +132,8 @@ class DeliveryWorker:
         budgets: RedisBudgets,
         *,
         clock: Clock | None = None,
-        registry: CollectorRegistry = REGISTRY,
-        schemas: SchemaRegistry | None = None,
+        metrics_registry: CollectorRegistry = REGISTRY,
+        codec: AvroCodec | None = None,
         executor: Executor | None = None,
         ring: KeyRing | None = None,
     ) -> None:
@@ -154,33 +147,12 @@ class DeliveryWorker:
         self._dlq_topic = topology.name(Topic.DEAD_LETTER)
         self._budgets = budgets
         self._clock: Clock = clock or SystemClock()
-        self._schemas = schemas or default_registry()
-        self.ring = KeyRing(KeyEncryptionKeys.load(), self._schemas) if ring is None else ring
-        self._keys: KeyView | None = None
-        self._metrics = delivery_metrics(registry)
-        self.app = DeliveryApp(
-            bootstrap,
-            settings.group_id,
-            settings.instance_id,
-            [self._outbox_topic, self._redeliveries_topic],
-            self._on_outbox,
-            tables=[
-                TableSpec(STATE, topology.name(Topic.DELIVERY_STATE), TableKind.OWNED),
-                TableSpec(OUTBOX, self._outbox_topic, TableKind.EXTERNAL),
-                TableSpec(LIFECYCLE, topology.name(Topic.LIFECYCLE), TableKind.GLOBAL),
-                TableSpec(GRANTS, topology.name(Topic.GRANTS), TableKind.GLOBAL),
-                TableSpec(KEYS, topology.name(Topic.KEYS), TableKind.GLOBAL),
-            ],
-            decode=self._decode,
-            dead_letter_topic=self._dlq_topic,
-            commit_interval_ms=settings.commit_interval_ms,
-            consumer_overrides=dict(settings.consumer_overrides),
-            group_protocol=settings.group_protocol,
-            registry=registry,
-            schemas_topic=topology.name(Topic.SCHEMAS),
-            schema_registry=self._schemas,
-        )
-        self._states = DeliveryStates(self.app, self._schemas, self.ring)
+        self._codec = codec or default_codec()
+        self.ring = KeyRing(KeyEncryptionKeys.load(), self._codec) if ring is None else ring
+        self._metrics = delivery_metrics(metrics_registry)
+        self.app = self._stream_app(bootstrap, metrics_registry)
+        tables, self._tx = self.app.tables, self.app.transaction()
+        self._states = DeliveryStates(tables, self._tx, self._codec, self.ring)
         self._sends = SendPool(
             adapters,
             settings.senders,
@@ -188,25 +160,72 @@ class DeliveryWorker:
             linger_s=settings.linger_s,
             executor=executor,
         )
-        self._claimer: Claimer | None = None
-        self._recorder: Recorder | None = None
-        self._lifecycle: LifecycleIndex | None = None
-        self._grants: GrantIndex | None = None
+        # Views of the global tables, empty until start() loads them.
+        self._keys = KeyView(tables.whole(KEYS), self.ring)
+        self._intake = Intake(
+            self._redeliveries_topic,
+            self._codec,
+            self._keys,
+            self._states,
+            self._clock,
+            self._metrics,
+        )
+        self._grants = GrantIndex(tables.whole(GRANTS), self._codec)
+        self._lifecycle = LifecycleIndex(tables.whole(LIFECYCLE), self._codec)
+        self._claimer, self._recorder = self._claimer_and_recorder()
         self._views_read = 0.0
         self._fired = 0.0
         self._started = False
         self._stopping = False
 
-    # -- lifecycle -----------------------------------------------------------------------
+    def _stream_app(self, bootstrap: str, metrics_registry: CollectorRegistry) -> StreamApp:
+        topology, settings = self.settings.topology, self.settings
+        return StreamApp(
+            bootstrap,
+            settings.group_id,
+            settings.instance_id,
+            [self._outbox_topic, self._redeliveries_topic],
+            lambda batch, ctx: self._intake.process(batch, ctx),
+            tables=[
+                TableSpec(STATE, topology.name(Topic.DELIVERY_STATE), TableKind.OWNED),
+                TableSpec(OUTBOX, self._outbox_topic, TableKind.EXTERNAL),
+                TableSpec(LIFECYCLE, topology.name(Topic.LIFECYCLE), TableKind.GLOBAL),
+                TableSpec(GRANTS, topology.name(Topic.GRANTS), TableKind.GLOBAL),
+                TableSpec(KEYS, topology.name(Topic.KEYS), TableKind.GLOBAL),
+            ],
+            decode=lambda msg: self._intake.decode(msg),
+            dead_letter_topic=self._dlq_topic,
+            commit_interval_ms=settings.commit_interval_ms,
+            consumer_overrides=dict(settings.consumer_overrides),
+            group_protocol=settings.group_protocol,
+            metrics_registry=metrics_registry,
+            schemas_topic=topology.name(Topic.SCHEMAS),
+            codec=self._codec,
+        )
 
-    def start(self) -> None:
-        if self._started:
-            return
-        self.app.start()
-        self._keys = KeyView(self.app.global_table(KEYS), self.ring)
-        self._grants = GrantIndex(self.app.global_table(GRANTS), self._schemas)
-        self._lifecycle = LifecycleIndex(self.app.global_table(LIFECYCLE), self._schemas)
-        planner = Planner(
+    def _claimer_and_recorder(self) -> tuple[Claimer, Recorder]:
+        claimer = Claimer(
+            self._tx,
+            self._states,
+            self._planner(),
+            self._metrics,
+            self._outbox_topic,
+            in_flight=self._sends.claimed,
+            adapter_of=self._sends.kind,
+            dead_letter_topic=self._dlq_topic,
+        )
+        recorder = Recorder(
+            self._tx,
+            self._states,
+            self._lifecycle,
+            self._metrics,
+            outbox_topic=self._outbox_topic,
+            dead_letter_topic=self._dlq_topic,
+        )
+        return claimer, recorder
+
+    def _planner(self) -> Planner:
+        return Planner(
             grants=self._grants,
             lifecycle=self._lifecycle,
             budgets=self._budgets,
@@ -214,24 +233,18 @@ class DeliveryWorker:
             budget_ceilings=self.settings.budget_ceilings,
             unavailable_retry=self.settings.unavailable_retry,
         )
-        self._claimer = Claimer(
-            self.app,
-            self._states,
-            planner,
-            self._metrics,
-            self._outbox_topic,
-            in_flight=self._sends.claimed,
-            adapter_of=self._sends.kind,
-            dead_letter_topic=self._dlq_topic,
-        )
-        self._recorder = Recorder(
-            self.app,
-            self._states,
-            self._lifecycle,
-            self._metrics,
-            outbox_topic=self._outbox_topic,
-            dead_letter_topic=self._dlq_topic,
-        )
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._started:
+            return
+        self.app.start()
+        # What start() loaded is where the views begin: records already there are applied,
+        # not swept (a lifecycle record reaches what is queued when it changes).
+        self._keys.refresh()
+        self._grants.refresh()
+        self._lifecycle.refresh()
         self._views_read = time.monotonic()
         self._sends.start()
         self._started = True
@@ -252,7 +265,7 @@ class DeliveryWorker:
         # New entries are claimed and committed in this same turn: waiting for more after
         # the first only delays them (the evaluator's commits bring the outbox in bursts), and
         # so would a commit of their `pending` states before the claim (one commit per turn).
-        self.app.step(self._poll_timeout(), eager=True, commit_due=False)
+        self.app.read(self._poll_timeout())
         self._states.sync(self._sends.claimed)
         self._sends.collect()
         recorded = self._sends.ready() and self._record_answers()
@@ -261,22 +274,21 @@ class DeliveryWorker:
         idle = not self._sends.in_flight
         if recorded or idle or time.monotonic() - self._fired >= self.settings.linger_s:
             claims = self._fire_due()
-        if recorded or claims or self.app.due():
+        if recorded or claims or self._tx.due():
             self._commit(claims)
 
     def _commit(self, claims: list[Claim]) -> None:
         """Commit; only then send the claims and write what waits for the commit."""
-        assert self._recorder is not None
         after, self._recorder.after_commit = self._recorder.after_commit, []
-        if not self.app.commit():
+        if not self._tx.commit():
             return  # rolled back: the next turn rebuilds the queue from the tables
         for claim in claims:
             self._sends.submit(claim)
             self._metrics.attempts.labels(claim.adapter).inc()
         self._metrics.in_flight.set(len(self._sends.in_flight))
         if after:
-            self.app.begin()
-            context = self.app.context(-1)
+            self._tx.begin()
+            context = self._tx.context(-1)
             for out in after:
                 context.produce(out.topic, out.key, out.value)
 
@@ -312,9 +324,9 @@ class DeliveryWorker:
     def records(self) -> dict[str, DeliveryRecord]:
         """Every delivery-state record this member holds now (tests and introspection)."""
         out: dict[str, DeliveryRecord] = {}
-        for store in self.app.stores(STATE).values():
+        for store in self.app.tables.stores_of(STATE).values():
             for key, raw in store.items():
-                out[key] = decode_record(self._schemas, raw)
+                out[key] = decode_record(self._codec, raw)
         return out
 
     def _poll_timeout(self) -> float:
@@ -328,79 +340,6 @@ class DeliveryWorker:
         wait = (next_at - self._clock.now()).total_seconds()
         return min(0.05, max(0.0, wait))
 
-    # -- the outbox, as input ------------------------------------------------------------
-
-    def _decode(self, msg: Message) -> OutboxEntry | Redelivery | None:
-        value = msg.value()
-        if msg.topic() == self._redeliveries_topic:
-            return self._redelivery(msg.key(), value)
-        if value is None:
-            return None  # a tombstone (a purge): nothing to deliver
-        try:
-            entry = decode_outbox_entry(self._schemas, self.ring, value)
-        except (ValidationError, KeyError, TypeError, ValueError) as exc:
-            raise SerdeError(f"not an outbox entry: {exc}") from exc
-        if msg.key() != entry.delivery_key.encode():
-            # The evaluator keys each entry by its delivery key; another key is a foreign or
-            # forged record (it would dodge the key's dedupe and its partition's claims).
-            raise SerdeError("the record key is not the entry's delivery key")
-        return entry
-
-    def _redelivery(self, key: bytes | None, value: bytes | None) -> Redelivery:
-        """A ``redeliveries`` record, keyed by its delivery key as the command processor writes
-        it; anything else (no value, another key) raises and is dead-lettered."""
-        if value is None:
-            raise SerdeError("a redelivery request has no value")
-        request = decode_redelivery(self._schemas, value)
-        if key != request.delivery_key.encode():
-            raise SerdeError("the record key is not the request's delivery key")
-        return request
-
-    def _on_outbox(self, batch: list[InputRecord], ctx: ProcessContext) -> None:
-        """New entries become ``pending``; a key already known never starts over. (An entry
-        that did not open at decode time is opened again when it falls due, with the keys
-        caught up; if it still does not, it is cancelled.)"""
-        states = ctx.table(STATE)
-        now = self._clock.now()
-        if self._keys is not None:
-            self._keys.refresh()
-        for record in batch:
-            entry = record.value
-            if entry is None:
-                continue
-            if isinstance(entry, Redelivery):
-                self._redeliver(entry, ctx.partition, states, now)
-                continue
-            assert isinstance(entry, OutboxEntry)
-            key = entry.delivery_key  # the record's key too (checked at decode)
-            if key in states:
-                continue
-            first = first_record(entry, record.offset, now)
-            self._states.write(states, first)
-            self._states.remember(key, ctx.partition, entry)
-            self._states.queue.schedule(key, ctx.partition, DueKind.ATTEMPT, first.state.due_at)
-
-    def _redeliver(self, request: Redelivery, partition: int, states: Table, now: datetime) -> None:
-        """A ``redeliver`` request: a dead-lettered or suppressed key of the same subject is
-        ``pending`` again, due now, with a fresh attempt count; anything else is ignored."""
-        key = request.delivery_key
-        raw = states.get(key)
-        record = None if raw is None else self._states.record(key, raw)
-        if (
-            record is None
-            or (record.tenant_id, record.user_id) != (request.tenant_id, request.user_id)
-            or not is_redeliverable(record.state)
-        ):
-            state = "absent" if record is None else record.state.status.value
-            log.warning("redeliver %s (request %s) ignored: %s", key, request.request_id, state)
-            self._metrics.redeliveries.labels("ignored").inc()
-            return
-        again = record.moved(redeliver(record.state, now))
-        self._states.write(states, again)
-        self._states.queue.schedule(key, partition, DueKind.ATTEMPT, again.state.due_at)
-        self._metrics.redeliveries.labels("applied").inc()
-        log.info("redeliver %s (request %s): pending again", key, request.request_id)
-
     # -- grants and lifecycle ------------------------------------------------------------
 
     def _refresh_views(self, within_s: float | None = None) -> None:
@@ -409,15 +348,13 @@ class DeliveryWorker:
         age = time.monotonic() - self._views_read
         if age < (self.settings.table_refresh_s if within_s is None else within_s):
             return
-        self.app.catch_up()
+        self.app.tables.catch_up()
         self._views_read = time.monotonic()
-        assert self._grants is not None and self._lifecycle is not None
-        assert self._keys is not None
         self._keys.refresh()
         self._grants.refresh()
-        dropping = self._lifecycle.refresh()
+        dropping = self._lifecycle.dropping_records()
         if dropping:
-            self.app.begin()
+            self._tx.begin()
             sweep(dropping, self._states, self._budgets, self._metrics, self._clock.now())
 
     # -- the steps: claim (claims), send (sends), record (results) -------------------------
@@ -434,9 +371,8 @@ class DeliveryWorker:
             return []
         self._refresh_views(within_s=_DECIDE_REFRESH_S)
         if any(d.kind is DueKind.PURGE and self._states.dirty(d.key, d.partition) for d in dues):
-            self.app.commit()  # the settled record is persisted before its tombstone
-        self.app.begin()
-        assert self._claimer is not None
+            self._tx.commit()  # the settled record is persisted before its tombstone
+        self._tx.begin()
         return self._claimer.fire(dues, now)
 
     def _record_answers(self) -> bool:
@@ -444,9 +380,8 @@ class DeliveryWorker:
         answers = self._sends.take()
         if not answers:
             return False
-        self.app.begin()
+        self._tx.begin()
         now = self._clock.now()
-        assert self._recorder is not None
         for claim, result in answers:
             self._recorder.record(claim, result, now)
         self._metrics.in_flight.set(len(self._sends.in_flight))

@@ -10,6 +10,7 @@ runtime's own metrics (``pipeline.runtime.metrics``).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 
@@ -40,7 +41,12 @@ def delivery_metrics(registry: CollectorRegistry = REGISTRY) -> DeliveryMetrics:
 
 
 def _create(registry: CollectorRegistry) -> DeliveryMetrics:
-    return DeliveryMetrics(
+    return DeliveryMetrics(**_attempts(registry), **_settled(registry))
+
+
+def _attempts(registry: CollectorRegistry) -> dict[str, Any]:
+    """Sends and their answers: deliveries, attempts, retries, deferrals, dead letters."""
+    return dict(
         deliveries=Counter(
             "vigil_delivery_results",
             "Delivery attempts ended, by result (delivered or a categorical error) and adapter.",
@@ -71,6 +77,12 @@ def _create(registry: CollectorRegistry) -> DeliveryMetrics:
             ["reason"],
             registry=registry,
         ),
+    )
+
+
+def _settled(registry: CollectorRegistry) -> dict[str, Any]:
+    """What else settles an entry, what is in flight, and how long it all took."""
+    return dict(
         suppressions=Counter(
             "vigil_delivery_suppressions",
             "Entries settled without sending, by reason.",

@@ -15,21 +15,18 @@ from __future__ import annotations
 from datetime import datetime
 
 from consumers.delivery.adapters import OutboundRecord, SendResult
-from consumers.delivery.app import DeliveryApp
 from consumers.delivery.metrics import DeliveryMetrics
 from consumers.delivery.sends import Claim
 from consumers.delivery.states import DeliveryStates
-from pipeline.kafka.topics import dead_letter_headers
 from pipeline.records.delivery_state import DeliveryRecord
 from pipeline.rules.dispatch import cancel, fail, succeed
 from pipeline.rules.outbox import OutboxEntry
 from pipeline.rules.outcomes import DeliveryStatus, ErrorCode
 from pipeline.runtime.processing import ProcessContext
+from pipeline.runtime.transactions import TransactionScope
 from pipeline.runtime.views import LifecycleIndex
 
 __all__ = ["Recorder"]
-
-_S = DeliveryStatus
 
 
 class Recorder:
@@ -37,7 +34,7 @@ class Recorder:
 
     def __init__(
         self,
-        app: DeliveryApp,
+        tx: TransactionScope,
         states: DeliveryStates,
         lifecycle: LifecycleIndex,
         metrics: DeliveryMetrics,
@@ -45,7 +42,7 @@ class Recorder:
         outbox_topic: str,
         dead_letter_topic: str,
     ) -> None:
-        self._app = app
+        self._tx = tx
         self._states = states
         self._lifecycle = lifecycle
         self._metrics = metrics
@@ -62,10 +59,10 @@ class Recorder:
             return  # revoked or rebuilt since the claim: the new owner sends it again
         store, record = found
         state = record.state
-        if state.status is not _S.DISPATCHING or state.attempt != claim.attempt:
+        if state.status is not DeliveryStatus.DISPATCHING or state.attempt != claim.attempt:
             return
         entry = claim.entry
-        ctx = self._app.context(claim.partition)
+        ctx = self._tx.context(claim.partition)
         if result.ok:
             record = record.moved(succeed(state, now))
             for out in result.records:
@@ -79,7 +76,7 @@ class Recorder:
                 state, result.error, now, policy=entry.retry, retry_after=result.retry_after
             )
             record = record.moved(moved)
-            if moved.status is _S.DEAD_LETTER:
+            if moved.status is DeliveryStatus.DEAD_LETTER:
                 self._dead_letter(ctx, record, entry, result.error)
             else:
                 self._metrics.retries.labels(result.error.value).inc()
@@ -92,9 +89,6 @@ class Recorder:
     def _dead_letter(
         self, ctx: ProcessContext, record: DeliveryRecord, entry: OutboxEntry, error: ErrorCode
     ) -> None:
-        headers = dead_letter_headers(
-            error.value, self._outbox_topic, ctx.partition, record.outbox_offset
-        )
-        value = self._states.outbox_value(record.key, ctx.partition, entry)
-        ctx.produce(self._dlq_topic, record.key, value, headers=[*headers])
+        topics = (self._dlq_topic, self._outbox_topic)
+        self._states.dead_letter(ctx, topics, record, entry, error.value)
         self._metrics.dead_letters.labels(error.value).inc()

@@ -23,7 +23,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Protocol
 
-from consumers.delivery.adapters import AdapterRegistry, Delivery, SendResult
+from consumers.delivery.adapters import AdapterRegistry, SendResult
 from consumers.delivery.adapters.verbs import EXECUTED_VERBS
 from pipeline.rules.outbox import OutboxEntry
 from pipeline.rules.outcomes import ErrorCode
@@ -102,7 +102,7 @@ class SendPool:
 
     def _send(self, entry: OutboxEntry) -> SendResult:
         if entry.verb not in EXECUTED_VERBS:
-            return self._adapters.send(Delivery.from_entry(entry))
+            return self._adapters.send(entry)
         if self._executor is None:
             log.error("%s entry %s: no executor in this process", entry.verb, entry.delivery_key)
             return SendResult.failed(ErrorCode.REJECTED)

@@ -21,9 +21,9 @@ from collections.abc import Callable, Iterator
 
 from pydantic import ValidationError
 
-from consumers.delivery.app import DeliveryApp
 from consumers.delivery.due import DueKind, DueQueue
-from pipeline.kafka.serde import SchemaRegistry
+from pipeline.kafka.serde import AvroCodec
+from pipeline.kafka.topics import dead_letter_headers
 from pipeline.records.delivery_state import DeliveryRecord, decode_record, encode_record
 from pipeline.records.outbox_entry import decode_outbox_entry, encode_outbox_entry
 from pipeline.records.sealing import Sealer
@@ -31,7 +31,11 @@ from pipeline.rules.dispatch import purge_due
 from pipeline.rules.errors import SerdeError
 from pipeline.rules.outbox import OutboxEntry
 from pipeline.rules.outcomes import DeliveryStatus
+from pipeline.runtime.processing import ProcessContext
+from pipeline.runtime.state import TaskState
 from pipeline.runtime.tables import Table
+from pipeline.runtime.transactions import TransactionScope
+from pipeline.runtime.views import DecodedCache
 
 __all__ = ["OUTBOX", "STATE", "DeliveryStates"]
 
@@ -39,21 +43,24 @@ log = logging.getLogger(__name__)
 
 STATE = "delivery-state"
 OUTBOX = "outbox"
-_S = DeliveryStatus
-_UNSETTLED = (_S.PENDING, _S.DISPATCHING)
+
+_UNSETTLED = (DeliveryStatus.PENDING, DeliveryStatus.DISPATCHING)
 
 
 class DeliveryStates:
     """The stores, the queue and the entries of one worker."""
 
-    def __init__(self, app: DeliveryApp, schemas: SchemaRegistry, sealer: Sealer) -> None:
-        self._app = app
-        self._schemas = schemas
+    def __init__(
+        self, tables: TaskState, tx: TransactionScope, codec: AvroCodec, sealer: Sealer
+    ) -> None:
+        self._tables = tables
+        self._tx = tx
+        self._codec = codec
         self._sealer = sealer
         self.queue = DueQueue()
         self._known: dict[int, Table] = {}  # the stores the queue reflects
         self._seen_aborts = 0
-        self._decoded: dict[str, tuple[bytes, DeliveryRecord]] = {}
+        self._decoded: DecodedCache[DeliveryRecord] = DecodedCache()
         self._entries: dict[str, tuple[int, OutboxEntry]] = {}
 
     # -- stores and records ----------------------------------------------------------------
@@ -66,16 +73,14 @@ class DeliveryStates:
 
     def record(self, key: str, raw: bytes) -> DeliveryRecord | None:
         """The record ``raw`` holds (None, logged, when unreadable)."""
-        cached = self._decoded.get(key)
-        if cached is not None and cached[0] is raw:
-            return cached[1]
         try:
-            record = decode_record(self._schemas, raw)
+            return self._decoded.get(key, raw, self._decode)
         except SerdeError as exc:
             log.error("delivery-state record %s is unreadable: %s", key, exc)
             return None
-        self._decoded[key] = (raw, record)
-        return record
+
+    def _decode(self, raw: bytes) -> DeliveryRecord:
+        return decode_record(self._codec, raw)
 
     def current(self, key: str, partition: int) -> tuple[Table, DeliveryRecord] | None:
         """The store and record of ``key``, if this worker holds it."""
@@ -88,16 +93,16 @@ class DeliveryStates:
 
     def write(self, store: Table, record: DeliveryRecord) -> None:
         """Set ``record`` in ``store`` (written to the changelog at the next commit)."""
-        raw = encode_record(self._schemas, record)
+        raw = encode_record(self._codec, record)
         store.set(record.key, raw)
         if record.state.status in _UNSETTLED:
-            self._decoded[record.key] = (raw, record)
+            self._decoded.put(record.key, raw, record)
         else:  # settled: read again only to be purged
-            self._decoded.pop(record.key, None)
+            self._decoded.pop(record.key)
 
     def delete(self, store: Table, key: str) -> None:
         store.delete(key)
-        self._decoded.pop(key, None)
+        self._decoded.pop(key)
         self._entries.pop(key, None)
 
     def dirty(self, key: str, partition: int) -> bool:
@@ -112,9 +117,9 @@ class DeliveryStates:
 
         ``claimed(key, store)`` says a ``dispatching`` record is a send still in flight (its
         answer will be recorded); any other ``dispatching`` record was interrupted."""
-        stores = self._app.stores(STATE)
-        if self._app.aborts != self._seen_aborts:
-            self._seen_aborts = self._app.aborts
+        stores = self._tables.stores_of(STATE)
+        if self._tx.aborts != self._seen_aborts:
+            self._seen_aborts = self._tx.aborts
             changed = set(stores) | set(self._known)
         else:
             changed = {p for p, s in stores.items() if self._known.get(p) is not s}
@@ -139,9 +144,9 @@ class DeliveryStates:
     ) -> None:
         """Set the one timer of ``record``'s key from its state."""
         state = record.state
-        if state.status is _S.PENDING:
+        if state.status is DeliveryStatus.PENDING:
             self.queue.schedule(record.key, partition, DueKind.ATTEMPT, state.due_at)
-        elif state.status is _S.DISPATCHING:
+        elif state.status is DeliveryStatus.DISPATCHING:
             if not in_flight:  # interrupted: pending again, same attempt count, due now
                 self.queue.schedule(record.key, partition, DueKind.ATTEMPT, state.due_at)
         else:
@@ -164,18 +169,33 @@ class DeliveryStates:
         if raw is None:
             return None
         try:
-            entry = decode_outbox_entry(self._schemas, self._sealer, raw)
+            entry = decode_outbox_entry(self._codec, self._sealer, raw)
         except (SerdeError, ValidationError, KeyError, TypeError, ValueError) as exc:
             log.error("outbox entry %s is unreadable: %s", key, exc)
             return None
         self._entries[key] = (partition, entry)
         return entry
 
-    def outbox_value(self, key: str, partition: int, entry: OutboxEntry) -> bytes:
+    def _outbox_value(self, key: str, partition: int, entry: OutboxEntry) -> bytes:
         """The entry's bytes as the outbox holds them (for a dead letter)."""
         raw = self._outbox_raw(key, partition)
-        return raw if raw is not None else encode_outbox_entry(self._schemas, self._sealer, entry)
+        return raw if raw is not None else encode_outbox_entry(self._codec, self._sealer, entry)
+
+    def dead_letter(
+        self,
+        ctx: ProcessContext,
+        topics: tuple[str, str],
+        record: DeliveryRecord,
+        entry: OutboxEntry,
+        reason: str,
+    ) -> None:
+        """The entry's outbox value on ``dead-letter`` (``topics``: that topic and the outbox),
+        with the headers that say why and where from (in the open transaction)."""
+        dead_letter_topic, outbox_topic = topics
+        headers = dead_letter_headers(reason, outbox_topic, ctx.partition, record.outbox_offset)
+        value = self._outbox_value(record.key, ctx.partition, entry)
+        ctx.produce(dead_letter_topic, record.key, value, headers=[*headers])
 
     def _outbox_raw(self, key: str, partition: int) -> bytes | None:
-        store = self._app.stores(OUTBOX).get(partition)
+        store = self._tables.stores_of(OUTBOX).get(partition)
         return None if store is None else store.get(key)

@@ -17,36 +17,42 @@ import logging
 from datetime import datetime
 
 from pipeline.records.codec import Codec
-from pipeline.records.lifecycle import decode_lifecycle
+from pipeline.records.lifecycle import LifecycleRecord, decode_lifecycle
 from pipeline.rules.errors import SerdeError
 from pipeline.rules.keys import subject_of
-from pipeline.rules.lifecycle import WatcherStatus
+from pipeline.rules.lifecycle import cancel_drops, erasure_drops
 from pipeline.runtime.tables import Table
-from pipeline.runtime.views import ObservedDict, observe
+from pipeline.runtime.views import TableView
 
 __all__ = ["LifecycleTracker"]
 
 log = logging.getLogger(__name__)
 
 
-class LifecycleTracker:
+class LifecycleTracker(TableView[LifecycleRecord]):
     """Cancelled versions and erased subjects, and per partition the state keys to tombstone."""
 
-    def __init__(self, table: Table, registry: Codec) -> None:
-        self._registry = registry
-        self._data: ObservedDict = observe(table)
-        self._data.drain()
+    __slots__ = ("_cancelled", "_codec", "_erased", "_pending", "_tables")
+
+    def __init__(self, table: Table, codec: Codec) -> None:
+        super().__init__(table, lambda key, raw: decode_lifecycle(codec, raw), "lifecycle")
+        self._codec = codec
         self._cancelled: dict[str, int] = {}  # watcher key → highest cancelled version
         self._erased: dict[str, datetime] = {}  # subject key → when it was erased
         self._pending: dict[int, set[str]] = {}
         self._tables: dict[int, Table] = {}
-        for key in list(self._data):
-            self._learn(key)
+        self.load()
 
-    def refresh(self) -> None:
+    def put(self, key: str, value: LifecycleRecord, old: LifecycleRecord | None) -> None:
+        if value.erasure:
+            self._erased[key] = value.at
+        elif value.cancel:
+            self._cancelled[key] = max(self._cancelled.get(key, 0), value.version)
+
+    def refresh(self) -> int:
         """Take in lifecycle changes since the last batch and queue their keys everywhere."""
-        for key in self._data.drain():
-            self._learn(key)
+        changed = self.changes()
+        for key in changed:
             if key in self._cancelled:
                 for pending in self._pending.values():
                     pending.add(key)
@@ -55,20 +61,7 @@ class LifecycleTracker:
                 for partition, pending in self._pending.items():
                     table = self._tables[partition]
                     pending.update(k for k in table.data if k.startswith(prefix))
-
-    def _learn(self, key: str) -> None:
-        raw = self._data.get(key)
-        if raw is None:
-            return
-        try:
-            record = decode_lifecycle(self._registry, raw)
-        except (SerdeError, KeyError, ValueError) as exc:
-            log.error("lifecycle record %s is unreadable: %s", key, exc)
-            return
-        if record.erasure:
-            self._erased[key] = record.at
-        elif record.status == WatcherStatus.CANCELLED.value:
-            self._cancelled[key] = max(self._cancelled.get(key, 0), record.version)
+        return len(changed)
 
     def apply(self, partition: int, state: Table) -> int:
         """Tombstone the doomed state keys of ``partition``; returns how many were deleted."""
@@ -96,9 +89,9 @@ class LifecycleTracker:
         if cancelled is None and erased is None:
             return False
         try:
-            _, value = self._registry.decode(raw)
+            _, value = self._codec.decode(raw)
         except SerdeError:
             return True  # unreadable state of a cancelled or erased watcher: drop it
-        if cancelled is not None and int(value["version"]) <= cancelled:
+        if cancelled is not None and cancel_drops(cancelled, int(value["version"])):
             return True
-        return erased is not None and value["updated_at"] <= erased
+        return erased is not None and erasure_drops(erased, value["updated_at"])

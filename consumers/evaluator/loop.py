@@ -1,5 +1,4 @@
-"""The evaluator consumer group: decisions in one transaction with their checkpoints (DESIGN.md §2,
-§3, §10, §11).
+"""The evaluator's processor: decisions in one transaction with their inputs (DESIGN §2, §3, §10).
 
 A :class:`~pipeline.runtime.app.StreamApp` over ``events`` and ``ticks`` with ``watchers`` as
 an external co-partitioned table (caught up to its end before each batch, so a create, pause
@@ -18,32 +17,29 @@ under the watcher version's evidence key (with ``retain_until`` from its evidenc
 outbox entries under the subject's key. A tick or a definition that no longer opens (cancelled,
 erased) is skipped and counted, never evaluated on an empty payload.
 
-Redis unreachable: the batch aborts and rewinds and :func:`run` backs off and retries; nothing
-is ever evaluated unbudgeted. A broker that restarts or stalls: :func:`run` backs off and the
-member resyncs (``pipeline.runtime.recovery``). Leaves out the command line
-(``pipeline.cli.evaluator_cmd``), the record layouts (``pipeline.records``) and the rules
-themselves (``pipeline.rules``).
+Redis unreachable: the batch aborts and rewinds, and the stage (``stage``) backs off and
+retries; nothing is ever evaluated unbudgeted. Leaves out the stage and its app (``stage``),
+the record layouts (``pipeline.records``) and the rules themselves (``pipeline.rules``).
 """
 
 from __future__ import annotations
 
-import gc
 import logging
-import threading
-from collections.abc import Set
+from collections.abc import Iterable, Set
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from prometheus_client import REGISTRY, CollectorRegistry
+from prometheus_client import REGISTRY
 
+from consumers.evaluator.heap import settle_heap
 from consumers.evaluator.lifecycle import LifecycleTracker
-from consumers.evaluator.metrics import EvaluatorMetrics, evaluator_metrics, lag_reporter
+from consumers.evaluator.metrics import EvaluatorMetrics, evaluator_metrics
 from consumers.evaluator.plan import Plan, effective_state
 from pipeline.clock import Clock, SystemClock
 from pipeline.crypto import KeyEncryptionKeys, KeyRing
 from pipeline.kafka.partitioner import partition_for
-from pipeline.kafka.serde import SchemaRegistry, default_registry
+from pipeline.kafka.serde import AvroCodec, default_codec
 from pipeline.kafka.topics import Topic, Topology
 from pipeline.records.codec import json_text
 from pipeline.records.command import encode_command
@@ -57,7 +53,6 @@ from pipeline.redis.budgets import RedisBudgets
 from pipeline.rules.budgets import NO_CEILINGS, BudgetCaps, BudgetCeilings
 from pipeline.rules.commands.system import close_command
 from pipeline.rules.errors import (
-    BudgetStoreError,
     DefinitionError,
     ErasedError,
     SerdeError,
@@ -68,51 +63,31 @@ from pipeline.rules.keys import watcher_key
 from pipeline.rules.outcomes import Outcome, Reason
 from pipeline.rules.retention import retain_until
 from pipeline.rules.watcher_state import WatcherState
-from pipeline.runtime.app import GroupProtocol, InputRecord, ProcessContext, StreamApp
+from pipeline.runtime.app import InputRecord, ProcessContext
 from pipeline.runtime.processing import Message
-from pipeline.runtime.recovery import run_steps
+from pipeline.runtime.state import TaskState
 from pipeline.runtime.tables import Table, TableKind, TableSpec
-from pipeline.runtime.views import GrantIndex, KeyView, WatcherIndex
+from pipeline.runtime.views import DecodedCache, GrantIndex, KeyView, WatcherIndex
 
-__all__ = ["Evaluator", "EvaluatorSettings", "Input", "evaluator_app", "run"]
+__all__ = ["Evaluator", "Input", "table_specs"]
 
 log = logging.getLogger(__name__)
 
 _STATE, _WATCHERS, _GRANTS, _LIFECYCLE = "watcher-state", "watchers", "grants", "lifecycle"
 _KEYS = "keys"
 _HOME_MEMO = 16_384  # source ids whose partition is remembered (every in-memory map is bounded)
-GC_THRESHOLDS = (50_000, 20, 20)  # the evaluator process's cyclic collector (see _settle_heap)
 
 
 @dataclass(frozen=True, slots=True)
 class Input:
-    """A decoded input record: its evidence, and its raw bytes for a re-route. A tick whose
-    payload did not open at decode time (its key may arrive with this batch's tables) keeps
-    its value and position to be opened once the keys are caught up (``evidence`` None)."""
+    """A decoded input record: its evidence, and its raw bytes for a re-route. ``evidence``
+    None: a tick that does not open — erased, or (decoded before :meth:`Evaluator.follow_keys`)
+    kept as ``sealed_tick`` to be opened once the keys are caught up."""
 
     evidence: Evidence | None
     raw: bytes
     watcher_version: int | None = None  # ticks name the version they were made for
     sealed_tick: tuple[dict[str, Any], str] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class EvaluatorSettings:
-    """Where the evaluator runs: the broker, the topics and the member's stable identity."""
-
-    bootstrap: str
-    topology: Topology
-    instance_id: str
-    group_id: str = ""
-    commit_interval_ms: int = 100
-    static_membership: bool = False  # a restart with the same instance id keeps its partitions
-    consumer_overrides: dict[str, Any] = field(default_factory=dict)
-    # consumer (KIP-848): rebalances move and restore only what moves; classic works everywhere
-    group_protocol: GroupProtocol = GroupProtocol.CLASSIC
-
-    @property
-    def group(self) -> str:
-        return self.group_id or f"{self.topology.prefix}evaluator"
 
 
 @dataclass(slots=True)
@@ -121,7 +96,7 @@ class _Task:
 
     index: WatcherIndex
     state: Table
-    cache: dict[str, tuple[bytes, WatcherState]] = field(default_factory=dict)
+    cache: DecodedCache[WatcherState] = field(default_factory=DecodedCache)
 
 
 class Evaluator:
@@ -134,7 +109,7 @@ class Evaluator:
         default_caps: BudgetCaps,
         *,
         clock: Clock | None = None,
-        registry: SchemaRegistry | None = None,
+        codec: AvroCodec | None = None,
         evaluators: Set[str] = frozenset(),
         metrics: EvaluatorMetrics | None = None,
         ceilings: BudgetCeilings = NO_CEILINGS,
@@ -147,8 +122,8 @@ class Evaluator:
         self._default_caps = default_caps
         self._ceilings = ceilings
         self._clock = clock or SystemClock()
-        self._registry = registry or default_registry()
-        self._ring = KeyRing(keks or KeyEncryptionKeys.load(), self._registry, cache_size=key_cache)
+        self._codec = codec or default_codec()
+        self._ring = KeyRing(keks or KeyEncryptionKeys.load(), self._codec, cache_size=key_cache)
         self._keys: KeyView | None = None
         self._evaluators = evaluators
         self.metrics = metrics or evaluator_metrics(REGISTRY)
@@ -162,12 +137,11 @@ class Evaluator:
         self._tasks: dict[int, _Task] = {}
         self._grants: GrantIndex | None = None
         self._lifecycle: LifecycleTracker | None = None
-        self._app: StreamApp | None = None
 
     @property
-    def schemas(self) -> SchemaRegistry:
-        """The schemas this evaluator reads and writes."""
-        return self._registry
+    def codec(self) -> AvroCodec:
+        """The Avro codec this evaluator reads and writes with."""
+        return self._codec
 
     # -- decoding (called by the runtime for every input record) ---------------------------
 
@@ -176,7 +150,7 @@ class Evaluator:
         raw = msg.value()
         if raw is None:
             raise SerdeError("an input record has no value (a tombstone?)")
-        record_type, value = self._registry.decode(raw)
+        record_type, value = self._codec.decode(raw)
         topic = msg.topic() or ""
         position = position_of(topic, msg.partition() or 0, msg.offset() or 0)
         expected = "event" if topic == self._events else "tick"
@@ -186,9 +160,13 @@ class Evaluator:
             if expected == "event":
                 return Input(evidence_from_event(value, position), raw)
             version = int(value["watcher_version"])
+            if self._keys is not None:
+                self._keys.refresh()  # the runtime caught the tables up before decoding
             try:
                 return Input(evidence_from_tick(value, position, self._ring), raw, version)
             except ErasedError:
+                if self._keys is not None:
+                    return Input(None, raw, version)  # its key is gone: opened once, erased
                 return Input(None, raw, version, (value, position))
         except SerdeError:
             raise
@@ -209,9 +187,11 @@ class Evaluator:
         events = self._events
         for record in batch:
             item: Input = record.value
-            evidence = item.evidence if item.evidence is not None else self._opened(item)
+            evidence = item.evidence
             if evidence is None:
-                continue
+                evidence = self._opened(item)
+                if evidence is None:
+                    continue
             topic = record.topic
             if topic == events:
                 home = self._home_of(evidence.source_id)
@@ -246,7 +226,9 @@ class Evaluator:
 
     def _opened(self, item: Input) -> Evidence | None:
         """A tick's evidence once the keys are caught up; None (counted) when it is erased."""
-        assert item.sealed_tick is not None
+        if item.sealed_tick is None:  # erased when it was decoded, with the keys caught up
+            self.metrics.skipped.labels("tick_erased").inc()
+            return None
         try:
             return evidence_from_tick(*item.sealed_tick, self._ring)
         except ErasedError:
@@ -278,32 +260,31 @@ class Evaluator:
         result: Evaluation,
         now: datetime,
     ) -> int:
-        """The evaluation's records, straight from its fields (no model is built here);
-        returns how many outbox entries it wrote."""
-        registry, ring = self._registry, self._ring
-        receipt = result.receipt_fields
-        trigger_key: str = receipt["trigger_key"]
-        text = json_text(receipt["trigger"], "trigger")
+        """The evaluation's records; returns how many outbox entries it wrote."""
+        codec, ring = self._codec, self._ring
+        receipt = result.receipt
+        trigger_key = receipt.trigger_key
+        text = json_text(receipt.trigger, "trigger")
         next_state = result.next_state
         if next_state is not state:
             checkpoint = next_state.checkpoint
             same = checkpoint is not None and checkpoint.trigger_key == trigger_key
             data = encode_state(
-                registry, watch.parts, watch.source_id, next_state, now, text if same else None
+                codec, watch.parts, watch.source_id, next_state, now, text if same else None
             )
             task.state.set(watch.key, data)
-            task.cache[watch.key] = (data, next_state)
+            task.cache.put(watch.key, data, next_state)
         home = self._home_of(watch.source_id)
-        until = retain_until(receipt["evaluated_at"], watch.definition.privacy.evidence_retention)
-        value = encode_receipt(registry, ring, receipt, watch.source_id, text, until)
+        until = retain_until(receipt.evaluated_at, watch.definition.privacy.evidence_retention)
+        value = encode_receipt(codec, ring, receipt, watch.source_id, text, until)
         ctx.produce(self._receipts, watch.key, value, partition=home)
-        entry = result.outbox_fields
+        entry = result.outbox
         if entry is not None:
-            value = encode_outbox_entry(registry, ring, entry, text)
-            ctx.produce(self._outbox, entry["delivery_key"], value)
+            value = encode_outbox_entry(codec, ring, entry, text)
+            ctx.produce(self._outbox, entry.delivery_key, value)
         if result.close is not None:
             command = close_command(watch.parts, watch.version, result.close, trigger_key, now)
-            value = encode_command(registry, ring, command)
+            value = encode_command(codec, ring, command)
             ctx.produce(self._commands, command.subject_key, value)
             self.metrics.close_commands.labels(result.close.value).inc()
         return 0 if entry is None else 1
@@ -332,26 +313,26 @@ class Evaluator:
         state = ctx.table(_STATE)
         task = self._tasks.get(ctx.partition)
         if task is None or task.index.table is not watchers or task.state is not state:
-            task = _Task(WatcherIndex(watchers, self._registry, self._ring), state)
+            task = _Task(WatcherIndex(watchers, self._codec, self._ring), state)
             self._tasks[ctx.partition] = task
-            _settle_heap()
+            settle_heap()
         else:
             task.index.refresh()
         return task
 
-    def prepare(self, compile_definitions: bool = False) -> int:
-        """Build the views of every partition the attached app holds now, so the first batch
-        does not pay for them (and, if asked, compile every definition, as a long-running
-        evaluator has); returns how many watchers they index."""
-        assert self._app is not None, "attach the app first"
-        tables = {(t.spec.name, t.partition): t for t in self._app.tables()}
+    def prepare(self, held: Iterable[Table], compile_definitions: bool = False) -> int:
+        """Index the partitions in ``held`` (the app's tables) before the first batch (and compile
+        every definition if asked, as a running evaluator has); returns the watchers indexed."""
+        tables = {(t.spec.name, t.partition): t for t in held}
         keys = tables.get((_KEYS, -1))
-        if keys is not None and self._keys is None:
+        if self._keys is not None:
+            self._keys.refresh()  # followed since before start: take in what start loaded
+        elif keys is not None:
             self._keys = KeyView(keys, self._ring)
         for (name, partition), watchers in tables.items():
             state = tables.get((_STATE, partition))
             if name == _WATCHERS and state is not None:
-                task = _Task(WatcherIndex(watchers, self._registry, self._ring), state)
+                task = _Task(WatcherIndex(watchers, self._codec, self._ring), state)
                 self._tasks[partition] = task
                 if compile_definitions:
                     for watch in task.index:
@@ -359,12 +340,14 @@ class Evaluator:
                             watch.definition.compile()
                         except (ErasedError, DefinitionError) as exc:
                             log.warning("watcher %s not compiled: %s", watch.key, exc)
-        _settle_heap()
+        settle_heap()
         return sum(len(task.index) for task in self._tasks.values())
 
-    def attach(self, app: StreamApp) -> None:
-        """Know the app whose tables :meth:`prepare` indexes."""
-        self._app = app
+    def follow_keys(self, tables: TaskState) -> None:
+        """Follow the app's ``keys`` table (it exists, empty, before start): a tick is opened
+        once, at decode time, with the keys its batch sees."""
+        if self._keys is None:
+            self._keys = KeyView(tables.whole(_KEYS), self._ring)
 
     def _key_view(self, ctx: ProcessContext) -> KeyView:
         if self._keys is None:
@@ -375,26 +358,24 @@ class Evaluator:
 
     def _grant_index(self, ctx: ProcessContext) -> GrantIndex:
         if self._grants is None:
-            self._grants = GrantIndex(ctx.table(_GRANTS), self._registry)
+            self._grants = GrantIndex(ctx.table(_GRANTS), self._codec)
         else:
             self._grants.refresh()
         return self._grants
 
     def _lifecycle_tracker(self, ctx: ProcessContext) -> LifecycleTracker:
         if self._lifecycle is None:
-            self._lifecycle = LifecycleTracker(ctx.table(_LIFECYCLE), self._registry)
+            self._lifecycle = LifecycleTracker(ctx.table(_LIFECYCLE), self._codec)
         return self._lifecycle
 
     def _stored(self, task: _Task, key: str) -> WatcherState | None:
         raw = task.state.get(key)
         if raw is None:
             return None
-        cached = task.cache.get(key)
-        if cached is not None and cached[0] is raw:
-            return cached[1]
-        state = decode_state(self._registry, raw)
-        task.cache[key] = (raw, state)
-        return state
+        return task.cache.get(key, raw, self._decode_state)
+
+    def _decode_state(self, raw: bytes) -> WatcherState:
+        return decode_state(self._codec, raw)
 
     def _home_of(self, source_id: str) -> int:
         home = self._home.get(source_id)
@@ -406,86 +387,13 @@ class Evaluator:
         return home
 
 
-def _settle_heap() -> None:
-    """Take what the process holds now (restored tables, indexes, decoded definitions) out of
-    the cyclic garbage collector's full passes (``gc.freeze``).
-
-    These views live as long as the assignment, yet each full collection walked all of them
-    again: with 10,000 watchers that was a tenth of the evaluator's CPU. Objects made later
-    are collected as usual; frozen ones are still freed by reference counting when dropped,
-    but a frozen cycle never is: so the views an earlier assignment froze are unfrozen and
-    collected first (one full collection per rebuild, not per batch), or every rebalance would
-    leak the tables and indexes it replaced.
-
-    The collector's thresholds are raised too (:data:`GC_THRESHOLDS`): each event allocates
-    containers that reference counting frees or the per-watcher caches keep, and at Python's
-    default (700, 10, 10) that set off ~33 young passes per 1,000 events and a full pass every
-    ~3,000, which walked everything made since the freeze and found no garbage: 33–44 µs of
-    CPU per event with 10,000 watchers (``benchmarks.evaluator``; 2–4 µs after).
-    """
-    gc.set_threshold(*GC_THRESHOLDS)
-    gc.unfreeze()
-    gc.collect()
-    gc.freeze()
-
-
-def evaluator_app(
-    settings: EvaluatorSettings,
-    evaluator: Evaluator,
-    *,
-    registry: CollectorRegistry = REGISTRY,
-) -> StreamApp:
-    """The evaluator's stream app: inputs, tables and the member's stable transactional id."""
-    topology = settings.topology
-    inputs = [topology.name(Topic.EVENTS), topology.name(Topic.TICKS)]
-    overrides: dict[str, Any] = {
-        "statistics.interval.ms": 5000,
-        "stats_cb": lag_reporter(evaluator.metrics, set(inputs)),
-        **settings.consumer_overrides,
-    }
-    app = StreamApp(
-        settings.bootstrap,
-        settings.group,
-        settings.instance_id,
-        inputs,
-        evaluator,
-        tables=[
-            TableSpec(_WATCHERS, topology.name(Topic.WATCHERS), TableKind.EXTERNAL),
-            TableSpec(_STATE, topology.name(Topic.WATCHER_STATE), TableKind.OWNED),
-            TableSpec(_GRANTS, topology.name(Topic.GRANTS), TableKind.GLOBAL),
-            TableSpec(_LIFECYCLE, topology.name(Topic.LIFECYCLE), TableKind.GLOBAL),
-            TableSpec(_KEYS, topology.name(Topic.KEYS), TableKind.GLOBAL),
-        ],
-        decode=evaluator.decode,
-        dead_letter_topic=topology.name(Topic.DEAD_LETTER),
-        commit_interval_ms=settings.commit_interval_ms,
-        static_membership=settings.static_membership,
-        consumer_overrides=overrides,
-        group_protocol=settings.group_protocol,
-        registry=registry,
-        schemas_topic=topology.name(Topic.SCHEMAS),
-        schema_registry=evaluator.schemas,
-    )
-    evaluator.attach(app)
-    return app
-
-
-def run(app: StreamApp, stop: threading.Event, metrics: EvaluatorMetrics) -> None:
-    """Step until ``stop``; then commit and leave the group.
-
-    A budget store that does not answer aborts the batch (the runtime rewinds to the committed
-    offsets); a broker that does not answer leaves the member to resync. Either way this loop
-    waits, doubling up to a few seconds, and tries again (``pipeline.runtime.recovery``).
-    """
-
-    def failed(exc: Exception, wait: float) -> None:
-        if isinstance(exc, BudgetStoreError):
-            metrics.budget_store_down.inc()
-            log.warning("budget store unavailable, retrying in %.1fs: %s", wait, exc)
-        else:
-            log.warning("broker unavailable, resyncing in %.1fs: %s", wait, exc)
-
-    try:
-        run_steps(app, app.step, stop, start=app.start, also=(BudgetStoreError,), on_failure=failed)
-    finally:
-        app.close()
+def table_specs(topology: Topology) -> list[TableSpec]:
+    """The evaluator's tables: ``watchers`` (external), its own ``watcher-state``, and
+    ``grants``, ``lifecycle`` and ``keys`` whole."""
+    return [
+        TableSpec(_WATCHERS, topology.name(Topic.WATCHERS), TableKind.EXTERNAL),
+        TableSpec(_STATE, topology.name(Topic.WATCHER_STATE), TableKind.OWNED),
+        TableSpec(_GRANTS, topology.name(Topic.GRANTS), TableKind.GLOBAL),
+        TableSpec(_LIFECYCLE, topology.name(Topic.LIFECYCLE), TableKind.GLOBAL),
+        TableSpec(_KEYS, topology.name(Topic.KEYS), TableKind.GLOBAL),
+    ]

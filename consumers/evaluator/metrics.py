@@ -34,57 +34,57 @@ class EvaluatorMetrics:
     consumer_lag: Gauge  # labels: topic, partition
 
 
-def evaluator_metrics(registry: CollectorRegistry = REGISTRY) -> EvaluatorMetrics:
-    """The evaluator's metrics in ``registry``, created on first use."""
-    return _made(registry)
+def evaluator_metrics(metrics_registry: CollectorRegistry = REGISTRY) -> EvaluatorMetrics:
+    """The evaluator's metrics in ``metrics_registry``, created on first use."""
+    return _made(metrics_registry)
 
 
-def _create(registry: CollectorRegistry) -> EvaluatorMetrics:
+def _create(metrics_registry: CollectorRegistry) -> EvaluatorMetrics:
     return EvaluatorMetrics(
         evaluations=Counter(
             "vigil_evaluator_evaluations",
             "Evaluations by outcome and reason code (docs/reason-codes.md).",
             ["outcome", "reason"],
-            registry=registry,
+            registry=metrics_registry,
         ),
         outbox_entries=Counter(
-            "vigil_evaluator_outbox_entries", "Outbox entries written.", registry=registry
+            "vigil_evaluator_outbox_entries", "Outbox entries written.", registry=metrics_registry
         ),
         budget_suppressions=Counter(
             "vigil_evaluator_budget_suppressions",
             "Evaluations refused by an exhausted evaluation budget.",
-            registry=registry,
+            registry=metrics_registry,
         ),
         rerouted=Counter(
             "vigil_evaluator_rerouted",
             "Input records found off their key's Java-default partition (a foreign producer) "
             "and re-produced to it.",
             ["topic"],
-            registry=registry,
+            registry=metrics_registry,
         ),
         skipped=Counter(
             "vigil_evaluator_skipped",
             "Inputs or watchers not evaluated, by cause.",
             ["cause"],
-            registry=registry,
+            registry=metrics_registry,
         ),
         budget_store_down=Counter(
             "vigil_evaluator_budget_store_unavailable",
             "Batches aborted and retried because the budget store (Redis) did not answer.",
-            registry=registry,
+            registry=metrics_registry,
         ),
         close_commands=Counter(
             "vigil_evaluator_close_commands",
             "close commands emitted to the command processor, by reason.",
             ["reason"],
-            registry=registry,
+            registry=metrics_registry,
         ),
         consumer_lag=Gauge(
             "vigil_evaluator_consumer_lag",
             "Records between the consumer's position and the last stable offset, per input "
             "partition (from librdkafka statistics every 5 s).",
             ["topic", "partition"],
-            registry=registry,
+            registry=metrics_registry,
         ),
     )
 

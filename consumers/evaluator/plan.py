@@ -35,7 +35,7 @@ from pipeline.rules.budgets import (
     resolve_caps,
 )
 from pipeline.rules.definition import WatcherDefinition
-from pipeline.rules.errors import BrokerError, BudgetStoreError, ErasedError
+from pipeline.rules.errors import ErasedError, InfrastructureError
 from pipeline.rules.evaluation import BudgetGate, Evaluation, authorization_for, evaluate
 from pipeline.rules.evidence import Evidence
 from pipeline.rules.lifecycle import is_closed
@@ -164,7 +164,7 @@ class Plan:
                 evaluators=self._evaluators,
                 authorization=self._authorization(step.watch, definition, step.grants),
             )
-        except (BudgetStoreError, BrokerError):
+        except InfrastructureError:
             raise  # the store's failure, not the watcher's: the batch is retried
         except ErasedError as exc:
             step.invalid = step.erased = True

@@ -17,7 +17,7 @@ import click
 from consumers.commands.loop import CommandProcessor
 from pipeline.cli.context import CliState, pass_state
 from pipeline.cli.options import group_protocol_option, log_level_option
-from pipeline.cli.process import start
+from pipeline.cli.process import run_stage, start
 from pipeline.kafka.topics import Topic
 
 __all__ = ["command_processor"]
@@ -81,9 +81,4 @@ def command_processor(
         static_membership=static_membership,
         group_protocol=process.group_protocol,
     )
-    process.watch(processor.app)
-    click.echo(
-        f"command processor {processor.app.group_id}/{process.instance_id} running", err=True
-    )
-    processor.run(process.stop)
-    click.echo("command processor stopped", err=True)
+    run_stage(process, "command processor", processor)

@@ -45,7 +45,7 @@ from pipeline.control.identity import PeerIdentity
 from pipeline.control.isolation import AgentUser, agent_socket_path, can_switch_user
 from pipeline.control.run import ScriptRunner
 from pipeline.control.socket.server import Handler, Peer, SocketServer, default_socket_path
-from pipeline.control.verbs import ErrorKind, VerbName, VerbResponse
+from pipeline.control.verbs import VerbErrorKind, VerbName, VerbResponse
 from pipeline.rules.commands.immediate import daemon_grant
 from pipeline.rules.commands.model import CommandVerb
 from pipeline.rules.errors import ConfigError, DefinitionError, VigilError
@@ -146,9 +146,11 @@ def _handler(
         token = body.get("token") if isinstance(body, dict) else None
         principal = identity.of(peer, token)
         if principal is None:
-            return VerbResponse.failure(ErrorKind.UNAUTHENTICATED, "unknown or expired agent token")
+            return VerbResponse.failure(
+                VerbErrorKind.UNAUTHENTICATED, "unknown or expired agent token"
+            )
         if ready is not None and not ready.is_set():
-            return VerbResponse.failure(ErrorKind.STARTING, STARTING)
+            return VerbResponse.failure(VerbErrorKind.STARTING, STARTING)
         return dispatcher.handle(body, principal)
 
     return handle

@@ -24,11 +24,11 @@ from consumers.delivery.adapters.verbs import SocketAgent, VerbExecutor
 from consumers.delivery.loop import DeliverySettings, DeliveryWorker
 from pipeline.cli.context import CliState, pass_state
 from pipeline.cli.options import group_protocol_option, log_level_option
-from pipeline.cli.process import start
+from pipeline.cli.process import run_stage, start
 from pipeline.control.run import ScriptRunner
 from pipeline.control.socket.server import default_socket_path
 from pipeline.crypto import KeyRing
-from pipeline.kafka.serde import default_registry
+from pipeline.kafka.serde import default_codec
 from pipeline.kafka.topics import Topic
 
 __all__ = ["delivery"]
@@ -101,7 +101,7 @@ def delivery(
         group_protocol=process.group_protocol,
     )
     socket = default_socket_path(socket_path, config.rpc.socket_path)
-    ring = KeyRing(process.keks, default_registry(), cache_size=config.privacy.key_cache)
+    ring = KeyRing(process.keks, default_codec(), cache_size=config.privacy.key_cache)
     executor = VerbExecutor(
         SocketAgent(socket, config.agent.timeout.total_seconds()),
         ScriptRunner(config.run.allow_dir, socket, pass_env=config.run.env),
@@ -119,8 +119,5 @@ def delivery(
             executor=executor,
             ring=ring,
         )
-        process.watch(worker.app)
-        click.echo(f"delivery {settings.group_id}/{settings.instance_id} running", err=True)
-        worker.run(process.stop)
+        run_stage(process, "delivery", worker)
     budgets.close()
-    click.echo("delivery stopped", err=True)

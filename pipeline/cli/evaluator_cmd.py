@@ -6,17 +6,18 @@ any other ``key@vN`` evaluates as ``evaluator_missing``); refuses to start when 
 missing or drifted (with the command that fixes it); serves Prometheus metrics on
 ``[metrics] listen``; on SIGTERM or SIGINT commits the open transaction and leaves the group.
 
-Left out: the loop itself (``consumers.evaluator.loop``).
+Left out: the stage itself (``consumers.evaluator``).
 """
 
 from __future__ import annotations
 
 import click
 
-from consumers.evaluator.loop import Evaluator, EvaluatorSettings, evaluator_app, run
+from consumers.evaluator.loop import Evaluator
+from consumers.evaluator.stage import EvaluatorSettings, EvaluatorStage
 from pipeline.cli.context import CliState, pass_state
 from pipeline.cli.options import group_protocol_option, log_level_option
-from pipeline.cli.process import start
+from pipeline.cli.process import run_stage, start
 from pipeline.kafka.topics import Topic
 from producers.ticker.tools import REGISTERED
 
@@ -90,8 +91,4 @@ def evaluator(
         static_membership=static_membership,
         group_protocol=process.group_protocol,
     )
-    app = evaluator_app(settings, processor)
-    process.watch(app)
-    click.echo(f"evaluator {settings.group}/{settings.instance_id} running", err=True)
-    run(app, process.stop, processor.metrics)
-    click.echo("evaluator stopped", err=True)
+    run_stage(process, "evaluator", EvaluatorStage(settings, processor))

@@ -2,7 +2,8 @@
 configuration, its key-encryption keys (none configured: it refuses to start, saying how to fix
 it), refusing to start on missing or drifted topics (with the command that fixes them), its
 stable instance id, its clock (the real one; a fault test may scale it through the environment,
-``pipeline.clock.clock_from_env``), the ``/metrics`` server and the stop event SIGTERM sets.
+``pipeline.clock.clock_from_env``), the ``/metrics`` server and the stop event SIGTERM sets;
+and :func:`run_stage`, which runs a built stage (``pipeline.runtime.stage``) until then.
 
 Leaves out each process's own loop and which topics it needs (its command module says).
 """
@@ -37,8 +38,9 @@ from pipeline.rules.budgets import NO_CEILINGS, BudgetCaps, BudgetCeilings
 from pipeline.rules.errors import ConfigError, UnavailableError
 from pipeline.rules.namespace import Namespace
 from pipeline.runtime.assignment import GroupProtocol, resolve_group_protocol
+from pipeline.runtime.stage import Stage
 
-__all__ = ["Process", "await_app", "serve_health", "start", "watch_app"]
+__all__ = ["Process", "await_app", "run_stage", "serve_health", "start", "watch_app"]
 
 log = logging.getLogger(__name__)
 
@@ -128,13 +130,23 @@ def start(
         topology,
         instance_id,
         stop,
-        config.budgets.defaults.caps(),
+        config.budgets.defaults,
         keks,
         clock_from_env(os.environ),
-        config.budgets.ceilings.ceilings(),
+        config.budgets.ceilings,
         health,
         protocol,
     )
+
+
+def run_stage(process: Process, name: str, stage: Stage) -> None:
+    """Run a built ``stage`` until SIGTERM: its readiness on ``/readyz``, a line on stderr
+    when it runs and when it stopped."""
+    app = stage.app
+    process.watch(app)
+    click.echo(f"{name} {app.group_id}/{app.instance_id} running", err=True)
+    stage.run(process.stop)
+    click.echo(f"{name} stopped", err=True)
 
 
 def serve_health(

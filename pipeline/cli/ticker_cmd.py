@@ -17,7 +17,7 @@ import click
 
 from pipeline.cli.context import CliState, pass_state
 from pipeline.cli.options import group_protocol_option, log_level_option
-from pipeline.cli.process import start
+from pipeline.cli.process import run_stage, start
 from pipeline.kafka.topics import Topic
 from producers.ticker.loop import PollTicker, TickerSettings
 
@@ -105,7 +105,4 @@ def ticker(
         key_cache=process.config.privacy.key_cache,
         clock=process.clock,
     )
-    process.watch(poll_ticker.app)
-    click.echo(f"ticker {settings.group}/{settings.instance_id} running", err=True)
-    poll_ticker.run(process.stop)
-    click.echo("ticker stopped", err=True)
+    run_stage(process, "ticker", poll_ticker)

@@ -30,7 +30,7 @@ from pipeline.clock import Clock, SystemClock
 from pipeline.crypto import KeyEncryptionKeys, KeyRing
 from pipeline.kafka.clients import Producer, Tail
 from pipeline.kafka.partitioner import partition_for
-from pipeline.kafka.serde import SchemaRegistry, default_registry
+from pipeline.kafka.serde import AvroCodec, default_codec
 from pipeline.kafka.topics import Topic, Topology
 from pipeline.records.command import encode_command
 from pipeline.records.command_result import decode_result
@@ -77,7 +77,7 @@ class CommandClient:
         *,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         clock: Clock | None = None,
-        schemas: SchemaRegistry | None = None,
+        codec: AvroCodec | None = None,
         keks: KeyEncryptionKeys | None = None,
     ) -> None:
         """``keks`` default to ``$VIGIL_MASTER_KEYS`` (none there: a ``ConfigError``)."""
@@ -85,8 +85,8 @@ class CommandClient:
         self._topology = topology
         self._timeout_s = timeout_s
         self._clock = clock or SystemClock()
-        self._schemas = schemas or default_registry()
-        self._ring = KeyRing(keks or KeyEncryptionKeys.load(), self._schemas, cache_size=4096)
+        self._codec = codec or default_codec()
+        self._ring = KeyRing(keks or KeyEncryptionKeys.load(), self._codec, cache_size=4096)
         self._keys = FollowedKeys(bootstrap, topology, self._ring)
         self._producer = Producer(bootstrap)
         self._results = Tail(bootstrap, "vigil-cli", min(timeout_s, _METADATA_TIMEOUT_S))
@@ -197,7 +197,7 @@ class CommandClient:
         key = command.subject_key
         partition = partition_for(key, self._topology.partitions_for(Topic.COMMANDS))
         try:
-            value = encode_command(self._schemas, self._ring, command)
+            value = encode_command(self._codec, self._ring, command)
         except ErasedError as exc:
             raise BrokerError(f"cannot send request {command.request_id}: {exc}") from exc
         self._producer.produce(topic, key, value, partition)
@@ -207,7 +207,7 @@ class CommandClient:
         """The decoded result; a sealed one under a key not seen yet re-reads the keys once."""
         for attempt in (1, 2):
             try:
-                return decode_result(self._schemas, self._ring, msg.value() or b"")
+                return decode_result(self._codec, self._ring, msg.value() or b"")
             except ErasedError as exc:
                 if attempt == 2:
                     raise BrokerError(f"unreadable command result: {exc}") from exc

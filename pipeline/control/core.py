@@ -40,7 +40,6 @@ from pipeline.control.schedules import schedule_id, schedule_view, timing_source
 from pipeline.control.verbs import (
     AnyRequest,
     CancelRequest,
-    ErrorKind,
     ListRequest,
     PromptRequest,
     QueryRequest,
@@ -48,6 +47,7 @@ from pipeline.control.verbs import (
     RunRequest,
     ScheduleRequest,
     SendRequest,
+    VerbErrorKind,
     VerbResponse,
     parse_request,
 )
@@ -70,13 +70,13 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _HANDLE_BYTES: Final = 3  # a generated name: "s" + 6 hex digits
-_CODES: Final[dict[ResultCode, ErrorKind]] = {
-    ResultCode.INVALID: ErrorKind.INVALID,
-    ResultCode.DENIED: ErrorKind.DENIED,
-    ResultCode.NOT_FOUND: ErrorKind.NOT_FOUND,
-    ResultCode.CONFLICT: ErrorKind.CONFLICT,
-    ResultCode.STALE_REVISION: ErrorKind.CONFLICT,
-    ResultCode.CAP_REACHED: ErrorKind.CONFLICT,
+_CODES: Final[dict[ResultCode, VerbErrorKind]] = {
+    ResultCode.INVALID: VerbErrorKind.INVALID,
+    ResultCode.DENIED: VerbErrorKind.DENIED,
+    ResultCode.NOT_FOUND: VerbErrorKind.NOT_FOUND,
+    ResultCode.CONFLICT: VerbErrorKind.CONFLICT,
+    ResultCode.STALE_REVISION: VerbErrorKind.CONFLICT,
+    ResultCode.CAP_REACHED: VerbErrorKind.CONFLICT,
 }
 _VERBS: Final[dict[str, Verb]] = {
     "send": Verb.SEND,
@@ -183,24 +183,26 @@ class Dispatcher:
             chat = resolve_chat(request.chat, self._who.chats)
             return self.dispatch(request, principal, chat)
         except DefinitionError as exc:
-            kind = ErrorKind.UNKNOWN_VERB if exc.field == "verb" else ErrorKind.INVALID
+            kind = VerbErrorKind.UNKNOWN_VERB if exc.field == "verb" else VerbErrorKind.INVALID
             return VerbResponse.failure(kind, exc.message, exc.field)
         except ConfigError as exc:
-            return VerbResponse.failure(ErrorKind.UNAVAILABLE, str(exc))
+            return VerbResponse.failure(VerbErrorKind.UNAVAILABLE, str(exc))
         except BrokerError as exc:
-            return VerbResponse.failure(ErrorKind.UNAVAILABLE, str(exc))
+            return VerbResponse.failure(VerbErrorKind.UNAVAILABLE, str(exc))
         except VigilError as exc:
-            return VerbResponse.failure(ErrorKind.UNAVAILABLE, str(exc))
+            return VerbResponse.failure(VerbErrorKind.UNAVAILABLE, str(exc))
         except Exception:
             log.exception("verb failed")
-            return VerbResponse.failure(ErrorKind.INTERNAL, "internal error (see the daemon log)")
+            return VerbResponse.failure(
+                VerbErrorKind.INTERNAL, "internal error (see the daemon log)"
+            )
 
     def dispatch(self, request: AnyRequest, principal: Principal, chat: str) -> VerbResponse:
         """Execute ``request`` for ``principal`` against ``chat`` (already resolved). Raises
         :class:`VigilError` subclasses for bad input or unreachable services."""
         decision = may(principal, _VERBS[request.verb], self._who.subject)
         if not decision.allowed:
-            return VerbResponse.failure(ErrorKind.DENIED, decision.detail)
+            return VerbResponse.failure(VerbErrorKind.DENIED, decision.detail)
         match request:
             case SendRequest():
                 return self._send(request, principal, chat)
@@ -266,7 +268,7 @@ class Dispatcher:
         if isinstance(action, RunAction):
             if principal.role is Role.AGENT:
                 return VerbResponse.failure(
-                    ErrorKind.DENIED, "an agent schedules send or prompt, never run", "argv"
+                    VerbErrorKind.DENIED, "an agent schedules send or prompt, never run", "argv"
                 )
             self._runner.check(action.args)
         now = self._clock.now()
@@ -290,7 +292,7 @@ class Dispatcher:
         if result.error is not None:
             if result.error.code is ResultCode.CONFLICT and not request.update:
                 return VerbResponse.failure(
-                    ErrorKind.CONFLICT,
+                    VerbErrorKind.CONFLICT,
                     f"a schedule named {name!r} already exists in chat {chat!r}: "
                     "use --update to replace it",
                     "name",
@@ -325,7 +327,7 @@ class Dispatcher:
             if result.error.code in (ResultCode.NOT_FOUND, ResultCode.CONFLICT):
                 # A fired one-shot is closed: for its owner it is as gone as one never made.
                 return VerbResponse.failure(
-                    ErrorKind.NOT_FOUND,
+                    VerbErrorKind.NOT_FOUND,
                     f"no schedule named {request.name!r} in chat {chat!r}",
                     "name",
                 )

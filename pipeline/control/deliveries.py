@@ -20,7 +20,7 @@ from typing import Any, Final
 
 from pipeline.kafka.partitioner import partition_for
 from pipeline.kafka.scan import scan
-from pipeline.kafka.serde import SchemaRegistry, default_registry
+from pipeline.kafka.serde import AvroCodec, default_codec
 from pipeline.kafka.topics import Topic, Topology
 from pipeline.records.delivery_state import DeliveryRecord, decode_record
 from pipeline.rules.errors import SerdeError
@@ -82,7 +82,7 @@ def delivery_view(record: DeliveryRecord) -> dict[str, Any]:
 
 
 def _fold(
-    messages: Iterable[Any], schemas: SchemaRegistry, tenant_id: str, user_id: str
+    messages: Iterable[Any], codec: AvroCodec, tenant_id: str, user_id: str
 ) -> dict[str, DeliveryRecord]:
     """The newest record of each key of the subject (a tombstone removes the key)."""
     out: dict[str, DeliveryRecord] = {}
@@ -93,7 +93,7 @@ def _fold(
             out.pop(key, None)
             continue
         try:
-            record = decode_record(schemas, raw)
+            record = decode_record(codec, raw)
         except (SerdeError, ValueError):
             continue
         if (record.tenant_id, record.user_id) != (tenant_id, user_id) or record.key != key:
@@ -111,13 +111,13 @@ def read_deliveries(
     *,
     state: DeliveryStatus | None = None,
     watcher_id: str | None = None,
-    schemas: SchemaRegistry | None = None,
+    codec: AvroCodec | None = None,
     max_scan: int = DEFAULT_MAX_SCAN,
 ) -> list[DeliveryRecord]:
     """The subject's deliveries (of ``watcher_id`` only, in ``state`` only), newest first."""
-    schemas = schemas or default_registry()
+    codec = codec or default_codec()
     topic = topology.name(Topic.DELIVERY_STATE)
-    found = _fold(scan(bootstrap, topic, tail=max_scan), schemas, tenant_id, user_id)
+    found = _fold(scan(bootstrap, topic, tail=max_scan), codec, tenant_id, user_id)
     return matching(found.values(), state, watcher_id)
 
 
@@ -142,11 +142,11 @@ def read_delivery(
     user_id: str,
     delivery_key: str,
     *,
-    schemas: SchemaRegistry | None = None,
+    codec: AvroCodec | None = None,
     max_scan: int = DEFAULT_MAX_SCAN,
 ) -> DeliveryRecord | None:
     """One of the subject's deliveries (None for a missing key or another subject's)."""
-    schemas = schemas or default_registry()
+    codec = codec or default_codec()
     topic = topology.name(Topic.DELIVERY_STATE)
     partition = partition_for(delivery_key, topology.partitions_for(Topic.DELIVERY_STATE))
     messages = (
@@ -154,4 +154,4 @@ def read_delivery(
         for msg in scan(bootstrap, topic, partitions=(partition,), tail=max_scan)
         if msg.key() == delivery_key.encode("utf-8")
     )
-    return _fold(messages, schemas, tenant_id, user_id).get(delivery_key)
+    return _fold(messages, codec, tenant_id, user_id).get(delivery_key)

@@ -3,7 +3,7 @@
 Owns one pydantic model per verb (DESIGN.md §1, §5; seed 001) — ``send``, ``prompt``,
 ``query``, ``run``, ``schedule``, ``list``, ``cancel`` — discriminated by ``verb``, the
 :class:`VerbResponse` every verb answers (ok with a result, or an error of a closed
-:class:`ErrorKind`), and the argv grammar a schedule wraps: ``send|prompt|run ARGS…``,
+:class:`VerbErrorKind`), and the argv grammar a schedule wraps: ``send|prompt|run ARGS…``,
 validated at creation so a nonsense deferral is refused before it is stored. Timing flags
 (``--in | --at | --cron``) are a required, mutually exclusive group.
 
@@ -31,7 +31,6 @@ __all__ = [
     "Action",
     "AnyRequest",
     "CancelRequest",
-    "ErrorKind",
     "ListRequest",
     "PromptAction",
     "PromptRequest",
@@ -42,6 +41,7 @@ __all__ = [
     "SendAction",
     "SendRequest",
     "VerbError",
+    "VerbErrorKind",
     "VerbName",
     "VerbRequest",
     "VerbResponse",
@@ -69,7 +69,7 @@ class VerbName(StrEnum):
 SCHEDULABLE: Final = frozenset({VerbName.SEND, VerbName.PROMPT, VerbName.RUN})
 
 
-class ErrorKind(StrEnum):
+class VerbErrorKind(StrEnum):
     """Why a verb failed: the command processor's codes plus the transport's own."""
 
     INVALID = "invalid"  # a bad argument; ``field`` names it
@@ -270,7 +270,7 @@ def _invalid(exc: ValidationError, prefix: str | None) -> DefinitionError:
 
 
 class VerbError(_Model):
-    code: ErrorKind
+    code: VerbErrorKind
     message: str
     field: str | None = None
 
@@ -287,5 +287,5 @@ class VerbResponse(_Model):
         return cls(ok=True, result=result)
 
     @classmethod
-    def failure(cls, code: ErrorKind, message: str, field: str | None = None) -> VerbResponse:
+    def failure(cls, code: VerbErrorKind, message: str, field: str | None = None) -> VerbResponse:
         return cls(ok=False, error=VerbError(code=code, message=message, field=field))

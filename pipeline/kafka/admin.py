@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -26,7 +25,7 @@ from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, Config
 from confluent_kafka.admin._resource import ResourceType
 from confluent_kafka.cimpl import NewTopic
 
-from pipeline.kafka.clients import translate
+from pipeline.kafka.failures import answer, translate
 from pipeline.kafka.properties import LOG, active
 from pipeline.kafka.topics import Topic, TopicSpec, Topology
 from pipeline.rules.errors import BrokerError, TopologyError
@@ -134,15 +133,6 @@ def connect_admin(bootstrap_servers: str, extra: Mapping[str, Any] | None = None
     return AdminClient({**settings, **(extra or {})})
 
 
-def _result(future: Future[Any], what: str) -> Any:
-    try:
-        return future.result(timeout=_TIMEOUT_S)
-    except KafkaException as exc:
-        raise translate(exc, what) from exc
-    except TimeoutError as exc:
-        raise BrokerError(f"{what}: no answer from the broker in {_TIMEOUT_S:.0f}s") from exc
-
-
 def _partition_counts(admin: AdminClient) -> dict[str, int]:
     """Partition count of every topic the broker reports without error."""
     try:
@@ -163,7 +153,7 @@ def _configs(admin: AdminClient, names: Iterable[str]) -> dict[str, dict[str, st
     futures = admin.describe_configs(resources, request_timeout=_TIMEOUT_S)
     described: dict[str, dict[str, str | None]] = {}
     for resource, future in futures.items():
-        entries: dict[str, ConfigEntry] = _result(future, f"describing {resource.name}")
+        entries: dict[str, ConfigEntry] = answer(future, f"describing {resource.name}", _TIMEOUT_S)
         described[resource.name] = {key: entry.value for key, entry in entries.items()}
     return described
 
@@ -248,7 +238,7 @@ def _reconfigure(admin: AdminClient, drifted: list[TopicStatus]) -> None:
     ]
     if resources:
         for resource, future in admin.incremental_alter_configs(resources).items():
-            _result(future, f"setting configs of {resource.name}")
+            answer(future, f"setting configs of {resource.name}", _TIMEOUT_S)
 
 
 def ensure_topics(admin: AdminClient, topology: Topology) -> EnsureReport:

@@ -12,21 +12,18 @@ Left out: which groups vigil runs (the caller names them) and what is shown (``p
 from __future__ import annotations
 
 from collections.abc import Sequence
-from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
 from confluent_kafka import (
     ConsumerGroupTopicPartitions,
     IsolationLevel,
-    KafkaException,
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._listoffsets import OffsetSpec
 
-from pipeline.kafka.clients import translate
-from pipeline.rules.errors import BrokerError
+from pipeline.kafka.failures import answer
 
 __all__ = ["GroupStatus", "group_status"]
 
@@ -42,15 +39,6 @@ class GroupStatus:
     lag: int
 
 
-def _wait(future: Future[Any], what: str) -> Any:
-    try:
-        return future.result(timeout=_TIMEOUT_S)
-    except KafkaException as exc:
-        raise translate(exc, what) from exc
-    except TimeoutError as exc:
-        raise BrokerError(f"{what}: no answer from the broker in {_TIMEOUT_S:.0f}s") from exc
-
-
 def group_status(admin: AdminClient, groups: Sequence[str]) -> list[GroupStatus]:
     """Members, state and read-committed lag of each of ``groups``, in order."""
     if not groups:
@@ -60,8 +48,8 @@ def group_status(admin: AdminClient, groups: Sequence[str]) -> list[GroupStatus]
     for group in groups:
         request = [ConsumerGroupTopicPartitions(group)]
         (future,) = admin.list_consumer_group_offsets(request, request_timeout=_TIMEOUT_S).values()
-        answer = _wait(future, f"offsets of group {group}")
-        committed[group] = [tp for tp in answer.topic_partitions or [] if tp.offset >= 0]
+        offsets = answer(future, f"offsets of group {group}", _TIMEOUT_S)
+        committed[group] = [tp for tp in offsets.topic_partitions or [] if tp.offset >= 0]
     partitions = {
         TopicPartition(tp.topic, tp.partition) for tps in committed.values() for tp in tps
     }
@@ -73,10 +61,10 @@ def group_status(admin: AdminClient, groups: Sequence[str]) -> list[GroupStatus]
             request_timeout=_TIMEOUT_S,
         )
         for tp, future in asked.items():
-            ends[(tp.topic, tp.partition)] = int(_wait(future, "end offsets").offset)
+            ends[(tp.topic, tp.partition)] = int(answer(future, "end offsets", _TIMEOUT_S).offset)
     out = []
     for group in groups:
-        description = _wait(described[group], f"group {group}")
+        description = answer(described[group], f"group {group}", _TIMEOUT_S)
         lag = sum(
             max(0, ends.get((tp.topic, tp.partition), tp.offset) - tp.offset)
             for tp in committed[group]

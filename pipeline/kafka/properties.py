@@ -31,7 +31,7 @@ __all__ = [
     "LOG",
     "RESERVED",
     "ClientProperties",
-    "Role",
+    "PropertyScope",
     "active",
     "check",
     "is_secret",
@@ -43,7 +43,7 @@ __all__ = [
 LOG: Final = logging.getLogger("librdkafka")
 LOG.setLevel(logging.CRITICAL + 1)  # quiet until a process asks for it (verbose)
 
-Role = Literal["client", "producer", "consumer"]
+PropertyScope = Literal["client", "producer", "consumer"]
 Value = str | int | float | bool
 
 # What vigil sets on purpose: overriding one would break placement, transactions or fencing.
@@ -129,7 +129,7 @@ def active() -> ClientProperties:
     return _active
 
 
-def check(table: Mapping[str, Any], role: Role) -> list[tuple[str, str]]:
+def check(table: Mapping[str, Any], role: PropertyScope) -> list[tuple[str, str]]:
     """Problems of one ``[kafka.<role>]`` table as ``(key, message)`` pairs (none: valid).
 
     Total over any mapping: names are length- and pattern-checked before librdkafka sees them.
@@ -165,7 +165,7 @@ def check(table: Mapping[str, Any], role: Role) -> list[tuple[str, str]]:
 
 
 def _librdkafka_check(
-    properties: Mapping[str, tuple[str, str]], role: Role
+    properties: Mapping[str, tuple[str, str]], role: PropertyScope
 ) -> list[tuple[str, str]]:
     """Each name and value set on a throwaway handle of its own (no bootstrap servers: it never
     connects); how properties combine is librdkafka's to judge when the real client starts."""

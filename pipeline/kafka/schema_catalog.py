@@ -22,7 +22,7 @@ from fastavro.schema import to_parsing_canonical_form
 
 from pipeline.kafka.clients import Producer
 from pipeline.kafka.partitioner import partition_for
-from pipeline.kafka.serde import SchemaRegistry, SchemaVersion
+from pipeline.kafka.serde import AvroCodec, SchemaVersion
 
 __all__ = ["REGISTRATION_TIMEOUT_S", "SchemaCatalog", "register_schemas", "registration"]
 
@@ -39,15 +39,15 @@ def register_schemas(
     producer: Producer,
     topic: str,
     partitions: int,
-    registry: SchemaRegistry,
+    codec: AvroCodec,
     record_types: Iterable[str] | None = None,
 ) -> int:
     """Register the schema this build writes for each of ``record_types`` (default: every
     type it knows) and wait until the broker has them all; returns how many were sent.
     Idempotent (same key, same value)."""
     sent = 0
-    for record_type in sorted(registry.record_types if record_types is None else record_types):
-        key, value = registration(registry.newest(record_type))
+    for record_type in sorted(codec.record_types if record_types is None else record_types):
+        key, value = registration(codec.newest(record_type))
         producer.produce(topic, key, value, partition_for(key, partitions))
         sent += 1
     producer.flush(REGISTRATION_TIMEOUT_S, "schema registrations")

@@ -4,7 +4,7 @@ DESIGN.md §2 and §10. A value is ``C3 01``, the 8-byte little-endian CRC-64-AV
 of the writer schema's parsing canonical form, then the ``schemaless_writer`` body. A reader
 finds the writer schema by fingerprint among all ``schemas/<type>.v<N>.avsc`` files and reads
 into the newest version of that type (Avro schema resolution), so old records stay readable
-and no registry server is needed. Schemas are parsed once per process (:func:`default_registry`).
+and no registry server is needed. Schemas are parsed once per process (:func:`default_codec`).
 A schema's values are written by its prepared writer (``pipeline.kafka.writers``: the same
 bytes, compiled once) and by fastavro when it has none or declines a value.
 
@@ -38,9 +38,9 @@ from pipeline.rules.errors import SerdeError, UnknownSchemaError
 __all__ = [
     "HEADER_SIZE",
     "MAGIC",
-    "SchemaRegistry",
+    "AvroCodec",
     "SchemaVersion",
-    "default_registry",
+    "default_codec",
     "fingerprint_of",
 ]
 
@@ -73,8 +73,9 @@ class SchemaVersion:
         return MAGIC + self.fingerprint
 
 
-class SchemaRegistry:
-    """Every schema version this build ships, indexed by type and by fingerprint."""
+class AvroCodec:
+    """The Avro codec: every schema version this build ships, indexed by type and by
+    fingerprint; it encodes a named record type's value and decodes any known version."""
 
     __slots__ = ("_by_fingerprint", "_newest")
 
@@ -96,12 +97,12 @@ class SchemaRegistry:
                 self._newest[version.record_type] = version
 
     @classmethod
-    def from_documents(cls, documents: Mapping[str, Mapping[str, Any]]) -> SchemaRegistry:
+    def from_documents(cls, documents: Mapping[str, Mapping[str, Any]]) -> AvroCodec:
         """Build from ``{file name: schema JSON}``; the file name gives type and version."""
         return cls(_parse(name, doc) for name, doc in documents.items())
 
     @classmethod
-    def from_package(cls, package: str = "schemas") -> SchemaRegistry:
+    def from_package(cls, package: str = "schemas") -> AvroCodec:
         """Load every ``*.avsc`` shipped in ``package`` (old versions included)."""
         documents = {
             entry.name: json.loads(entry.read_text(encoding="utf-8"))
@@ -205,6 +206,6 @@ def _parse(file_name: str, document: Mapping[str, Any]) -> SchemaVersion:
 
 
 @functools.cache
-def default_registry() -> SchemaRegistry:
+def default_codec() -> AvroCodec:
     """The schemas shipped with this build, parsed once per process."""
-    return SchemaRegistry.from_package()
+    return AvroCodec.from_package()

@@ -27,6 +27,7 @@ __all__ = [
     "COMPACTED_CONFIGS",
     "DEFAULT_PARTITIONS",
     "DEFAULT_PREFIX",
+    "DLQ_MAX_REASON",
     "DLQ_OFFSET",
     "DLQ_PARTITION",
     "DLQ_REASON",
@@ -53,13 +54,20 @@ DLQ_PARTITION: Final = "vigil.dlq.partition"
 DLQ_OFFSET: Final = "vigil.dlq.offset"
 
 
+DLQ_MAX_REASON: Final = 1000
+"""Characters of a reason its header keeps: enough to act on, never a payload copy."""
+
+
 def dead_letter_headers(
     reason: str, topic: str, partition: int, offset: int
 ) -> list[tuple[str, bytes]]:
-    """Headers of a ``dead-letter`` record (UTF-8 values, decimal numbers)."""
+    """Headers of a ``dead-letter`` record, the one encoding every writer uses: UTF-8 text (a
+    character UTF-8 cannot carry, such as a lone surrogate from a hostile record, becomes
+    ``?``: a dead letter is never refused for its reason), the reason cut at
+    :data:`DLQ_MAX_REASON` characters, decimal numbers."""
     return [
-        (DLQ_REASON, reason.encode("utf-8")),
-        (DLQ_TOPIC, topic.encode("utf-8")),
+        (DLQ_REASON, reason[:DLQ_MAX_REASON].encode("utf-8", "replace")),
+        (DLQ_TOPIC, topic.encode("utf-8", "replace")),
         (DLQ_PARTITION, str(partition).encode("ascii")),
         (DLQ_OFFSET, str(offset).encode("ascii")),
     ]

@@ -11,7 +11,7 @@ It covers the types vigil's hot records use: ``null``, ``boolean``, ``int``, ``l
 records, arrays and unions of ``null`` with one other type. A schema with anything else gets no
 prepared writer (``None``). A prepared writer never decides a value alone: whatever it does
 not write the plain way (a missing or extra field, a value of another type, a naive instant, a
-number out of range) raises, and :class:`~pipeline.kafka.serde.SchemaRegistry` hands that value
+number out of range) raises, and :class:`~pipeline.kafka.serde.AvroCodec` hands that value
 to fastavro, whose answer (bytes or an error) stands. So the bytes are fastavro's bytes; a
 hypothesis property in the tests holds them to that for every shipped schema.
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from pipeline.crypto import KeyEncryptionKeys, KeyRing
 from pipeline.kafka.scan import Progress, scan
-from pipeline.kafka.serde import SchemaRegistry, default_registry
+from pipeline.kafka.serde import AvroCodec, default_codec
 from pipeline.kafka.topics import Topic, Topology
 from pipeline.ops.replay_reader import Scope, read_receipts
 from pipeline.rules.data_keys import ERASED
@@ -147,7 +147,7 @@ def _erased_row(r: Receipt) -> ExplainRow:
 def read_delivery_states(
     bootstrap: str,
     topology: Topology,
-    registry: SchemaRegistry,
+    codec: AvroCodec,
     keys: set[str],
     progress: Progress | None = None,
 ) -> dict[str, DeliveryView]:
@@ -165,7 +165,7 @@ def read_delivery_states(
             status = previous.status if previous is not None else "purged"
             out[key] = DeliveryView(status=status, purged=True)
             continue
-        _type, value = registry.decode(data)
+        _type, value = codec.decode(data)
         out[key] = DeliveryView(
             status=value["status"],
             attempt=int(value["attempt"]),
@@ -189,11 +189,11 @@ def read_explanation(
 ) -> list[ExplainRow]:
     """One watcher's evaluations, read from ``receipts`` and ``delivery-state``, opened with
     the subject's keys as they are now (``keks`` default to ``$VIGIL_MASTER_KEYS``)."""
-    registry = default_registry()
-    ring = KeyRing(keks or KeyEncryptionKeys.load(), registry)
+    codec = default_codec()
+    ring = KeyRing(keks or KeyEncryptionKeys.load(), codec)
     read_keys(bootstrap, topology, ring, [(tenant_id, user_id)])
     scope = Scope(tenant_id, user_id, watcher_id)
-    receipts = read_receipts(bootstrap, topology, registry, ring, scope, progress)
+    receipts = read_receipts(bootstrap, topology, codec, ring, scope, progress)
     keys = {r.delivery_key for r in receipts if r.delivery_key is not None and not r.erased}
-    deliveries = read_delivery_states(bootstrap, topology, registry, keys, progress)
+    deliveries = read_delivery_states(bootstrap, topology, codec, keys, progress)
     return explain(receipts, deliveries, now or datetime.now(UTC))

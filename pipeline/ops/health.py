@@ -121,12 +121,12 @@ class HealthServer:
         host: str,
         port: int,
         *,
-        registry: CollectorRegistry = REGISTRY,
+        metrics_registry: CollectorRegistry = REGISTRY,
         ttl_s: float = 2.0,
         max_lag: int = DEFAULT_MAX_LAG,
         bootstrap: str | None = None,
     ) -> None:
-        self._registry = registry
+        self._metrics_registry = metrics_registry
         self._ttl = ttl_s
         self._max_lag = max_lag
         self._checks: dict[str, _Cached] = {}
@@ -134,7 +134,7 @@ class HealthServer:
         self._lock = threading.Lock()
         self._bootstrap = bootstrap
         self._stop = threading.Event()
-        self._lag = _lag_gauge(registry)
+        self._lag = _lag_gauge(metrics_registry)
         self._server = ThreadingHTTPServer((host, port), self._handler())
         self._server.daemon_threads = True
         self._threads = [
@@ -242,7 +242,7 @@ class HealthServer:
             def do_GET(self) -> None:
                 path = self.path.split("?", 1)[0]
                 if path == "/metrics":
-                    self._send(200, generate_latest(server._registry), CONTENT_TYPE_LATEST)
+                    self._send(200, generate_latest(server._metrics_registry), CONTENT_TYPE_LATEST)
                 elif path == "/healthz":
                     self._json(200, {"status": "alive"})
                 elif path == "/readyz":
@@ -276,13 +276,13 @@ def _run(check: Check) -> str | None:
         return f"{type(exc).__name__}: {str(exc)[:200]}"
 
 
-def _create_lag_gauge(registry: CollectorRegistry) -> Gauge:
+def _create_lag_gauge(metrics_registry: CollectorRegistry) -> Gauge:
     return Gauge(
         "vigil_consumer_group_lag",
         "Records between a consumer group's committed offset and the partition's end "
         "(read committed), measured from the group coordinator every 10 s.",
         ["group", "topic", "partition"],
-        registry=registry,
+        registry=metrics_registry,
     )
 
 

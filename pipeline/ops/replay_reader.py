@@ -24,7 +24,7 @@ from typing import Any
 
 from pipeline.crypto import KeyEncryptionKeys, KeyRing
 from pipeline.kafka.scan import Bound, Progress, scan
-from pipeline.kafka.serde import SchemaRegistry, default_registry
+from pipeline.kafka.serde import AvroCodec, default_codec
 from pipeline.kafka.topics import Topic, Topology
 from pipeline.records.definition_log import decode_definition_log
 from pipeline.records.event import evidence_from_event
@@ -97,10 +97,10 @@ def _topic(topology: Topology, topic: Topic) -> str:
 
 
 def key_ring(
-    bootstrap: str, topology: Topology, registry: SchemaRegistry, keks: KeyEncryptionKeys | None
+    bootstrap: str, topology: Topology, codec: AvroCodec, keks: KeyEncryptionKeys | None
 ) -> KeyRing:
     """Every data key ``keys`` holds now (``keks`` default to ``$VIGIL_MASTER_KEYS``)."""
-    ring = KeyRing(keks or KeyEncryptionKeys.load(), registry)
+    ring = KeyRing(keks or KeyEncryptionKeys.load(), codec)
     read_keys(bootstrap, topology, ring)
     return ring
 
@@ -108,7 +108,7 @@ def key_ring(
 def read_definitions(
     bootstrap: str,
     topology: Topology,
-    registry: SchemaRegistry,
+    codec: AvroCodec,
     sealer: Sealer,
     scope: Scope,
     progress: Progress | None = None,
@@ -122,7 +122,7 @@ def read_definitions(
         if data is None:
             continue
         try:
-            entry = decode_definition_log(registry, sealer, data)
+            entry = decode_definition_log(codec, sealer, data)
         except (SerdeError, ValueError, KeyError) as exc:
             log.warning("an unreadable definition_log record: %s", exc)
             continue
@@ -142,7 +142,7 @@ def read_definitions(
         logged.setdefault(key, (parsed, entry.at))
     activated: dict[VersionKey, datetime] = {}
     for msg in scan(bootstrap, _topic(topology, Topic.WATCHERS), progress=progress):
-        value = _decoded(registry, msg.value(), "watcher")
+        value = _decoded(codec, msg.value(), "watcher")
         if value is None or value.get("activated_at") is None:
             continue
         key = (value["tenant_id"], value["user_id"], value["watcher_id"], int(value["version"]))
@@ -157,7 +157,7 @@ def read_definitions(
 def read_receipts(
     bootstrap: str,
     topology: Topology,
-    registry: SchemaRegistry,
+    codec: AvroCodec,
     sealer: Sealer,
     scope: Scope,
     progress: Progress | None = None,
@@ -169,7 +169,7 @@ def read_receipts(
         if data is None:
             continue
         try:
-            receipt, _source = decode_receipt(registry, sealer, data)
+            receipt, _source = decode_receipt(codec, sealer, data)
         except (SerdeError, ValueError) as exc:
             log.warning("an unreadable receipt at offset %s: %s", msg.offset(), exc)
             continue
@@ -181,7 +181,7 @@ def read_receipts(
 def read_inputs(
     bootstrap: str,
     topology: Topology,
-    registry: SchemaRegistry,
+    codec: AvroCodec,
     sealer: Sealer,
     start: Bound,
     end: Bound,
@@ -196,7 +196,7 @@ def read_inputs(
         for msg in scan(
             bootstrap, name, start=start, end=end, short=topic.value, progress=progress
         ):
-            value = _decoded(registry, msg.value(), "event" if topic is Topic.EVENTS else "tick")
+            value = _decoded(codec, msg.value(), "event" if topic is Topic.EVENTS else "tick")
             if value is None:
                 continue
             position = position_of(name, msg.partition() or 0, msg.offset() or 0)
@@ -219,7 +219,7 @@ def read_inputs(
 def read_outbox(
     bootstrap: str,
     topology: Topology,
-    registry: SchemaRegistry,
+    codec: AvroCodec,
     sealer: Sealer,
     progress: Progress | None = None,
 ) -> dict[str, OutboxEntry | None]:
@@ -232,7 +232,7 @@ def read_outbox(
             out[key] = None
             continue
         try:
-            out[key] = decode_outbox_entry(registry, sealer, data)
+            out[key] = decode_outbox_entry(codec, sealer, data)
         except (SerdeError, ValueError) as exc:
             log.warning("an unreadable outbox record %s: %s", key, exc)
     return out
@@ -247,16 +247,16 @@ def read_history(
     *,
     read_at: datetime,
     progress: Progress | None = None,
-    registry: SchemaRegistry | None = None,
+    codec: AvroCodec | None = None,
     keks: KeyEncryptionKeys | None = None,
 ) -> History:
     """Everything :func:`pipeline.rules.replay.replay` needs for ``[start, end)`` in ``scope``."""
-    registry = registry or default_registry()
-    ring = key_ring(bootstrap, topology, registry, keks)
-    definitions, erased = read_definitions(bootstrap, topology, registry, ring, scope, progress)
-    inputs, erased_inputs = read_inputs(bootstrap, topology, registry, ring, start, end, progress)
-    receipts = read_receipts(bootstrap, topology, registry, ring, scope, progress)
-    outbox = read_outbox(bootstrap, topology, registry, ring, progress)
+    codec = codec or default_codec()
+    ring = key_ring(bootstrap, topology, codec, keks)
+    definitions, erased = read_definitions(bootstrap, topology, codec, ring, scope, progress)
+    inputs, erased_inputs = read_inputs(bootstrap, topology, codec, ring, start, end, progress)
+    receipts = read_receipts(bootstrap, topology, codec, ring, scope, progress)
+    outbox = read_outbox(bootstrap, topology, codec, ring, progress)
     return History(
         definitions=definitions,
         inputs=inputs,
@@ -269,11 +269,11 @@ def read_history(
     )
 
 
-def _decoded(registry: SchemaRegistry, data: bytes | None, expected: str) -> dict[str, Any] | None:
+def _decoded(codec: AvroCodec, data: bytes | None, expected: str) -> dict[str, Any] | None:
     if data is None:
         return None
     try:
-        record_type, value = registry.decode(data)
+        record_type, value = codec.decode(data)
     except (SerdeError, ValueError) as exc:
         log.warning("an unreadable %s record: %s", expected, exc)
         return None

@@ -1,16 +1,16 @@
 """What every record module shares: the :class:`Codec` it writes through, and the small
-conversions Avro values need (instants stay ``datetime``; durations travel as microseconds;
+conversions Avro values need (instants stay ``datetime``; durations travel as microseconds,
+``pipeline.rules.durations.to_micros``;
 JSON bodies as RFC 8785 canonical text).
 
 A record module maps a rules model to and from an Avro value and asks a :class:`Codec` for the
 bytes. The codec is a protocol so that this layer imports nothing but the rules: the Kafka
-layer's :class:`~pipeline.kafka.serde.SchemaRegistry` (Avro single-object encoding) satisfies it.
+layer's :class:`~pipeline.kafka.serde.AvroCodec` (Avro single-object encoding) satisfies it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import timedelta
 from typing import Any, Final, Protocol
 
 from pipeline.rules.bounds import MAX_JSON_INT
@@ -18,9 +18,16 @@ from pipeline.rules.bounds import parse_json as bounded_json
 from pipeline.rules.errors import DefinitionError, SerdeError
 from pipeline.rules.keys import canonical_json
 
-__all__ = ["MAX_JSON_BYTES", "MICRO", "Codec", "decoded", "json_text", "micros", "parse_json"]
+__all__ = [
+    "MAX_JSON_BYTES",
+    "Codec",
+    "decoded",
+    "json_text",
+    "parse_json",
+    "string_map",
+    "strings",
+]
 
-MICRO: Final = timedelta(microseconds=1)
 MAX_JSON_BYTES: Final = 1024 * 1024
 """The largest JSON body a record carries (Kafka's default record size)."""
 
@@ -63,6 +70,19 @@ def parse_json(
         raise SerdeError(f"{field}: {exc.message}") from None
 
 
-def micros(value: timedelta) -> int:
-    """A duration as whole microseconds (Avro ``long``)."""
-    return value // MICRO
+def string_map(value: Any, field: str) -> dict[str, str]:
+    """``value`` if it is an object of strings (a trigger read back), else :class:`SerdeError`."""
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise SerdeError(f"{field} is not an object of strings")
+    return value
+
+
+def strings(value: Any, field: str) -> tuple[str, ...] | None:
+    """``value`` (a list of strings, or null) as a tuple, else :class:`SerdeError`."""
+    if value is None:
+        return None
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+        raise SerdeError(f"{field} is not a list of strings")
+    return tuple(value)

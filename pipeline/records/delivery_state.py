@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Final
 
-from pipeline.records.codec import MICRO, Codec, decoded, micros
+from pipeline.records.codec import Codec, decoded
 from pipeline.rules.dispatch import DeferReason, DeliveryState, pending
+from pipeline.rules.durations import from_micros, to_micros
 from pipeline.rules.errors import SerdeError
 from pipeline.rules.outbox import OutboxEntry
 from pipeline.rules.outcomes import DeliveryStatus, ErrorCode, SuppressReason
@@ -92,7 +93,7 @@ def encode_record(codec: Codec, record: DeliveryRecord) -> bytes:
             "last_error": None if state.last_error is None else state.last_error.value,
             "delivered_at": state.delivered_at,
             "settled_at": state.settled_at,
-            "delivery_retention_micros": micros(record.delivery_retention),
+            "delivery_retention_micros": to_micros(record.delivery_retention),
             "outbox_offset": record.outbox_offset,
             "redeliveries": state.redeliveries,
         },
@@ -137,7 +138,7 @@ def _from_value(value: dict[str, Any]) -> DeliveryRecord:
         watcher_id=value["watcher_id"],
         watcher_version=value["watcher_version"],
         target=value["target"],
-        delivery_retention=value["delivery_retention_micros"] * MICRO,
+        delivery_retention=from_micros(value["delivery_retention_micros"]),
         outbox_offset=value["outbox_offset"],
         detail=value["detail"],
     )

@@ -16,7 +16,7 @@ from pipeline.records.codec import Codec, decoded
 from pipeline.records.delivery_state import DeliveryRecord
 from pipeline.rules.commands.model import LifecycleChange
 from pipeline.rules.errors import SerdeError
-from pipeline.rules.lifecycle import WatcherStatus
+from pipeline.rules.lifecycle import WatcherStatus, cancel_drops, erasure_drops
 
 __all__ = ["ERASED", "LIFECYCLE", "LifecycleRecord", "decode_lifecycle", "encode_lifecycle"]
 
@@ -62,8 +62,12 @@ class LifecycleRecord:
         return self.watcher_id is None and self.status == ERASED
 
     @property
+    def cancel(self) -> bool:
+        return self.watcher_id is not None and self.status == WatcherStatus.CANCELLED.value
+
+    @property
     def drops_anything(self) -> bool:
-        return self.erasure or self.status == WatcherStatus.CANCELLED.value
+        return self.erasure or self.cancel
 
     def drops(self, record: DeliveryRecord, created_at: datetime) -> bool:
         """Whether an undelivered entry of ``record`` must be dropped (``cancelled``).
@@ -75,12 +79,12 @@ class LifecycleRecord:
         """
         if (record.tenant_id, record.user_id) != (self.tenant_id, self.user_id):
             return False
-        if self.watcher_id is None:
-            return self.status == ERASED and created_at <= self.at
+        if self.erasure:
+            return erasure_drops(self.at, created_at)
         return (
-            self.watcher_id == record.watcher_id
-            and self.status == WatcherStatus.CANCELLED.value
-            and record.watcher_version <= self.version
+            self.cancel
+            and self.watcher_id == record.watcher_id
+            and cancel_drops(self.version, record.watcher_version)
         )
 
 

@@ -3,25 +3,32 @@ intent, complete enough that delivery needs nothing else, keyed by its delivery 
 §4). The trigger, text and arguments are sealed under the subject's data key (associated data:
 the delivery key); without that key the entry reads as ``erased``.
 
-Written by the evaluator (its hot loop encodes straight from ``Evaluation.outbox_fields``: the
-same bytes, no model built), by the command processor (immediate ``send``) and by delivery (a
+Written by the evaluator, by the command processor (immediate ``send``) and by delivery (a
 prompt's answer); read by delivery, replay and explain. Durations travel as microseconds, the
-trigger as RFC 8785 JSON text.
+trigger as RFC 8785 JSON text. What is read back is checked here (the sealed trigger, text and
+arguments are JSON of any shape until then) before an :class:`OutboxEntry` is built.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
 from typing import Any, Final
 
 from pydantic import ValidationError
 
-from pipeline.records.codec import MICRO, Codec, decoded, json_text, micros, parse_json
+from pipeline.records.codec import (
+    Codec,
+    decoded,
+    json_text,
+    parse_json,
+    string_map,
+    strings,
+)
 from pipeline.records.sealing import Sealer, identity, open_fields, seal_text
 from pipeline.rules.backoff import RetryPolicy
 from pipeline.rules.budgets import BudgetCaps
 from pipeline.rules.data_keys import subject_owner
+from pipeline.rules.durations import from_micros, to_micros
 from pipeline.rules.errors import DefinitionError, SerdeError
 from pipeline.rules.outbox import OutboxEntry
 from pipeline.rules.outcomes import Outcome
@@ -38,83 +45,88 @@ def outbox_identity(delivery_key: str) -> bytes:
 
 
 def encode_outbox_entry(
-    codec: Codec,
-    sealer: Sealer,
-    entry: OutboxEntry | Mapping[str, Any],
-    trigger_text: str | None = None,
+    codec: Codec, sealer: Sealer, entry: OutboxEntry, trigger_text: str | None = None
 ) -> bytes:
-    """An outbox entry, or its fields as ``Evaluation.outbox_fields`` holds them."""
-    fields = entry if isinstance(entry, dict) else dict(entry)
-    budgets: BudgetCaps | None = fields["budgets"]
-    quiet: QuietHours | None = fields["quiet_hours"]
-    retry: RetryPolicy = fields["retry"]
-    args = fields["args"]
-    text = fields["text"]
-    # RFC 8785 of {"args", "text", "trigger"}: keys in order, values canonical.
-    content = (
-        '{"args":'
-        + ("null" if args is None else json_text(list(args), "args"))
-        + ',"text":'
-        + ("null" if text is None else json_text(text, "text"))
-        + ',"trigger":'
-        + (trigger_text or json_text(fields["trigger"], "trigger"))
-        + "}"
-    )
-    owner = subject_owner(fields["tenant_id"], fields["user_id"])
-    sealed = seal_text(sealer, owner, outbox_identity(fields["delivery_key"]), content)
+    """An outbox entry; ``trigger_text`` is its trigger's JSON when the caller has it."""
+    owner = subject_owner(entry.tenant_id, entry.user_id)
+    content = _sealed_content(entry, trigger_text)
+    sealed = seal_text(sealer, owner, outbox_identity(entry.delivery_key), content)
+    quiet = entry.quiet_hours
     return codec.encode(
         OUTBOX_ENTRY,
         {
-            "delivery_key": fields["delivery_key"],
-            "tenant_id": fields["tenant_id"],
-            "user_id": fields["user_id"],
-            "watcher_id": fields["watcher_id"],
-            "watcher_version": fields["watcher_version"],
-            "source_id": fields["source_id"],
-            "purpose": fields["purpose"],
+            "delivery_key": entry.delivery_key,
+            "tenant_id": entry.tenant_id,
+            "user_id": entry.user_id,
+            "watcher_id": entry.watcher_id,
+            "watcher_version": entry.watcher_version,
+            "source_id": entry.source_id,
+            "purpose": entry.purpose,
             "trigger": None,
-            "outcome": fields["outcome"].value,
-            "verb": fields["verb"],
-            "target": fields["target"],
+            "outcome": entry.outcome.value,
+            "verb": entry.verb,
+            "target": entry.target,
             "text": None,
             "args": None,
-            "evidence_digest": fields["evidence_digest"],
-            "evidence_observed_at": fields["evidence_observed_at"],
-            "due_at": fields["due_at"],
-            "late": fields["late"],
-            "created_at": fields["created_at"],
-            "retry": {
-                "max_attempts": retry.max_attempts,
-                "base_micros": micros(retry.base),
-                "cap_micros": micros(retry.cap),
-            },
+            "evidence_digest": entry.evidence_digest,
+            "evidence_observed_at": entry.evidence_observed_at,
+            "due_at": entry.due_at,
+            "late": entry.late,
+            "created_at": entry.created_at,
+            "retry": _retry_value(entry.retry),
             "quiet_hours": None
             if quiet is None
             else {"start": quiet.start, "end": quiet.end, "timezone": quiet.timezone},
-            "budgets": None
-            if budgets is None
-            else {
-                "window_micros": micros(budgets.window),
-                "evaluations": budgets.evaluations,
-                "deliveries": budgets.deliveries,
-                "attempts": budgets.attempts,
-                "tokens": budgets.tokens,
-                "micro_usd": budgets.micro_usd,
-            },
-            "delivery_retention_micros": micros(fields["delivery_retention"]),
-            "wake_session": fields["wake_session"],
-            "session_id": fields["session_id"],
-            "schedule_name": fields["schedule_name"],
-            "schedule_time": fields["schedule_time"],
+            "budgets": None if entry.budgets is None else _budgets_value(entry.budgets),
+            "delivery_retention_micros": to_micros(entry.delivery_retention),
+            "wake_session": entry.wake_session,
+            "session_id": entry.session_id,
+            "schedule_name": entry.schedule_name,
+            "schedule_time": entry.schedule_time,
             "sealed": sealed,
         },
     )
 
 
+def _sealed_content(entry: OutboxEntry, trigger_text: str | None) -> str:
+    """RFC 8785 of ``{"args", "text", "trigger"}``: keys in order, values canonical."""
+    args, text = entry.args, entry.text
+    return (
+        '{"args":'
+        + ("null" if args is None else json_text(list(args), "args"))
+        + ',"text":'
+        + ("null" if text is None else json_text(text, "text"))
+        + ',"trigger":'
+        + (trigger_text or json_text(entry.trigger, "trigger"))
+        + "}"
+    )
+
+
+def _retry_value(retry: RetryPolicy) -> dict[str, int]:
+    return {
+        "max_attempts": retry.max_attempts,
+        "base_micros": to_micros(retry.base),
+        "cap_micros": to_micros(retry.cap),
+    }
+
+
+def _budgets_value(budgets: BudgetCaps) -> dict[str, int | None]:
+    return {
+        "window_micros": to_micros(budgets.window),
+        "evaluations": budgets.evaluations,
+        "deliveries": budgets.deliveries,
+        "attempts": budgets.attempts,
+        "tokens": budgets.tokens,
+        "micro_usd": budgets.micro_usd,
+    }
+
+
 @functools.lru_cache(maxsize=256)
 def _retry(max_attempts: int, base_micros: int, cap_micros: int) -> RetryPolicy:
     """Entries of one watcher version share one policy: decoded once, not once per entry."""
-    return RetryPolicy(max_attempts=max_attempts, base=base_micros * MICRO, cap=cap_micros * MICRO)
+    return RetryPolicy(
+        max_attempts=max_attempts, base=from_micros(base_micros), cap=from_micros(cap_micros)
+    )
 
 
 @functools.lru_cache(maxsize=256)
@@ -148,17 +160,20 @@ def _entry(value: dict[str, Any]) -> OutboxEntry:
     quiet = value.pop("quiet_hours")
     budgets = value.pop("budgets")
     retention = value.pop("delivery_retention_micros")
-    args = value.pop("args")
-    trigger = value["trigger"]
+    trigger = value.pop("trigger")
+    text = value.pop("text")
+    outcome = Outcome(value.pop("outcome"))
+    args = strings(value.pop("args"), "args")
+    if isinstance(trigger, str):  # v1: plaintext JSON
+        trigger = parse_json(trigger, "trigger")
+    if text is not None and not isinstance(text, str):
+        raise SerdeError("text is not a string")
     return OutboxEntry(
-        **{
-            **value,
-            "trigger": parse_json(trigger or "{}", "trigger")
-            if trigger is None or isinstance(trigger, str)
-            else trigger,
-            "outcome": Outcome(value["outcome"]),
-        },
-        args=None if args is None else tuple(args),
+        **value,
+        outcome=outcome,
+        trigger=string_map(trigger or {}, "trigger"),
+        text=text,
+        args=args,
         retry=_retry(retry["max_attempts"], retry["base_micros"], retry["cap_micros"]),
         quiet_hours=None
         if quiet is None
@@ -166,8 +181,8 @@ def _entry(value: dict[str, Any]) -> OutboxEntry:
         budgets=None
         if budgets is None
         else BudgetCaps(
-            window=budgets.pop("window_micros") * MICRO,
+            window=from_micros(budgets.pop("window_micros")),
             **budgets,
         ),
-        delivery_retention=retention * MICRO,
+        delivery_retention=from_micros(retention),
     )

@@ -1,6 +1,6 @@
 """The ``receipt`` record (``schemas/receipt.v2.avsc``; v1 still read): the privacy-filtered
-record of one evaluation (DESIGN §10, §11). The evaluator's hot loop encodes straight from
-``Evaluation.receipt_fields`` (the same bytes, no model built).
+record of one evaluation (DESIGN §10, §11). What is read back is checked here before a
+:class:`Receipt` is built.
 
 The trigger and the kept payload are sealed under the watcher version's own data key
 (``pipeline.rules.data_keys.evidence_owner``), so ``cancel`` shreds them with the watcher and
@@ -11,15 +11,17 @@ the evaluation time plus the watcher's ``evidence_retention``: readers drop the 
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Final
 
-from pipeline.records.codec import Codec, decoded, json_text, parse_json
+from pipeline.records.codec import Codec, decoded, json_text, parse_json, string_map
 from pipeline.records.sealing import Sealer, identity, open_fields, seal_text
+from pipeline.rules.budgets import BudgetVerdict
 from pipeline.rules.data_keys import KeyOwner, evidence_owner
+from pipeline.rules.errors import SerdeError
 from pipeline.rules.instants import to_epoch_micros
 from pipeline.rules.keys import encode_fields
+from pipeline.rules.outcomes import ErrorCode, Outcome, Reason
 from pipeline.rules.receipts import Receipt
 
 __all__ = ["RECEIPT", "decode_receipt", "encode_receipt", "receipt_identity"]
@@ -55,21 +57,19 @@ def _version_identity(
 def encode_receipt(
     codec: Codec,
     sealer: Sealer,
-    receipt: Receipt | Mapping[str, Any],
+    receipt: Receipt,
     source_id: str,
     trigger_text: str | None = None,
     retain_until: datetime | None = None,
 ) -> bytes:
-    """A receipt, or its fields as ``Evaluation.receipt_fields`` holds them. ``trigger_text``
-    is the trigger's JSON when the caller has it."""
-    fields = receipt if isinstance(receipt, dict) else dict(receipt)
-    budget = fields["budget"]
-    tool_error = fields["tool_error"]
-    payload = fields["payload"]
-    tenant, user, watcher = fields["tenant_id"], fields["user_id"], fields["watcher_id"]
-    version = fields["watcher_version"]
+    """A receipt; ``trigger_text`` is the trigger's JSON when the caller has it."""
+    budget = receipt.budget
+    tool_error = receipt.tool_error
+    payload = receipt.payload
+    tenant, user, watcher = receipt.tenant_id, receipt.user_id, receipt.watcher_id
+    version = receipt.watcher_version
     aad = receipt_identity(
-        tenant, user, watcher, version, fields["trigger_key"], fields["evaluated_at"]
+        tenant, user, watcher, version, receipt.trigger_key, receipt.evaluated_at
     )
     owner = _version_identity(tenant, user, watcher, version)[1]
     # RFC 8785 of {"payload", "trigger"}: keys in order, values already canonical.
@@ -77,7 +77,7 @@ def encode_receipt(
         '{"payload":'
         + ("null" if payload is None else json_text(payload, "payload"))
         + ',"trigger":'
-        + (trigger_text or json_text(fields["trigger"], "trigger"))
+        + (trigger_text or json_text(receipt.trigger, "trigger"))
         + "}"
     )
     return codec.encode(
@@ -88,21 +88,21 @@ def encode_receipt(
             "watcher_id": watcher,
             "watcher_version": version,
             "source_id": source_id,
-            "evaluated_at": fields["evaluated_at"],
-            "outcome": fields["outcome"].value,
-            "reason": fields["reason"].value,
-            "evidence_digest": fields["evidence_digest"],
+            "evaluated_at": receipt.evaluated_at,
+            "outcome": receipt.outcome.value,
+            "reason": receipt.reason.value,
+            "evidence_digest": receipt.evidence_digest,
             "trigger": None,
-            "trigger_key": fields["trigger_key"],
-            "observed_at": fields["observed_at"],
-            "position": fields["position"],
-            "authorized": fields["authorized"],
-            "authorization": fields["authorization"],
+            "trigger_key": receipt.trigger_key,
+            "observed_at": receipt.observed_at,
+            "position": receipt.position,
+            "authorized": receipt.authorized,
+            "authorization": receipt.authorization,
             "budget": None if budget is None else budget.value,
             "tool_error": None if tool_error is None else tool_error.value,
             "payload": None,
-            "delivery_key": fields["delivery_key"],
-            "note": fields["note"],
+            "delivery_key": receipt.delivery_key,
+            "note": receipt.note,
             "sealed": seal_text(sealer, owner, aad, content),
             "retain_until": retain_until,
         },
@@ -110,16 +110,15 @@ def encode_receipt(
 
 
 def decode_receipt(codec: Codec, sealer: Sealer, data: bytes) -> tuple[Receipt, str]:
-    """The receipt (``erased`` when its key is gone) and the source id it was evaluated on."""
+    """The receipt (``erased`` when its key is gone) and the source id it was evaluated on;
+    anything that does not make a valid receipt is a :class:`SerdeError`."""
     value = decoded(codec, RECEIPT, data)
     sealed = value.pop("sealed", None)
     source_id = value.pop("source_id")
-    fields = dict(value)
+    erased = False
     if sealed is None:  # written before sealing: plaintext
-        fields["trigger"] = parse_json(value["trigger"] or "{}", "trigger")
-        fields["payload"] = (
-            None if value["payload"] is None else parse_json(value["payload"], "payload")
-        )
+        trigger = parse_json(value["trigger"] or "{}", "trigger")
+        payload = None if value["payload"] is None else parse_json(value["payload"], "payload")
     else:
         aad = receipt_identity(
             value["tenant_id"],
@@ -130,7 +129,39 @@ def decode_receipt(codec: Codec, sealer: Sealer, data: bytes) -> tuple[Receipt, 
             value["evaluated_at"],
         )
         opened = open_fields(sealer, aad, sealed)
-        fields["erased"] = opened is None
-        fields["trigger"] = {} if opened is None else opened.get("trigger") or {}
-        fields["payload"] = None if opened is None else opened.get("payload")
-    return Receipt.model_validate(fields), source_id
+        erased = opened is None
+        trigger = {} if opened is None else opened.get("trigger") or {}
+        payload = None if opened is None else opened.get("payload")
+    try:
+        return _receipt(value, trigger, payload, erased), source_id
+    except (KeyError, TypeError, ValueError) as exc:
+        raise SerdeError(f"receipt is not valid: {str(exc)[:300]}") from None
+
+
+def _receipt(value: dict[str, Any], trigger: Any, payload: Any, erased: bool) -> Receipt:
+    if payload is not None and not isinstance(payload, dict):
+        raise SerdeError("payload is not an object")
+    budget, tool_error = value["budget"], value["tool_error"]
+    return Receipt(
+        tenant_id=value["tenant_id"],
+        user_id=value["user_id"],
+        watcher_id=value["watcher_id"],
+        watcher_version=value["watcher_version"],
+        evaluated_at=value["evaluated_at"],
+        evidence_digest=value["evidence_digest"],
+        trigger=string_map(trigger, "trigger"),
+        trigger_key=value["trigger_key"],
+        observed_at=value["observed_at"],
+        position=value["position"],
+        outcome=Outcome(value["outcome"]),
+        reason=Reason(value["reason"]),
+        authorized=value["authorized"],
+        authorization=value["authorization"],
+        budget=None if budget is None else BudgetVerdict(budget),
+        tool_error=None if tool_error is None else ErrorCode(tool_error),
+        payload=payload,
+        delivery_key=value["delivery_key"],
+        note=value["note"],
+        erased=erased,
+        retain_until=value.get("retain_until"),
+    )

@@ -8,7 +8,7 @@ from typing import Final
 
 from pipeline.records.codec import Codec, decoded, json_text, parse_json
 from pipeline.rules.errors import DefinitionError, SerdeError
-from pipeline.rules.watcher_state import Checkpoint, WatcherState
+from pipeline.rules.watcher_state import AppliedTrigger, WatcherState
 
 __all__ = ["WATCHER_STATE", "decode_state", "encode_state"]
 
@@ -62,7 +62,7 @@ def decode_state(codec: Codec, data: bytes) -> WatcherState:
     try:
         checkpoint = None
         if raw is not None:
-            checkpoint = Checkpoint(
+            checkpoint = AppliedTrigger(
                 raw["trigger_key"],
                 parse_json(raw["trigger"], "checkpoint.trigger"),
                 raw["observed_at"],

@@ -19,7 +19,7 @@ from typing import Final
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from pipeline.rules.durations import Duration
+from pipeline.rules.durations import Duration, to_micros
 from pipeline.rules.errors import DefinitionError
 
 __all__ = ["MAX_ATTEMPTS", "RetryPolicy", "backoff_wait"]
@@ -28,10 +28,6 @@ MAX_ATTEMPTS: Final = 100
 
 _JITTER = Fraction(1, 10)
 _U_SCALE = 2**64
-
-
-def _micros(value: timedelta) -> int:
-    return (value.days * 86_400 + value.seconds) * 1_000_000 + value.microseconds
 
 
 def backoff_wait(
@@ -51,7 +47,7 @@ def backoff_wait(
     if base <= timedelta(0) or cap < base:
         raise ValueError(f"backoff needs 0 < base <= cap, got base={base} cap={cap}")
     # Past 2^80 µs (far beyond any timedelta) the cap always wins: bound the shift.
-    wait = min(_micros(cap), _micros(base) << min(failed_attempts - 1, 80))
+    wait = min(to_micros(cap), to_micros(base) << min(failed_attempts - 1, 80))
     digest = hashlib.sha256(f"{delivery_key}:{failed_attempts}".encode()).digest()
     u = Fraction(int.from_bytes(digest[:8], "big"), _U_SCALE)
     chosen = timedelta(microseconds=round(wait + wait * _JITTER * u))

@@ -22,7 +22,7 @@ from typing import Annotated, Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from pipeline.rules.durations import check_duration, parse_duration
+from pipeline.rules.durations import check_duration, parse_duration, to_micros
 from pipeline.rules.errors import DefinitionError
 from pipeline.rules.instants import from_epoch_micros, to_epoch_micros
 
@@ -245,7 +245,7 @@ def remaining_after(
 
 
 def _length_micros(length: timedelta) -> int:
-    micros = (length.days * 86_400 + length.seconds) * 1_000_000 + length.microseconds
+    micros = to_micros(length)
     if micros <= 0:
         raise ValueError(f"a window length must be positive, got {length}")
     return micros

@@ -26,6 +26,7 @@ from pipeline.rules.cron_slots import (
     first_fire_after,
     newest_fires,
 )
+from pipeline.rules.durations import to_micros
 from pipeline.rules.errors import DefinitionError
 from pipeline.rules.instants import to_epoch_micros, utc
 from pipeline.rules.zones import load_zone
@@ -215,7 +216,7 @@ def _plan(
     if horizon is not None:
         floor = max(floor, -(-to_epoch_micros(horizon) // 1_000_000) - 1)
     now_s = _seconds(now)
-    on_time_from_micros = to_epoch_micros(now) - grace // timedelta(microseconds=1)
+    on_time_from_micros = to_epoch_micros(now) - to_micros(grace)
     # A fire at second s is on time iff s · 10^6 >= on_time_from: the missed ones end at cut.
     cut = min(-(-on_time_from_micros // 1_000_000) - 1, now_s)
     missed = newest_fires(sched.expr, sched.zone, floor, cut, MAX_MISSED_SCAN)

@@ -1,6 +1,6 @@
 """The versioned watcher definition: what users write (DESIGN.md §9) and what every rule reads.
 
-Owns :class:`WatcherDefinition` and its parts (delivery, retry, privacy), the id rules (safe
+Owns :class:`WatcherDefinition` (its parts: ``definition_parts``), the id rules (safe
 charset, bounded length, ``schedule:<chat>:<name>``), cross-field rules (mode, expiry, verbs,
 retention) and the parsed and compiled conditions, cached per definition instance — compile
 once per version. Sources live in ``sources``; the condition DSL in ``condition``; who may
@@ -18,8 +18,6 @@ from functools import cached_property
 from typing import Annotated, Any, Final
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     ValidationError,
     field_serializer,
@@ -32,14 +30,17 @@ from pipeline.rules.backoff import RetryPolicy
 from pipeline.rules.bounds import check_json
 from pipeline.rules.budgets import BudgetCaps
 from pipeline.rules.condition import Condition, compile_condition, parse_condition
+from pipeline.rules.definition_parts import (
+    Delivery,
+    DeliveryVerb,
+    PrivacyPolicy,
+    StrictModel,
+)
 from pipeline.rules.durations import Duration, format_duration
 from pipeline.rules.errors import DefinitionError
 from pipeline.rules.freshness import FUTURE_SKEW
 from pipeline.rules.instants import Instant
 from pipeline.rules.keys import delivery_key_prefix
-from pipeline.rules.paths import Path
-from pipeline.rules.privacy import parse_retain_paths
-from pipeline.rules.quiet_hours import QuietHours
 from pipeline.rules.retention import check_retentions
 from pipeline.rules.sources import (
     EventSource,
@@ -60,8 +61,6 @@ __all__ = [
 ]
 
 AGENT_WINDOWS: Final = frozenset(timedelta(hours=h) for h in (0.5, 1, 2, 6, 12, 24))
-MAX_TEXT: Final = 4096
-MAX_ARGS: Final = 64
 MAX_NODES: Final = 10_000
 """JSON values in one definition body, all nested values counted."""
 
@@ -77,77 +76,10 @@ class Mode(StrEnum):
     ONCE = "once"
 
 
-class DeliveryVerb(StrEnum):
-    NOTIFY = "notify"
-    SEND = "send"
-    PROMPT = "prompt"
-    RUN = "run"
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
-
-
-class Delivery(_Model):
-    """Where a decision goes: an opaque target reference and the verb with its arguments."""
-
-    target: str
-    verb: DeliveryVerb = DeliveryVerb.NOTIFY
-    text: str | None = None
-    args: tuple[str, ...] | None = None
-    quiet_hours: QuietHours | None = None
-    wake_session: bool = False
-
-    @field_validator("quiet_hours", mode="wrap")
-    @classmethod
-    def _quiet_hours(cls, value: Any, handler: Any) -> Any:
-        """Quiet hours are their own model; their errors are named under ``delivery.``."""
-        try:
-            return handler(value)
-        except DefinitionError as exc:
-            raise DefinitionError(exc.message, f"delivery.{exc.field}") from None
-
-    @model_validator(mode="after")
-    def _valid(self) -> Delivery:
-        checked_ref(self.target, "delivery.target")
-        needs_text = self.verb in (DeliveryVerb.SEND, DeliveryVerb.PROMPT)
-        if needs_text != (self.text is not None):
-            rule = "needs" if needs_text else "takes no"
-            raise DefinitionError(f"verb {self.verb.value} {rule} text", "delivery.text")
-        if self.text is not None and not 0 < len(self.text) <= MAX_TEXT:
-            raise DefinitionError(f"text is 1..{MAX_TEXT} characters", "delivery.text")
-        needs_args = self.verb is DeliveryVerb.RUN
-        if needs_args != (self.args is not None):
-            rule = "needs" if needs_args else "takes no"
-            raise DefinitionError(f"verb {self.verb.value} {rule} args", "delivery.args")
-        if self.args is not None and not 0 < len(self.args) <= MAX_ARGS:
-            raise DefinitionError(f"run takes 1..{MAX_ARGS} args", "delivery.args")
-        return self
-
-
-class PrivacyPolicy(_Model):
-    """What receipts keep (allowlisted scalar leaves) and for how long records live."""
-
-    retain_paths: tuple[str, ...] = ()
-    evidence_retention: Duration = timedelta(days=7)
-    delivery_retention: Duration = timedelta(days=30)
-
-    @field_validator("retain_paths")
-    @classmethod
-    def _paths(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        parse_retain_paths(value)
-        return value
-
-    @cached_property
-    def paths(self) -> tuple[Path, ...]:
-        """``retain_paths`` parsed once, for the per-evaluation filter."""
-        return parse_retain_paths(self.retain_paths)
-
-
 SourceField = Annotated[EventSource | PollingSource | ScheduleSource, Field(discriminator="kind")]
 
 
-class WatcherDefinition(_Model):
+class WatcherDefinition(StrictModel):
     """One version of a watcher, owned by exactly one subject ``(tenant_id, user_id)``."""
 
     tenant_id: str

@@ -83,27 +83,34 @@ class DispatchEvent(StrEnum):
     REDELIVER = "redeliver"
 
 
-_S = DeliveryStatus
-_E = DispatchEvent
-
 _TABLE: dict[tuple[DeliveryStatus, DispatchEvent], DeliveryStatus] = {
-    (_S.PENDING, _E.CLAIM): _S.DISPATCHING,
-    (_S.PENDING, _E.DEFER): _S.PENDING,
-    (_S.PENDING, _E.SUPPRESS): _S.SUPPRESSED,
-    (_S.PENDING, _E.CANCEL): _S.CANCELLED,
-    (_S.PENDING, _E.DEAD_LETTER): _S.DEAD_LETTER,  # give_up: it cannot even be planned
-    (_S.DISPATCHING, _E.SUCCEED): _S.DELIVERED,
-    (_S.DISPATCHING, _E.RETRY): _S.PENDING,
-    (_S.DISPATCHING, _E.DEAD_LETTER): _S.DEAD_LETTER,
-    (_S.DISPATCHING, _E.RESTORE): _S.PENDING,
-    (_S.DEAD_LETTER, _E.REDELIVER): _S.PENDING,
-    (_S.SUPPRESSED, _E.REDELIVER): _S.PENDING,
+    (DeliveryStatus.PENDING, DispatchEvent.CLAIM): DeliveryStatus.DISPATCHING,
+    (DeliveryStatus.PENDING, DispatchEvent.DEFER): DeliveryStatus.PENDING,
+    (DeliveryStatus.PENDING, DispatchEvent.SUPPRESS): DeliveryStatus.SUPPRESSED,
+    (DeliveryStatus.PENDING, DispatchEvent.CANCEL): DeliveryStatus.CANCELLED,
+    (
+        DeliveryStatus.PENDING,
+        DispatchEvent.DEAD_LETTER,
+    ): DeliveryStatus.DEAD_LETTER,  # give_up: it cannot even be planned
+    (DeliveryStatus.DISPATCHING, DispatchEvent.SUCCEED): DeliveryStatus.DELIVERED,
+    (DeliveryStatus.DISPATCHING, DispatchEvent.RETRY): DeliveryStatus.PENDING,
+    (DeliveryStatus.DISPATCHING, DispatchEvent.DEAD_LETTER): DeliveryStatus.DEAD_LETTER,
+    (DeliveryStatus.DISPATCHING, DispatchEvent.RESTORE): DeliveryStatus.PENDING,
+    (DeliveryStatus.DEAD_LETTER, DispatchEvent.REDELIVER): DeliveryStatus.PENDING,
+    (DeliveryStatus.SUPPRESSED, DispatchEvent.REDELIVER): DeliveryStatus.PENDING,
 }
 
 # The target of each event, so an illegal move can name where it tried to go.
 _TARGETS: dict[DispatchEvent, DeliveryStatus] = {event: to for (_, event), to in _TABLE.items()}
 
-_SETTLED = frozenset({_S.DELIVERED, _S.DEAD_LETTER, _S.SUPPRESSED, _S.CANCELLED})
+_SETTLED = frozenset(
+    {
+        DeliveryStatus.DELIVERED,
+        DeliveryStatus.DEAD_LETTER,
+        DeliveryStatus.SUPPRESSED,
+        DeliveryStatus.CANCELLED,
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,31 +144,31 @@ def _move(state: DeliveryState, event: DispatchEvent, **changes: Any) -> Deliver
 def pending(delivery_key: str, due_at: datetime, now: datetime) -> DeliveryState:
     """The first state of an outbox entry: once persisted, the outbox offset may advance."""
     now = utc(now)
-    return DeliveryState(delivery_key, _S.PENDING, 0, utc(due_at), now, now)
+    return DeliveryState(delivery_key, DeliveryStatus.PENDING, 0, utc(due_at), now, now)
 
 
 def claim(state: DeliveryState, now: datetime) -> DeliveryState:
     """``pending → dispatching``, attempt + 1. Only a due entry may be claimed."""
     now = utc(now)
-    if state.status is _S.PENDING and now < state.due_at:
+    if state.status is DeliveryStatus.PENDING and now < state.due_at:
         raise TransitionError(
             f"delivery {state.delivery_key}: cannot claim from pending to dispatching "
             f"before it is due at {state.due_at.isoformat()}"
         )
-    return _move(state, _E.CLAIM, attempt=state.attempt + 1, reason=None, updated_at=now)
+    return _move(state, DispatchEvent.CLAIM, attempt=state.attempt + 1, reason=None, updated_at=now)
 
 
 def restore(state: DeliveryState) -> DeliveryState:
     """After a restart: an interrupted ``dispatching`` entry is ``pending`` again, same key and
     attempt count, still due. Any other state is returned unchanged."""
-    if state.status is not _S.DISPATCHING:
+    if state.status is not DeliveryStatus.DISPATCHING:
         return state
-    return _move(state, _E.RESTORE)
+    return _move(state, DispatchEvent.RESTORE)
 
 
 def succeed(state: DeliveryState, now: datetime) -> DeliveryState:
     now = utc(now)
-    return _move(state, _E.SUCCEED, updated_at=now, delivered_at=now, settled_at=now)
+    return _move(state, DispatchEvent.SUCCEED, updated_at=now, delivered_at=now, settled_at=now)
 
 
 def fail(
@@ -177,14 +184,16 @@ def fail(
     now = utc(now)
     error = ErrorCode(error)
     # Only a dispatching entry has a failed attempt; let the table say so.
-    if state.status is not _S.DISPATCHING:
-        return _move(state, _E.RETRY)
+    if state.status is not DeliveryStatus.DISPATCHING:
+        return _move(state, DispatchEvent.RETRY)
     if error in TERMINAL_ERRORS or state.attempt >= policy.max_attempts:
-        return _move(state, _E.DEAD_LETTER, last_error=error, updated_at=now, settled_at=now)
+        return _move(
+            state, DispatchEvent.DEAD_LETTER, last_error=error, updated_at=now, settled_at=now
+        )
     wait = backoff_wait(state.delivery_key, state.attempt, policy.base, policy.cap, retry_after)
     return _move(
         state,
-        _E.RETRY,
+        DispatchEvent.RETRY,
         due_at=now + wait,
         reason=DeferReason.BACKOFF,
         last_error=error,
@@ -195,14 +204,14 @@ def fail(
 def give_up(state: DeliveryState, error: ErrorCode, now: datetime) -> DeliveryState:
     """Dead-letter a ``pending`` entry that cannot be planned at all (its own data breaks a
     rule): settled with ``error``, no attempt made, never retried (DESIGN.md §10)."""
-    if state.status is not _S.PENDING:  # a dispatching entry fails through ``fail``
+    if state.status is not DeliveryStatus.PENDING:  # a dispatching entry fails through ``fail``
         raise TransitionError(
             f"delivery {state.delivery_key}: cannot give up "
-            f"from {state.status.value} to {_S.DEAD_LETTER.value}"
+            f"from {state.status.value} to {DeliveryStatus.DEAD_LETTER.value}"
         )
     now = utc(now)
     error = ErrorCode(error)
-    return _move(state, _E.DEAD_LETTER, last_error=error, updated_at=now, settled_at=now)
+    return _move(state, DispatchEvent.DEAD_LETTER, last_error=error, updated_at=now, settled_at=now)
 
 
 def defer(
@@ -210,7 +219,11 @@ def defer(
 ) -> DeliveryState:
     """Stay ``pending`` but wait until ``until``, recording why."""
     return _move(
-        state, _E.DEFER, due_at=utc(until), reason=DeferReason(reason), updated_at=utc(now)
+        state,
+        DispatchEvent.DEFER,
+        due_at=utc(until),
+        reason=DeferReason(reason),
+        updated_at=utc(now),
     )
 
 
@@ -218,13 +231,13 @@ def suppress(state: DeliveryState, reason: SuppressReason, now: datetime) -> Del
     """Settle without sending, with an auditable reason (§11)."""
     now = utc(now)
     reason = SuppressReason(reason)
-    return _move(state, _E.SUPPRESS, reason=reason, updated_at=now, settled_at=now)
+    return _move(state, DispatchEvent.SUPPRESS, reason=reason, updated_at=now, settled_at=now)
 
 
 def cancel(state: DeliveryState, now: datetime) -> DeliveryState:
     """Drop undelivered work of a cancelled watcher or an erased subject."""
     now = utc(now)
-    return _move(state, _E.CANCEL, updated_at=now, settled_at=now)
+    return _move(state, DispatchEvent.CANCEL, updated_at=now, settled_at=now)
 
 
 def redeliver(state: DeliveryState, now: datetime) -> DeliveryState:
@@ -234,7 +247,7 @@ def redeliver(state: DeliveryState, now: datetime) -> DeliveryState:
     now = utc(now)
     return _move(
         state,
-        _E.REDELIVER,
+        DispatchEvent.REDELIVER,
         attempt=0,
         redeliveries=state.redeliveries + 1,
         due_at=now,
@@ -248,7 +261,7 @@ def redeliver(state: DeliveryState, now: datetime) -> DeliveryState:
 
 def is_redeliverable(state: DeliveryState) -> bool:
     """Whether a ``redeliver`` command applies to ``state`` (dead-lettered or suppressed)."""
-    return (state.status, _E.REDELIVER) in _TABLE
+    return (state.status, DispatchEvent.REDELIVER) in _TABLE
 
 
 def is_settled(state: DeliveryState) -> bool:
@@ -266,7 +279,7 @@ def purge_due(state: DeliveryState, delivery_retention: timedelta) -> datetime:
             "and is never purged"
         )
     settled = state.settled_at or state.updated_at
-    if state.status is _S.CANCELLED:
+    if state.status is DeliveryStatus.CANCELLED:
         return settled
     return settled + delivery_retention
 
@@ -327,7 +340,7 @@ def plan_attempt(
     8. else dispatch: the plan's state is the claim.
     """
     now = utc(now)
-    if state.status is not _S.PENDING or now < state.due_at:
+    if state.status is not DeliveryStatus.PENDING or now < state.due_at:
         claim(state, now)  # raises the precise TransitionError
     if closed:
         return DispatchPlan(DispatchAction.CANCEL, cancel(state, now))

@@ -19,7 +19,15 @@ from pydantic import BeforeValidator, PlainSerializer
 from pipeline.rules.bounds import MAX_DURATION
 from pipeline.rules.errors import DefinitionError
 
-__all__ = ["MAX_TEXT", "Duration", "check_duration", "format_duration", "parse_duration"]
+__all__ = [
+    "MAX_TEXT",
+    "Duration",
+    "check_duration",
+    "format_duration",
+    "from_micros",
+    "parse_duration",
+    "to_micros",
+]
 
 MAX_TEXT = 32
 """The longest duration text read (``3653d23h59m59s`` is 14 characters)."""
@@ -42,6 +50,17 @@ def parse_duration(text: str, field: str = "duration") -> timedelta:
     if value <= timedelta(0):
         raise DefinitionError(f"duration must be positive: {text!r}", field)
     return check_duration(value, field)
+
+
+def to_micros(value: timedelta) -> int:
+    """A duration as whole microseconds (how records carry durations and instants, and what
+    backoff and budget windows compute in): exact integer arithmetic, no float."""
+    return (value.days * 86_400 + value.seconds) * 1_000_000 + value.microseconds
+
+
+def from_micros(micros: int) -> timedelta:
+    """Whole microseconds as a duration (:func:`to_micros` back)."""
+    return timedelta(microseconds=micros)
 
 
 def check_duration(value: timedelta, field: str = "duration") -> timedelta:
@@ -84,7 +103,7 @@ def _duration(value: Any) -> Any:
             return check_duration(value)
     except DefinitionError as exc:
         raise ValueError(exc.message) from None
-    return value
+    raise ValueError("expected a duration such as 45s, 90m, 1h30m or 2d")
 
 
 Duration = Annotated[

@@ -8,8 +8,9 @@ VigilError
 │   └── UnknownSchemaError a schema fingerprint this build does not know (newer, or garbage)
 ├── ErasedError            a sealed field whose data key is gone: the record reads as erased
 ├── TopologyError          topics missing or drifted (says the command that fixes it)
-├── BrokerError            Kafka failed (translated at the boundary)
-├── BudgetStoreError       Redis unreachable or failed (translated at the boundary)
+├── InfrastructureError    a server vigil depends on failed: no record is to blame, retry
+│   ├── BrokerError        Kafka failed (translated at the boundary)
+│   └── BudgetStoreError   Redis unreachable or failed (translated at the boundary)
 └── UnavailableError       a server a command needs does not answer (names address, key, fix)
 """
 
@@ -21,6 +22,7 @@ __all__ = [
     "ConfigError",
     "DefinitionError",
     "ErasedError",
+    "InfrastructureError",
     "SerdeError",
     "TopologyError",
     "TransitionError",
@@ -72,11 +74,16 @@ class TopologyError(VigilError):
     """Topics are missing or drifted from their specs."""
 
 
-class BrokerError(VigilError):
+class InfrastructureError(VigilError):
+    """A server vigil depends on (the broker, the budget store) failed. No record is to blame:
+    the work in hand is rolled back and retried, never dead-lettered."""
+
+
+class BrokerError(InfrastructureError):
     """A Kafka operation failed."""
 
 
-class BudgetStoreError(VigilError):
+class BudgetStoreError(InfrastructureError):
     """The budget store (Redis) is unreachable or failed: defer, never run unbudgeted."""
 
 

@@ -11,8 +11,9 @@ stale or unauthorized evidence is never charged; replay passes the recorded verd
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Set
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from pipeline.rules.authz import Action, AuthzDecision, Grant, authorize
 from pipeline.rules.budgets import BudgetVerdict
@@ -23,12 +24,12 @@ from pipeline.rules.freshness import Freshness, freshness, kind_matches
 from pipeline.rules.instants import utc
 from pipeline.rules.keys import delivery_key_from
 from pipeline.rules.lifecycle import CloseReason, WatcherStatus, close_event, transition
-from pipeline.rules.outbox import OutboxEntry, entry_fields
+from pipeline.rules.outbox import OutboxEntry, build_entry
 from pipeline.rules.outcomes import Outcome, Reason
 from pipeline.rules.privacy import keep_leaves
 from pipeline.rules.receipts import Receipt
 from pipeline.rules.sources import EventSource, PollingSource, ScheduleSource
-from pipeline.rules.watcher_state import Checkpoint, WatcherState
+from pipeline.rules.watcher_state import AppliedTrigger, WatcherState
 
 __all__ = ["BudgetGate", "Evaluation", "authorization_for", "evaluate", "recorded_budget"]
 
@@ -40,57 +41,17 @@ _NOTE_DENIED_ONCE = "access revoked: watch cancelled before data was read"
 _NOTE_DUPLICATE = "trigger already applied to this version: no second outbox entry"
 
 
+@dataclass(frozen=True, slots=True)
 class Evaluation:
     """What one evaluation decided: outcome, reason, next state, the receipt, at most one outbox
-    entry, and whether the watch closes.
+    entry, and whether the watch closes."""
 
-    The receipt and the outbox entry are held as their fields (``receipt_fields``,
-    ``outbox_fields``: exactly the keyword arguments of :class:`Receipt` and
-    :class:`OutboxEntry`) and validated into models on first read of :attr:`receipt` or
-    :attr:`outbox`: the evaluator writes records straight from the fields, so its hot loop
-    builds no model it never reads (STYLE.md habit 10). Treat an instance as immutable.
-    """
-
-    __slots__ = (
-        "_outbox",
-        "_receipt",
-        "close",
-        "next_state",
-        "outbox_fields",
-        "outcome",
-        "reason",
-        "receipt_fields",
-    )
-
-    def __init__(
-        self,
-        outcome: Outcome,
-        reason: Reason,
-        next_state: WatcherState,
-        receipt_fields: dict[str, Any],
-        outbox_fields: dict[str, Any] | None = None,
-        close: CloseReason | None = None,
-    ) -> None:
-        self.outcome = outcome
-        self.reason = reason
-        self.next_state = next_state
-        self.receipt_fields = receipt_fields
-        self.outbox_fields = outbox_fields
-        self.close = close
-        self._receipt: Receipt | None = None
-        self._outbox: OutboxEntry | None = None
-
-    @property
-    def receipt(self) -> Receipt:
-        if self._receipt is None:
-            self._receipt = Receipt(**self.receipt_fields)
-        return self._receipt
-
-    @property
-    def outbox(self) -> OutboxEntry | None:
-        if self._outbox is None and self.outbox_fields is not None:
-            self._outbox = OutboxEntry(**self.outbox_fields)
-        return self._outbox
+    outcome: Outcome
+    reason: Reason
+    next_state: WatcherState
+    receipt: Receipt
+    outbox: OutboxEntry | None = None
+    close: CloseReason | None = None
 
     def __repr__(self) -> str:
         return f"Evaluation({self.outcome.value}, {self.reason.value}, close={self.close})"
@@ -154,7 +115,7 @@ def evaluate(
     digest = evidence.digest()
     entry = None
     if step.reason is Reason.CONDITION_TRUE and not duplicate:
-        entry = entry_fields(definition, evidence, key, now, identity, digest)
+        entry = build_entry(definition, evidence, key, now, identity, digest)
     note = _NOTE_DUPLICATE if duplicate else step.note
     receipt = _receipt(definition, evidence, key, identity, digest, now, step, entry, note)
     next_state = _next_state(state, evidence, key, identity, step)
@@ -328,34 +289,34 @@ def _receipt(
     digest: str,
     now: datetime,
     step: _Step,
-    entry: dict[str, Any] | None,
+    entry: OutboxEntry | None,
     note: str,
-) -> dict[str, Any]:
-    """The receipt's fields (:class:`Receipt`'s keyword arguments)."""
+) -> Receipt:
     authz = step.authz
-    return {
-        "tenant_id": definition.tenant_id,
-        "user_id": definition.user_id,
-        "watcher_id": definition.watcher_id,
-        "watcher_version": definition.version,
-        "evaluated_at": now,
-        "evidence_digest": digest,
-        "trigger": identity,
-        "trigger_key": key,
-        "observed_at": evidence.observed_at,
-        "position": evidence.position,
-        "outcome": step.outcome,
-        "reason": step.reason,
-        "authorized": None if authz is None else authz.allowed,
-        "authorization": "" if authz is None else str(authz),
-        "budget": step.budget,
-        "tool_error": evidence.tool_error if step.reason is Reason.TOOL_ERROR else None,
-        "payload": keep_leaves(evidence.payload, definition.privacy.paths)
+    assert definition.version is not None
+    return Receipt(
+        tenant_id=definition.tenant_id,
+        user_id=definition.user_id,
+        watcher_id=definition.watcher_id,
+        watcher_version=definition.version,
+        evaluated_at=now,
+        evidence_digest=digest,
+        trigger=identity,
+        trigger_key=key,
+        observed_at=evidence.observed_at,
+        position=evidence.position,
+        outcome=step.outcome,
+        reason=step.reason,
+        authorized=None if authz is None else authz.allowed,
+        authorization="" if authz is None else str(authz),
+        budget=step.budget,
+        tool_error=evidence.tool_error if step.reason is Reason.TOOL_ERROR else None,
+        payload=keep_leaves(evidence.payload, definition.privacy.paths)
         if step.keep_payload
         else None,
-        "delivery_key": None if entry is None else key,
-        "note": note,
-    }
+        delivery_key=None if entry is None else key,
+        note=note,
+    )
 
 
 def _next_state(
@@ -366,9 +327,9 @@ def _next_state(
     Built field by field with ``_make`` (no checks): every value here is the rules' own, and
     this runs once per evaluation."""
     close = step.close
-    checkpoint: Checkpoint | None
+    checkpoint: AppliedTrigger | None
     if step.advance:
-        checkpoint = Checkpoint._make((key, identity, evidence.observed_at, evidence.position))
+        checkpoint = AppliedTrigger._make((key, identity, evidence.observed_at, evidence.position))
         recent = state.remember(key)
         outcome: Outcome | None = step.outcome
         reason: Reason | None = step.reason

@@ -15,6 +15,7 @@ from typing import Annotated, Any
 from pydantic import BeforeValidator, PlainSerializer
 
 from pipeline.rules.bounds import check_instant
+from pipeline.rules.durations import to_micros
 from pipeline.rules.errors import DefinitionError
 
 __all__ = [
@@ -77,8 +78,7 @@ def parse_instant(text: str, field: str = "instant") -> datetime:
 
 def to_epoch_micros(instant: datetime) -> int:
     """Avro ``timestamp-micros``."""
-    delta = utc(instant) - _EPOCH
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+    return to_micros(utc(instant) - _EPOCH)
 
 
 def from_epoch_micros(micros: int) -> datetime:

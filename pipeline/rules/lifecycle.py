@@ -1,13 +1,15 @@
 """The watcher lifecycle state machine (DESIGN.md §3, seed 000 and 003).
 
 ``proposed → active ⇄ paused → cancelled | expired | satisfied | terminal_unsatisfied``.
-This module owns the states, the events that move between them and the table; an illegal
-move raises :class:`TransitionError`. Who may trigger a move (principals, grants) is
-``authz``; when the evaluator closes a watch is ``evaluation``.
+This module owns the states, the events that move between them and the table (an illegal
+move raises :class:`TransitionError`), and what a cancel or an erasure drops, which the
+evaluator's and delivery's lifecycle views both ask. Who may trigger a move (principals,
+grants) is ``authz``; when the evaluator closes a watch is ``evaluation``.
 """
 
 from __future__ import annotations
 
+from datetime import datetime
 from enum import StrEnum
 
 from pipeline.rules.errors import TransitionError
@@ -16,7 +18,9 @@ __all__ = [
     "CloseReason",
     "LifecycleEvent",
     "WatcherStatus",
+    "cancel_drops",
     "close_event",
+    "erasure_drops",
     "is_closed",
     "is_live",
     "transition",
@@ -53,31 +57,28 @@ class CloseReason(StrEnum):
     CANCELLED = "cancelled"
 
 
-_S = WatcherStatus
-_E = LifecycleEvent
-
 _TABLE: dict[tuple[WatcherStatus, LifecycleEvent], WatcherStatus] = {
-    (_S.PROPOSED, _E.APPROVE): _S.ACTIVE,
-    (_S.PROPOSED, _E.CANCEL): _S.CANCELLED,
-    (_S.PROPOSED, _E.EXPIRE): _S.EXPIRED,
-    (_S.ACTIVE, _E.PAUSE): _S.PAUSED,
-    (_S.ACTIVE, _E.CANCEL): _S.CANCELLED,
-    (_S.ACTIVE, _E.EXPIRE): _S.EXPIRED,
-    (_S.ACTIVE, _E.SATISFY): _S.SATISFIED,
-    (_S.ACTIVE, _E.TERMINATE): _S.TERMINAL_UNSATISFIED,
-    (_S.PAUSED, _E.RESUME): _S.ACTIVE,
-    (_S.PAUSED, _E.CANCEL): _S.CANCELLED,
-    (_S.PAUSED, _E.EXPIRE): _S.EXPIRED,
+    (WatcherStatus.PROPOSED, LifecycleEvent.APPROVE): WatcherStatus.ACTIVE,
+    (WatcherStatus.PROPOSED, LifecycleEvent.CANCEL): WatcherStatus.CANCELLED,
+    (WatcherStatus.PROPOSED, LifecycleEvent.EXPIRE): WatcherStatus.EXPIRED,
+    (WatcherStatus.ACTIVE, LifecycleEvent.PAUSE): WatcherStatus.PAUSED,
+    (WatcherStatus.ACTIVE, LifecycleEvent.CANCEL): WatcherStatus.CANCELLED,
+    (WatcherStatus.ACTIVE, LifecycleEvent.EXPIRE): WatcherStatus.EXPIRED,
+    (WatcherStatus.ACTIVE, LifecycleEvent.SATISFY): WatcherStatus.SATISFIED,
+    (WatcherStatus.ACTIVE, LifecycleEvent.TERMINATE): WatcherStatus.TERMINAL_UNSATISFIED,
+    (WatcherStatus.PAUSED, LifecycleEvent.RESUME): WatcherStatus.ACTIVE,
+    (WatcherStatus.PAUSED, LifecycleEvent.CANCEL): WatcherStatus.CANCELLED,
+    (WatcherStatus.PAUSED, LifecycleEvent.EXPIRE): WatcherStatus.EXPIRED,
 }
 
-_LIVE = frozenset({_S.PROPOSED, _S.ACTIVE, _S.PAUSED})
+_LIVE = frozenset({WatcherStatus.PROPOSED, WatcherStatus.ACTIVE, WatcherStatus.PAUSED})
 
 _CLOSE_EVENTS: dict[CloseReason, LifecycleEvent] = {
-    CloseReason.SATISFIED: _E.SATISFY,
-    CloseReason.TERMINAL_UNSATISFIED: _E.TERMINATE,
-    CloseReason.EXPIRED: _E.EXPIRE,
-    CloseReason.ACCESS_REVOKED: _E.CANCEL,
-    CloseReason.CANCELLED: _E.CANCEL,
+    CloseReason.SATISFIED: LifecycleEvent.SATISFY,
+    CloseReason.TERMINAL_UNSATISFIED: LifecycleEvent.TERMINATE,
+    CloseReason.EXPIRED: LifecycleEvent.EXPIRE,
+    CloseReason.ACCESS_REVOKED: LifecycleEvent.CANCEL,
+    CloseReason.CANCELLED: LifecycleEvent.CANCEL,
 }
 
 
@@ -101,3 +102,17 @@ def is_live(status: WatcherStatus) -> bool:
 
 def is_closed(status: WatcherStatus) -> bool:
     return status not in _LIVE
+
+
+def cancel_drops(cancelled_version: int, version: int) -> bool:
+    """Whether cancelling a watcher at ``cancelled_version`` drops what belongs to ``version`` of
+    it (its state, its undelivered entries): that version and earlier ones, never a later one,
+    which reuses the id and is another watcher (DESIGN.md §10)."""
+    return version <= cancelled_version
+
+
+def erasure_drops(erased_at: datetime, written_at: datetime) -> bool:
+    """Whether a subject's erasure at ``erased_at`` drops something of theirs written at
+    ``written_at`` (an entry's creation, a state's last update): what was written up to the
+    erasure; what comes after is new (DESIGN.md §10)."""
+    return written_at <= erased_at

@@ -10,10 +10,8 @@ dispatch states are ``dispatch``'s. An entry read back without its data key is `
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
-
-from pydantic import BaseModel, ConfigDict
 
 from pipeline.rules.backoff import RetryPolicy
 from pipeline.rules.budgets import BudgetCaps
@@ -23,13 +21,16 @@ from pipeline.rules.outcomes import Outcome
 from pipeline.rules.quiet_hours import QuietHours
 from pipeline.rules.sources import ScheduleSource
 
-__all__ = ["OutboxEntry", "build_entry", "entry_fields"]
+__all__ = ["OutboxEntry", "build_entry"]
 
 
-class OutboxEntry(BaseModel):
-    """A decided delivery. ``trigger`` is ``{"kind", ...identity fields}``."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OutboxEntry:
+    """A decided delivery. ``trigger`` is ``{"kind", ...identity fields}``.
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    A plain frozen record (no validation here): the evaluator and the command processor build
+    it from values the rules already checked, and ``pipeline.records.outbox_entry`` checks what
+    it reads back before it builds one."""
 
     delivery_key: str
     tenant_id: str
@@ -38,7 +39,7 @@ class OutboxEntry(BaseModel):
     watcher_version: int
     source_id: str
     purpose: str
-    trigger: dict[str, str] = {}
+    trigger: dict[str, str] = field(default_factory=dict)
     outcome: Outcome
     verb: str
     target: str
@@ -61,52 +62,45 @@ class OutboxEntry(BaseModel):
 
 
 def build_entry(
-    definition: WatcherDefinition, evidence: Evidence, key: str, now: datetime
-) -> OutboxEntry:
-    """The outbox entry for a satisfied decision: everything delivery needs, frozen now."""
-    identity = trigger_json(evidence.trigger())
-    return OutboxEntry(**entry_fields(definition, evidence, key, now, identity, evidence.digest()))
-
-
-def entry_fields(
     definition: WatcherDefinition,
     evidence: Evidence,
     key: str,
     now: datetime,
-    identity: dict[str, str],
-    digest: str,
-) -> dict[str, Any]:
-    """:func:`build_entry`'s fields (``OutboxEntry``'s keyword arguments), unvalidated, for a
-    caller that already has the trigger object and the evidence digest and may only write
-    them (the evaluator's hot loop)."""
+    identity: dict[str, str] | None = None,
+    digest: str | None = None,
+) -> OutboxEntry:
+    """The outbox entry for a satisfied decision: everything delivery needs, frozen now.
+    ``identity`` (the trigger object) and ``digest`` (the evidence digest) are computed here
+    unless the caller already has them (the evaluator has)."""
     assert definition.version is not None
     delivery = definition.delivery
     is_schedule = isinstance(definition.source, ScheduleSource)
-    return {
-        "delivery_key": key,
-        "tenant_id": definition.tenant_id,
-        "user_id": definition.user_id,
-        "watcher_id": definition.watcher_id,
-        "watcher_version": definition.version,
-        "source_id": definition.source_id,
-        "purpose": definition.purpose,
-        "trigger": identity,
-        "outcome": Outcome.SATISFIED,
-        "verb": delivery.verb.value,
-        "target": delivery.target,
-        "text": delivery.text,
-        "args": delivery.args,
-        "evidence_digest": digest,
-        "evidence_observed_at": evidence.observed_at,
-        "due_at": evidence.scheduled_at if is_schedule and evidence.scheduled_at else now,
-        "late": evidence.late,
-        "created_at": now,
-        "retry": definition.retry,
-        "quiet_hours": delivery.quiet_hours,
-        "budgets": definition.budgets,
-        "delivery_retention": definition.privacy.delivery_retention,
-        "wake_session": delivery.wake_session,
-        "session_id": definition.session_id,
-        "schedule_name": definition.watcher_id.rsplit(":", 1)[-1] if is_schedule else None,
-        "schedule_time": evidence.scheduled_at if is_schedule else None,
-    }
+    scheduled_at = evidence.scheduled_at if is_schedule else None
+    return OutboxEntry(
+        delivery_key=key,
+        tenant_id=definition.tenant_id,
+        user_id=definition.user_id,
+        watcher_id=definition.watcher_id,
+        watcher_version=definition.version,
+        source_id=definition.source_id,
+        purpose=definition.purpose,
+        trigger=trigger_json(evidence.trigger()) if identity is None else identity,
+        outcome=Outcome.SATISFIED,
+        verb=delivery.verb.value,
+        target=delivery.target,
+        text=delivery.text,
+        args=delivery.args,
+        evidence_digest=evidence.digest() if digest is None else digest,
+        evidence_observed_at=evidence.observed_at,
+        due_at=scheduled_at or now,
+        late=evidence.late,
+        created_at=now,
+        retry=definition.retry,
+        quiet_hours=delivery.quiet_hours,
+        budgets=definition.budgets,
+        delivery_retention=definition.privacy.delivery_retention,
+        wake_session=delivery.wake_session,
+        session_id=definition.session_id,
+        schedule_name=definition.watcher_id.rsplit(":", 1)[-1] if is_schedule else None,
+        schedule_time=scheduled_at,
+    )

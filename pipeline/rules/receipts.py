@@ -10,10 +10,9 @@ topic's retention.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
-
-from pydantic import BaseModel, ConfigDict
 
 from pipeline.rules.budgets import BudgetVerdict
 from pipeline.rules.outcomes import ErrorCode, Outcome, Reason
@@ -21,8 +20,11 @@ from pipeline.rules.outcomes import ErrorCode, Outcome, Reason
 __all__ = ["Receipt"]
 
 
-class Receipt(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Receipt:
+    """One evaluation's record. A plain frozen record (no validation here): ``evaluation``
+    builds it from the rules' own values, and ``pipeline.records.receipt`` checks what it reads
+    back before it builds one."""
 
     tenant_id: str
     user_id: str
@@ -30,7 +32,7 @@ class Receipt(BaseModel):
     watcher_version: int
     evaluated_at: datetime
     evidence_digest: str
-    trigger: dict[str, str] = {}
+    trigger: dict[str, str] = field(default_factory=dict)
     trigger_key: str
     observed_at: datetime
     position: str | None = None

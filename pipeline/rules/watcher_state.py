@@ -1,6 +1,6 @@
 """A watcher's runtime state, as the evaluator keeps it in ``watcher-state`` (DESIGN.md §2).
 
-Owns :class:`WatcherState` and its :class:`Checkpoint` (the last evidence applied: trigger
+Owns :class:`WatcherState` and its :class:`AppliedTrigger` (the last evidence applied: trigger
 identity, observation time and input position) plus the bounded memory of applied triggers
 used to refuse a second outbox entry for the same evidence. How it changes is decided by
 ``evaluation``; how it is stored (Avro, compaction) by the serde and the stream runtime.
@@ -24,21 +24,21 @@ from pipeline.rules.errors import DefinitionError
 from pipeline.rules.lifecycle import CloseReason, WatcherStatus
 from pipeline.rules.outcomes import Outcome, Reason
 
-__all__ = ["RECENT_TRIGGERS", "Checkpoint", "WatcherState"]
+__all__ = ["RECENT_TRIGGERS", "AppliedTrigger", "WatcherState"]
 
 RECENT_TRIGGERS: Final = 64
 
-_E = TypeVar("_E", WatcherStatus, Outcome, Reason, CloseReason)
+_Member = TypeVar("_Member", WatcherStatus, Outcome, Reason, CloseReason)
 
 
-class _CheckpointFields(NamedTuple):
+class _AppliedTriggerFields(NamedTuple):
     trigger_key: str  # the delivery key of the evidence's trigger identity
     trigger: dict[str, str]
     observed_at: datetime
     position: str | None = None
 
 
-class Checkpoint(_CheckpointFields):
+class AppliedTrigger(_AppliedTriggerFields):
     """The last evidence applied to this watcher; replay after a denial starts here."""
 
     __slots__ = ()
@@ -49,7 +49,7 @@ class Checkpoint(_CheckpointFields):
         trigger: Mapping[str, str],
         observed_at: datetime,
         position: str | None = None,
-    ) -> Checkpoint:
+    ) -> AppliedTrigger:
         return cls._make(
             (
                 _text(trigger_key, "checkpoint.trigger_key"),
@@ -64,7 +64,7 @@ class _StateFields(NamedTuple):
     version: int
     status: WatcherStatus
     activated_at: datetime | None = None
-    checkpoint: Checkpoint | None = None
+    checkpoint: AppliedTrigger | None = None
     recent_triggers: tuple[str, ...] = ()
     last_outcome: Outcome | None = None
     last_reason: Reason | None = None
@@ -83,7 +83,7 @@ class WatcherState(_StateFields):
         version: int,
         status: WatcherStatus | str,
         activated_at: datetime | None = None,
-        checkpoint: Checkpoint | None = None,
+        checkpoint: AppliedTrigger | None = None,
         recent_triggers: Iterable[str] = (),
         last_outcome: Outcome | str | None = None,
         last_reason: Reason | str | None = None,
@@ -143,8 +143,8 @@ def _instant(value: object, field: str) -> datetime:
     return value
 
 
-def _member(kind: type[_E], value: str, field: str) -> _E:
-    found: _E | None = _MEMBERS[kind].get(value) if isinstance(value, str) else None
+def _member(kind: type[_Member], value: str, field: str) -> _Member:
+    found: _Member | None = _MEMBERS[kind].get(value) if isinstance(value, str) else None
     if found is None:
         raise DefinitionError(f"not a {kind.__name__}: {value!r:.40}", field)
     return found
@@ -170,10 +170,10 @@ def _strings(values: Iterable[object]) -> bool:
     return set(map(type, values)) <= {str}
 
 
-def _checkpoint(value: object) -> Checkpoint | None:
-    if value is None or isinstance(value, Checkpoint):
+def _checkpoint(value: object) -> AppliedTrigger | None:
+    if value is None or isinstance(value, AppliedTrigger):
         return value
-    raise DefinitionError(f"a Checkpoint, not {type(value).__name__}", "checkpoint")
+    raise DefinitionError(f"an AppliedTrigger, not {type(value).__name__}", "checkpoint")
 
 
 def _triggers(value: Iterable[str]) -> tuple[str, ...]:

@@ -1,4 +1,6 @@
-"""The exactly-once stream runtime: transactions, checkpoints, co-partitioned tables restored
-from their changelogs, and the shared views over them that several stages read (watchers,
-grants, lifecycle).
+"""The exactly-once stream runtime, one collaborator per module: ``app`` (the StreamApp that
+wires them), ``member`` (the clients), ``transactions`` (the TransactionScope), ``assignment``,
+``batch``, ``state`` and ``tables``, ``poison`` and ``isolation``, ``recovery``, ``stage`` (the
+one shape of a stage) and ``views`` (TableView and the views several stages read). Leaves out
+what a stage processes (``consumers``, ``producers``).
 """

@@ -7,8 +7,8 @@ restored, and each input resumes at its committed offset or past what the change
 reflects, whichever is later. Revoke commits; lost aborts. A callback never raises: when the
 broker cannot answer one (it is restarting or stalled), the partitions are taken as they are and
 the member resyncs on its next step (``transactions``), before any of their records is
-processed. :class:`Assignment` is one seam of :class:`~pipeline.runtime.app.StreamApp`, which
-mixes it in.
+processed. :class:`Assignment` is handed the task state and the transaction scope it acts on;
+the :class:`~pipeline.runtime.member.Member` passes it the consumer's callbacks.
 
 Two group protocols (:class:`GroupProtocol`). ``classic`` with the client-side ``range``
 assignor is eager: every rebalance revokes every partition of every member, and each restores
@@ -30,18 +30,19 @@ from __future__ import annotations
 import enum
 import logging
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import Any, Final, Literal
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from pipeline.kafka.api_versions import ProbeError, offers_consumer_groups
 from pipeline.rules.errors import BrokerError
-from pipeline.runtime.checkpoint import InputPositions, committed_offsets, start_offsets
+from pipeline.runtime.checkpoint import committed_offsets, start_offsets
 from pipeline.runtime.isolation import Isolation
+from pipeline.runtime.member import TIMEOUT_S, Member
 from pipeline.runtime.metrics import RuntimeMetrics
 from pipeline.runtime.poison import Quarantine
 from pipeline.runtime.state import TaskState
-from pipeline.runtime.transactions import TIMEOUT_S
+from pipeline.runtime.transactions import TransactionScope
 
 __all__ = [
     "Assignment",
@@ -109,35 +110,38 @@ def group_protocol_config(config: dict[str, Any], protocol: GroupProtocol) -> di
 
 
 class Assignment:
-    """The rebalance callbacks of a member and what it holds now."""
+    """The rebalance callbacks of a member and what it holds now (in the scope's input
+    positions)."""
 
-    group_id: str
-    _protocol: GroupProtocol
-    _state: TaskState
-    _positions: InputPositions
-    _quarantine: Quarantine
-    _isolation: Isolation
-    _metrics: RuntimeMetrics
-    _group_metadata: Any
-    _assigned: list[TopicPartition]
+    def __init__(
+        self,
+        protocol: GroupProtocol,
+        state: TaskState,
+        scope: TransactionScope,
+        member: Member,
+        quarantine: Quarantine,
+        isolation: Isolation,
+        metrics: RuntimeMetrics,
+    ) -> None:
+        self.protocol = protocol
+        self._state = state
+        self._scope = scope
+        self._positions = scope.positions
+        self._member = member
+        self._quarantine = quarantine
+        self._isolation = isolation
+        self._metrics = metrics
+        self._group_id = member.group_id
 
-    if TYPE_CHECKING:  # provided by StreamApp
-
-        def commit(self, rewind: bool = True) -> bool: ...
-
-        def _abort(self, restore: bool = True) -> None: ...
-
-        def request_resync(self, reason: BaseException | str) -> None: ...
-
-    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    def on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """Restore the tables of ``partitions`` and resume them (classic: the whole new
         assignment; KIP-848: what it adds)."""
-        if self._protocol is GroupProtocol.CONSUMER:
+        if self.protocol is GroupProtocol.CONSUMER:
             self._on_assign_incremental(consumer, partitions)
             return
-        self._metrics.rebalances.labels(self.group_id, "assigned").inc()
-        self._group_metadata = None
-        self._assigned = [TopicPartition(tp.topic, tp.partition) for tp in partitions]
+        self._metrics.rebalances.labels(self._group_id, "assigned").inc()
+        self._member.regrouped()
+        self._positions.hold(partitions)
         try:
             # Committed offsets first: the broker answers once an earlier owner's pending
             # transaction is resolved, so the changelogs read next hold all it committed.
@@ -145,12 +149,12 @@ class Assignment:
             reflected = self._state.restore({tp.partition for tp in partitions})
         except (BrokerError, KafkaException) as exc:
             consumer.assign(partitions)  # from the committed offsets; the resync seeks again
-            self.request_resync(f"assignment not restored: {exc}")
+            self._scope.request_resync(f"assignment not restored: {exc}")
             return
         starts = start_offsets(committed, reflected)
         consumer.assign(starts)
         self._positions.resumed(starts)
-        self._metrics.restored_partitions.labels(self.group_id).inc(
+        self._metrics.restored_partitions.labels(self._group_id).inc(
             len({tp.partition for tp in starts})
         )
         log.info("assigned %s", sorted((tp.topic, tp.partition) for tp in starts))
@@ -159,49 +163,53 @@ class Assignment:
         """KIP-848: ``partitions`` join what the member holds; only their numbers restore."""
         if not partitions:
             return
-        self._metrics.rebalances.labels(self.group_id, "assigned").inc()
-        self._group_metadata = None
+        self._metrics.rebalances.labels(self._group_id, "assigned").inc()
+        self._member.regrouped()
         added = [TopicPartition(tp.topic, tp.partition) for tp in partitions]
         numbers = {tp.partition for tp in added}
-        split = numbers & {tp.partition for tp in self._assigned}
+        split = numbers & {tp.partition for tp in self._positions.held}
         if split:  # p of another input is held already: serve p from the changelog again
             consumer.incremental_assign(added)
-            self._assigned = [*self._assigned, *added]
-            self.request_resync(f"partitions {sorted(split)} arrived one input at a time")
+            self._positions.hold(added, more=True)
+            self._scope.request_resync(f"partitions {sorted(split)} arrived one input at a time")
             return
         try:
             committed = committed_offsets(consumer, added, TIMEOUT_S)
             reflected = self._state.restore(numbers)
         except (BrokerError, KafkaException) as exc:
             consumer.incremental_assign(added)
-            self._assigned = [*self._assigned, *added]
-            self.request_resync(f"assignment not restored: {exc}")
+            self._positions.hold(added, more=True)
+            self._scope.request_resync(f"assignment not restored: {exc}")
             return
         starts = start_offsets(committed, reflected)
         consumer.incremental_assign(starts)
         self._positions.resumed(starts)
-        self._metrics.restored_partitions.labels(self.group_id).inc(len(numbers))
-        self._assigned = [*self._assigned, *added]
+        self._metrics.restored_partitions.labels(self._group_id).inc(len(numbers))
+        self._positions.hold(added, more=True)
         log.info("assigned %s", sorted((tp.topic, tp.partition) for tp in starts))
 
-    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    def on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """Commit, then give up ``partitions`` (classic: all of them; KIP-848: what moves)."""
-        if not partitions and self._protocol is GroupProtocol.CONSUMER:
+        if not partitions and self.protocol is GroupProtocol.CONSUMER:
             return
-        self._metrics.rebalances.labels(self.group_id, "revoked").inc()
+        self._metrics.rebalances.labels(self._group_id, "revoked").inc()
         try:
-            self.commit(rewind=False)
+            self._scope.commit(rewind=False)
         except (BrokerError, KafkaException) as exc:  # the next owner redoes what was open
-            self.request_resync(f"commit on revoke failed: {exc}")
+            self._scope.request_resync(f"commit on revoke failed: {exc}")
         self._release(partitions)
 
-    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        self._metrics.rebalances.labels(self.group_id, "lost").inc()
+    def on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._metrics.rebalances.labels(self._group_id, "lost").inc()
         try:
-            self._abort(restore=False)
+            self._scope.abort(restore=False)
         except (BrokerError, KafkaException) as exc:
-            self.request_resync(f"abort on loss failed: {exc}")
+            self._scope.request_resync(f"abort on loss failed: {exc}")
         self._release(partitions)
+
+    def release_all(self) -> None:
+        """Give up everything held (a consumer being replaced), as if it were lost."""
+        self._release(list(self._positions.held))
 
     def _release(self, partitions: list[TopicPartition]) -> None:
         """Drop the tables, pauses and positions of ``partitions``; the rest stay. A partition
@@ -212,12 +220,11 @@ class Assignment:
         self._state.drop(numbers)
         self._quarantine.forget(partitions)
         self._isolation.forget(partitions)
-        self._positions.forget(gone)
-        self._assigned = [tp for tp in self._assigned if (tp.topic, tp.partition) not in gone]
-        self._group_metadata = None
-        if numbers & {tp.partition for tp in self._assigned}:  # p of another input stays
-            self.request_resync(f"partitions {sorted(numbers)} left one input at a time")
+        self._positions.release(gone)
+        self._member.regrouped()
+        if numbers & {tp.partition for tp in self._positions.held}:  # p of another input stays
+            self._scope.request_resync(f"partitions {sorted(numbers)} left one input at a time")
 
-    def assignment(self) -> list[tuple[str, int]]:
+    def held(self) -> list[tuple[str, int]]:
         """The input partitions this member holds now."""
-        return sorted((tp.topic, tp.partition) for tp in self._assigned)
+        return sorted((tp.topic, tp.partition) for tp in self._positions.held)

@@ -220,11 +220,22 @@ class InputPositions:
     half a second, on every commit that needed one).
     """
 
-    __slots__ = ("_starts", "timeout_s")
+    __slots__ = ("_starts", "held", "timeout_s")
 
     def __init__(self, timeout_s: float = 30.0) -> None:
         self.timeout_s = timeout_s
+        self.held: list[TopicPartition] = []  # the input partitions the member holds now
         self._starts: dict[tuple[str, int], int] = {}
+
+    def hold(self, partitions: Iterable[TopicPartition], *, more: bool = False) -> None:
+        """The member holds ``partitions`` now (``more``: as well as what it held)."""
+        added = [TopicPartition(tp.topic, tp.partition) for tp in partitions]
+        self.held = [*self.held, *added] if more else added
+
+    def release(self, gone: set[tuple[str, int]]) -> None:
+        """``gone`` left the member: no longer held, where they resume no longer known."""
+        self.held = [tp for tp in self.held if (tp.topic, tp.partition) not in gone]
+        self.forget(gone)
 
     def resumed(self, starts: Iterable[TopicPartition]) -> None:
         """Inputs were assigned or sought to ``starts`` (negative: the broker decides)."""

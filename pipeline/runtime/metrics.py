@@ -10,7 +10,7 @@ import threading
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 
@@ -41,7 +41,12 @@ def runtime_metrics(registry: CollectorRegistry = REGISTRY) -> RuntimeMetrics:
 
 
 def _create(registry: CollectorRegistry) -> RuntimeMetrics:
-    return RuntimeMetrics(
+    return RuntimeMetrics(**_flow(registry), **_health(registry))
+
+
+def _flow(registry: CollectorRegistry) -> dict[str, Any]:
+    """What passes through: records, transactions, commits, rebalances, dead letters."""
+    return dict(
         consumed=Counter(
             "vigil_runtime_records_consumed",
             "Input records handed to the processor or dead-lettered.",
@@ -74,6 +79,12 @@ def _create(registry: CollectorRegistry) -> RuntimeMetrics:
             ["group", "topic", "cause"],
             registry=registry,
         ),
+    )
+
+
+def _health(registry: CollectorRegistry) -> dict[str, Any]:
+    """What needs an operator's eye: pauses, resyncs, replaced consumers, restores, cuts."""
+    return dict(
         unknown_schema=Counter(
             "vigil_runtime_unknown_schema",
             "Records with a schema fingerprint this build does not know (partition paused).",

@@ -20,15 +20,15 @@ import logging
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from pipeline.kafka.topics import dead_letter_headers
 from pipeline.rules.errors import UnknownSchemaError
 from pipeline.runtime.metrics import RuntimeMetrics
-from pipeline.runtime.processing import Message, Placement, dead_letter_headers
+from pipeline.runtime.processing import Headers, Message, Placement
 
 __all__ = ["DLQ_ORIGINAL_BYTES", "Cause", "Quarantine"]
 
 log = logging.getLogger(__name__)
 
-_MAX_REASON = 1000  # characters of a reason header: enough to act on, never a payload copy
 _MAX_COPIED = 900_000  # bytes of key and value a dead letter copies whole (the limit is 1 MB)
 _KEPT_PREFIX = 64 * 1024  # what it keeps of a larger one
 DLQ_ORIGINAL_BYTES = "vigil.dlq.original-bytes"
@@ -55,9 +55,10 @@ class Quarantine:
         self, producer: Producer, placement: Placement, msg: Message, reason: str, cause: Cause
     ) -> None:
         """Write ``msg`` to the dead-letter topic with ``reason`` (in the open transaction)."""
-        reason = reason[:_MAX_REASON]
         key, value = msg.key(), msg.value()
-        headers = dead_letter_headers(msg, reason)
+        partition, offset = msg.partition(), msg.offset()  # None only for a client's own event
+        origin = (-1 if partition is None else partition, -1 if offset is None else offset)
+        headers: Headers = [*dead_letter_headers(reason, msg.topic() or "", *origin)]
         if len(key or b"") + len(value or b"") > _MAX_COPIED:
             # Near the broker's record limit a copy plus headers would be refused (and a refusal
             # here would stop the process): keep a prefix and say how long the original was.

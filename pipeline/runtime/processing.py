@@ -16,7 +16,6 @@ from pipeline.kafka.partitioner import partition_for
 from pipeline.runtime.tables import Table
 
 __all__ = [
-    "DLQ_HEADERS",
     "Decoder",
     "Headers",
     "InputRecord",
@@ -24,11 +23,9 @@ __all__ = [
     "Placement",
     "ProcessContext",
     "Processor",
-    "dead_letter_headers",
 ]
 
 Headers = list[tuple[str, str | bytes | None]]
-DLQ_HEADERS = ("vigil.dlq.reason", "vigil.dlq.topic", "vigil.dlq.partition", "vigil.dlq.offset")
 
 
 class Message(Protocol):
@@ -173,13 +170,3 @@ class Placement:
         if not key:
             return -1  # librdkafka picks one: a keyless record has no home partition
         return partition_for(key, self.count(topic))
-
-
-def dead_letter_headers(msg: Message, reason: str) -> Headers:
-    """Why and where from: reason, topic, partition, offset of the dead-lettered record."""
-    return [
-        (DLQ_HEADERS[0], reason.encode("utf-8", "replace")),
-        (DLQ_HEADERS[1], (msg.topic() or "").encode()),
-        (DLQ_HEADERS[2], str(msg.partition()).encode()),
-        (DLQ_HEADERS[3], str(msg.offset()).encode()),
-    ]

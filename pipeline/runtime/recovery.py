@@ -6,7 +6,7 @@ loading, a commit whose outcome is unknown) or a fenced producer (fatal: a newer
 its transactional id, or the coordinator aborted a transaction that overran its timeout) raised
 anywhere in a step marks the member to resync — its next step rebuilds the producer, restores
 the tables and rewinds the inputs
-(:meth:`~pipeline.runtime.transactions.Transactions.resync`) — and the loop waits before that
+(:meth:`~pipeline.runtime.transactions.TransactionScope.resync`) — and the loop waits before that
 step, doubling from 0.2 s up to 5 s while failures last and starting over after a step that
 succeeds. Failures a stage names as its own transient ones (the evaluator's budget store) wait
 the same way. Anything else propagates: a bug or a misconfiguration is surfaced, not retried.

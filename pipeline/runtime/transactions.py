@@ -5,23 +5,26 @@ the offsets with the group metadata, so a zombie's cannot commit).
 
 A retriable failure (the broker restarting, stalled, re-electing) leaves the outcome unknown: a
 commit that timed out may have landed. The member then needs a **resync** before it goes on
-(:meth:`Transactions.resync`, run by the next step): a new producer, whose
+(:meth:`TransactionScope.resync`, run by the next step): a new producer, whose
 ``init_transactions`` completes or aborts whatever the old one left open; the tables of the
 assigned partitions restored from their changelogs; every input rewound to where that state
 resumes. Nothing is trusted from memory, so whatever the broker did with the last transaction,
 state and offsets agree again. While the broker cannot answer, a resync raises a retriable
-:class:`~pipeline.kafka.clients.BrokerFailure` and the process loop backs off and tries again
+:class:`~pipeline.kafka.failures.BrokerFailure` and the process loop backs off and tries again
 (``pipeline.runtime.recovery``). Should the broker answer the new producer but the consumer's
 committed-offsets read get no answer at all, the consumer is the one stuck (it can keep a group
-coordinator the broker restart took away): the member replaces it, gives up what it held and
-takes its partitions again through a fresh join (``StreamApp._replace_consumer``).
+coordinator the broker restart took away): the member replaces it
+(:meth:`~pipeline.runtime.member.Member.replace_consumer`), gives up what it held and takes its
+partitions again through a fresh join.
 
-:class:`Transactions` is one seam of :class:`~pipeline.runtime.app.StreamApp` (which mixes it
-in, with :class:`~pipeline.runtime.assignment.Assignment`): it reads and writes the member's
-producer, consumer, checkpoint and tables declared below. Work no input record started (a retry
-or a tick falls due) joins the same transactions through :meth:`Transactions.transaction`, or
-:meth:`~Transactions.begin`, :meth:`~Transactions.context` and :meth:`~Transactions.commit`
-when it spans several steps.
+:class:`TransactionScope` owns the cadence (:class:`~pipeline.runtime.checkpoint.Checkpoint`)
+and the input positions a commit sends; it reaches the clients through the
+:class:`~pipeline.runtime.member.Member` and the tables through the task state it is given.
+Work no input record started (a retry or a tick falls due) joins the same transactions through
+:meth:`TransactionScope.run`, or :meth:`~TransactionScope.begin`,
+:meth:`~TransactionScope.context` and :meth:`~TransactionScope.commit` when it spans several
+steps (``StreamApp.transaction()`` hands the scope to a stage). Leaves out what a rebalance
+restores (``assignment``) and the loop (``app``).
 """
 
 from __future__ import annotations
@@ -29,9 +32,8 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaException
 
 from pipeline.kafka.clients import BrokerFailure, ErrorKind, classify, translate
 from pipeline.rules.errors import BrokerError
@@ -44,49 +46,77 @@ from pipeline.runtime.checkpoint import (
     committed_offsets,
     start_offsets,
 )
+from pipeline.runtime.member import TIMEOUT_S, Member
 from pipeline.runtime.metrics import RuntimeMetrics
 from pipeline.runtime.poison import Quarantine
 from pipeline.runtime.processing import Placement, ProcessContext
 from pipeline.runtime.state import TaskState
-from pipeline.runtime.tables import Table
 
-__all__ = ["TIMEOUT_S", "Transactions"]
+__all__ = ["TIMEOUT_S", "TransactionScope"]
 
 log = logging.getLogger(__name__)
-
-TIMEOUT_S = 30.0
 
 # A group call that got no answer at all: the consumer, not the broker, is the one stuck.
 _STUCK = frozenset({"_TIMED_OUT", "_TIMED_OUT_QUEUE"})
 
 
-class Transactions:
-    """Commit, abort and recovery of the member's one open transaction."""
+class TransactionScope:
+    """Commit, abort and recovery of the member's one open transaction, and its cadence.
 
-    group_id: str
-    instance_id: str
-    _checkpoint: Checkpoint
-    _positions: InputPositions
-    _state: TaskState
-    _placement: Placement
-    _quarantine: Quarantine
-    _metrics: RuntimeMetrics
-    _group_metadata: Any
-    _assigned: list[TopicPartition]
-    _aborts: int
-    _resync: bool  # the transaction's outcome or the tables are uncertain: resync first
+    ``aborts`` counts transactions rolled back so far (aborted, or lost with a fenced
+    producer): views built from the tables must be rebuilt whenever it changes.
+    ``pending_resync``: the transaction's outcome or the tables are uncertain; the next step
+    resyncs first.
+    """
 
-    if TYPE_CHECKING:  # provided by StreamApp
+    def __init__(
+        self,
+        member: Member,
+        state: TaskState,
+        quarantine: Quarantine,
+        placement: Placement,
+        metrics: RuntimeMetrics,
+        checkpoint: Checkpoint,
+    ) -> None:
+        self.checkpoint = checkpoint
+        self.positions = InputPositions(TIMEOUT_S)
+        self.aborts = 0
+        self.pending_resync = False
+        self._member = member
+        self._state = state
+        self._quarantine = quarantine
+        self.placement = placement
+        self._metrics = metrics
+        self._group_id = member.group_id
 
-        def _require_producer(self) -> Producer: ...
+    def due(self) -> bool:
+        """Whether the open transaction should commit now (its interval, records or budget)."""
+        return self.checkpoint.due()
 
-        def _require_consumer(self) -> Consumer: ...
+    def begin(self) -> None:
+        """Open the transaction now if none is open, for work that spans several steps and ends
+        with :meth:`commit`. A fenced producer is rebuilt (tables restored, inputs rewound)
+        before the ``BrokerFailure`` is raised: nothing planned from the old tables holds."""
+        try:
+            self.checkpoint.begin(self._member.producer)
+        except BrokerFailure as exc:
+            if exc.kind is ErrorKind.FATAL:
+                self._rebuild()
+            raise
 
-        def _new_producer(self) -> None: ...
-
-        def _drop_producer(self) -> None: ...
-
-        def _replace_consumer(self, reason: BaseException) -> None: ...
+    def context(self, partition: int) -> ProcessContext:
+        """Tables and produce for ``partition`` (-1: global tables only) in the open
+        transaction."""
+        if not self.checkpoint.open:
+            raise BrokerError("no transaction is open: begin() first")
+        producer = self._member.producer
+        return ProcessContext(
+            partition,
+            producer.produce,
+            producer.poll,
+            self._state.table,
+            self.placement.partition_of,
+        )
 
     def commit(self, rewind: bool = True) -> bool:
         """Commit the open transaction with the consumed offsets. False if it was aborted.
@@ -94,134 +124,43 @@ class Transactions:
         After an abort the inputs are rewound to their committed offsets unless ``rewind`` is
         false (their partitions are being revoked).
         """
-        if self._resync:
+        if self.pending_resync:
             return False  # uncertain already: the resync decides what holds
-        if not self._checkpoint.open:
+        if not self.checkpoint.open:
             return True
         started = time.perf_counter()
-        consumer = self._require_consumer()
+        member = self._member
         try:
-            if self._group_metadata is None:
-                self._group_metadata = consumer.consumer_group_metadata()
-            self._checkpoint.commit(
-                self._require_producer(),
-                self._quarantine.positions(self._positions.current(consumer, self._assigned)),
-                self._group_metadata,
+            positions = self.positions.current(member.consumer, self.positions.held)
+            self.checkpoint.commit(
+                member.producer,
+                self._quarantine.positions(positions),
+                member.group_metadata(),
                 self._state.stores(),
             )
         except KafkaException as exc:
-            self._recover(exc, "commit", rewind)
+            self.recover(exc, "commit", rewind)
             return False
-        self._metrics.transactions.labels(self.group_id, "committed").inc()
-        self._metrics.commit_seconds.labels(self.group_id).observe(time.perf_counter() - started)
+        self._metrics.transactions.labels(self._group_id, "committed").inc()
+        self._metrics.commit_seconds.labels(self._group_id).observe(time.perf_counter() - started)
         return True
 
-    def _abort(self, restore: bool = True) -> None:
+    def abort(self, restore: bool = True) -> None:
         """Abort and roll the tables back; a fatal failure rebuilds the producer instead. An
         abort the broker did not confirm leaves the member to resync (raised as retriable)."""
-        self._aborts += 1
-        was_open = self._checkpoint.open
+        self.aborts += 1
+        was_open = self.checkpoint.open
         try:
-            self._checkpoint.abort(self._require_producer(), self._state.stores())
+            self.checkpoint.abort(self._member.producer, self._state.stores())
         except KafkaException as exc:
             if classify(exc.args[0]) is not ErrorKind.FATAL:
-                raise self._uncertain(exc, "abort") from exc
+                raise self.uncertain(exc, "abort") from exc
             self._rebuild(restore)
             return
         if was_open:
-            self._metrics.transactions.labels(self.group_id, "aborted").inc()
+            self._metrics.transactions.labels(self._group_id, "aborted").inc()
 
-    def _recover(self, exc: KafkaException, context: str, rewind: bool = True) -> None:
-        """Abort and rewind (abortable), rebuild the producer and restore (fatal), or leave the
-        member to resync and raise (retriable: the outcome is unknown; permanent: surfaced).
-
-        ``rewind`` false: the partitions are leaving (revoke), so nothing is restored.
-        """
-        kind = classify(exc.args[0])
-        log.warning("%s failed (%s): %s", context, kind.value, exc)
-        if kind is ErrorKind.FATAL:
-            self._rebuild(restore=rewind)
-            return
-        if kind is not ErrorKind.ABORTABLE:
-            raise self._uncertain(exc, context, kind) from exc
-        self._abort(restore=rewind)
-        if rewind:
-            self._rewind()
-
-    def _uncertain(
-        self, exc: KafkaException, context: str, kind: ErrorKind = ErrorKind.RETRIABLE
-    ) -> BrokerFailure:
-        """Mark the member for a resync; the failure to raise (permanent stays permanent)."""
-        self._resync = True
-        if kind is not ErrorKind.PERMANENT:
-            kind = ErrorKind.RETRIABLE
-        return translate(exc, context, kind)
-
-    def request_resync(self, reason: BaseException | str) -> None:
-        """A step failed where the transaction or the tables may not match the broker: resync
-        before the next one does anything."""
-        if not self._resync:
-            log.warning("%s/%s will resync: %s", self.group_id, self.instance_id, reason)
-        self._resync = True
-
-    def resync(self) -> None:
-        """Rebuild the producer, restore the assigned partitions' tables, rewind the inputs
-        (see the module docstring). Raises a retriable ``BrokerFailure`` while the broker
-        cannot answer: call it again after a pause."""
-        self._metrics.resyncs.labels(self.group_id).inc()
-        self._rebuild(restore=True)
-        log.warning("%s/%s resynced", self.group_id, self.instance_id)
-
-    def _rebuild(self, restore: bool = True) -> None:
-        """A fenced or fatally failed producer, or an uncertain state: start a new producer,
-        drop the tables' uncommitted state and (unless the partitions are leaving) restore them
-        and rewind the inputs. Until all of that is done the member stays marked to resync."""
-        log.warning("rebuilding the transactional producer of %s", self.instance_id)
-        self._resync = True
-        self._aborts += 1
-        self._drop_producer()
-        self._checkpoint.ended()
-        self._new_producer()
-        numbers = {tp.partition for tp in self._assigned}
-        self._state.drop(numbers)
-        if restore:
-            self._rewind(self._state.restore(numbers))
-        self._resync = False
-
-    def _rewind(self, reflected: dict[int, dict[str, int]] | None = None) -> None:
-        """Seek every assigned input back to where the committed state says it resumes; a
-        rewind that fails half-way leaves the member to resync."""
-        if not self._assigned:
-            return
-        was, self._resync = self._resync, True
-        consumer = self._require_consumer()
-        try:
-            committed = committed_offsets(consumer, self._assigned, TIMEOUT_S)
-        except BrokerFailure as exc:
-            if exc.code not in _STUCK:
-                raise
-            # The producer just reached the broker (a rebuild or an abort answered), yet the
-            # consumer's group coordinator does not: a client stuck on a coordinator it lost
-            # (librdkafka #5511, after a broker restart). A new consumer finds it again.
-            self._replace_consumer(exc)
-            self._resync = False
-            return
-        starts = start_offsets(committed, reflected or {})
-        for tp in starts:
-            if tp.offset == OFFSET_INVALID:
-                tp.offset = OFFSET_BEGINNING
-            try:
-                consumer.seek(tp)
-            except KafkaException as exc:
-                # _STATE (retriable): the partition's new assignment is still being applied (a
-                # rebalance met the resync): the member stays marked and the next resync seeks.
-                raise translate(exc, f"seek {tp.topic}[{tp.partition}]") from exc
-        self._positions.resumed(starts)
-        self._resync = was
-
-    def transaction(
-        self, work: Callable[[Callable[[int], ProcessContext]], None]
-    ) -> TransactionEnd:
+    def run(self, work: Callable[[Callable[[int], ProcessContext]], None]) -> TransactionEnd:
         """Run ``work(context_of)`` in the transaction (opened if none is), then commit it.
 
         ``context_of(partition)`` is what a processor gets for that partition. A produce
@@ -237,50 +176,123 @@ class Transactions:
         try:
             work(self.context)
         except KafkaException as exc:  # from produce: the producer failed, not the work
-            self._recover(exc, "produce")
+            self.recover(exc, "produce")
             return TransactionEnd.ABORTED
         except Exception:
             log.exception("timer-driven transaction failed: aborting it")
-            self._abort()
-            self._rewind()
+            self.abort()
+            self.rewind()
             raise
         return TransactionEnd.COMMITTED if self.commit() else TransactionEnd.ABORTED
 
-    def begin(self) -> None:
-        """Open the transaction now if none is open, for work that spans several steps and ends
-        with :meth:`commit`. A fenced producer is rebuilt (tables restored, inputs rewound)
-        before the ``BrokerFailure`` is raised: nothing planned from the old tables holds."""
+    def recover(self, exc: KafkaException, context: str, rewind: bool = True) -> None:
+        """Abort and rewind (abortable), rebuild the producer and restore (fatal), or leave the
+        member to resync and raise (retriable: the outcome is unknown; permanent: surfaced).
+
+        ``rewind`` false: the partitions are leaving (revoke), so nothing is restored.
+        """
+        kind = classify(exc.args[0])
+        log.warning("%s failed (%s): %s", context, kind.value, exc)
+        if kind is ErrorKind.FATAL:
+            self._rebuild(restore=rewind)
+            return
+        if kind is not ErrorKind.ABORTABLE:
+            raise self.uncertain(exc, context, kind) from exc
+        self.abort(restore=rewind)
+        if rewind:
+            self.rewind()
+
+    def uncertain(
+        self, exc: KafkaException, context: str, kind: ErrorKind = ErrorKind.RETRIABLE
+    ) -> BrokerFailure:
+        """Mark the member for a resync; the failure to raise (permanent stays permanent)."""
+        self.pending_resync = True
+        if kind is not ErrorKind.PERMANENT:
+            kind = ErrorKind.RETRIABLE
+        return translate(exc, context, kind)
+
+    def request_resync(self, reason: BaseException | str) -> None:
+        """A step failed where the transaction or the tables may not match the broker: resync
+        before the next one does anything."""
+        if not self.pending_resync:
+            log.warning("%s/%s will resync: %s", self._group_id, self._member.instance_id, reason)
+        self.pending_resync = True
+
+    def resync_if_asked(self) -> None:
+        """Resync first if a failure left the member uncertain (:meth:`request_resync`)."""
+        if self.pending_resync:
+            self.resync()
+
+    def resync(self) -> None:
+        """Rebuild the producer, restore the assigned partitions' tables, rewind the inputs
+        (see the module docstring). Raises a retriable ``BrokerFailure`` while the broker
+        cannot answer: call it again after a pause."""
+        self._metrics.resyncs.labels(self._group_id).inc()
+        self._rebuild(restore=True)
+        log.warning("%s/%s resynced", self._group_id, self._member.instance_id)
+
+    def _rebuild(self, restore: bool = True) -> None:
+        """A fenced or fatally failed producer, or an uncertain state: start a new producer,
+        drop the tables' uncommitted state and (unless the partitions are leaving) restore them
+        and rewind the inputs. Until all of that is done the member stays marked to resync."""
+        log.warning("rebuilding the transactional producer of %s", self._member.instance_id)
+        self.pending_resync = True
+        self.aborts += 1
+        self.checkpoint.ended()
+        self._member.start_producer()
+        numbers = {tp.partition for tp in self.positions.held}
+        self._state.drop(numbers)
+        if restore:
+            self.rewind(self._state.restore(numbers))
+        self.pending_resync = False
+
+    def rewind(self, reflected: dict[int, dict[str, int]] | None = None) -> None:
+        """Seek every assigned input back to where the committed state says it resumes; a
+        rewind that fails half-way leaves the member to resync."""
+        held = self.positions.held
+        if not held:
+            return
+        was, self.pending_resync = self.pending_resync, True
+        consumer = self._member.consumer
         try:
-            self._checkpoint.begin(self._require_producer())
+            committed = committed_offsets(consumer, held, TIMEOUT_S)
         except BrokerFailure as exc:
-            if exc.kind is ErrorKind.FATAL:
-                self._rebuild()
-            raise
+            if exc.code not in _STUCK:
+                raise
+            # The producer just reached the broker (a rebuild or an abort answered), yet the
+            # consumer's group coordinator does not: a client stuck on a coordinator it lost
+            # (librdkafka #5511, after a broker restart). A new consumer finds it again.
+            self._member.replace_consumer(exc)
+            self.pending_resync = False
+            return
+        starts = start_offsets(committed, reflected or {})
+        for tp in starts:
+            if tp.offset == OFFSET_INVALID:
+                tp.offset = OFFSET_BEGINNING
+            try:
+                consumer.seek(tp)
+            except KafkaException as exc:
+                # _STATE (retriable): the partition's new assignment is still being applied (a
+                # rebalance met the resync): the member stays marked and the next resync seeks.
+                raise translate(exc, f"seek {tp.topic}[{tp.partition}]") from exc
+        self.positions.resumed(starts)
+        self.pending_resync = was
 
-    def context(self, partition: int) -> ProcessContext:
-        """Tables and produce for ``partition`` (-1: global tables only) in the open
-        transaction."""
-        if not self._checkpoint.open:
-            raise BrokerError("no transaction is open: begin() first")
-        producer = self._require_producer()
-        return ProcessContext(
-            partition,
-            producer.produce,
-            producer.poll,
-            self._state.table,
-            self._placement.partition_of,
-        )
-
-    def catch_up(self) -> None:
-        """Read the global and external tables to their current end (DESIGN.md §10)."""
-        self._state.catch_up()
-
-    def table(self, name: str, partition: int) -> Table:
-        """The store of ``name`` for ``partition``; a global table is whole for every one."""
-        return self._state.table(name, partition)
-
-    @property
-    def aborts(self) -> int:
-        """Transactions rolled back so far (aborted, or lost with a fenced producer): views
-        built from the tables must be rebuilt whenever it changes."""
-        return self._aborts
+    def close(self, commit: bool) -> None:
+        """Commit (or abort) what is open before the member leaves. A member left uncertain by
+        a broker failure commits nothing: its next incarnation's ``init_transactions`` (or the
+        coordinator's timeout) aborts what it left open."""
+        try:
+            if self.pending_resync:
+                return
+            if commit:
+                self.commit()
+            else:
+                self.abort()
+        except BrokerError as exc:
+            log.warning(
+                "closing %s/%s without committing: %s",
+                self._group_id,
+                self._member.instance_id,
+                exc,
+            )

@@ -3,27 +3,26 @@ cancelled or erased, and which data keys exist. Several stages read them (the ev
 ticker the watchers, everyone the grants and keys, delivery the lifecycle), so they live here,
 once.
 
-Owns :class:`WatcherIndex` (one per task partition of ``watchers``: watcher keys by
-``(source_id, event_type)``, definitions decoded lazily and once per version, so an event costs
-what its matching watchers cost and 100,000 watchers of other sources cost nothing),
-:class:`GrantIndex` (the global ``grants`` table by subject) and :class:`LifecycleIndex` (the
-global ``lifecycle`` table: the latest record per watcher and per erased subject, and which
-delivery it drops) and :class:`KeyView` (the global ``keys`` table feeding a
-:class:`~pipeline.crypto.ring.KeyRing`: a tombstone shreds the key in this process at the next
-refresh). Each follows its table's changes through :class:`ObservedDict`, which the
-runtime's table writes through, so a refresh touches only the keys that changed since the last
-batch.
+Owns :class:`TableView` (a table followed through :class:`ObservedDict`, which the runtime's
+table writes through: each changed key decoded once, with one exception policy, handed to the
+view's ``put`` / ``dropped`` hooks, undecodable ones counted) and its views:
+:class:`WatcherIndex` (one partition of ``watchers`` by ``(source_id, event_type)``, so an event
+costs what its matching watchers cost), :class:`GrantIndex` (``grants`` by subject),
+:class:`LifecycleIndex` (the latest ``lifecycle`` record per watcher and per erased subject, and
+which delivery it drops) and :class:`KeyView` (``keys`` into a
+:class:`~pipeline.crypto.ring.KeyRing`: a tombstone shreds the key at the next refresh); and
+:class:`DecodedCache`, values decoded from table bytes held with those very bytes.
 
 Leaves out deciding (``pipeline.rules``), the tables and transactions themselves
-(``pipeline.runtime.app``) and the record layouts (``pipeline.records``).
+(``pipeline.runtime.state``, ``transactions``) and the record layouts (``pipeline.records``).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from pipeline.crypto.ring import KeyRing
 from pipeline.records.codec import Codec
@@ -37,15 +36,24 @@ from pipeline.rules.errors import DefinitionError, SerdeError
 from pipeline.runtime.tables import Table
 
 __all__ = [
+    "UNREADABLE",
+    "DecodedCache",
     "GrantIndex",
     "KeyView",
     "LifecycleIndex",
     "ObservedDict",
+    "TableView",
     "WatcherIndex",
     "observe",
 ]
 
 log = logging.getLogger(__name__)
+
+V = TypeVar("V")
+
+UNREADABLE = (SerdeError, DefinitionError, ValueError, KeyError)
+"""What a table record's decoder may raise for bytes it cannot read: the record is logged,
+counted and left out (fail-closed), never an exception that stops the process."""
 
 
 class ObservedDict(dict[str, bytes]):
@@ -81,63 +89,125 @@ def observe(table: Table) -> ObservedDict:
     return table.data
 
 
-class WatcherIndex:
-    """One partition of ``watchers``: by key, and event watchers by (source_id, event_type)."""
+class TableView(Generic[V]):
+    """A table followed through :class:`ObservedDict`: each changed key decoded once (one
+    exception policy, :data:`UNREADABLE`), kept in ``by_key``, and handed to :meth:`put` or
+    :meth:`dropped`, the hooks a view keeps its own indexes with.
 
-    __slots__ = (
-        "_by_key",
-        "_by_type",
-        "_data",
-        "_matching",
-        "_registry",
-        "_sealer",
-        "table",
-        "undecodable",
-    )
+    ``dropped(key, old)`` runs for every key deleted or no longer readable, whether or not it
+    was held (``old`` None); ``put(key, value, old)`` for every key decoded, ``old`` what it
+    replaces. A subclass calls :meth:`load` once its own fields exist.
+    """
 
-    def __init__(self, table: Table, registry: Codec, sealer: Sealer) -> None:
+    __slots__ = ("_data", "_decode", "_what", "by_key", "table", "undecodable")
+
+    def __init__(self, table: Table, decode: Callable[[str, bytes], V], what: str) -> None:
         self.table = table
-        self._registry = registry
-        self._sealer = sealer
+        self._decode = decode
+        self._what = what
         self._data = observe(table)
         self._data.drain()
-        self._by_key: dict[str, Watch] = {}
-        self._by_type: dict[tuple[str, str], dict[str, Watch]] = {}
-        # What ``for_event`` answered per (source_id, event_type), until that bucket changes.
-        self._matching: dict[tuple[str, str], tuple[Watch, ...]] = {}
+        self.by_key: dict[str, V] = {}
         self.undecodable = 0
+
+    def load(self) -> None:
+        """Take in what the table holds now."""
         for key in list(self._data):
             self._apply(key)
 
     def refresh(self) -> int:
         """Apply what changed in the table since the last refresh; returns how many keys."""
+        return len(self.changes())
+
+    def changes(self) -> set[str]:
+        """Apply what changed in the table since the last refresh; returns the keys."""
         changed = self._data.drain()
         for key in changed:
             self._apply(key)
-        return len(changed)
+        return changed
+
+    def put(self, key: str, value: V, old: V | None) -> None:
+        """``key`` now holds ``value`` (instead of ``old``)."""
+
+    def dropped(self, key: str, old: V | None) -> None:
+        """``key`` was deleted or is no longer readable (it held ``old``)."""
 
     def _apply(self, key: str) -> None:
-        old = self._by_key.pop(key, None)
-        if old is not None and old.event_type is not None:
-            self._matching.pop((old.source_id, old.event_type), None)
-            bucket = self._by_type.get((old.source_id, old.event_type))
-            if bucket is not None:
-                bucket.pop(key, None)
-                if not bucket:
-                    del self._by_type[(old.source_id, old.event_type)]
+        old = self.by_key.pop(key, None)
         raw = self._data.get(key)
         if raw is None:
+            self.dropped(key, old)
             return
         try:
-            watch = decode_watch(self._registry, self._sealer, key, raw)
-        except (SerdeError, ValueError, KeyError) as exc:
+            value = self._decode(key, raw)
+        except UNREADABLE as exc:
             self.undecodable += 1
-            log.error("watchers record %s is unreadable: %s", key, exc)
+            log.error("%s record %s is unreadable (left out): %s", self._what, key, exc)
+            self.dropped(key, old)
             return
-        self._by_key[key] = watch
-        if watch.event_type is not None:
-            self._matching.pop((watch.source_id, watch.event_type), None)
-            self._by_type.setdefault((watch.source_id, watch.event_type), {})[key] = watch
+        self.by_key[key] = value
+        self.put(key, value, old)
+
+
+class DecodedCache(Generic[V]):
+    """Values decoded from table bytes, by key, each held with the very bytes object it was
+    decoded from: a key is decoded again only once its table holds another object (written,
+    restored or rolled back since), so a rollback is never served a stale value."""
+
+    __slots__ = ("_held",)
+
+    def __init__(self) -> None:
+        self._held: dict[str, tuple[bytes, V]] = {}
+
+    def get(self, key: str, raw: bytes, decode: Callable[[bytes], V]) -> V:
+        """The value of ``raw`` (decoded now unless ``raw`` is what ``key`` last held)."""
+        held = self._held.get(key)
+        if held is not None and held[0] is raw:
+            return held[1]
+        value = decode(raw)
+        self._held[key] = (raw, value)
+        return value
+
+    def put(self, key: str, raw: bytes, value: V) -> None:
+        """Remember that ``raw`` decodes to ``value`` (a value just encoded)."""
+        self._held[key] = (raw, value)
+
+    def pop(self, key: str) -> None:
+        self._held.pop(key, None)
+
+    def clear(self) -> None:
+        self._held.clear()
+
+
+class WatcherIndex(TableView[Watch]):
+    """One partition of ``watchers``: by key, and event watchers by (source_id, event_type)."""
+
+    __slots__ = ("_by_type", "_matching")
+
+    def __init__(self, table: Table, codec: Codec, sealer: Sealer) -> None:
+        super().__init__(table, lambda key, raw: decode_watch(codec, sealer, key, raw), "watchers")
+        self._by_type: dict[tuple[str, str], dict[str, Watch]] = {}
+        # What ``for_event`` answered per (source_id, event_type), until that bucket changes.
+        self._matching: dict[tuple[str, str], tuple[Watch, ...]] = {}
+        self.load()
+
+    def put(self, key: str, value: Watch, old: Watch | None) -> None:
+        self.dropped(key, old)
+        if value.event_type is not None:
+            routed = (value.source_id, value.event_type)
+            self._matching.pop(routed, None)
+            self._by_type.setdefault(routed, {})[key] = value
+
+    def dropped(self, key: str, old: Watch | None) -> None:
+        if old is None or old.event_type is None:
+            return
+        routed = (old.source_id, old.event_type)
+        self._matching.pop(routed, None)
+        bucket = self._by_type.get(routed)
+        if bucket is not None:
+            bucket.pop(key, None)
+            if not bucket:
+                del self._by_type[routed]
 
     def for_event(self, source_id: str, event_type: str) -> Iterable[Watch]:
         """Event watchers of exactly this source and type (closed ones included)."""
@@ -151,55 +221,39 @@ class WatcherIndex:
         return found
 
     def get(self, key: str) -> Watch | None:
-        return self._by_key.get(key)
+        return self.by_key.get(key)
 
     def __len__(self) -> int:
-        return len(self._by_key)
+        return len(self.by_key)
 
     def __iter__(self) -> Iterator[Watch]:
-        return iter(self._by_key.values())
+        return iter(self.by_key.values())
 
 
-class GrantIndex:
+class GrantIndex(TableView[Grant]):
     """The whole ``grants`` table, by subject: authorization looks at one subject's grants."""
 
-    __slots__ = ("_by_key", "_by_subject", "_data", "_of", "_registry", "undecodable")
+    __slots__ = ("_by_subject", "_of")
 
-    def __init__(self, table: Table, registry: Codec) -> None:
-        self._registry = registry
-        self._data = observe(table)
-        self._data.drain()
-        self._by_key: dict[str, Grant] = {}
+    def __init__(self, table: Table, codec: Codec) -> None:
+        super().__init__(
+            table, lambda key, raw: decode_grant(codec, raw).grant, "grants (fail-closed)"
+        )
         self._by_subject: dict[tuple[str, str], dict[str, Grant]] = {}
         self._of: dict[tuple[str, str], tuple[Grant, ...]] = {}  # what ``of`` answered
-        self.undecodable = 0
-        for key in list(self._data):
-            self._apply(key)
+        self.load()
 
-    def refresh(self) -> int:
-        changed = self._data.drain()
-        for key in changed:
-            self._apply(key)
-        return len(changed)
+    def put(self, key: str, value: Grant, old: Grant | None) -> None:
+        self.dropped(key, old)
+        subject = (value.tenant_id, value.user_id)
+        self._by_subject.setdefault(subject, {})[key] = value
+        self._of.pop(subject, None)
 
-    def _apply(self, key: str) -> None:
-        old = self._by_key.pop(key, None)
+    def dropped(self, key: str, old: Grant | None) -> None:
         if old is not None:
-            bucket = self._by_subject.get((old.tenant_id, old.user_id), {})
-            bucket.pop(key, None)
-            self._of.pop((old.tenant_id, old.user_id), None)
-        raw = self._data.get(key)
-        if raw is None:
-            return
-        try:
-            grant = decode_grant(self._registry, raw).grant
-        except (SerdeError, ValueError, KeyError, DefinitionError) as exc:
-            self.undecodable += 1
-            log.error("grants record %s is unreadable (fail-closed: ignored): %s", key, exc)
-            return
-        self._by_key[key] = grant
-        self._by_subject.setdefault((grant.tenant_id, grant.user_id), {})[key] = grant
-        self._of.pop((grant.tenant_id, grant.user_id), None)
+            subject = (old.tenant_id, old.user_id)
+            self._by_subject.get(subject, {}).pop(key, None)
+            self._of.pop(subject, None)
 
     def of(self, tenant_id: str, user_id: str) -> tuple[Grant, ...]:
         """The grants of one subject (authorization never needs another's): the very same
@@ -212,31 +266,22 @@ class GrantIndex:
         return found
 
 
-class LifecycleIndex:
+class LifecycleIndex(TableView[LifecycleRecord]):
     """Lifecycle records by watcher and by subject, decoded once per change."""
 
-    __slots__ = ("_by_key", "_data", "_registry", "_subjects", "_watchers", "undecodable")
+    __slots__ = ("_subjects", "_watchers")
 
-    def __init__(self, table: Table, registry: Codec) -> None:
-        self._registry = registry
-        self._data = observe(table)
-        self._data.drain()
-        self._by_key: dict[str, LifecycleRecord] = {}
+    def __init__(self, table: Table, codec: Codec) -> None:
+        super().__init__(table, lambda key, raw: decode_lifecycle(codec, raw), "lifecycle")
         self._watchers: dict[tuple[str, str, str], LifecycleRecord] = {}
         self._subjects: dict[tuple[str, str], LifecycleRecord] = {}
-        self.undecodable = 0
-        for key in list(self._data):
-            self._apply(key)
+        self.load()
 
-    def refresh(self) -> list[LifecycleRecord]:
+    def dropping_records(self) -> list[LifecycleRecord]:
         """Apply what changed since the last refresh; returns the records that now drop
         entries (for a sweep of what is already queued)."""
-        dropping: list[LifecycleRecord] = []
-        for key in self._data.drain():
-            record = self._apply(key)
-            if record is not None and record.drops_anything:
-                dropping.append(record)
-        return dropping
+        found = (self.by_key.get(key) for key in self.changes())
+        return [record for record in found if record is not None and record.drops_anything]
 
     def dropping(self, record: DeliveryRecord, created_at: datetime) -> LifecycleRecord | None:
         """The lifecycle record that drops this delivery, or None when it may go ahead."""
@@ -248,49 +293,35 @@ class LifecycleIndex:
             return closed
         return None
 
-    def _apply(self, key: str) -> LifecycleRecord | None:
-        old = self._by_key.pop(key, None)
-        if old is not None:
-            self._forget(old)
-        raw = self._data.get(key)
-        if raw is None:
-            return None
-        try:
-            record = decode_lifecycle(self._registry, raw)
-        except (SerdeError, KeyError, ValueError) as exc:
-            self.undecodable += 1
-            log.error("lifecycle record %s is unreadable: %s", key, exc)
-            return None
-        self._by_key[key] = record
-        if record.watcher_id is None:
-            self._subjects[(record.tenant_id, record.user_id)] = record
+    def put(self, key: str, value: LifecycleRecord, old: LifecycleRecord | None) -> None:
+        self.dropped(key, old)
+        if value.watcher_id is None:
+            self._subjects[(value.tenant_id, value.user_id)] = value
         else:
-            self._watchers[(record.tenant_id, record.user_id, record.watcher_id)] = record
-        return record
+            self._watchers[(value.tenant_id, value.user_id, value.watcher_id)] = value
 
-    def _forget(self, record: LifecycleRecord) -> None:
-        if record.watcher_id is None:
-            self._subjects.pop((record.tenant_id, record.user_id), None)
+    def dropped(self, key: str, old: LifecycleRecord | None) -> None:
+        if old is None:
+            return
+        if old.watcher_id is None:
+            self._subjects.pop((old.tenant_id, old.user_id), None)
         else:
-            self._watchers.pop((record.tenant_id, record.user_id, record.watcher_id), None)
+            self._watchers.pop((old.tenant_id, old.user_id, old.watcher_id), None)
 
 
-class KeyView:
-    """The global ``keys`` table through a :class:`KeyRing`: records in, tombstones out."""
+class KeyView(TableView[bytes]):
+    """The global ``keys`` table through a :class:`KeyRing`: records in, tombstones out (the
+    ring decodes each record itself)."""
 
-    __slots__ = ("_data", "ring", "table")
+    __slots__ = ("ring",)
 
     def __init__(self, table: Table, ring: KeyRing) -> None:
-        self.table = table
+        super().__init__(table, lambda key, raw: raw, "keys")
         self.ring = ring
-        self._data = observe(table)
-        self._data.drain()
-        for key, raw in list(self._data.items()):
-            ring.apply(key, raw)
+        self.load()
 
-    def refresh(self) -> int:
-        """Apply what changed since the last refresh; returns how many keys."""
-        changed = self._data.drain()
-        for key in changed:
-            self.ring.apply(key, self._data.get(key))
-        return len(changed)
+    def put(self, key: str, value: bytes, old: bytes | None) -> None:
+        self.ring.apply(key, value)
+
+    def dropped(self, key: str, old: bytes | None) -> None:
+        self.ring.apply(key, None)  # held or not: a key the ring made and a rollback undid

@@ -25,7 +25,7 @@ from pipeline.config import KafkaConfig, VigilConfig
 from pipeline.kafka.clients import Producer
 from pipeline.kafka.partitioner import partition_for
 from pipeline.kafka.schema_catalog import register_schemas
-from pipeline.kafka.serde import SchemaRegistry, default_registry
+from pipeline.kafka.serde import AvroCodec, default_codec
 from pipeline.kafka.topics import Topic, Topology
 from pipeline.records.event import EVENT, EventLine, event_record
 from pipeline.rules.errors import BrokerError, TopologyError
@@ -49,7 +49,7 @@ class EventPublisher:
         target: str | KafkaConfig | VigilConfig,
         topology: Topology | None = None,
         *,
-        registry: SchemaRegistry | None = None,
+        codec: AvroCodec | None = None,
         overrides: Mapping[str, Any] | None = None,
         tenant_id: str | None = None,
     ) -> None:
@@ -61,7 +61,7 @@ class EventPublisher:
         else:
             self._bootstrap = kafka
             self._topology = topology or Topology()
-        self._registry = registry or default_registry()
+        self._codec = codec or default_codec()
         settings = {"client.id": "vigil-publisher", "allow.auto.create.topics": False}
         self._producer = Producer(self._bootstrap, {**settings, **dict(overrides or {})})
         self._topic = self._topology.name(Topic.EVENTS)
@@ -110,7 +110,7 @@ class EventPublisher:
         record = event_record(
             source_id, event_type, event_id, payload, observed_at, cursor, envelope_id, tenant
         )
-        value = self._registry.encode(EVENT, record)
+        value = self._codec.encode(EVENT, record)
         key = source_id.encode("utf-8")
         if not self._checked:
             self._check_topic()
@@ -145,7 +145,7 @@ class EventPublisher:
         try:
             partitions = self._topology.partitions_for(Topic.SCHEMAS)
             self._registered = register_schemas(
-                self._producer, topic, partitions, self._registry, [EVENT]
+                self._producer, topic, partitions, self._codec, [EVENT]
             )
         except BrokerError as exc:
             fix = self._topology.create_command()

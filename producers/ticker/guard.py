@@ -19,7 +19,7 @@ from enum import StrEnum
 
 from pipeline.records.watcher import Watch
 from pipeline.redis.budgets import RedisBudgets
-from pipeline.rules.authz import Action, Grant, authorize
+from pipeline.rules.authz import Grant
 from pipeline.rules.budgets import (
     NO_CEILINGS,
     BudgetCaps,
@@ -31,6 +31,7 @@ from pipeline.rules.budgets import (
     resolve_caps,
 )
 from pipeline.rules.errors import BudgetStoreError
+from pipeline.rules.evaluation import authorization_for
 from pipeline.rules.sources import PollingSource
 from pipeline.rules.ticker import DueTick
 from producers.ticker.tools import ToolRequest
@@ -90,20 +91,8 @@ class ToolGuard:
     ) -> Withheld | None:
         """Why this watcher's tool must not be called now, or None: the grant first, then the
         budget read earlier in the step."""
-        definition = watch.definition
-        source = definition.source
-        assert isinstance(source, PollingSource)
-        decision = authorize(
-            grants,
-            tenant_id=definition.tenant_id,
-            user_id=definition.user_id,
-            purpose=definition.purpose,
-            action=Action.EVALUATE,
-            source_id=definition.source_id,
-            tool=source.governed_tool,
-            now=now,
-        )
-        if not decision.allowed:
+        assert isinstance(watch.definition.source, PollingSource)
+        if not authorization_for(watch.definition, grants, now).allowed:
             return Withheld.AUTHORIZATION_DENIED
         if budget is BudgetVerdict.EXHAUSTED:
             return Withheld.BUDGET_EXHAUSTED

@@ -38,7 +38,7 @@ from prometheus_client import REGISTRY, CollectorRegistry
 from pipeline.clock import Clock, SystemClock
 from pipeline.config import ToolConfig
 from pipeline.crypto import KeyEncryptionKeys, KeyRing
-from pipeline.kafka.serde import SchemaRegistry, default_registry
+from pipeline.kafka.serde import AvroCodec, default_codec
 from pipeline.kafka.topics import Topic, Topology
 from pipeline.records.tick import TickRecord, encode_tick
 from pipeline.records.ticker_state import encode_memory
@@ -125,7 +125,7 @@ class PollTicker:
         default_caps: BudgetCaps | None = None,
         ceilings: BudgetCeilings = NO_CEILINGS,
         clock: Clock | None = None,
-        registry: SchemaRegistry | None = None,
+        codec: AvroCodec | None = None,
         metrics_registry: CollectorRegistry = REGISTRY,
         tool_registry: ToolRegistry | None = None,
         keks: KeyEncryptionKeys | None = None,
@@ -135,15 +135,15 @@ class PollTicker:
         topology = settings.topology
         self.settings = settings
         self._clock = clock or SystemClock()
-        self._registry = registry or default_registry()
-        self._ring = KeyRing(keks or KeyEncryptionKeys.load(), self._registry, cache_size=key_cache)
+        self._codec = codec or default_codec()
+        self._ring = KeyRing(keks or KeyEncryptionKeys.load(), self._codec, cache_size=key_cache)
         self._keys: KeyView | None = None
         self._guard = ToolGuard(budgets, default_caps, ceilings)
         self.metrics: TickerMetrics = ticker_metrics(metrics_registry)
         self._ticks = topology.name(Topic.TICKS)
-        self._views = TickerViews(self._registry, self._ring)
+        self._views = TickerViews(self._codec, self._ring)
         self.states = PinnedStates(
-            self._registry,
+            self._codec,
             topology.name(Topic.EVENTS),
             topology.partitions_for(Topic.TICKER_STATE),
             self._views,
@@ -170,9 +170,9 @@ class PollTicker:
             static_membership=settings.static_membership,
             group_protocol=settings.group_protocol,
             consumer_overrides=settings.consumer_overrides,
-            registry=metrics_registry,
+            metrics_registry=metrics_registry,
             schemas_topic=topology.name(Topic.SCHEMAS),
-            schema_registry=self._registry,
+            codec=self._codec,
             # Events are the evaluator's to judge: the ticker reads them for pinned states only.
             judged=[topology.name(Topic.WATCHERS)],
         )
@@ -208,10 +208,10 @@ class PollTicker:
         self.app.step(self.settings.poll_timeout_s)
         if not self.app.assignment():
             return StepReport()
-        self.app.catch_up()  # watchers, grants and keys: a pause or revocation applies (§10)
+        self.app.tables.catch_up()  # watchers, grants, keys: a pause or revocation applies (§10)
         self._key_view()
         views = self._views
-        views.sync(self.app.tables())
+        views.sync(self.app.tables)
         now = self._clock.now()
         self._guard.begin_step()
         work, planned, deferred = self._plan(views, now)
@@ -223,7 +223,7 @@ class PollTicker:
         # Ticks are due because time passed, not because a record arrived: the runtime's
         # timer-driven transaction carries the input offsets, the group metadata and the
         # changelog of ``ticker-state`` exactly as a processed batch would.
-        ended = self.app.transaction(
+        ended = self.app.transaction().run(
             lambda context_of: self._write(context_of, views, writes, now, observed)
         )
         if ended is not TransactionEnd.COMMITTED:
@@ -307,16 +307,16 @@ class PollTicker:
     def _encoded(self, writes: list[_Work], now: datetime, observed: datetime) -> list[_Work]:
         """Encode each watcher's ticks and memory before the transaction: a watcher whose
         records cannot be written is skipped (logged, counted) and the others go on."""
-        registry = self._registry
+        codec = self._codec
         kept: list[_Work] = []
         for item in writes:
             try:
                 item.records = [
-                    (record.source_id, encode_tick(registry, self._ring, record))
+                    (record.source_id, encode_tick(codec, self._ring, record))
                     for record in self._tick_records(item, now, observed)
                 ]
                 item.memory = encode_memory(
-                    registry, item.watch.parts, item.watch.source_id, item.plan.memory, now
+                    codec, item.watch.parts, item.watch.source_id, item.plan.memory, now
                 )
             except Exception as exc:  # one watcher's failure is its own, never the ticker's
                 log.error(
@@ -386,19 +386,13 @@ class PollTicker:
     def _key_view(self) -> None:
         """The ``keys`` table into the ring: a shredded key stops opening definitions now."""
         if self._keys is None:
-            for table in self.app.tables():
-                if table.spec.name == _KEYS and table.spec.kind is TableKind.GLOBAL:
-                    self._keys = KeyView(table, self._ring)
-                    break
+            self._keys = KeyView(self.app.tables.whole(_KEYS), self._ring)
         else:
             self._keys.refresh()
 
     def _grant_index(self) -> GrantIndex | None:
         if self._grants is None:
-            for table in self.app.tables():
-                if table.spec.name == _GRANTS and table.spec.kind is TableKind.GLOBAL:
-                    self._grants = GrantIndex(table, self._registry)
-                    break
+            self._grants = GrantIndex(self.app.tables.whole(_GRANTS), self._codec)
         else:
             self._grants.refresh()
         return self._grants

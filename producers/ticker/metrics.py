@@ -28,40 +28,40 @@ class TickerMetrics:
     tools: ToolMetrics
 
 
-def ticker_metrics(registry: CollectorRegistry = REGISTRY) -> TickerMetrics:
-    """The ticker's metrics in ``registry``, created on first use."""
-    return _made(registry)
+def ticker_metrics(metrics_registry: CollectorRegistry = REGISTRY) -> TickerMetrics:
+    """The ticker's metrics in ``metrics_registry``, created on first use."""
+    return _made(metrics_registry)
 
 
-def _create(registry: CollectorRegistry) -> TickerMetrics:
+def _create(metrics_registry: CollectorRegistry) -> TickerMetrics:
     return TickerMetrics(
         due=Counter(
             "vigil_ticker_due_instants",
             "Ticks written, by kind (poll, schedule, expiry).",
             ["kind"],
-            registry=registry,
+            registry=metrics_registry,
         ),
         missed=Counter(
             "vigil_ticker_missed_instants",
             "Instants due while nothing ran, by missed-run policy and fate (fired or dropped).",
             ["policy", "fate"],
-            registry=registry,
+            registry=metrics_registry,
         ),
         guarded=Counter(
             "vigil_ticker_tool_calls_withheld",
             "Tool calls not made: grant revoked, evaluation budget exhausted, or the budget "
             "store unavailable (the tick is deferred).",
             ["reason"],
-            registry=registry,
+            registry=metrics_registry,
         ),
         skipped=Counter(
             "vigil_ticker_watchers_skipped",
             "Watchers not ticked because planning them failed (an unreadable definition): "
             "the watcher is skipped and logged, the ticker goes on.",
             ["cause"],
-            registry=registry,
+            registry=metrics_registry,
         ),
-        tools=ToolMetrics.create(registry),
+        tools=ToolMetrics.create(metrics_registry),
     )
 
 

@@ -16,7 +16,7 @@ Left out: the tools (``producers.ticker.tools.pinned``) and the runtime's transa
 from __future__ import annotations
 
 from pipeline.kafka.partitioner import partition_for
-from pipeline.kafka.serde import SchemaRegistry
+from pipeline.kafka.serde import AvroCodec
 from pipeline.records.event import EVENT, event_tenant, payload_object
 from pipeline.records.ticker_state import PinnedState, decode_ticker_state, encode_pinned, state_key
 from pipeline.rules.errors import SerdeError, UnknownSchemaError
@@ -33,9 +33,9 @@ class PinnedStates:
     """Latest run and session states in this member's ``ticker-state`` partitions."""
 
     def __init__(
-        self, registry: SchemaRegistry, events_topic: str, partitions: int, views: TickerViews
+        self, codec: AvroCodec, events_topic: str, partitions: int, views: TickerViews
     ) -> None:
-        self._registry = registry
+        self._codec = codec
         self._events = events_topic
         self._partitions = partitions
         self._views = views
@@ -46,7 +46,7 @@ class PinnedStates:
         if msg.topic() != self._events or raw is None:
             return None
         try:
-            record_type, value = self._registry.decode(raw)
+            record_type, value = self._codec.decode(raw)
         except UnknownSchemaError:
             raise  # a newer writer: the runtime pauses the partition until this build is newer
         except SerdeError:
@@ -77,7 +77,7 @@ class PinnedStates:
             if partition_for(state.source_id, self._partitions) != ctx.partition:
                 continue  # a foreign producer's placement: the evaluator re-routes it here
             if state.newer_than(self._stored(table, state.key)):
-                table.set(state.key, encode_pinned(self._registry, state))
+                table.set(state.key, encode_pinned(self._codec, state))
 
     def latest(self, event_type: str, tenant_id: str, subject_id: str) -> PinnedState | None:
         """The ``StateLookup`` the pinned evaluators read: this member's partition of it."""
@@ -96,7 +96,7 @@ class PinnedStates:
         if raw is None:
             return None
         try:
-            found = decode_ticker_state(self._registry, raw)
+            found = decode_ticker_state(self._codec, raw)
         except SerdeError:
             return None  # unreadable state is no state: the evaluator answers unavailable
         return found if isinstance(found, PinnedState) else None

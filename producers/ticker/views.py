@@ -17,14 +17,14 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Final
 
-from pipeline.kafka.serde import SchemaRegistry
+from pipeline.kafka.serde import AvroCodec
 from pipeline.records.sealing import Sealer
 from pipeline.records.ticker_state import decode_ticker_state
 from pipeline.records.watcher import Watch, decode_watch
 from pipeline.rules.errors import SerdeError
 from pipeline.rules.ticker import TickerMemory
 from pipeline.runtime.tables import Table, TableKind
-from pipeline.runtime.views import observe
+from pipeline.runtime.views import TableView
 from producers.ticker.agenda import Agenda
 
 __all__ = ["STATE", "WATCHERS", "TickerViews"]
@@ -39,9 +39,9 @@ _ASAP: Final = datetime(1970, 1, 1, tzinfo=UTC)
 class TickerViews:
     """What the ticker knows about the partitions it holds now."""
 
-    def __init__(self, registry: SchemaRegistry, sealer: Sealer) -> None:
-        self._registry = registry
-        self._sealer = sealer
+    def __init__(self, codec: AvroCodec, sealer: Sealer) -> None:
+        self.codec = codec
+        self.sealer = sealer
         self._signature: tuple[tuple[str, int, int], ...] = ()
         self.watchers: dict[int, Table] = {}
         self.state: dict[int, Table] = {}
@@ -50,6 +50,7 @@ class TickerViews:
         self.memory: dict[str, TickerMemory] = {}
         self.agenda: Agenda[str] = Agenda()
         self.deletes: dict[str, int] = {}  # ticker-state key → partition, to tombstone
+        self._followed: dict[int, _Followed] = {}
 
     def sync(self, tables: Iterable[Table]) -> None:
         """Rebuild after the runtime replaced the tables, else apply changed watcher records."""
@@ -58,9 +59,8 @@ class TickerViews:
         if signature != self._signature:
             self._rebuild(signature, held)
             return
-        for partition, table in self.watchers.items():
-            for key in observe(table).drain():
-                self._apply(partition, key, table.get(key))
+        for followed in self._followed.values():
+            followed.refresh()
 
     def invalidate(self) -> None:
         """Forget everything: the next :meth:`sync` rebuilds from the (rolled-back) tables."""
@@ -80,48 +80,64 @@ class TickerViews:
         for state in self.state.values():
             for key, raw in state.items():
                 try:
-                    found = decode_ticker_state(self._registry, raw)
+                    found = decode_ticker_state(self.codec, raw)
                 except SerdeError as exc:
                     log.error("ticker-state %s is unreadable: %s", key, exc)
                     continue
                 if isinstance(found, TickerMemory):
                     self.memory[key] = found
-        for partition, table in self.watchers.items():
-            data = observe(table)
-            data.drain()
-            for key, raw in list(data.items()):
-                self._apply(partition, key, raw)
+        self._followed = {
+            partition: _Followed(table, partition, self)
+            for partition, table in self.watchers.items()
+        }
+        for followed in self._followed.values():
+            followed.load()
         log.info(
             "ticker views rebuilt: %d watchers, %d memories", len(self.watch), len(self.memory)
         )
 
-    def _apply(self, partition: int, key: str, raw: bytes | None) -> None:
+    def put(self, partition: int, key: str, watch: Watch) -> None:
         """Follow one ``watchers`` record. A watcher whose source changed moves partition: the
         command processor writes the new home and tombstones the old, in either order."""
         home = self.partition.get(key)
-        if raw is None:
-            if home is not None and home != partition:
-                return  # the old home's tombstone, after the watcher moved
-            self.watch.pop(key, None)
-            self.agenda.discard(key)
-            self.partition.pop(key, None)
-            self.memory.pop(key, None)
-            state = self.state.get(partition)
-            if state is not None and key in state:
-                self.deletes[key] = partition
-            return
-        try:
-            watch = decode_watch(self._registry, self._sealer, key, raw)
-        except (SerdeError, ValueError, KeyError) as exc:
-            log.error("watchers record %s is unreadable: %s", key, exc)
-            return
         if home is not None and home != partition:
             self.deletes[key] = home  # its memory is written again at its new home
         self.watch[key] = watch
         self.partition[key] = partition
         self.agenda.set(key, _ASAP)
 
+    def drop(self, partition: int, key: str) -> None:
+        """A ``watchers`` record deleted (or no longer readable) at ``partition``."""
+        home = self.partition.get(key)
+        if home is not None and home != partition:
+            return  # the old home's tombstone, after the watcher moved
+        self.watch.pop(key, None)
+        self.agenda.discard(key)
+        self.partition.pop(key, None)
+        self.memory.pop(key, None)
+        state = self.state.get(partition)
+        if state is not None and key in state:
+            self.deletes[key] = partition
+
     def forget(self, key: str) -> None:
         """A closed watcher: drop its memory (tombstoned in the next transaction)."""
         if self.memory.pop(key, None) is not None and key in self.partition:
             self.deletes[key] = self.partition[key]
+
+
+class _Followed(TableView[Watch]):
+    """One partition's ``watchers`` table, its changes handed to the ticker's views."""
+
+    __slots__ = ("_partition", "_views")
+
+    def __init__(self, table: Table, partition: int, views: TickerViews) -> None:
+        codec, sealer = views.codec, views.sealer
+        super().__init__(table, lambda key, raw: decode_watch(codec, sealer, key, raw), "watchers")
+        self._partition = partition
+        self._views = views
+
+    def put(self, key: str, value: Watch, old: Watch | None) -> None:
+        self._views.put(self._partition, key, value)
+
+    def dropped(self, key: str, old: Watch | None) -> None:
+        self._views.drop(self._partition, key)

@@ -35,7 +35,7 @@ from typing import Any
 import redis
 
 from pipeline.crypto import KeyRing
-from pipeline.kafka.serde import default_registry
+from pipeline.kafka.serde import default_codec
 from pipeline.kafka.topics import Topic, Topology
 from pipeline.records.command_result import decode_result
 from pipeline.records.delivery_state import DeliveryRecord, decode_record
@@ -143,7 +143,7 @@ class Checker:
         self.redis_url = redis_url
         self.topology = topology
         self.receiver = receiver
-        self.schemas = default_registry()
+        self.codec = default_codec()
         self.budget_prefix = budget_prefix
 
     # -- waiting ---------------------------------------------------------------------------
@@ -190,7 +190,7 @@ class Checker:
         for msg in self._read(Topic.OUTBOX):
             value = msg.value()
             if value is not None:
-                counts[decode_outbox_entry(self.schemas, ring, value).delivery_key] += 1
+                counts[decode_outbox_entry(self.codec, ring, value).delivery_key] += 1
         return counts
 
     def delivery_states(self) -> dict[str, DeliveryRecord]:
@@ -200,14 +200,14 @@ class Checker:
         for msg in self._read(Topic.DELIVERY_STATE):
             value = msg.value()
             if value is not None:
-                latest[(msg.key() or b"").decode()] = decode_record(self.schemas, value)
+                latest[(msg.key() or b"").decode()] = decode_record(self.codec, value)
         return latest
 
     def command_results(self) -> dict[str, list[CommandResult]]:
         found: dict[str, list[CommandResult]] = {}
         ring = self._ring()
         for msg in self._read(Topic.COMMAND_RESULTS):
-            result = decode_result(self.schemas, ring, msg.value() or b"")
+            result = decode_result(self.codec, ring, msg.value() or b"")
             found.setdefault(result.request_id, []).append(result)
         return found
 
@@ -220,14 +220,14 @@ class Checker:
             if value is None:
                 latest.pop(key, None)
             else:
-                latest[key] = decode_entry(self.schemas, ring, value)
+                latest[key] = decode_entry(self.codec, ring, value)
         return latest
 
     def ticks(self) -> Counter[tuple[str, int, datetime]]:
         """(watcher key, version, scheduled instant) of every committed poll tick."""
         counts: Counter[tuple[str, int, datetime]] = Counter()
         for msg in self._read(Topic.TICKS):
-            _, value = self.schemas.decode(msg.value() or b"")
+            _, value = self.codec.decode(msg.value() or b"")
             if value["kind"] != TickKind.POLL.value:
                 continue
             key = watcher_key(value["tenant_id"], value["user_id"], value["watcher_id"])
@@ -239,7 +239,7 @@ class Checker:
         tokens = set()
         ring = self._ring()
         for msg in self._read(Topic.RECEIPTS):
-            receipt, _ = decode_receipt(self.schemas, ring, msg.value() or b"")
+            receipt, _ = decode_receipt(self.codec, ring, msg.value() or b"")
             if receipt.budget is not BudgetVerdict.OK or receipt.position is None:
                 continue
             topic, partition, offset = receipt.position.rsplit(":", 2)

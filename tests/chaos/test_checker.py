@@ -44,10 +44,10 @@ def test_every_broken_property_is_named(
     harness.publish([twice, twice, once, stray])  # `lost` never reaches the outbox
     now = datetime.now(UTC)
     for offset, entry in enumerate((twice, once)):  # pending: attempt 0, never delivered
-        value = encode_record(harness.schemas, first_record(entry, offset, now))
+        value = encode_record(harness.codec, first_record(entry, offset, now))
         harness.produce(Topic.DELIVERY_STATE, entry.delivery_key, value)
     answer = CommandResult(request_id="r-1", verb="show", ok=True, processed_at=now)
-    answered = encode_result(harness.schemas, ring_with(), answer, None)  # nothing to seal
+    answered = encode_result(harness.codec, ring_with(), answer, None)  # nothing to seal
     for _ in range(2):
         harness.produce(Topic.COMMAND_RESULTS, "r-1", answered)
     harness.flush()

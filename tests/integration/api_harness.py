@@ -147,7 +147,7 @@ class ProcessorThread:
             bootstrap,
             topology,
             instance_id=f"api-{uuid.uuid4().hex[:6]}",
-            metrics=CollectorRegistry(),
+            metrics_registry=CollectorRegistry(),
             consumer_overrides={
                 "session.timeout.ms": 6000,
                 "heartbeat.interval.ms": 500,

@@ -33,7 +33,7 @@ from pipeline.crypto import KeyEncryptionKeys, KeyRing
 from pipeline.kafka.admin import connect_admin, ensure_topics
 from pipeline.kafka.clients import producer_config
 from pipeline.kafka.partitioner import partition_for
-from pipeline.kafka.serde import default_registry
+from pipeline.kafka.serde import default_codec
 from pipeline.kafka.topics import Topic, Topology
 from pipeline.records.delivery_state import DeliveryRecord, decode_record
 from pipeline.records.outbox_entry import encode_outbox_entry
@@ -86,14 +86,14 @@ class Harness:
     topology: Topology
     receiver: Receiver
     name: str
-    schemas: Any = field(default_factory=default_registry)
+    codec: Any = field(default_factory=default_codec)
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
     _producer: Producer | None = None
     ring: KeyRing = field(
-        default_factory=lambda: KeyRing(KeyEncryptionKeys.load(), default_registry())
+        default_factory=lambda: KeyRing(KeyEncryptionKeys.load(), default_codec())
     )
     worker_ring: KeyRing = field(
-        default_factory=lambda: KeyRing(KeyEncryptionKeys.load(), default_registry())
+        default_factory=lambda: KeyRing(KeyEncryptionKeys.load(), default_codec())
     )
 
     @classmethod
@@ -190,7 +190,7 @@ class Harness:
         published = list(entries)
         for entry in published:
             self.key(subject_owner(entry.tenant_id, entry.user_id))
-            value = encode_outbox_entry(self.schemas, self.ring, entry)
+            value = encode_outbox_entry(self.codec, self.ring, entry)
             self.produce(Topic.OUTBOX, entry.delivery_key, value)
         self.flush()
         return published
@@ -204,7 +204,7 @@ class Harness:
         targets: Iterable[str] = ("hook", "inbox", "me"),
         until: datetime = FAR,
     ) -> None:
-        value = self.schemas.encode(
+        value = self.codec.encode(
             "grant",
             {
                 "grant_id": grant_id,
@@ -228,7 +228,7 @@ class Harness:
         self.flush()
 
     def cancel_watcher(self, tenant: str, user: str, watcher: str, version: int = 1) -> None:
-        value = self.schemas.encode(
+        value = self.codec.encode(
             "lifecycle",
             {
                 "scope": "watcher",
@@ -246,7 +246,7 @@ class Harness:
         self.flush()
 
     def erase_subject(self, tenant: str, user: str) -> None:
-        value = self.schemas.encode(
+        value = self.codec.encode(
             "lifecycle",
             {
                 "scope": "subject",
@@ -266,7 +266,7 @@ class Harness:
         out: dict[str, list[DeliveryRecord | None]] = {}
         for msg in read_all(self.bootstrap, self.topology.name(Topic.DELIVERY_STATE), 20):
             value = msg.value()
-            record = None if value is None else decode_record(self.schemas, value)
+            record = None if value is None else decode_record(self.codec, value)
             out.setdefault((msg.key() or b"").decode(), []).append(record)
         return out
 
@@ -342,7 +342,7 @@ class Harness:
             adapters,
             self.budgets(),
             clock=clock,
-            registry=self.registry,
+            metrics_registry=self.registry,
             executor=executor,
             ring=self.worker_ring,
         )

@@ -26,8 +26,9 @@ from prometheus_client import CollectorRegistry
 from consumers.commands.loop import CommandProcessor
 from consumers.delivery.adapters import build_adapters
 from consumers.delivery.loop import DeliverySettings, DeliveryWorker
-from consumers.evaluator.loop import Evaluator, EvaluatorSettings, evaluator_app, run
+from consumers.evaluator.loop import Evaluator
 from consumers.evaluator.metrics import evaluator_metrics
+from consumers.evaluator.stage import EvaluatorSettings, EvaluatorStage
 from pipeline.clock import ManualClock
 from pipeline.config import ToolConfig, parse_config
 from pipeline.control.client import CommandClient, operator_principal
@@ -36,7 +37,7 @@ from pipeline.crypto import KeyEncryptionKeys, KeyRing
 from pipeline.kafka.admin import connect_admin, ensure_topics
 from pipeline.kafka.clients import producer_config
 from pipeline.kafka.partitioner import partition_for
-from pipeline.kafka.serde import default_registry
+from pipeline.kafka.serde import default_codec
 from pipeline.kafka.topics import Topic, Topology
 from pipeline.records.event import event_record
 from pipeline.redis.budgets import RedisBudgets
@@ -44,7 +45,6 @@ from pipeline.rules.authz import Action
 from pipeline.rules.budgets import BudgetCaps
 from pipeline.rules.commands import CommandResult, CommandVerb, GrantSpec
 from pipeline.rules.keys import subject_key
-from pipeline.runtime.app import StreamApp
 from pipeline.runtime.keys import read_keys
 from producers.ticker.loop import PollTicker, TickerSettings
 from producers.ticker.tools import REGISTERED
@@ -136,7 +136,7 @@ class Stack:
             instance_id="p",
             clock=clock,
             keks=self.keks,
-            metrics=CollectorRegistry(),
+            metrics_registry=CollectorRegistry(),
             consumer_overrides=FAST_GROUP,
         )
         self._threads.start("command-processor", processor.run)
@@ -151,8 +151,8 @@ class Stack:
             evaluators=REGISTERED,
         )
         settings = EvaluatorSettings(bootstrap, topology, "e", consumer_overrides=FAST_GROUP)
-        app: StreamApp = evaluator_app(settings, evaluator, registry=CollectorRegistry())
-        self._threads.start("evaluator", lambda stop: run(app, stop, metrics))
+        stage = EvaluatorStage(settings, evaluator, metrics_registry=CollectorRegistry())
+        self._threads.start("evaluator", stage.run)
         ticker = PollTicker(
             TickerSettings(bootstrap, topology, "t", consumer_overrides=FAST_GROUP),
             tools={"status-page": ToolConfig(kind="http.json@v1", url=self.tool.url)},
@@ -163,7 +163,7 @@ class Stack:
             keks=self.keks,
         )
         self._threads.start("ticker", ticker.run)
-        ring = KeyRing(self.keks, default_registry())
+        ring = KeyRing(self.keks, default_codec())
         config = parse_config(
             {
                 "kafka": {
@@ -198,7 +198,7 @@ class Stack:
             adapters,
             self.budgets(),
             clock=clock,
-            registry=CollectorRegistry(),
+            metrics_registry=CollectorRegistry(),
             ring=ring,
         )
         self._threads.start("delivery", worker.run)
@@ -247,7 +247,7 @@ class Stack:
         self, source_id: str, event_type: str, event_id: str, payload: dict[str, Any]
     ) -> None:
         record = event_record(source_id, event_type, event_id, payload, self.clock.now())
-        value = default_registry().encode("event", record)
+        value = default_codec().encode("event", record)
         partition = partition_for(source_id, PARTITIONS)
         self.producer.produce(self.topology.name(Topic.EVENTS), value, source_id, partition)
         assert self.producer.flush(30) == 0
@@ -256,7 +256,7 @@ class Stack:
 
     def ring(self, *subjects: tuple[str, str]) -> KeyRing:
         """The data keys ``keys`` holds now (of ``subjects``, or all)."""
-        ring = KeyRing(self.keks, default_registry())
+        ring = KeyRing(self.keks, default_codec())
         read_keys(self.bootstrap, self.topology, ring, list(subjects) or None)
         return ring
 

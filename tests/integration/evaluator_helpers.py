@@ -21,7 +21,7 @@ from pipeline.crypto import KeyEncryptionKeys, KeyRing
 from pipeline.kafka.admin import connect_admin, ensure_topics
 from pipeline.kafka.clients import producer_config
 from pipeline.kafka.partitioner import partition_for
-from pipeline.kafka.serde import default_registry
+from pipeline.kafka.serde import default_codec
 from pipeline.kafka.topics import Topic, Topology
 from pipeline.records.grant import grant_value
 from pipeline.records.outbox_entry import decode_outbox_entry
@@ -118,10 +118,10 @@ class Writer:
 
     def __init__(self, bootstrap: str, topology: Topology) -> None:
         self.topology = topology
-        self.registry = default_registry()
+        self.codec = default_codec()
         self.producer = Producer(producer_config(bootstrap))
         self.partitions = topology.partitions
-        self.ring = KeyRing(KeyEncryptionKeys.load(), self.registry)
+        self.ring = KeyRing(KeyEncryptionKeys.load(), self.codec)
 
     def key(self, owner: KeyOwner) -> None:
         """``owner``'s data key in ``keys`` (made once, as the command processor does)."""
@@ -175,7 +175,7 @@ class Writer:
             "sealed": sealed_definition(self.ring, definition),
         }
         key = watcher_key(*definition.watcher_key)
-        value = self.registry.encode("watcher", record)
+        value = self.codec.encode("watcher", record)
         self._send(Topic.WATCHERS, key, value, partition_for(definition.source_id, self.partitions))
         self.flush()
 
@@ -198,7 +198,7 @@ class Writer:
             until=UNTIL,
         )
         record = grant_value(GrantRecord(grant, datetime.now(UTC), "test"))
-        self._send(Topic.GRANTS, grant_id, self.registry.encode("grant", record))
+        self._send(Topic.GRANTS, grant_id, self.codec.encode("grant", record))
         self.flush()
 
     def revoke(self, grant_id: str) -> None:
@@ -218,7 +218,7 @@ class Writer:
             "at": datetime.now(UTC),
         }
         key = watcher_key(*definition.watcher_key)
-        self._send(Topic.LIFECYCLE, key, self.registry.encode("lifecycle", record))
+        self._send(Topic.LIFECYCLE, key, self.codec.encode("lifecycle", record))
         self.flush()
 
     def event(
@@ -243,7 +243,7 @@ class Writer:
             "observed_at": observed_at,
             "payload": canonical_json(payload).decode(),
         }
-        value = self.registry.encode("event", record)
+        value = self.codec.encode("event", record)
         while True:
             try:
                 self._send(Topic.EVENTS, source_id, value, partition)
@@ -271,7 +271,7 @@ class Writer:
                 scheduled_at,
                 payload=payload,
             )
-            value = encode_tick(self.registry, self.ring, tick)
+            value = encode_tick(self.codec, self.ring, tick)
         else:
             record = {
                 "kind": "poll",
@@ -284,35 +284,35 @@ class Writer:
                 "observed_at": scheduled_at,
                 "payload": canonical_json(payload).decode(),
             }
-            value = self.registry.encode("tick", record)
+            value = self.codec.encode("tick", record)
         self._send(Topic.TICKS, definition.source_id, value)
         self.flush()
 
 
 def current_ring(bootstrap: str, topology: Topology) -> KeyRing:
     """The data keys ``keys`` holds now, under the test KEK."""
-    ring = KeyRing(KeyEncryptionKeys.load(), default_registry())
+    ring = KeyRing(KeyEncryptionKeys.load(), default_codec())
     read_keys(bootstrap, topology, ring)
     return ring
 
 
 def receipts(bootstrap: str, topology: Topology) -> list[tuple[Receipt, int]]:
     """Every committed receipt with the partition it landed on (opened with the keys now)."""
-    registry = default_registry()
+    codec = default_codec()
     ring = current_ring(bootstrap, topology)
     found = []
     for msg in read_all(bootstrap, topology.name(Topic.RECEIPTS), max_s=30):
-        receipt, _source = decode_receipt(registry, ring, msg.value() or b"")
+        receipt, _source = decode_receipt(codec, ring, msg.value() or b"")
         found.append((receipt, msg.partition() or 0))
     return found
 
 
 def outbox_entries(bootstrap: str, topology: Topology) -> list[OutboxEntry]:
     """Every committed outbox record (read_committed), in log order per partition."""
-    registry = default_registry()
+    codec = default_codec()
     ring = current_ring(bootstrap, topology)
     return [
-        decode_outbox_entry(registry, ring, msg.value() or b"")
+        decode_outbox_entry(codec, ring, msg.value() or b"")
         for msg in read_all(bootstrap, topology.name(Topic.OUTBOX), max_s=30)
         if msg.value() is not None
     ]

@@ -22,7 +22,6 @@ from pydantic import SecretStr
 
 from consumers.delivery.adapters import (
     AdapterRegistry,
-    Delivery,
     SendResult,
     build_adapters,
     webhook_body,
@@ -34,10 +33,12 @@ from consumers.delivery.adapters.webhook import WebhookAdapter, WebhookConfig
 from pipeline.clock import ManualClock
 from pipeline.config import parse_config
 from pipeline.kafka.clients import producer_config, table_consumer_config
-from pipeline.kafka.serde import default_registry
+from pipeline.kafka.serde import default_codec
 from pipeline.rules.data_keys import subject_owner
 from pipeline.rules.keys import subject_key
+from pipeline.rules.outbox import OutboxEntry
 from pipeline.rules.outcomes import ErrorCode, Outcome
+from tests.entries import outbox_entry
 from tests.keyring import ring_with
 from tests.receiver import FAILURE_BODY, Receiver
 
@@ -49,7 +50,7 @@ TOKEN = "4242:bot-token-for-tests"
 FAST = timedelta(seconds=5)
 
 
-def delivery(n: int = 0, **changes: Any) -> Delivery:
+def delivery(n: int = 0, **changes: Any) -> OutboxEntry:
     fields: dict[str, Any] = {
         "delivery_key": f"{n:064x}",
         "tenant_id": "acme",
@@ -63,7 +64,7 @@ def delivery(n: int = 0, **changes: Any) -> Delivery:
         "verb": "notify",
         "target": "ops-hook",
     }
-    return Delivery(**(fields | changes))
+    return outbox_entry(**(fields | changes))
 
 
 @pytest.fixture
@@ -346,7 +347,7 @@ def _read_all(
                 continue
             value = message.value()
             assert value is not None
-            values.append((message.key(), default_registry().decode(value)[1]))
+            values.append((message.key(), default_codec().decode(value)[1]))
     finally:
         consumer.close()
     return values

@@ -38,7 +38,7 @@ from pipeline.crypto import KeyEncryptionKeys, KeyRing
 from pipeline.kafka.admin import connect_admin, ensure_topics
 from pipeline.kafka.clients import producer_config
 from pipeline.kafka.partitioner import partition_for
-from pipeline.kafka.serde import default_registry
+from pipeline.kafka.serde import default_codec
 from pipeline.kafka.topics import Topic, Topology
 from pipeline.records.notification import NotificationKind, encode_notification
 from pipeline.rules.data_keys import subject_owner
@@ -244,11 +244,11 @@ def test_200_console_page_loads_by_a_publisher_start_no_read_of_the_log(
 
 
 def sealed_notes(ring: KeyRing, tenant: str, user: str, keys: list[str]) -> list[bytes]:
-    registry = default_registry()
+    codec = default_codec()
     now = datetime.now(UTC)
     return [
         encode_notification(
-            registry,
+            codec,
             ring,
             NotificationKind.NOTIFICATION,
             delivery_key=key,
@@ -274,7 +274,7 @@ def test_a_noisy_tenants_10001_notifications_do_not_hide_a_neighbours(
         for n in range(1000)
         if partition_for(subject_key(NOISY_TENANT, f"n-{n}"), count) == home
     )
-    ring = KeyRing(KeyEncryptionKeys.load(), default_registry())
+    ring = KeyRing(KeyEncryptionKeys.load(), default_codec())
     producer = Producer(producer_config(deployment.bootstrap))
     for tenant, user in ((TENANT, USER), (NOISY_TENANT, noisy)):
         owner = subject_owner(tenant, user)

@@ -21,7 +21,7 @@ from pipeline.crypto import KeyEncryptionKeys, KeyRing
 from pipeline.kafka.admin import connect_admin, ensure_topics
 from pipeline.kafka.clients import producer_config
 from pipeline.kafka.partitioner import partition_for
-from pipeline.kafka.serde import default_registry
+from pipeline.kafka.serde import default_codec
 from pipeline.kafka.topics import Topic, Topology
 from pipeline.records.command import encode_command
 from pipeline.records.command_result import result_from_value
@@ -77,7 +77,7 @@ class Plane:
 
     def ring(self) -> KeyRing:
         """The subject's data keys as ``keys`` holds them now."""
-        ring = KeyRing(KeyEncryptionKeys.load(), default_registry())
+        ring = KeyRing(KeyEncryptionKeys.load(), default_codec())
         read_keys(self.bootstrap, self.topology, ring, [(TENANT, USER)])
         return ring
 
@@ -86,7 +86,7 @@ class Plane:
         out = []
         for msg in read_all(self.bootstrap, self.topic(topic)):
             raw = msg.value()
-            value = None if raw is None else default_registry().decode(raw)[1]
+            value = None if raw is None else default_codec().decode(raw)[1]
             out.append((msg.partition() or 0, (msg.key() or b"").decode(), value))
         return out
 
@@ -127,7 +127,7 @@ class Running:
             bootstrap,
             topology,
             instance_id="test",
-            metrics=self.metrics,
+            metrics_registry=self.metrics,
             consumer_overrides={"session.timeout.ms": 6000, "heartbeat.interval.ms": 500},
             producer_overrides=producer_overrides,
         )
@@ -216,7 +216,7 @@ def test_create_writes_watcher_on_source_partition_registry_lifecycle_and_defini
         (partition_for(subject_key(TENANT, USER), PARTITIONS), key, 1)
     ]
     lifecycle = read_table(plane.bootstrap, plane.topic(Topic.LIFECYCLE))
-    assert default_registry().decode(lifecycle[key])[1]["status"] == "active"
+    assert default_codec().decode(lifecycle[key])[1]["status"] == "active"
     registry = [r for r in plane.records(Topic.REGISTRY) if r[1] == key]
     assert [p for p, _, _ in registry] == [partition_for(subject_key(TENANT, USER), PARTITIONS)]
 
@@ -338,7 +338,7 @@ def test_a_command_keyed_by_another_subject_is_answered_invalid(
 ) -> None:
     principal = operator_principal("local", "ops")
     command = plane.client.command(CommandVerb.LIST, principal, TENANT, USER)
-    produce_raw(plane, encode_command(default_registry(), plane.ring(), command), "other")
+    produce_raw(plane, encode_command(default_codec(), plane.ring(), command), "other")
     answers = plane.wait_for(Topic.COMMAND_RESULTS, command.request_id)
     results = [result_from_value(v, plane.ring()) for v in answers]
     assert [(r.ok, r.error.code, r.error.field) for r in results if r.error] == [
@@ -396,7 +396,7 @@ def test_send_writes_its_outbox_entry_on_the_partition_of_its_delivery_key(plane
         (partition_for(k, PARTITIONS), k) for k in (key, answer.result["delivery_key"])
     )
     ring = plane.ring()
-    entries = {k: decode_outbox_entry(default_registry(), ring, v or b"") for _, k, v in outbox}
+    entries = {k: decode_outbox_entry(default_codec(), ring, v or b"") for _, k, v in outbox}
     assert (entries[key].verb, entries[key].target, entries[key].text) == (
         "send",
         "me",
@@ -487,7 +487,7 @@ def slow_plane(kafka_bootstrap: str) -> Iterator[Plane]:
 def burst(plane: Plane, count: int) -> list[str]:
     """``count`` ``key`` commands, one per subject, produced at once (one batch for the
     processor); their request ids."""
-    schemas, ring = default_registry(), plane.ring()
+    codec, ring = default_codec(), plane.ring()
     producer = Producer(producer_config(plane.bootstrap))
     ids = []
     for n in range(count):
@@ -495,7 +495,7 @@ def burst(plane: Plane, count: int) -> list[str]:
         principal = operator_principal(TENANT, user)
         command = plane.client.command(CommandVerb.KEY, principal, TENANT, user)
         key = command.subject_key
-        value = encode_command(schemas, ring, command)
+        value = encode_command(codec, ring, command)
         producer.produce(plane.topic(Topic.COMMANDS), value, key, partition_for(key, PARTITIONS))
         ids.append(command.request_id)
     assert producer.flush(30) == 0
@@ -528,7 +528,7 @@ def test_a_batch_too_slow_for_one_transaction_commits_in_slices_each_command_ans
     )
     assert len(got) == 200 and set(got.values()) == {1}
     assert cuts is not None and cuts >= 2
-    assert app.aborts == 0  # never fenced, nothing redone
+    assert app.transaction().aborts == 0  # never fenced, nothing redone
 
 
 def test_a_fenced_processor_resyncs_and_answers_every_command_once(slow_plane: Plane) -> None:
@@ -545,5 +545,5 @@ def test_a_fenced_processor_resyncs_and_answers_every_command_once(slow_plane: P
     ids = burst(slow_plane, 40)
     got = answers(slow_plane, ids)
     assert len(got) == 40 and set(got.values()) == {1}
-    assert app.aborts >= 1  # it was fenced, and rebuilt
+    assert app.transaction().aborts >= 1  # it was fenced, and rebuilt
     assert slow_plane.running.alive and not slow_plane.running.failures

@@ -313,7 +313,7 @@ def test_in_app_delivery_writes_its_ledger_record_then_the_wake(
             lambda: harness.read(Topic.NOTIFICATIONS)[1:] and harness.read(Topic.NOTIFICATIONS),
         )
 
-    values = [decode_notification(harness.schemas, harness.ring, m.value()) for m in ledger]
+    values = [decode_notification(harness.codec, harness.ring, m.value()) for m in ledger]
     assert [v["kind"] for v in values] == ["notification", "wake"]
     assert {v["delivery_key"] for v in values} == {entry.delivery_key}
     assert values[0]["trigger"] == entry.trigger and not values[0]["erased"]
@@ -430,7 +430,7 @@ def test_zombie_worker_cannot_record_after_its_partitions_moved(
 
             poll_until("the zombie's answer", answered, timeout=30)
             assert zombie._record_answers()  # into its stale store, unaware
-            assert not zombie.app.commit()  # fenced by the group generation
+            assert not zombie.app.transaction().commit()  # fenced by the group generation
         zombie.close()
 
     states = [(r.state.status, r.state.attempt) for r in harness.history()[key] if r]
@@ -473,7 +473,7 @@ def test_zombie_that_read_no_outbox_record_is_still_fenced(
 
             poll_until("the zombie's answer", answered, timeout=30)
             assert zombie._record_answers()
-            assert not zombie.app.commit()
+            assert not zombie.app.transaction().commit()
         zombie.close()
 
     states = [(r.state.status, r.state.attempt) for r in harness.history()[key] if r]
@@ -567,10 +567,10 @@ def test_hostile_redelivery_requests_are_dead_lettered_or_ignored_and_good_ones_
             "requested_at": now,
             **overrides,
         }
-        return bytes(harness.schemas.encode("redelivery", value))
+        return bytes(harness.codec.encode("redelivery", value))
 
     good = request()
-    outbox_value = encode_outbox_entry(harness.schemas, harness.ring, gone)
+    outbox_value = encode_outbox_entry(harness.codec, harness.ring, gone)
     hostile: list[tuple[str, bytes | None, str]] = [  # record key, value, reason fragment
         *((key, b"\xc3\x01" + os.urandom(8 + n), "registered by no writer") for n in range(5)),
         *((key, b"\x00" + os.urandom(20), "single-object") for _ in range(5)),
@@ -651,7 +651,7 @@ def test_outbox_entry_under_another_key_is_dead_lettered_and_never_sent(
     forged, good = harness.entry("forged"), harness.entry("good")
     wrong_key = test_key(f"{harness.name}:elsewhere")
     harness.produce(
-        Topic.OUTBOX, wrong_key, encode_outbox_entry(harness.schemas, harness.ring, forged)
+        Topic.OUTBOX, wrong_key, encode_outbox_entry(harness.codec, harness.ring, forged)
     )
     harness.flush()
     harness.publish([good])

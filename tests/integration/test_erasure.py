@@ -26,7 +26,7 @@ from pipeline.control.client import CommandClient, operator_principal
 from pipeline.crypto import KeyEncryptionKeys, KeyRing
 from pipeline.kafka.admin import connect_admin, ensure_topics
 from pipeline.kafka.scan import Bound
-from pipeline.kafka.serde import default_registry
+from pipeline.kafka.serde import default_codec
 from pipeline.kafka.topics import Topic, Topology
 from pipeline.ops.explain import read_explanation
 from pipeline.ops.replay_reader import Scope, read_history
@@ -46,7 +46,7 @@ from tests.receiver import Receiver
 pytestmark = pytest.mark.integration
 
 TENANT = "acme"
-SCHEMAS = default_registry()
+CODEC = default_codec()
 
 
 @pytest.fixture(scope="module")
@@ -142,7 +142,7 @@ def sealed_values(stack: Stack) -> list[tuple[Topic, bytes]]:
             if not value:
                 continue
             try:
-                _, decoded = SCHEMAS.decode(value)
+                _, decoded = CODEC.decode(value)
             except SerdeError:
                 continue
             sealed = decoded.get("sealed")
@@ -324,7 +324,7 @@ class _Processor:
             topology,
             instance_id="rot",
             keks=keks,
-            metrics=CollectorRegistry(),
+            metrics_registry=CollectorRegistry(),
             consumer_overrides=FAST_GROUP,
         )
         self.stop = threading.Event()
@@ -362,7 +362,7 @@ def _kek_ids(bootstrap: str, topology: Topology) -> dict[KeyOwner, str]:
     latest: dict[str, bytes | None] = {}
     for msg in read_all(bootstrap, topology.name(Topic.KEYS)):
         latest[(msg.key() or b"").decode()] = msg.value()
-    records = [decode_data_key(SCHEMAS, raw) for raw in latest.values() if raw is not None]
+    records = [decode_data_key(CODEC, raw) for raw in latest.values() if raw is not None]
     return {record.owner: record.kek_id for record in records}
 
 
@@ -394,10 +394,10 @@ def test_kek_rotation_keeps_old_records_readable_and_new_keys_use_the_new_kek(
     assert old_keys and set(old_keys.values()) == {"k2"}, "re-wrapped when the subject came by"
 
     # With the old KEK retired, the pre-rotation definition-log record still opens.
-    only_new = KeyRing(KeyEncryptionKeys.parse(K2), SCHEMAS)
+    only_new = KeyRing(KeyEncryptionKeys.parse(K2), CODEC)
     read_keys(kafka_bootstrap, topology, only_new)
     logged = [
-        decode_definition_log(SCHEMAS, only_new, msg.value() or b"")
+        decode_definition_log(CODEC, only_new, msg.value() or b"")
         for msg in read_all(kafka_bootstrap, topology.name(Topic.DEFINITION_LOG))
     ]
     old = [entry for entry in logged if entry.user_id == old_user]

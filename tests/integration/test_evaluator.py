@@ -19,13 +19,14 @@ from click.testing import CliRunner
 from prometheus_client import CollectorRegistry
 
 from consumers.commands import CommandProcessor
-from consumers.evaluator.loop import Evaluator, EvaluatorSettings, evaluator_app, run
+from consumers.evaluator.loop import Evaluator
 from consumers.evaluator.metrics import EvaluatorMetrics, evaluator_metrics
 from consumers.evaluator.plan import Plan, effective_state
+from consumers.evaluator.stage import EvaluatorSettings, EvaluatorStage
 from pipeline.cli.main import vigil
 from pipeline.clock import ManualClock
 from pipeline.kafka.partitioner import partition_for
-from pipeline.kafka.serde import default_registry
+from pipeline.kafka.serde import default_codec
 from pipeline.kafka.topics import Topic, Topology
 from pipeline.records.watcher import Watch
 from pipeline.records.watcher_state import decode_state
@@ -88,9 +89,9 @@ def start(kafka_bootstrap: str, redis_url: str) -> Iterator[Callable[..., Runnin
             topology, budgets, caps, clock=clock, metrics=metrics, evaluators=evaluators
         )
         settings = EvaluatorSettings(kafka_bootstrap, topology, "one")
-        app = evaluator_app(settings, processor, registry=registry)
+        stage = EvaluatorStage(settings, processor, metrics_registry=registry)
         stop = threading.Event()
-        thread = threading.Thread(target=run, args=(app, stop, metrics), daemon=True)
+        thread = threading.Thread(target=stage.run, args=(stop,), daemon=True)
         thread.start()
         stops.append((stop, thread))
         writer = Writer(kafka_bootstrap, topology)
@@ -204,9 +205,7 @@ def test_pause_stops_decisions_resume_restarts_and_revoked_grant_is_denied(
     denied = receipts(kafka_bootstrap, topology)[-1][0]
     assert denied.authorized is False and "replay" in denied.note
     states = read_table(kafka_bootstrap, topology.name(Topic.WATCHER_STATE))
-    state = decode_state(
-        default_registry(), states[watcher_key(tenant, "u-1", definition.watcher_id)]
-    )
+    state = decode_state(default_codec(), states[watcher_key(tenant, "u-1", definition.watcher_id)])
     assert state.checkpoint is not None
     assert state.checkpoint.trigger["event_id"] == "b-3", "a denial leaves the cursor in place"
     lag = {"topic": topology.name(Topic.EVENTS), "partition": str(partition_for(SOURCE, 3))}

@@ -11,7 +11,7 @@ from confluent_kafka import Producer
 
 from pipeline.crypto import KeyEncryptionKeys, KeyRing
 from pipeline.kafka.partitioner import partition_for
-from pipeline.kafka.serde import default_registry
+from pipeline.kafka.serde import default_codec
 from pipeline.kafka.topics import Topic, Topology
 from pipeline.rules.data_keys import subject_owner
 from pipeline.rules.keys import subject_key
@@ -26,7 +26,7 @@ NOW = datetime(2026, 12, 1, tzinfo=UTC)
 
 
 def _ring() -> KeyRing:
-    return KeyRing(KeyEncryptionKeys.load(), default_registry())
+    return KeyRing(KeyEncryptionKeys.load(), default_codec())
 
 
 def test_followed_keys_shred_and_read_a_stale_partition_from_its_start(

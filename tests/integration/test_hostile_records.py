@@ -32,8 +32,8 @@ from pipeline.rules.definition import WatcherDefinition
 from tests.integration.evaluator_helpers import current_ring
 from tests.integration.runtime_helpers import read_all
 from tests.integration.ticker_helpers import (
+    CODEC,
     PARTITIONS,
-    REGISTRY,
     TENANT,
     USER,
     Deployment,
@@ -91,19 +91,17 @@ Hostile = tuple[Topic, bytes | None, str]  # where, the value, what its reason m
 def hostile_records(now: datetime) -> list[Hostile]:
     """Each kind of hostile record, many times over; the last field is a reason fragment."""
     rng = random.Random(14)
-    event = REGISTRY.encode("event", event_value(now, "e-proto"))
+    event = CODEC.encode("event", event_value(now, "e-proto"))
     out: list[Hostile] = []
 
     def many(count: int, make: Callable[[int], bytes | None], why: str, topic: Topic) -> None:
         out.extend((topic, make(i), why) for i in range(count))
 
     def encoded_event(**overrides: Any) -> Callable[[int], bytes]:
-        return lambda i: REGISTRY.encode("event", {**event_value(now, f"h-{i}"), **overrides})
+        return lambda i: CODEC.encode("event", {**event_value(now, f"h-{i}"), **overrides})
 
     def encoded_tick(**overrides: Any) -> Callable[[int], bytes]:
-        return lambda i: REGISTRY.encode(
-            "tick", tick_value(now + timedelta(seconds=i), **overrides)
-        )
+        return lambda i: CODEC.encode("tick", tick_value(now + timedelta(seconds=i), **overrides))
 
     def deep_event(i: int) -> bytes:
         return encoded_event(payload=nested_object(65 + i % 900))(i)
@@ -231,7 +229,7 @@ def test_hostile_records_are_dead_lettered_with_reasons_and_good_events_all_deci
 
     for kind, item in order:
         if kind == "good":
-            value = REGISTRY.encode("event", event_value(now, item))
+            value = CODEC.encode("event", event_value(now, item))
             name, partition, key = deployment.name(Topic.EVENTS), home, SOURCE
         else:
             topic, value, why = item
@@ -267,7 +265,7 @@ def test_hostile_records_are_dead_lettered_with_reasons_and_good_events_all_deci
     running.step(max_s=60)
     for _ in range(5):
         running.step(max_s=30)
-    running.evaluator.commit()
+    running.evaluator.transaction().commit()
 
     assert running.evaluator.paused == frozenset()
     assert running.ticker.app.paused == frozenset()
@@ -281,7 +279,7 @@ def test_hostile_records_are_dead_lettered_with_reasons_and_good_events_all_deci
     decided: Counter[str] = Counter()
     ring = current_ring(deployment.bootstrap, deployment.topology)
     for msg in read_all(deployment.bootstrap, deployment.name(Topic.RECEIPTS)):
-        receipt, _ = decode_receipt(REGISTRY, ring, msg.value() or b"")
+        receipt, _ = decode_receipt(CODEC, ring, msg.value() or b"")
         if receipt.watcher_id == "build-failed":
             decided[receipt.trigger["event_id"]] += 1
     assert set(good) <= set(decided), "a good event was not decided"

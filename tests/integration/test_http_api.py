@@ -20,7 +20,7 @@ from confluent_kafka import Producer
 from pipeline.crypto import KeyEncryptionKeys, KeyRing
 from pipeline.kafka.clients import producer_config
 from pipeline.kafka.partitioner import partition_for
-from pipeline.kafka.serde import default_registry
+from pipeline.kafka.serde import default_codec
 from pipeline.kafka.topics import Topic
 from pipeline.records.receipt import encode_receipt
 from pipeline.rules.commands.immediate import daemon_grant
@@ -234,7 +234,7 @@ def test_evaluations_are_the_watchers_receipts_newest_first(plane: Plane) -> Non
     made = propose(plane, agent_watch("eval-1", run="r-2", session="s-eval"), "owner")
     assert made.status_code == 201
     key = watcher_key(TENANT, USER, "eval-1")
-    ring = KeyRing(KeyEncryptionKeys.load(), default_registry())  # the keys the processor made
+    ring = KeyRing(KeyEncryptionKeys.load(), default_codec())  # the keys the processor made
     read_keys(plane.bootstrap, plane.topology, ring, [(TENANT, USER)])
     base = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
     for minutes, reason in ((0, Reason.CONDITION_FALSE), (5, Reason.STALE)):
@@ -253,7 +253,7 @@ def test_evaluations_are_the_watchers_receipts_newest_first(plane: Plane) -> Non
             reason=reason,
             authorized=True,
         )
-        value = encode_receipt(default_registry(), ring, receipt, "run:r-2")
+        value = encode_receipt(default_codec(), ring, receipt, "run:r-2")
         produce(plane, Topic.RECEIPTS, key, "run:r-2", value)
     found = plane.call("GET", "/v1/watches/eval-1/evaluations").json()["evaluations"]
     assert [e["reason"] for e in found] == ["stale", "condition_false"]
@@ -263,7 +263,7 @@ def test_evaluations_are_the_watchers_receipts_newest_first(plane: Plane) -> Non
 
 
 def notification(delivery_key: str, kind: str = "notification", user: str = USER) -> bytes:
-    return default_registry().encode(
+    return default_codec().encode(
         "notification",
         {
             "kind": kind,

@@ -16,7 +16,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
 from pipeline.cli.main import vigil
 from pipeline.kafka.admin import connect_admin, ensure_topics
 from pipeline.kafka.partitioner import partition_for
-from pipeline.kafka.serde import default_registry
+from pipeline.kafka.serde import default_codec
 from pipeline.kafka.topics import Topic, Topology
 from pipeline.rules.errors import TopologyError
 from producers.publish.publisher import EventPublisher
@@ -91,7 +91,7 @@ def test_publisher_places_each_event_on_its_key_partition_and_value_decodes(
     for msg in messages:
         key = msg.key() or b""
         assert msg.partition() == partition_for(key, PARTITIONS)
-        record_type, value = default_registry().decode(msg.value() or b"")
+        record_type, value = default_codec().decode(msg.value() or b"")
         i = int(value["event_id"].removeprefix("b-"))
         assert record_type == "event"
         assert value["source_id"] == key.decode() == sources[i]
@@ -144,7 +144,7 @@ def test_vigil_publish_stops_at_bad_line_and_names_its_number(
     assert f"{events}:3:1: event_id: Field required" in result.stderr
     assert "published 2, rejected 1" in result.stderr
     published = read_events(kafka_bootstrap, topology, source, 2)
-    ids = sorted(default_registry().decode(m.value() or b"")[1]["event_id"] for m in published)
+    ids = sorted(default_codec().decode(m.value() or b"")[1]["event_id"] for m in published)
     assert ids == ["e1", "e2"]
 
 
@@ -164,5 +164,5 @@ def test_vigil_publish_skip_invalid_goes_on_from_stdin_and_exits_one(
     assert "read 2 lines, rejected 1" in result.stderr  # a progress line every 2 lines
     assert "read 4 lines, rejected 1" in result.stderr
     published = read_events(kafka_bootstrap, topology, source, 4)
-    ids = sorted(default_registry().decode(m.value() or b"")[1]["event_id"] for m in published)
+    ids = sorted(default_codec().decode(m.value() or b"")[1]["event_id"] for m in published)
     assert ids == ["e1", "e3", "e4", "e5"]

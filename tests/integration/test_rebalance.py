@@ -24,15 +24,17 @@ PARTITIONS = 6
 class _Member:
     """One app on its own thread and metrics registry."""
 
-    def __init__(self, app: StreamApp, registry: CollectorRegistry) -> None:
+    def __init__(self, app: StreamApp, metrics_registry: CollectorRegistry) -> None:
         self.app = app
-        self.registry = registry
+        self.metrics_registry = metrics_registry
         self.stop = threading.Event()
         self.thread = threading.Thread(target=app.run, args=(self.stop,), daemon=True)
 
     def restored(self) -> float:
         group = {"group": self.app.group_id}
-        found = self.registry.get_sample_value("vigil_runtime_restored_partitions_total", group)
+        found = self.metrics_registry.get_sample_value(
+            "vigil_runtime_restored_partitions_total", group
+        )
         return found or 0.0
 
     def numbers(self) -> set[int]:

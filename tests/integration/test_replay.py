@@ -18,8 +18,9 @@ from click.testing import CliRunner
 from prometheus_client import CollectorRegistry
 
 from consumers.commands import CommandProcessor
-from consumers.evaluator.loop import Evaluator, EvaluatorSettings, evaluator_app, run
+from consumers.evaluator.loop import Evaluator
 from consumers.evaluator.metrics import evaluator_metrics
+from consumers.evaluator.stage import EvaluatorSettings, EvaluatorStage
 from pipeline.cli.main import vigil
 from pipeline.clock import ManualClock
 from pipeline.kafka.partitioner import partition_for
@@ -109,12 +110,13 @@ def recorded(
     budgets = RedisBudgets(client, key_prefix=f"test:{tenant}:")
     caps = BudgetCaps(window=timedelta(hours=1), evaluations=1_000_000)
     evaluator = Evaluator(topology, budgets, caps, clock=ManualClock(NOW), metrics=metrics)
-    app = evaluator_app(EvaluatorSettings(kafka_bootstrap, topology, "replay"), evaluator,
-                        registry=registry)  # fmt: skip
+    stage = EvaluatorStage(
+        EvaluatorSettings(kafka_bootstrap, topology, "replay"), evaluator, metrics_registry=registry
+    )
     stop = threading.Event()
     processor = CommandProcessor(kafka_bootstrap, topology, instance_id="replay")
     threads = [
-        threading.Thread(target=run, args=(app, stop, metrics), daemon=True),
+        threading.Thread(target=stage.run, args=(stop,), daemon=True),
         threading.Thread(target=processor.run, args=(stop,), daemon=True),
     ]
     for thread in threads:

@@ -15,10 +15,10 @@ from prometheus_client import CollectorRegistry
 
 from pipeline.kafka.clients import BrokerFailure, ErrorKind, consumer_config, producer_config
 from pipeline.kafka.partitioner import partition_for
-from pipeline.kafka.serde import MAGIC, default_registry
+from pipeline.kafka.serde import MAGIC, default_codec
+from pipeline.kafka.topics import DLQ_OFFSET, DLQ_PARTITION, DLQ_REASON, DLQ_TOPIC
 from pipeline.rules.errors import SerdeError, UnknownSchemaError
 from pipeline.runtime.app import (
-    DLQ_HEADERS,
     InputRecord,
     ProcessContext,
     StreamApp,
@@ -72,13 +72,13 @@ def counting(app: StreamApp, want: int) -> Callable[[], bool]:
     def done() -> bool:
         return seen[0] >= want
 
-    original = app._processor
+    original = app._batches.processor
 
     def process(batch: list[InputRecord], ctx: ProcessContext) -> None:
         original(batch, ctx)
         seen[0] += len(batch)
 
-    app._processor = process
+    app._batches.processor = process
     return done
 
 
@@ -177,11 +177,11 @@ def test_garbage_record_dead_letters_with_headers_and_partition_moves_on(
     (dead,) = read_all(kafka_bootstrap, t["dlq"])
     headers = dict(dead.headers() or [])
     assert dead.key() == key.encode() and dead.value() == b"garbage!"
-    assert headers[DLQ_HEADERS[0]] == b"not a vigil record"
-    assert headers[DLQ_HEADERS[1]] == t["a"].encode()
+    assert headers[DLQ_REASON] == b"not a vigil record"
+    assert headers[DLQ_TOPIC] == t["a"].encode()
     partition = outputs[0].partition()
-    assert headers[DLQ_HEADERS[2]] == str(partition).encode()
-    assert headers[DLQ_HEADERS[3]] == b"1"
+    assert headers[DLQ_PARTITION] == str(partition).encode()
+    assert headers[DLQ_OFFSET] == b"1"
     committed = _committed(kafka_bootstrap, t["group"], t["a"], partition or 0)
     assert committed == 3
 
@@ -253,24 +253,24 @@ def test_processor_failing_on_one_record_dead_letters_it_alone_and_never_stops(
         fragile,
         tables=[TableSpec("counts", t["changelog"], TableKind.OWNED)],
         dead_letter_topic=t["dlq"],
-        registry=metrics,
+        metrics_registry=metrics,
     )
     apps.append(app)
     labels = {"group": t["group"], "topic": t["a"], "cause": "processing_failed"}
 
     def done() -> bool:
         letters = metrics.get_sample_value("vigil_runtime_dead_letters_total", labels) or 0
-        return letters >= 3 and not app._isolation.active
+        return letters >= 3 and not app._batches.isolation.active
 
     run_until(app, done, seconds=240)
     app.run_for(1.0)
-    app.commit()
+    app.transaction().commit()
 
     assert_counts_exact(read_all(kafka_bootstrap, t["out"]), good)  # each exactly once
     letters = read_all(kafka_bootstrap, t["dlq"])
     assert sorted(m.value() or b"" for m in letters) == [v for _, v in poison]
     for letter in letters:
-        reason = _header(letter, DLQ_HEADERS[0])
+        reason = _header(letter, DLQ_REASON)
         assert reason.startswith(b"processing failed: RuntimeError: cannot count poison-")
     for p in range(PARTITIONS):  # nothing stalls: every partition committed to its end
         end = Counter(partition_for(k, PARTITIONS) for k, _ in sent)[p]
@@ -288,10 +288,10 @@ def test_unknown_fingerprint_pauses_if_registered_and_is_dead_lettered_if_not(
     create_topics(kafka_bootstrap, 1, schemas, compact=True)
     newer, forged = bytes.fromhex("00112233445566aa"), bytes.fromhex("99887766554433bb")
     produce_inputs(kafka_bootstrap, schemas, 1, [(newer.hex(), b'{"type":"record"}')])
-    registry = default_registry()
+    codec = default_codec()
 
     def decode(msg: Message) -> bytes:
-        registry.writer_of(msg.value() or b"")
+        codec.writer_of(msg.value() or b"")
         return msg.value() or b""
 
     def record(event_id: str) -> bytes:
@@ -304,7 +304,7 @@ def test_unknown_fingerprint_pauses_if_registered_and_is_dead_lettered_if_not(
             "observed_at": datetime.now(UTC),
             "payload": "{}",
         }
-        return registry.encode("event", value)
+        return codec.encode("event", value)
 
     stalled, moving = "k1", "k2"
     while partition_for(moving, PARTITIONS) == partition_for(stalled, PARTITIONS):
@@ -340,7 +340,7 @@ def test_unknown_fingerprint_pauses_if_registered_and_is_dead_lettered_if_not(
 
     (letter,) = read_all(kafka_bootstrap, t["dlq"])
     assert letter.value() == MAGIC + forged + b"body"
-    reason = _header(letter, DLQ_HEADERS[0])
+    reason = _header(letter, DLQ_REASON)
     assert forged.hex().encode() in reason and b"registered by no writer" in reason
     assert _committed(kafka_bootstrap, t["group"], t["a"], partition_for(stalled, PARTITIONS)) == 1
     assert _committed(kafka_bootstrap, t["group"], t["a"], partition_for(moving, PARTITIONS)) == 2
@@ -438,7 +438,7 @@ def test_processor_failure_aborts_rolls_back_and_reprocesses_exactly_once(
         dead_letter_topic=t["dlq"],
     )
     apps.append(app)
-    counted = app._processor
+    counted = app._batches.processor
     failed = [False]
 
     def flaky(batch: list[InputRecord], ctx: ProcessContext) -> None:
@@ -447,7 +447,7 @@ def test_processor_failure_aborts_rolls_back_and_reprocesses_exactly_once(
             failed[0] = True
             raise RuntimeError("boom")
 
-    app._processor = flaky
+    app._batches.processor = flaky
     # The failure is the batch's, never the process's: it is rolled back and replayed one
     # record at a time, and the record that failed once succeeds alone (nothing dead-lettered).
     app.run_for(60, until=lambda: failed[0] and _table_total(app) == 50)
@@ -459,7 +459,7 @@ def test_processor_failure_aborts_rolls_back_and_reprocesses_exactly_once(
 
 
 def _table_total(app: StreamApp) -> int:
-    return sum(int(v) for table in app.tables() for _, v in table.items())
+    return sum(int(v) for table in app.tables for _, v in table.items())
 
 
 def _header(msg: Message, name: str) -> bytes:
@@ -500,7 +500,7 @@ def _half_done(
     app = make_app(bootstrap, [t["a"]], t["out"], t["changelog"], t["group"], "one")
     apps.append(app)
     run_until(app, counting(app, len(sent) // 2))
-    app.commit()
+    app.transaction().commit()
     return app
 
 
@@ -513,13 +513,13 @@ def test_fenced_producer_is_rebuilt_and_output_stays_exact(
 
     # Another producer with the app's transactional.id fences the app's producer (a zombie's
     # view of the world); the app must rebuild it, restore its tables and carry on exactly once.
-    fenced = app._producer
+    fenced = app._member._producer
     rival = Producer(producer_config(kafka_bootstrap, transactional_id=f"{t['group']}-one"))
     rival.init_transactions(30)
     produce_inputs(kafka_bootstrap, t["a"], PARTITIONS, sent[50:])
-    app.run_for(60, until=lambda: app._producer is not fenced and _table_total(app) == 100)
+    app.run_for(60, until=lambda: app._member._producer is not fenced and _table_total(app) == 100)
     app.run_for(0.5)
-    rebuilt, total = app._producer is not fenced, _table_total(app)
+    rebuilt, total = app._member._producer is not fenced, _table_total(app)
     app.close()
 
     assert rebuilt and total == 100
@@ -551,12 +551,12 @@ def test_resync_whose_consumer_gets_no_answer_replaces_it_and_output_stays_exact
         return real(consumer, partitions, timeout_s)
 
     monkeypatch.setattr("pipeline.runtime.transactions.committed_offsets", committed)
-    retired = app._consumer
+    retired = app._member._consumer
     app.request_resync("test: the broker restarted")
     produce_inputs(kafka_bootstrap, t["a"], PARTITIONS, sent[50:])
     app.run_for(60, until=lambda: _table_total(app) == 100 and app.assignment() != [])
     app.run_for(0.5)
-    replaced, total, stuck_left = app._consumer is not retired, _table_total(app), stuck[0]
+    replaced, total, stuck_left = app._member._consumer is not retired, _table_total(app), stuck[0]
     app.close()
 
     assert stuck_left == 0 and replaced and total == 100
@@ -593,14 +593,14 @@ def test_timer_transaction_without_input_position_still_fences_a_zombie(
     )
     apps.append(zombie)
     run_until(zombie, lambda: len(zombie.assignment()) == PARTITIONS)
-    assert zombie._consumer is not None
+    assert zombie._member._consumer is not None
     held = [TopicPartition(t["a"], p) for p in range(PARTITIONS)]
-    assert all(tp.offset < 0 for tp in zombie._consumer.position(held))  # nothing read
+    assert all(tp.offset < 0 for tp in zombie._member._consumer.position(held))  # nothing read
 
     def write(value: bytes) -> Callable[[Callable[[int], ProcessContext]], None]:
         return lambda context_of: context_of(0).produce(t["out"], "timer", value, 0)
 
-    assert zombie.transaction(write(b"live")) is TransactionEnd.COMMITTED
+    assert zombie.transaction().run(write(b"live")) is TransactionEnd.COMMITTED
     after = [_committed(kafka_bootstrap, t["group"], t["a"], p) for p in range(PARTITIONS)]
     assert after == committed  # sent where the inputs resumed: neither skipped nor rewound
 
@@ -608,9 +608,9 @@ def test_timer_transaction_without_input_position_still_fences_a_zombie(
     survivor = make_app(kafka_bootstrap, [t["a"]], t["out"], t["changelog"], t["group"], "two")
     apps.append(survivor)
     run_until(survivor, lambda: len(survivor.assignment()) == PARTITIONS)
-    aborts = zombie.aborts
-    assert zombie.transaction(write(b"zombie")) is TransactionEnd.ABORTED
-    assert zombie.aborts > aborts
+    aborts = zombie.transaction().aborts
+    assert zombie.transaction().run(write(b"zombie")) is TransactionEnd.ABORTED
+    assert zombie.transaction().aborts > aborts
 
     values = [m.value() for m in read_all(kafka_bootstrap, t["out"]) if m.key() == b"timer"]
     assert values == [b"live"]

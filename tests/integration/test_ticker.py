@@ -88,7 +88,9 @@ def test_ticker_down_for_five_instants_backfills_by_policy_and_never_duplicates(
 
     def counted(policy: str, fate: str) -> float | None:
         labels = {"policy": policy, "fate": fate}
-        return deployment.registry.get_sample_value("vigil_ticker_missed_instants_total", labels)
+        return deployment.metrics_registry.get_sample_value(
+            "vigil_ticker_missed_instants_total", labels
+        )
 
     assert (counted("skip", "fired"), counted("skip", "dropped")) == (None, 5)
     assert (counted("latest", "fired"), counted("latest", "dropped")) == (1, 4)
@@ -322,7 +324,7 @@ def test_revoked_grant_or_spent_budget_means_no_tool_call(
     )
     for withheld in ("w-ungranted", "w-spent"):
         assert (ticks[withheld]["payload"], ticks[withheld]["tool_error"]) == (None, "rejected")
-    sample = deployment.registry.get_sample_value
+    sample = deployment.metrics_registry.get_sample_value
     assert sample("vigil_ticker_tool_calls_withheld_total", {"reason": "authorization_denied"}) == 1
     assert sample("vigil_ticker_tool_calls_withheld_total", {"reason": "budget_exhausted"}) == 1
     assert sample("vigil_tool_latency_seconds_count", {"tool": "http.json@v1"}) == 1

@@ -25,7 +25,7 @@ from pipeline.crypto import KeyEncryptionKeys, KeyRing
 from pipeline.kafka.admin import connect_admin, ensure_topics
 from pipeline.kafka.clients import producer_config
 from pipeline.kafka.partitioner import partition_for
-from pipeline.kafka.serde import default_registry
+from pipeline.kafka.serde import default_codec
 from pipeline.kafka.topics import Topic, Topology
 from pipeline.records.event import event_record
 from pipeline.records.grant import encode_grant
@@ -43,8 +43,8 @@ from tests.integration.runtime_helpers import read_all, read_table
 from tests.keyring import sealed_definition
 
 __all__ = [
+    "CODEC",
     "PARTITIONS",
-    "REGISTRY",
     "TENANT",
     "USER",
     "Deployment",
@@ -63,7 +63,7 @@ __all__ = [
 
 PARTITIONS = 2
 TENANT, USER = "acme", "u-42"
-REGISTRY = default_registry()
+CODEC = default_codec()
 
 
 class Deployment:
@@ -74,8 +74,8 @@ class Deployment:
         self.topology = Topology(prefix=prefix, partitions=PARTITIONS)
         ensure_topics(connect_admin(bootstrap), self.topology)
         self.producer = Producer(producer_config(bootstrap))
-        self.registry = CollectorRegistry()
-        self.ring = KeyRing(KeyEncryptionKeys.load(), REGISTRY)
+        self.metrics_registry = CollectorRegistry()
+        self.ring = KeyRing(KeyEncryptionKeys.load(), CODEC)
 
     def key(self, owner: KeyOwner) -> None:
         if self.ring.record(owner) is None:
@@ -103,7 +103,7 @@ class Deployment:
         self.key(subject_owner(tenant, user))
         self.key(evidence_owner(tenant, user, watcher_id, definition.version))
         source = definition.source
-        value = REGISTRY.encode(
+        value = CODEC.encode(
             "watcher",
             {
                 "tenant_id": definition.tenant_id,
@@ -138,7 +138,7 @@ class Deployment:
             until=datetime(2030, 1, 1, tzinfo=UTC),
         )
         record = GrantRecord(grant, datetime(2026, 1, 1, tzinfo=UTC), "operator")
-        value = encode_grant(REGISTRY, record)
+        value = encode_grant(CODEC, record)
         self.send(Topic.GRANTS, grant.grant_id, value, grant.grant_id)
 
     def run_state(self, run_id: str, status: str, observed_at: datetime, event_id: str) -> None:
@@ -149,20 +149,22 @@ class Deployment:
         record = event_record(
             source_id, "workflow.run.status", event_id, payload, observed_at, tenant_id=TENANT
         )
-        self.send(Topic.EVENTS, source_id, REGISTRY.encode("event", record), source_id)
+        self.send(Topic.EVENTS, source_id, CODEC.encode("event", record), source_id)
 
     def ticker(self, clock: ManualClock, group: str, **options: Any) -> PollTicker:
         settings = TickerSettings(
             self.bootstrap, self.topology, "t-1", group_id=group, poll_timeout_s=0.02
         )
-        ticker = PollTicker(settings, clock=clock, metrics_registry=self.registry, **options)
+        ticker = PollTicker(
+            settings, clock=clock, metrics_registry=self.metrics_registry, **options
+        )
         ticker.start()
         return ticker
 
     def ticks(self) -> list[dict[str, Any]]:
         out = []
         for msg in read_all(self.bootstrap, self.name(Topic.TICKS)):
-            record_type, value = REGISTRY.decode(msg.value() or b"")
+            record_type, value = CODEC.decode(msg.value() or b"")
             assert record_type == "tick"
             if value["sealed"] is not None:
                 payload = tick_payload(value, self.ring)
@@ -253,8 +255,9 @@ class Pipeline:
     def __init__(self, deployment: Deployment, clock: ManualClock, redis_url: str) -> None:
         import redis
 
-        from consumers.evaluator.loop import Evaluator, EvaluatorSettings, evaluator_app
+        from consumers.evaluator.loop import Evaluator
         from consumers.evaluator.metrics import evaluator_metrics
+        from consumers.evaluator.stage import EvaluatorSettings, EvaluatorStage
         from pipeline.redis.budgets import RedisBudgets
         from pipeline.rules.budgets import BudgetCaps
         from producers.ticker.tools import REGISTERED
@@ -274,7 +277,7 @@ class Pipeline:
             evaluators=REGISTERED,
         )
         settings = EvaluatorSettings(deployment.bootstrap, deployment.topology, "e-1")
-        self.evaluator = evaluator_app(settings, evaluator, registry=registry)
+        self.evaluator = EvaluatorStage(settings, evaluator, metrics_registry=registry).app
         self.evaluator.start()
         self._consumed = {"group": settings.group, "topic": deployment.name(Topic.TICKS)}
         self._registry = registry
@@ -282,7 +285,7 @@ class Pipeline:
     def _evaluated_all_ticks(self) -> bool:
         """The evaluator has read every tick written so far (at the clock's current instant)."""
         written = sum(
-            self.deployment.registry.get_sample_value(
+            self.deployment.metrics_registry.get_sample_value(
                 "vigil_ticker_due_instants_total", {"kind": kind}
             )
             or 0
@@ -316,7 +319,7 @@ class Pipeline:
 def outbox(deployment: Deployment) -> list[dict[str, Any]]:
     values = []
     for msg in read_all(deployment.bootstrap, deployment.name(Topic.OUTBOX)):
-        record_type, value = REGISTRY.decode(msg.value() or b"")
+        record_type, value = CODEC.decode(msg.value() or b"")
         assert record_type == "outbox_entry"
         opened = open_fields(
             deployment.ring, outbox_identity(value["delivery_key"]), value["sealed"]
@@ -334,7 +337,7 @@ def watcher_status(deployment: Deployment, watcher_id: str) -> str:
 
     table = read_table(deployment.bootstrap, deployment.name(Topic.WATCHER_STATE))
     raw = table[watcher_key(TENANT, USER, watcher_id)]
-    return decode_state(REGISTRY, raw).status.value
+    return decode_state(CODEC, raw).status.value
 
 
 class TickerOnly:

@@ -6,13 +6,16 @@ import pytest
 
 from pipeline.config import (
     CONFIG_ENV,
+    DEFAULT_CAPS,
     VigilConfig,
     WebhookDestination,
     load_config,
     parse_config,
 )
 from pipeline.rules.authz import Role
-from pipeline.rules.errors import ConfigError
+from pipeline.rules.budgets import BudgetCaps, BudgetCeilings
+from pipeline.rules.errors import ConfigError, DefinitionError
+from pipeline.rules.zones import load_zone
 
 pytestmark = pytest.mark.unit
 
@@ -234,3 +237,55 @@ def test_stale_schedule_table_is_ignored_with_one_warning_line(
 def test_a_schedule_key_that_is_not_the_old_table_is_still_refused() -> None:
     with pytest.raises(ConfigError, match="schedule: unknown key"):
         parse_config({"schedule": {"name": "x"}})
+
+
+@pytest.mark.parametrize(
+    "zone",
+    ["Europe/Berlin", "UTC", "America/Argentina/Buenos_Aires", "Factory", "localtime",
+     "posixrules", "Mars/Olympus", "../zoneinfo/UTC", "/etc/localtime", "Europe/berlin", ""],
+)  # fmt: skip
+def test_vigil_toml_accepts_a_time_zone_exactly_when_a_definition_would(zone: str) -> None:
+    try:
+        load_zone(zone)
+        definition_accepts = True
+    except DefinitionError:
+        definition_accepts = False
+    try:
+        parse_config({"subject": {"timezone": zone}})
+        config_accepts = True
+    except ConfigError:
+        config_accepts = False
+    assert config_accepts == definition_accepts
+
+
+def test_budget_tables_are_the_rules_models_with_defaults_for_what_is_left_out() -> None:
+    config = load_config(
+        environ={
+            "VIGIL_BUDGETS__DEFAULTS__DELIVERIES": "5",
+            "VIGIL_BUDGETS__CEILINGS__TOKENS": "700000",
+        }
+    )
+    defaults, ceilings = config.budgets.defaults, config.budgets.ceilings
+    assert isinstance(defaults, BudgetCaps) and isinstance(ceilings, BudgetCeilings)
+    assert defaults == DEFAULT_CAPS.model_copy(update={"deliveries": 5})
+    assert ceilings == BudgetCeilings(tokens=700_000)
+    assert parse_config({}).budgets.defaults == DEFAULT_CAPS
+
+
+@pytest.mark.parametrize(
+    ("budgets", "key"),
+    [
+        ({"defaults": {"window": "1500ms"}}, "budgets.defaults.window"),
+        ({"defaults": {"deliveries": "five"}}, "budgets.defaults.deliveries"),
+        ({"defaults": {"deliveries": True}}, "budgets.defaults.deliveries"),
+        ({"ceilings": {"tokens": 2**53}}, "budgets.ceilings.tokens"),
+        ({"defaults": {"tokens": 10}, "ceilings": {"tokens": 5}}, "budgets.defaults.tokens"),
+    ],
+)
+def test_a_budget_a_definition_could_not_name_is_refused_naming_its_key(
+    budgets: dict[str, Any], key: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config({"budgets": budgets})
+    lines = str(caught.value).splitlines()[1:]
+    assert any(line.strip().startswith(f"{key}:") for line in lines), str(caught.value)

@@ -2,9 +2,9 @@
 
 Public surface (everything else is internal to the submodules):
 
-- :class:`Delivery` — what an adapter gets; :class:`SendResult` — what it answers, categorical
+- :class:`SendResult` — what an adapter answers for an outbox entry, categorical
   only (an ``ErrorCode``, a ``Retry-After``, ``repeat_risk``, Kafka records to write);
-- :class:`Adapter` — the protocol (``kind``, ``send(delivery)``, ``close()``): synchronous and
+- :class:`Adapter` — the protocol (``kind``, ``send(entry)``, ``close()``): synchronous and
   thread-safe, called from the consumer's thread pool between its two transactions;
 - :func:`webhook_body` — the canonical JSON body of DESIGN.md §9;
 - :func:`build_adapters` → :class:`AdapterRegistry` — adapters from ``vigil.toml``, resolved by
@@ -19,7 +19,6 @@ consumer's transaction), ``log``, ``chat`` (Telegram-shaped), ``console``; share
 from consumers.delivery.adapters.base import (
     Adapter,
     AdapterKind,
-    Delivery,
     OutboundRecord,
     SendResult,
     webhook_body,
@@ -30,7 +29,6 @@ __all__ = [
     "Adapter",
     "AdapterKind",
     "AdapterRegistry",
-    "Delivery",
     "OutboundRecord",
     "SendResult",
     "build_adapters",

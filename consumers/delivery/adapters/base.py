@@ -1,5 +1,6 @@
-"""The adapter interface: what a destination gets (:class:`Delivery`), what it answers
-(:class:`SendResult`), and the one JSON body every destination shares (:func:`webhook_body`).
+"""The adapter interface: what a destination gets (the outbox entry itself, read, never
+copied), what it answers (:class:`SendResult`), and the one JSON body every destination shares
+(:func:`webhook_body`).
 
 An adapter is a ``config`` + ``send`` pair (STYLE habit 9). ``send`` is synchronous and
 thread-safe: the delivery consumer calls many destinations at once from a thread pool, off its
@@ -14,7 +15,6 @@ them inside its transaction) and choosing an adapter for a target (``registry``)
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -24,12 +24,11 @@ from pipeline.http import Reply, classify_status, parse_retry_after
 from pipeline.rules.instants import rfc3339_micros
 from pipeline.rules.keys import canonical_json
 from pipeline.rules.outbox import OutboxEntry
-from pipeline.rules.outcomes import ErrorCode, Outcome
+from pipeline.rules.outcomes import ErrorCode
 
 __all__ = [
     "Adapter",
     "AdapterKind",
-    "Delivery",
     "OutboundRecord",
     "SendResult",
     "body_object",
@@ -45,47 +44,6 @@ class AdapterKind(StrEnum):
     LOG = "log"
     CHAT = "chat"
     CONSOLE = "console"
-
-
-@dataclass(frozen=True, slots=True)
-class Delivery:
-    """One attempt's input: the outbox entry's fields a destination may see."""
-
-    delivery_key: str
-    tenant_id: str
-    user_id: str
-    watcher_id: str
-    outcome: Outcome
-    trigger: Mapping[str, str]
-    evidence_digest: str | None
-    due_at: datetime
-    late: bool
-    verb: str
-    target: str
-    text: str | None = None  # send and prompt answers
-    wake_session: bool = False
-    session_id: str | None = None
-    delivery_retention: timedelta | None = None  # how long the ledger may show it
-
-    @classmethod
-    def from_entry(cls, entry: OutboxEntry) -> Delivery:
-        return cls(
-            delivery_key=entry.delivery_key,
-            tenant_id=entry.tenant_id,
-            user_id=entry.user_id,
-            watcher_id=entry.watcher_id,
-            outcome=entry.outcome,
-            trigger=dict(entry.trigger),
-            evidence_digest=entry.evidence_digest,
-            due_at=entry.due_at,
-            late=entry.late,
-            verb=entry.verb,
-            target=entry.target,
-            text=entry.text,
-            wake_session=entry.wake_session,
-            session_id=entry.session_id,
-            delivery_retention=entry.delivery_retention,
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,29 +133,29 @@ class Adapter(Protocol):
     @property
     def kind(self) -> AdapterKind: ...
 
-    def send(self, delivery: Delivery) -> SendResult: ...
+    def send(self, entry: OutboxEntry) -> SendResult: ...
 
     def close(self) -> None: ...
 
 
-def body_object(delivery: Delivery) -> dict[str, Any]:
+def body_object(entry: OutboxEntry) -> dict[str, Any]:
     """The JSON object of DESIGN.md §9 "A webhook delivery" (``text`` is null for ``notify``)."""
     return {
-        "delivery_key": delivery.delivery_key,
-        "watcher_id": delivery.watcher_id,
-        "tenant_id": delivery.tenant_id,
-        "user_id": delivery.user_id,
-        "outcome": delivery.outcome.value,
-        "trigger": dict(delivery.trigger),
-        "evidence_digest": delivery.evidence_digest,
-        "due_at": rfc3339_micros(delivery.due_at),
-        "late": delivery.late,
-        "text": delivery.text,
+        "delivery_key": entry.delivery_key,
+        "watcher_id": entry.watcher_id,
+        "tenant_id": entry.tenant_id,
+        "user_id": entry.user_id,
+        "outcome": entry.outcome.value,
+        "trigger": dict(entry.trigger),
+        "evidence_digest": entry.evidence_digest,
+        "due_at": rfc3339_micros(entry.due_at),
+        "late": entry.late,
+        "text": entry.text,
     }
 
 
-def webhook_body(delivery: Delivery) -> bytes:
+def webhook_body(entry: OutboxEntry) -> bytes:
     """The body as RFC 8785 canonical JSON: the same bytes on every attempt, so the signature
     of a retry signs exactly what the first attempt sent. Raises ``DefinitionError`` for text
     that is not valid Unicode (a delivery that can never be sent)."""
-    return canonical_json(body_object(delivery), "delivery")
+    return canonical_json(body_object(entry), "delivery")

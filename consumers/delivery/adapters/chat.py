@@ -22,7 +22,7 @@ from typing import Final
 import httpx
 from pydantic import SecretStr
 
-from consumers.delivery.adapters.base import AdapterKind, Delivery, SendResult
+from consumers.delivery.adapters.base import AdapterKind, SendResult
 from pipeline.clock import Clock, SystemClock
 from pipeline.http import (
     DEFAULT_TIMEOUT,
@@ -32,22 +32,19 @@ from pipeline.http import (
     post,
 )
 from pipeline.rules.instants import rfc3339_seconds
+from pipeline.rules.outbox import OutboxEntry
 
 __all__ = ["MAX_TEXT", "ChatAdapter", "TelegramConfig", "chat_text"]
 
 MAX_TEXT: Final = 4096  # Telegram's limit for one message
 
 
-def chat_text(delivery: Delivery) -> str:
+def chat_text(entry: OutboxEntry) -> str:
     """What a person reads: the text (``send``/``prompt``), or the watcher and its outcome
     (``notify``); a late delivery adds when it was due. Cut to :data:`MAX_TEXT`."""
-    text = (
-        delivery.text
-        if delivery.text is not None
-        else (f"{delivery.watcher_id}: {delivery.outcome.value}")
-    )
-    if delivery.late:
-        text = f"{text}\n(late: this was due at {rfc3339_seconds(delivery.due_at)})"
+    text = entry.text if entry.text is not None else (f"{entry.watcher_id}: {entry.outcome.value}")
+    if entry.late:
+        text = f"{text}\n(late: this was due at {rfc3339_seconds(entry.due_at)})"
     if len(text) > MAX_TEXT:
         text = text[: MAX_TEXT - 1] + "…"
     return text
@@ -105,9 +102,9 @@ class ChatAdapter:
     def __repr__(self) -> str:
         return f"ChatAdapter(api_base={self._config.api_base!r}, chat_id={self._chat_id!r})"
 
-    def send(self, delivery: Delivery) -> SendResult:
+    def send(self, entry: OutboxEntry) -> SendResult:
         body = json.dumps(
-            {"chat_id": self._chat_id, "text": chat_text(delivery)}, ensure_ascii=False
+            {"chat_id": self._chat_id, "text": chat_text(entry)}, ensure_ascii=False
         ).encode("utf-8", errors="replace")
         reply = post(
             self._client,

@@ -13,8 +13,9 @@ import sys
 import threading
 from typing import TextIO
 
-from consumers.delivery.adapters.base import AdapterKind, Delivery, SendResult
+from consumers.delivery.adapters.base import AdapterKind, SendResult
 from consumers.delivery.adapters.chat import chat_text
+from pipeline.rules.outbox import OutboxEntry
 from pipeline.rules.outcomes import ErrorCode
 
 __all__ = ["ConsoleAdapter"]
@@ -27,11 +28,11 @@ class ConsoleAdapter:
         self._stream = stream
         self._lock = threading.Lock()  # one delivery's lines never interleave with another's
 
-    def send(self, delivery: Delivery) -> SendResult:
+    def send(self, entry: OutboxEntry) -> SendResult:
         stream = self._stream if self._stream is not None else sys.stdout
         try:
             with self._lock:
-                stream.write(chat_text(delivery) + "\n")
+                stream.write(chat_text(entry) + "\n")
                 stream.flush()
         except (OSError, ValueError):  # closed or broken stdout
             return SendResult.failed(ErrorCode.UNAVAILABLE, repeat_risk=True)

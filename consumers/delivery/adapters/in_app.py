@@ -28,13 +28,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from consumers.delivery.adapters.base import AdapterKind, Delivery, OutboundRecord, SendResult
+from consumers.delivery.adapters.base import AdapterKind, OutboundRecord, SendResult
 from pipeline.clock import Clock, SystemClock
-from pipeline.kafka.serde import SchemaRegistry, default_registry
+from pipeline.kafka.serde import AvroCodec, default_codec
 from pipeline.records.notification import NotificationKind, encode_notification
 from pipeline.records.sealing import Sealer
 from pipeline.rules.errors import DefinitionError, SerdeError
 from pipeline.rules.keys import subject_key
+from pipeline.rules.outbox import OutboxEntry
 from pipeline.rules.outcomes import ErrorCode
 from pipeline.rules.retention import retain_until
 
@@ -55,62 +56,62 @@ class InAppAdapter:
         *,
         sealer: Sealer,
         clock: Clock | None = None,
-        schemas: SchemaRegistry | None = None,
+        codec: AvroCodec | None = None,
     ) -> None:
         self._config = config
         self._sealer = sealer
         self._clock: Clock = clock or SystemClock()
-        self._schemas = schemas or default_registry()
+        self._codec = codec or default_codec()
 
-    def ledger_record(self, delivery: Delivery, now: datetime) -> OutboundRecord:
+    def ledger_record(self, entry: OutboxEntry, now: datetime) -> OutboundRecord:
         """The notification itself."""
         content = {
-            "outcome": delivery.outcome.value,
-            "verb": delivery.verb,
-            "text": delivery.text,
-            "trigger": delivery.trigger,
-            "evidence_digest": delivery.evidence_digest,
-            "due_at": delivery.due_at,
-            "late": delivery.late,
+            "outcome": entry.outcome.value,
+            "verb": entry.verb,
+            "text": entry.text,
+            "trigger": entry.trigger,
+            "evidence_digest": entry.evidence_digest,
+            "due_at": entry.due_at,
+            "late": entry.late,
         }
-        return self._record(delivery, NotificationKind.NOTIFICATION, now, content)
+        return self._record(entry, NotificationKind.NOTIFICATION, now, content)
 
-    def wake_record(self, delivery: Delivery, now: datetime) -> OutboundRecord:
+    def wake_record(self, entry: OutboxEntry, now: datetime) -> OutboundRecord:
         """The content-free wake: who and which notification, nothing of what it says."""
-        return self._record(delivery, NotificationKind.WAKE, now)
+        return self._record(entry, NotificationKind.WAKE, now)
 
     def _record(
         self,
-        delivery: Delivery,
+        entry: OutboxEntry,
         kind: NotificationKind,
         now: datetime,
         content: dict[str, Any] | None = None,
     ) -> OutboundRecord:
-        retention = delivery.delivery_retention
+        retention = entry.delivery_retention
         value = encode_notification(
-            self._schemas,
+            self._codec,
             self._sealer,
             kind,
-            delivery_key=delivery.delivery_key,
-            tenant_id=delivery.tenant_id,
-            user_id=delivery.user_id,
-            watcher_id=delivery.watcher_id,
-            session_id=delivery.session_id,
+            delivery_key=entry.delivery_key,
+            tenant_id=entry.tenant_id,
+            user_id=entry.user_id,
+            watcher_id=entry.watcher_id,
+            session_id=entry.session_id,
             created_at=now,
             content=content,
-            retain_until=None if retention is None else retain_until(now, retention),
+            retain_until=retain_until(now, retention),
         )
         return OutboundRecord(
             topic=self._config.topic,
-            key=subject_key(delivery.tenant_id, delivery.user_id).encode("utf-8"),
+            key=subject_key(entry.tenant_id, entry.user_id).encode("utf-8"),
             value=value,
         )
 
-    def send(self, delivery: Delivery) -> SendResult:
+    def send(self, entry: OutboxEntry) -> SendResult:
         now = self._clock.now()
         try:
-            ledger = self.ledger_record(delivery, now)
-            wake = (self.wake_record(delivery, now),) if delivery.wake_session else ()
+            ledger = self.ledger_record(entry, now)
+            wake = (self.wake_record(entry, now),) if entry.wake_session else ()
         except (DefinitionError, SerdeError):
             return SendResult.failed(ErrorCode.REJECTED)  # can never be encoded: terminal
         return SendResult(ok=True, records=(ledger,), after_commit=wake)

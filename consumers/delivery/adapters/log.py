@@ -13,17 +13,18 @@ import sys
 import threading
 from typing import TextIO
 
-from consumers.delivery.adapters.base import AdapterKind, Delivery, SendResult, body_object
+from consumers.delivery.adapters.base import AdapterKind, SendResult, body_object
 from pipeline.rules.errors import DefinitionError
 from pipeline.rules.keys import canonical_json
+from pipeline.rules.outbox import OutboxEntry
 from pipeline.rules.outcomes import ErrorCode
 
 __all__ = ["LogAdapter", "log_line"]
 
 
-def log_line(delivery: Delivery) -> str:
+def log_line(entry: OutboxEntry) -> str:
     """The JSON line for ``delivery``, without the newline."""
-    record = body_object(delivery) | {"verb": delivery.verb, "target": delivery.target}
+    record = body_object(entry) | {"verb": entry.verb, "target": entry.target}
     return canonical_json(record, "delivery").decode("utf-8")
 
 
@@ -34,9 +35,9 @@ class LogAdapter:
         self._stream = stream
         self._lock = threading.Lock()  # whole lines only, whatever the thread pool does
 
-    def send(self, delivery: Delivery) -> SendResult:
+    def send(self, entry: OutboxEntry) -> SendResult:
         try:
-            line = log_line(delivery)
+            line = log_line(entry)
         except DefinitionError:
             return SendResult.failed(ErrorCode.REJECTED)
         stream = self._stream if self._stream is not None else sys.stdout

@@ -23,7 +23,7 @@ from typing import TextIO
 import httpx
 from pydantic import SecretStr
 
-from consumers.delivery.adapters.base import Adapter, Delivery, SendResult
+from consumers.delivery.adapters.base import Adapter, SendResult
 from consumers.delivery.adapters.chat import ChatAdapter, TelegramConfig
 from consumers.delivery.adapters.console import ConsoleAdapter
 from consumers.delivery.adapters.in_app import InAppAdapter, InAppConfig
@@ -43,6 +43,7 @@ from pipeline.http import DEFAULT_MAX_CONNECTIONS, make_client
 from pipeline.kafka.topics import Topic
 from pipeline.records.sealing import Sealer
 from pipeline.rules.errors import ConfigError
+from pipeline.rules.outbox import OutboxEntry
 from pipeline.rules.outcomes import ErrorCode
 
 __all__ = ["AdapterRegistry", "build_adapters"]
@@ -66,19 +67,19 @@ class AdapterRegistry:
     def resolve(self, target: str) -> Adapter | None:
         return self._adapters.get(target)
 
-    def send(self, delivery: Delivery) -> SendResult:
+    def send(self, entry: OutboxEntry) -> SendResult:
         """Send through the target's adapter: ``rejected`` for an unknown target, ``internal``
         for an adapter's own bug (logged by type only: messages may hold URLs or text)."""
-        adapter = self.resolve(delivery.target)
+        adapter = self.resolve(entry.target)
         if adapter is None:
             return SendResult.failed(ErrorCode.REJECTED)
         try:
-            return adapter.send(delivery)
+            return adapter.send(entry)
         except Exception as exc:
             _log.error(
                 "adapter %s failed on delivery %s: %s",
                 adapter.kind.value,
-                delivery.delivery_key,
+                entry.delivery_key,
                 type(exc).__name__,
             )
             return SendResult.failed(ErrorCode.INTERNAL)

@@ -30,7 +30,7 @@ from consumers.delivery.adapters.base import OutboundRecord, SendResult
 from pipeline.clock import Clock, SystemClock
 from pipeline.control.core import AgentPort, RunPort
 from pipeline.control.socket.client import call
-from pipeline.kafka.serde import SchemaRegistry, default_registry
+from pipeline.kafka.serde import AvroCodec, default_codec
 from pipeline.records.outbox_entry import encode_outbox_entry
 from pipeline.records.sealing import Sealer
 from pipeline.rules.commands.immediate import answer_entry
@@ -70,7 +70,7 @@ class VerbExecutor:
         outbox_topic: str,
         *,
         sealer: Sealer,
-        schemas: SchemaRegistry | None = None,
+        codec: AvroCodec | None = None,
         clock: Clock | None = None,
     ) -> None:
         """``sealer`` seals a prompt's answer (the delivery worker's key ring)."""
@@ -78,7 +78,7 @@ class VerbExecutor:
         self._sealer = sealer
         self._runner = runner
         self._topic = outbox_topic
-        self._schemas = schemas or default_registry()
+        self._codec = codec or default_codec()
         self._clock = clock or SystemClock()
 
     def execute(self, entry: OutboxEntry) -> SendResult:
@@ -101,7 +101,7 @@ class VerbExecutor:
         record = OutboundRecord(
             topic=self._topic,
             key=follow_up.delivery_key.encode("utf-8"),
-            value=encode_outbox_entry(self._schemas, self._sealer, follow_up),
+            value=encode_outbox_entry(self._codec, self._sealer, follow_up),
         )
         return SendResult(ok=True, records=(record,))
 

@@ -17,11 +17,12 @@ from datetime import timedelta
 import httpx
 from pydantic import SecretStr
 
-from consumers.delivery.adapters.base import AdapterKind, Delivery, SendResult, webhook_body
+from consumers.delivery.adapters.base import AdapterKind, SendResult, webhook_body
 from consumers.delivery.adapters.signing import sign, signing_key
 from pipeline.clock import Clock, SystemClock
 from pipeline.http import DEFAULT_TIMEOUT, make_client, post
 from pipeline.rules.errors import DefinitionError
+from pipeline.rules.outbox import OutboxEntry
 from pipeline.rules.outcomes import ErrorCode
 
 __all__ = ["WebhookAdapter", "WebhookConfig"]
@@ -52,21 +53,21 @@ class WebhookAdapter:
         self._client = client if client is not None else make_client(timeout=config.timeout)
         self._clock: Clock = clock or SystemClock()
 
-    def headers(self, delivery: Delivery, body: bytes, timestamp: int) -> dict[str, str]:
+    def headers(self, entry: OutboxEntry, body: bytes, timestamp: int) -> dict[str, str]:
         """The headers of one attempt (exposed so tests and docs show exactly what is sent)."""
         headers = {
             "Content-Type": "application/json",
-            "Idempotency-Key": delivery.delivery_key,
-            "webhook-id": delivery.delivery_key,
+            "Idempotency-Key": entry.delivery_key,
+            "webhook-id": entry.delivery_key,
             "webhook-timestamp": str(timestamp),
         }
         if self._key is not None:
-            headers["webhook-signature"] = sign(self._key, delivery.delivery_key, timestamp, body)
+            headers["webhook-signature"] = sign(self._key, entry.delivery_key, timestamp, body)
         return headers
 
-    def send(self, delivery: Delivery) -> SendResult:
+    def send(self, entry: OutboxEntry) -> SendResult:
         try:
-            body = webhook_body(delivery)
+            body = webhook_body(entry)
         except DefinitionError:
             return SendResult.failed(ErrorCode.REJECTED)  # can never be encoded: terminal
         now = self._clock.now()
@@ -74,7 +75,7 @@ class WebhookAdapter:
             self._client,
             self._config.url,
             content=body,
-            headers=self.headers(delivery, body, int(now.timestamp())),
+            headers=self.headers(entry, body, int(now.timestamp())),
             timeout=self._config.timeout,
         )
         return SendResult.of_reply(reply, self._clock.now())

@@ -40,7 +40,7 @@ from pipeline.crypto import KeyEncryptionKeys, KeyRing
 from pipeline.kafka.clients import Producer
 from pipeline.kafka.partitioner import partition_for
 from pipeline.kafka.scan import scan
-from pipeline.kafka.serde import SchemaRegistry, default_registry
+from pipeline.kafka.serde import AvroCodec, default_codec
 from pipeline.kafka.topics import Topic, Topology
 from pipeline.records.lifecycle import decode_lifecycle
 from pipeline.records.notification import (
@@ -74,7 +74,7 @@ class LedgerStore:
         topology: Topology,
         clock: Clock,
         *,
-        schemas: SchemaRegistry | None = None,
+        codec: AvroCodec | None = None,
         max_scan: int = DEFAULT_MAX_SCAN,
         keks: KeyEncryptionKeys | None = None,
         per_subject: int = DEFAULT_PER_SUBJECT,
@@ -85,18 +85,18 @@ class LedgerStore:
         self._bootstrap = bootstrap
         self._topology = topology
         self._clock = clock
-        self._schemas = schemas or default_registry()
+        self._codec = codec or default_codec()
         self._keks = keks or KeyEncryptionKeys.load()
         self._producer = Producer(bootstrap)
         self._max_scan = max_scan
         self._ready: tuple[float, str | None] | None = None
         self._ready_lock = threading.Lock()
-        ring = KeyRing(self._keks, self._schemas, cache_size=4096)
+        ring = KeyRing(self._keks, self._codec, cache_size=4096)
         self._keys = FollowedKeys(bootstrap, topology, ring)
         self._index = LedgerIndex(
             bootstrap,
             topology,
-            self._schemas,
+            self._codec,
             per_subject=per_subject,
             max_records=max_records,
         )
@@ -120,7 +120,7 @@ class LedgerStore:
             if msg.key() != wanted or raw is None:
                 continue
             try:
-                receipt, _ = decode_receipt(self._schemas, ring, raw)
+                receipt, _ = decode_receipt(self._codec, ring, raw)
             except (SerdeError, ValueError):
                 continue  # the dead-letter path's business, not the reader's
             if not retained(receipt.retain_until, now):
@@ -155,7 +155,7 @@ class LedgerStore:
             if raw is None or not key.startswith(mine):
                 continue
             try:
-                receipt, _ = decode_receipt(self._schemas, ring, raw)
+                receipt, _ = decode_receipt(self._codec, ring, raw)
             except (SerdeError, ValueError):
                 continue
             if (receipt.tenant_id, receipt.user_id) != (tenant_id, user_id):
@@ -180,7 +180,7 @@ class LedgerStore:
             if msg.key() != wanted or raw is None:
                 continue
             try:
-                record = decode_lifecycle(self._schemas, raw)
+                record = decode_lifecycle(self._codec, raw)
             except (SerdeError, ValueError, KeyError):
                 continue
             if (record.tenant_id, record.user_id, record.watcher_id) != (
@@ -216,7 +216,7 @@ class LedgerStore:
         erased: set[str] = set()
         for raw in raws:
             try:
-                value = decode_notification(self._schemas, ring, raw)
+                value = decode_notification(self._codec, ring, raw)
             except (SerdeError, ValueError):
                 continue
             dkey = value["delivery_key"]
@@ -245,7 +245,7 @@ class LedgerStore:
             return {"delivery_key": delivery_key, "acked_at": note["acked_at"], "already": True}
         now = utc(self._clock.now())
         value = encode_notification(
-            self._schemas,
+            self._codec,
             self._ring(tenant_id, user_id),
             NotificationKind.ACK,
             delivery_key=delivery_key,
@@ -332,13 +332,26 @@ def _instant(value: datetime | None) -> str | None:
 
 
 def _evaluation(receipt: Receipt, source_id: str) -> dict[str, Any]:
-    out = receipt.model_dump(
-        mode="json", exclude={"tenant_id", "user_id", "position", "erased", "retain_until"}
-    )
-    out["source_id"] = source_id
-    out["evaluated_at"] = rfc3339_micros(receipt.evaluated_at)
-    out["observed_at"] = rfc3339_micros(receipt.observed_at)
-    return out
+    budget, tool_error = receipt.budget, receipt.tool_error
+    return {
+        "watcher_id": receipt.watcher_id,
+        "watcher_version": receipt.watcher_version,
+        "evaluated_at": rfc3339_micros(receipt.evaluated_at),
+        "evidence_digest": receipt.evidence_digest,
+        "trigger": dict(receipt.trigger),
+        "trigger_key": receipt.trigger_key,
+        "observed_at": rfc3339_micros(receipt.observed_at),
+        "outcome": receipt.outcome.value,
+        "reason": receipt.reason.value,
+        "authorized": receipt.authorized,
+        "authorization": receipt.authorization,
+        "budget": None if budget is None else budget.value,
+        "tool_error": None if tool_error is None else tool_error.value,
+        "payload": receipt.payload,
+        "delivery_key": receipt.delivery_key,
+        "note": receipt.note,
+        "source_id": source_id,
+    }
 
 
 def _notification(value: dict[str, Any]) -> dict[str, Any]:

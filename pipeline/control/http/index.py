@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from pipeline.kafka.follow import Follower
-from pipeline.kafka.serde import SchemaRegistry
+from pipeline.kafka.serde import AvroCodec
 from pipeline.kafka.topics import Topic, Topology
 from pipeline.records.delivery_state import DeliveryRecord, decode_record
 from pipeline.rules.errors import SerdeError
@@ -56,14 +56,14 @@ class LedgerIndex:
         self,
         bootstrap: str,
         topology: Topology,
-        schemas: SchemaRegistry,
+        codec: AvroCodec,
         *,
         per_subject: int = DEFAULT_PER_SUBJECT,
         max_records: int = DEFAULT_MAX_RECORDS,
     ) -> None:
         self._notes_topic = topology.name(Topic.NOTIFICATIONS)
         self._states_topic = topology.name(Topic.DELIVERY_STATE)
-        self._schemas = schemas
+        self._codec = codec
         self._per_subject = per_subject
         self._max_records = max_records
         self._subjects: OrderedDict[str, _Subject] = OrderedDict()  # least recently written first
@@ -137,7 +137,7 @@ class LedgerIndex:
         record = None
         if raw is not None:
             try:
-                record = decode_record(self._schemas, raw)
+                record = decode_record(self._codec, raw)
             except (SerdeError, ValueError):
                 record = None  # not a record of this key: the key is forgotten, as a scan did
             if record is not None and record.key != key:

@@ -29,25 +29,25 @@ class ApiMetrics:
     scans: Counter  # labels: topic
 
 
-def _create(registry: CollectorRegistry) -> ApiMetrics:
+def _create(metrics_registry: CollectorRegistry) -> ApiMetrics:
     return ApiMetrics(
         requests=Counter(
             "vigil_api_requests",
             "HTTP API requests by method, route template and status code.",
             ["method", "route", "status"],
-            registry=registry,
+            registry=metrics_registry,
         ),
         seconds=Histogram(
             "vigil_api_request_seconds",
             "HTTP API request latency by method and route template.",
             ["method", "route"],
-            registry=registry,
+            registry=metrics_registry,
         ),
         scans=Counter(
             "vigil_api_log_scans",
             "Reads of a topic's partitions the API started for a request, by topic.",
             ["topic"],
-            registry=registry,
+            registry=metrics_registry,
         ),
     )
 
@@ -59,9 +59,9 @@ _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"
 class RequestMetrics:
     """Count and time every HTTP request passing through."""
 
-    def __init__(self, app: ASGIApp, *, registry: CollectorRegistry = REGISTRY) -> None:
+    def __init__(self, app: ASGIApp, *, metrics_registry: CollectorRegistry = REGISTRY) -> None:
         self._app = app
-        self._metrics = api_metrics(registry)
+        self._metrics = api_metrics(metrics_registry)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":

@@ -44,7 +44,7 @@ from pipeline.control.http.models import (
     WatchUpdate,
     WatchView,
 )
-from pipeline.control.verbs import NAME_PATTERN, ErrorKind
+from pipeline.control.verbs import NAME_PATTERN, VerbErrorKind
 from pipeline.rules.authz import Principal, Role
 from pipeline.rules.commands.model import CommandVerb
 from pipeline.rules.lifecycle import WatcherStatus
@@ -57,12 +57,12 @@ _ERRORS: Final = documented(403, 404, 409)
 _COLLAPSED: Final[dict[int | str, dict[str, Any]]] = {
     200: {"model": WatchView, "description": "An identical live watch: the existing one."}
 }
-_KIND_CODES: Final[dict[ErrorKind, ApiCode]] = {
-    ErrorKind.INVALID: ApiCode.INVALID,
-    ErrorKind.DENIED: ApiCode.DENIED,
-    ErrorKind.NOT_FOUND: ApiCode.NOT_FOUND,
-    ErrorKind.CONFLICT: ApiCode.CONFLICT,
-    ErrorKind.UNAUTHENTICATED: ApiCode.UNAUTHENTICATED,
+_KIND_CODES: Final[dict[VerbErrorKind, ApiCode]] = {
+    VerbErrorKind.INVALID: ApiCode.INVALID,
+    VerbErrorKind.DENIED: ApiCode.DENIED,
+    VerbErrorKind.NOT_FOUND: ApiCode.NOT_FOUND,
+    VerbErrorKind.CONFLICT: ApiCode.CONFLICT,
+    VerbErrorKind.UNAUTHENTICATED: ApiCode.UNAUTHENTICATED,
 }
 
 WatcherId = Annotated[str, Path(pattern=REF_PATTERN, description="The watcher's id.")]

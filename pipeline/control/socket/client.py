@@ -21,7 +21,7 @@ from typing import Any, Final
 
 from pydantic import ValidationError
 
-from pipeline.control.verbs import ErrorKind, VerbResponse
+from pipeline.control.verbs import VerbErrorKind, VerbResponse
 from pipeline.rules.errors import ConfigError, VigilError
 
 __all__ = ["DEFAULT_TIMEOUT_S", "STARTING_WAIT_S", "call"]
@@ -44,7 +44,7 @@ def call(
     deadline = time.monotonic() + starting_wait_s
     while True:
         response = _call_once(path, request, timeout_s)
-        starting = response.error is not None and response.error.code is ErrorKind.STARTING
+        starting = response.error is not None and response.error.code is VerbErrorKind.STARTING
         if not starting or time.monotonic() >= deadline:
             return response
         time.sleep(_STARTING_PAUSE_S)

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from pipeline.control.verbs import ErrorKind, VerbResponse
+from pipeline.control.verbs import VerbErrorKind, VerbResponse
 from pipeline.rules.errors import ConfigError
 
 __all__ = [
@@ -209,7 +209,7 @@ class SocketServer:
                 self._reply(
                     conn,
                     VerbResponse.failure(
-                        ErrorKind.UNAUTHENTICATED, "this daemon serves another user"
+                        VerbErrorKind.UNAUTHENTICATED, "this daemon serves another user"
                     ),
                 )
                 return
@@ -217,7 +217,7 @@ class SocketServer:
             for line in self._lines(conn):
                 if line is None:
                     response = VerbResponse.failure(
-                        ErrorKind.TOO_LARGE, f"a request line is at most {self._max_line} bytes"
+                        VerbErrorKind.TOO_LARGE, f"a request line is at most {self._max_line} bytes"
                     )
                 else:
                     response = self._answer(line, peer)
@@ -229,15 +229,17 @@ class SocketServer:
             body = json.loads(line)
         except (ValueError, UnicodeDecodeError):
             return VerbResponse.failure(
-                ErrorKind.MALFORMED, "a request is one JSON object per line"
+                VerbErrorKind.MALFORMED, "a request is one JSON object per line"
             )
         if not isinstance(body, dict):
-            return VerbResponse.failure(ErrorKind.MALFORMED, "a request is a JSON object")
+            return VerbResponse.failure(VerbErrorKind.MALFORMED, "a request is a JSON object")
         try:
             return self._handler(body, peer)
         except Exception:
             log.exception("control handler failed")
-            return VerbResponse.failure(ErrorKind.INTERNAL, "internal error (see the daemon log)")
+            return VerbResponse.failure(
+                VerbErrorKind.INTERNAL, "internal error (see the daemon log)"
+            )
 
     def _lines(self, conn: socket.socket) -> Iterator[bytes | None]:
         """Complete lines; ``None`` for a line over the bound (the rest of it is skipped)."""

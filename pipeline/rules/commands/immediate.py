@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Final
 
@@ -96,14 +97,13 @@ def answer_entry(prompt: OutboxEntry, answer: str, now: datetime) -> OutboxEntry
     """The ``send`` carrying a prompt's answer: the prompt's watcher, trigger, due time and
     lateness, under the key derived from the prompt's, so running the agent twice for one
     prompt still delivers one answer. The one rule for immediate and fired prompts alike."""
-    return prompt.model_copy(
-        update={
-            "delivery_key": derived_delivery_key(prompt.delivery_key, ANSWER_STEP),
-            "verb": "send",
-            "text": answer,
-            "args": None,
-            "created_at": utc(now),
-        }
+    return replace(
+        prompt,
+        delivery_key=derived_delivery_key(prompt.delivery_key, ANSWER_STEP),
+        verb="send",
+        text=answer,
+        args=None,
+        created_at=utc(now),
     )
 
 

@@ -99,19 +99,19 @@ class ToolMetrics:
     errors: Counter  # labels: tool, code
 
     @classmethod
-    def create(cls, registry: CollectorRegistry = REGISTRY) -> ToolMetrics:
+    def create(cls, metrics_registry: CollectorRegistry = REGISTRY) -> ToolMetrics:
         return cls(
             latency=Histogram(
                 "vigil_tool_latency_seconds",
                 "Governed tool call latency, by pinned tool.",
                 ["tool"],
-                registry=registry,
+                registry=metrics_registry,
             ),
             errors=Counter(
                 "vigil_tool_errors_total",
                 "Governed tool calls that failed, by pinned tool and categorical code.",
                 ["tool", "code"],
-                registry=registry,
+                registry=metrics_registry,
             ),
         )
 

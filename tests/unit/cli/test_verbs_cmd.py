@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from pipeline.cli.main import vigil
 from pipeline.control.socket.server import Peer, SocketServer
-from pipeline.control.verbs import ErrorKind, VerbResponse
+from pipeline.control.verbs import VerbErrorKind, VerbResponse
 
 pytestmark = pytest.mark.unit
 
@@ -132,7 +132,7 @@ def test_run_with_a_path_sends_it_absolute_and_a_bare_name_as_is(
 
 def test_a_refusal_prints_the_message_and_exits_1(daemon: tuple[Path, Recorder]) -> None:
     path, recorder = daemon
-    recorder.reply = VerbResponse.failure(ErrorKind.NOT_FOUND, "no schedule named 'x'", "name")
+    recorder.reply = VerbResponse.failure(VerbErrorKind.NOT_FOUND, "no schedule named 'x'", "name")
     result = _invoke(["cancel", "--socket", str(path), "--name", "x"])
     assert result.exit_code == 1
     assert "no schedule named 'x'" in result.output

@@ -18,7 +18,7 @@ from pipeline.control.agent import AgentRunner, AgentTokens
 from pipeline.control.client import operator_principal
 from pipeline.control.core import Dispatcher, Subjecthood, resolve_chat, user_principal
 from pipeline.control.run import ScriptRunner
-from pipeline.control.verbs import ErrorKind, VerbResponse
+from pipeline.control.verbs import VerbErrorKind, VerbResponse
 from pipeline.rules.authz import Principal, Role
 from pipeline.rules.commands import GrantRecord, apply
 from pipeline.rules.commands.immediate import daemon_grant
@@ -167,7 +167,7 @@ def test_resolve_chat_refuses_ambiguity_absence_and_unknown_names(
 def test_handle_with_two_chats_and_no_chat_named_is_invalid(make: Any) -> None:
     d, outbox, _ = make()
     response = d.handle({"verb": "send", "text": "hi"}, USER)
-    assert response.error is not None and response.error.code is ErrorKind.INVALID
+    assert response.error is not None and response.error.code is VerbErrorKind.INVALID
     assert response.error.field == "chat"
     assert outbox.entries == []
 
@@ -199,7 +199,7 @@ def test_send_without_the_daemon_grant_is_denied_and_writes_nothing(
     processor.grants.clear()
     d, outbox, _ = make()
     response = d.handle({"verb": "send", "text": "hi", "chat": "me"}, USER)
-    assert response.error is not None and response.error.code is ErrorKind.DENIED
+    assert response.error is not None and response.error.code is VerbErrorKind.DENIED
     assert outbox.entries == []
 
 
@@ -231,7 +231,7 @@ def test_prompt_sends_the_answer_as_a_command_keyed_from_the_prompt(
 def test_prompt_whose_agent_fails_is_unavailable_and_delivers_nothing(make: Any) -> None:
     d, outbox, _ = make("exit 3\n")
     response = d.handle({"verb": "prompt", "text": "x", "chat": "me"}, USER)
-    assert response.error is not None and response.error.code is ErrorKind.UNAVAILABLE
+    assert response.error is not None and response.error.code is VerbErrorKind.UNAVAILABLE
     assert "status 3" in response.error.message
     assert outbox.entries == []
 
@@ -253,7 +253,7 @@ def test_run_outside_the_allowlist_is_refused(make: Any, tmp_path: Path) -> None
     outside.write_text("#!/bin/sh\n")
     outside.chmod(0o700)
     response = d.handle({"verb": "run", "args": [str(outside)], "chat": "me"}, USER)
-    assert response.error is not None and response.error.code is ErrorKind.INVALID
+    assert response.error is not None and response.error.code is VerbErrorKind.INVALID
     assert "outside the run allowlist" in response.error.message
 
 
@@ -288,7 +288,7 @@ def test_schedule_name_collision_is_a_conflict_unless_update(
     d, _, _ = make()
     _ok(_schedule(d, name="n", argv=["send", "one"], **{"in": "1h"}))
     clash = _schedule(d, name="n", argv=["send", "two"], **{"in": "1h"})
-    assert clash.error is not None and clash.error.code is ErrorKind.CONFLICT
+    assert clash.error is not None and clash.error.code is VerbErrorKind.CONFLICT
     assert "--update" in clash.error.message
     updated = _ok(_schedule(d, name="n", update=True, argv=["send", "two"], **{"in": "2h"}))
     assert updated["updated"] is True
@@ -338,7 +338,7 @@ def test_scheduled_run_of_a_script_outside_the_allowlist_is_refused_at_creation(
 ) -> None:
     d, _, _ = make()
     response = _schedule(d, name="r", argv=["run", "/bin/true"], **{"in": "1h"})
-    assert response.error is not None and response.error.code is ErrorKind.INVALID
+    assert response.error is not None and response.error.code is VerbErrorKind.INVALID
     assert processor.registry == {}
 
 
@@ -348,9 +348,9 @@ def test_cancel_removes_a_schedule_from_list_and_unknown_name_is_not_found(make:
     _ok(d.handle({"verb": "cancel", "name": "n", "chat": "me"}, USER))
     assert _ok(d.handle({"verb": "list", "chat": "me"}, USER))["schedules"] == []
     again = d.handle({"verb": "cancel", "name": "n", "chat": "me"}, USER)
-    assert again.error is not None and again.error.code is ErrorKind.NOT_FOUND
+    assert again.error is not None and again.error.code is VerbErrorKind.NOT_FOUND
     unknown = d.handle({"verb": "cancel", "name": "never", "chat": "me"}, USER)
-    assert unknown.error is not None and unknown.error.code is ErrorKind.NOT_FOUND
+    assert unknown.error is not None and unknown.error.code is VerbErrorKind.NOT_FOUND
 
 
 def test_a_cancelled_name_can_be_scheduled_again_as_a_new_version(
@@ -369,7 +369,7 @@ def test_schedule_without_the_daemon_grant_is_denied(
     processor.grants.clear()
     d, _, _ = make()
     response = _schedule(d, name="n", argv=["send", "x"], **{"in": "1h"})
-    assert response.error is not None and response.error.code is ErrorKind.DENIED
+    assert response.error is not None and response.error.code is VerbErrorKind.DENIED
 
 
 # --- agents ---------------------------------------------------------------------------------
@@ -407,9 +407,9 @@ def test_agent_may_schedule_list_and_cancel_its_own_but_not_query_run_or_schedul
         {"verb": "schedule", "chat": "me", "in": "1h", "argv": ["run", "hello.sh"]},
     ):
         response = d.handle(body, agent)
-        assert response.error is not None and response.error.code is ErrorKind.DENIED, body
+        assert response.error is not None and response.error.code is VerbErrorKind.DENIED, body
     users = d.handle({"verb": "cancel", "name": "users", "chat": "me"}, agent)
-    assert users.error is not None and users.error.code is ErrorKind.NOT_FOUND
+    assert users.error is not None and users.error.code is VerbErrorKind.NOT_FOUND
     replaced = d.handle(
         {
             "verb": "schedule",
@@ -421,7 +421,7 @@ def test_agent_may_schedule_list_and_cancel_its_own_but_not_query_run_or_schedul
         },
         agent,
     )
-    assert replaced.error is not None and replaced.error.code is ErrorKind.DENIED
+    assert replaced.error is not None and replaced.error.code is VerbErrorKind.DENIED
     _ok(d.handle({"verb": "cancel", "name": "mine", "chat": "me"}, agent))
     assert [
         e["name"] for e in _ok(d.handle({"verb": "list", "chat": "me"}, USER))["schedules"]

@@ -110,6 +110,7 @@ def test_next_look_of_a_cadence_a_cron_an_at_and_an_event() -> None:
     assert next_look({"source": {"kind": "event", "source_id": "s"}}, NOW) is None
 
 
+@pytest.mark.slow
 @given(st.recursive(st.none() | st.text() | st.integers(), lambda c: st.dictionaries(st.text(), c)))
 def test_next_look_of_any_shape_is_an_instant_or_none(source: Any) -> None:
     found = next_look({"source": source}, NOW)

@@ -6,12 +6,12 @@ import pytest
 
 from pipeline.control.verbs import (
     CancelRequest,
-    ErrorKind,
     PromptAction,
     RunAction,
     ScheduleRequest,
     SendAction,
     SendRequest,
+    VerbErrorKind,
     VerbResponse,
     action_argv,
     parse_action,
@@ -108,9 +108,9 @@ def test_parse_request_builds_the_verbs_model() -> None:
 
 
 def test_verb_response_failure_carries_code_message_and_field() -> None:
-    response = VerbResponse.failure(ErrorKind.CONFLICT, "taken", "name")
+    response = VerbResponse.failure(VerbErrorKind.CONFLICT, "taken", "name")
     assert not response.ok
-    assert response.error is not None and response.error.code is ErrorKind.CONFLICT
+    assert response.error is not None and response.error.code is VerbErrorKind.CONFLICT
     assert response.model_dump(mode="json", exclude_none=True) == {
         "ok": False,
         "error": {"code": "conflict", "message": "taken", "field": "name"},

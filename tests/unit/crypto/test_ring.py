@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from pipeline.crypto import KeyEncryptionKeys, KeyRing
 from pipeline.crypto.envelope import OVERHEAD
-from pipeline.kafka.serde import default_registry
+from pipeline.kafka.serde import default_codec
 from pipeline.records.data_key import decode_data_key
 from pipeline.rules.data_keys import KeyOwner, evidence_owner, parse_owner, subject_owner
 from pipeline.rules.errors import ConfigError, DefinitionError
@@ -27,7 +27,7 @@ ANN, BOB = subject_owner("acme", "ann"), subject_owner("acme", "bob")
 
 
 def ring(text: str = K1, cache_size: int = 64) -> KeyRing:
-    return KeyRing(KeyEncryptionKeys.parse(text), default_registry(), cache_size=cache_size)
+    return KeyRing(KeyEncryptionKeys.parse(text), default_codec(), cache_size=cache_size)
 
 
 def test_sealed_bytes_open_only_with_the_same_identity_and_hold_no_plaintext() -> None:
@@ -70,7 +70,7 @@ def test_a_reader_opens_with_keys_read_from_the_topic_records() -> None:
     reader = ring()
     reader.apply(topic_key, raw)
     assert sealed is not None and reader.open(b"x", sealed) == b"evidence"
-    record = decode_data_key(default_registry(), raw)
+    record = decode_data_key(default_codec(), raw)
     assert record.kek_id == "k1" and bytes(b"1" * 32) not in raw
 
 
@@ -101,10 +101,10 @@ def test_kek_rotation_keeps_old_records_readable_and_wraps_new_keys_under_the_ne
     after.apply(topic_key, raw)
     assert old is not None and after.open(b"a", old) == b"sealed under k1's wrap"
     _, bob_raw = after.create(BOB, NOW)
-    assert decode_data_key(default_registry(), bob_raw).kek_id == "k2"
+    assert decode_data_key(default_codec(), bob_raw).kek_id == "k2"
     renewed = after.rewrapped(ANN)
     assert renewed is not None and renewed[0] == topic_key
-    assert decode_data_key(default_registry(), renewed[1]).kek_id == "k2"
+    assert decode_data_key(default_codec(), renewed[1]).kek_id == "k2"
     assert after.rewrapped(ANN) is None, "already under the newest"
     assert after.older_owners("acme", "ann") == [], "rewrapped: nothing older left"
     only_k2 = ring(K2)
@@ -143,7 +143,7 @@ def test_a_key_whose_kek_is_missing_reads_as_erased_and_the_log_names_no_key(
     with caplog.at_level(logging.ERROR):
         assert sealed is not None and stranger.open(b"a", sealed) is None
     assert "'k1'" in caplog.text
-    record = decode_data_key(default_registry(), raw)
+    record = decode_data_key(default_codec(), raw)
     assert record.wrapped.hex() not in caplog.text
     assert base64.urlsafe_b64encode(b"1" * 32).decode() not in caplog.text
 

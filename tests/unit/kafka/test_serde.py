@@ -10,9 +10,9 @@ from fastavro.schema import to_parsing_canonical_form
 from pipeline.kafka.serde import (
     HEADER_SIZE,
     MAGIC,
-    SchemaRegistry,
+    AvroCodec,
     SchemaVersion,
-    default_registry,
+    default_codec,
 )
 from pipeline.rules.errors import SerdeError, UnknownSchemaError
 
@@ -76,21 +76,21 @@ V2_FIELD = {"name": "label", "type": "string", "default": "none"}
 
 
 def test_shipped_schemas_include_event_and_tick() -> None:
-    assert {"event", "tick"} <= default_registry().record_types
+    assert {"event", "tick"} <= default_codec().record_types
 
 
-@pytest.mark.parametrize("version", default_registry().versions, ids=lambda v: v.source)
+@pytest.mark.parametrize("version", default_codec().versions, ids=lambda v: v.source)
 def test_every_shipped_schema_round_trips(version: SchemaVersion) -> None:
-    registry = SchemaRegistry([version])
+    registry = AvroCodec([version])
     value = sample(version.parsed)
     data = registry.encode(version.record_type, value)
     assert registry.decode(data) == (version.record_type, value)
 
 
 def test_header_is_marker_then_little_endian_crc64_of_canonical_form() -> None:
-    registry = default_registry()
-    event = registry.newest("event")
-    data = registry.encode("event", sample(event.parsed))
+    codec = default_codec()
+    event = codec.newest("event")
+    data = codec.encode("event", sample(event.parsed))
     canonical = to_parsing_canonical_form(event.parsed).encode()
     assert data[:2] == MAGIC == b"\xc3\x01"
     assert data[2:HEADER_SIZE] == crc64_avro(canonical).to_bytes(8, "little")
@@ -100,19 +100,19 @@ def test_header_is_marker_then_little_endian_crc64_of_canonical_form() -> None:
 
 
 def test_instants_decode_as_aware_utc() -> None:
-    registry = default_registry()
-    _, value = registry.decode(registry.encode("event", sample(registry.newest("event").parsed)))
+    codec = default_codec()
+    _, value = codec.decode(codec.encode("event", sample(codec.newest("event").parsed)))
     assert value["observed_at"] == INSTANT
     assert value["observed_at"].utcoffset() is not None
 
 
 def test_default_registry_is_parsed_once() -> None:
-    assert default_registry() is default_registry()
+    assert default_codec() is default_codec()
 
 
 def _valid_event() -> bytes:
-    registry = default_registry()
-    return registry.encode("event", sample(registry.newest("event").parsed))
+    codec = default_codec()
+    return codec.encode("event", sample(codec.newest("event").parsed))
 
 
 @pytest.mark.parametrize(
@@ -130,22 +130,20 @@ def _valid_event() -> bytes:
 )
 def test_undecodable_bytes_raise_serde_error_with_reason(data: bytes, reason: str) -> None:
     with pytest.raises(SerdeError, match=reason) as caught:
-        default_registry().decode(data)
+        default_codec().decode(data)
     assert not isinstance(caught.value, UnknownSchemaError)
 
 
 def test_record_from_unknown_writer_raises_unknown_schema_error() -> None:
-    stranger = SchemaRegistry.from_documents({"thing.v1.avsc": thing()})
+    stranger = AvroCodec.from_documents({"thing.v1.avsc": thing()})
     data = stranger.encode("thing", {"id": "a", "n": 1})
     with pytest.raises(UnknownSchemaError, match=data[2:HEADER_SIZE].hex()):
-        default_registry().decode(data)
+        default_codec().decode(data)
 
 
 def test_v2_with_a_defaulted_field_reads_v1_data() -> None:
-    old = SchemaRegistry.from_documents({"thing.v1.avsc": thing()})
-    both = SchemaRegistry.from_documents(
-        {"thing.v1.avsc": thing(), "thing.v2.avsc": thing([V2_FIELD])}
-    )
+    old = AvroCodec.from_documents({"thing.v1.avsc": thing()})
+    both = AvroCodec.from_documents({"thing.v1.avsc": thing(), "thing.v2.avsc": thing([V2_FIELD])})
     v1_data = old.encode("thing", {"id": "a", "n": 5})
     assert both.decode(v1_data) == ("thing", {"id": "a", "n": 5, "label": "none"})
     assert both.newest("thing").version == 2
@@ -154,10 +152,8 @@ def test_v2_with_a_defaulted_field_reads_v1_data() -> None:
 
 
 def test_old_reader_treats_v2_data_as_a_newer_writer() -> None:
-    both = SchemaRegistry.from_documents(
-        {"thing.v1.avsc": thing(), "thing.v2.avsc": thing([V2_FIELD])}
-    )
-    old = SchemaRegistry.from_documents({"thing.v1.avsc": thing()})
+    both = AvroCodec.from_documents({"thing.v1.avsc": thing(), "thing.v2.avsc": thing([V2_FIELD])})
+    old = AvroCodec.from_documents({"thing.v1.avsc": thing()})
     with pytest.raises(UnknownSchemaError):
         old.decode(both.encode("thing", {"id": "b", "n": 6, "label": "x"}))
 
@@ -171,34 +167,34 @@ def test_old_reader_treats_v2_data_as_a_newer_writer() -> None:
     ],
 )
 def test_encoding_a_value_that_breaks_the_schema_raises_serde_error(value: dict[str, Any]) -> None:
-    registry = SchemaRegistry.from_documents({"thing.v1.avsc": thing()})
+    registry = AvroCodec.from_documents({"thing.v1.avsc": thing()})
     with pytest.raises(SerdeError, match="cannot encode 'thing'"):
         registry.encode("thing", value)
 
 
 def test_encoding_an_unknown_record_type_raises_serde_error() -> None:
     with pytest.raises(SerdeError, match="no schema"):
-        default_registry().encode("nonesuch", {})
+        default_codec().encode("nonesuch", {})
 
 
 def test_schema_file_without_version_suffix_is_refused() -> None:
     with pytest.raises(SerdeError, match=r"<type>\.v<N>\.avsc"):
-        SchemaRegistry.from_documents({"thing.avsc": thing()})
+        AvroCodec.from_documents({"thing.avsc": thing()})
 
 
 def test_schema_outside_vigil_namespace_is_refused() -> None:
     foreign = {**thing(), "namespace": "acme"}
     with pytest.raises(SerdeError, match="vigil"):
-        SchemaRegistry.from_documents({"thing.v1.avsc": foreign})
+        AvroCodec.from_documents({"thing.v1.avsc": foreign})
 
 
 def test_two_versions_with_one_canonical_form_are_refused() -> None:
     doc_only = {**thing(), "doc": "only the doc changed"}
     with pytest.raises(SerdeError, match="same canonical form"):
-        SchemaRegistry.from_documents({"thing.v1.avsc": thing(), "thing.v2.avsc": doc_only})
+        AvroCodec.from_documents({"thing.v1.avsc": thing(), "thing.v2.avsc": doc_only})
 
 
 def test_shipped_schema_files_are_named_vigil_record_types() -> None:
-    for version in default_registry().versions:
+    for version in default_codec().versions:
         assert version.name.startswith("vigil.")
         assert json.loads(to_parsing_canonical_form(version.parsed))["name"] == version.name

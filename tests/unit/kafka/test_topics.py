@@ -4,6 +4,7 @@ from datetime import timedelta
 import pytest
 
 from pipeline.kafka.topics import (
+    DLQ_MAX_REASON,
     DLQ_OFFSET,
     DLQ_PARTITION,
     DLQ_REASON,
@@ -149,6 +150,13 @@ def test_dead_letter_headers_carry_reason_and_origin() -> None:
         "vigil.dlq.partition",
         "vigil.dlq.offset",
     }
+
+
+def test_dead_letter_headers_of_any_text_are_utf8_and_a_long_reason_is_cut() -> None:
+    headers = dict(dead_letter_headers("bad \udcff" + "x" * 5000, "vigil.\ud800", 0, 7))
+    assert headers[DLQ_REASON] == ("bad ?" + "x" * (DLQ_MAX_REASON - 5)).encode()
+    assert headers[DLQ_TOPIC] == b"vigil.?"
+    assert headers[DLQ_OFFSET] == b"7"
 
 
 def test_the_keys_topic_drops_a_shredded_key_within_two_hours() -> None:

@@ -10,16 +10,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeline.kafka import writers
-from pipeline.kafka.serde import SchemaVersion, default_registry
+from pipeline.kafka.serde import SchemaVersion, default_codec
 from pipeline.kafka.writers import prepare
 from pipeline.rules.errors import SerdeError
 
 pytestmark = pytest.mark.unit
 
-REGISTRY = default_registry()
-NEWEST = sorted(
-    (REGISTRY.newest(name) for name in REGISTRY.record_types), key=lambda v: v.record_type
-)
+CODEC = default_codec()
+NEWEST = sorted((CODEC.newest(name) for name in CODEC.record_types), key=lambda v: v.record_type)
 PREPARED = [version for version in NEWEST if version.writer is not None]
 _NAMED: dict[str, Any] = {}
 
@@ -73,7 +71,7 @@ def fastavro_bytes(version: SchemaVersion, value: Any) -> bytes:
 
 def test_the_hot_records_have_prepared_writers() -> None:
     for name in ("receipt", "watcher_state", "outbox_entry", "command"):
-        assert REGISTRY.newest(name).writer is not None, name
+        assert CODEC.newest(name).writer is not None, name
 
 
 @pytest.mark.parametrize("version", PREPARED, ids=lambda v: v.source)
@@ -85,7 +83,7 @@ def test_prepared_bytes_are_fastavros(version: SchemaVersion, data: st.DataObjec
     out = bytearray(version.header)
     version.writer(value, out)
     assert bytes(out) == fastavro_bytes(version, value)
-    assert REGISTRY.encode(version.record_type, value) == bytes(out)
+    assert CODEC.encode(version.record_type, value) == bytes(out)
 
 
 hostile = st.one_of(
@@ -121,9 +119,9 @@ def test_any_value_encodes_as_fastavro_decides(version: SchemaVersion, data: st.
         expected = None
     if expected is None:
         with pytest.raises(SerdeError):
-            REGISTRY.encode(version.record_type, value)
+            CODEC.encode(version.record_type, value)
     else:
-        assert REGISTRY.encode(version.record_type, value) == expected
+        assert CODEC.encode(version.record_type, value) == expected
 
 
 def test_a_schema_with_other_types_gets_no_writer() -> None:
@@ -138,7 +136,7 @@ def test_a_schema_with_other_types_gets_no_writer() -> None:
 
 @pytest.mark.parametrize("size", [0, 63, 64, 1023, 1024, 70_000])
 def test_lengths_on_both_sides_of_each_varint_width(size: int) -> None:
-    version = REGISTRY.newest("watcher_state")
+    version = CODEC.newest("watcher_state")
     value = {
         "tenant_id": "é" * size,
         "user_id": "u",

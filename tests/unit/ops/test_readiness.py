@@ -30,7 +30,7 @@ def _answering(problem: str | None) -> Callable[[], str | None]:
 
 
 def _serve(made: list[HealthServer], **checks: str | None) -> HealthServer:
-    server = HealthServer("127.0.0.1", 0, registry=CollectorRegistry(), ttl_s=0.05)
+    server = HealthServer("127.0.0.1", 0, metrics_registry=CollectorRegistry(), ttl_s=0.05)
     for name, problem in checks.items():
         server.add(name, _answering(problem))
     made.append(server.start())

@@ -57,6 +57,7 @@ def definition_files(draw: st.DrawFn) -> str:
     return text
 
 
+@pytest.mark.slow
 @settings(
     max_examples=300,
     deadline=None,  # no absolute timings in tests (bounds are in the parser: sizes, depth)

@@ -10,21 +10,21 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.kafka.serde import default_registry
+from pipeline.kafka.serde import default_codec
 from pipeline.records.redelivery import decode_redelivery, encode_redelivery
 from pipeline.rules.commands import Redelivery
 from pipeline.rules.errors import SerdeError
 
 pytestmark = pytest.mark.unit
 
-REGISTRY = default_registry()
+CODEC = default_codec()
 KEY = "ab" * 32
 AT = datetime(2026, 12, 1, 12, tzinfo=UTC)
 
 
 def test_a_request_round_trips() -> None:
     request = Redelivery(KEY, "acme", "u-1", "r-1", AT)
-    assert decode_redelivery(REGISTRY, encode_redelivery(REGISTRY, request)) == request
+    assert decode_redelivery(CODEC, encode_redelivery(CODEC, request)) == request
 
 
 @settings(max_examples=300, deadline=None)
@@ -44,9 +44,9 @@ def test_any_decoded_request_is_bounded_or_refused(
         "request_id": request_id,
         "requested_at": at,
     }
-    raw = REGISTRY.encode("redelivery", value)
+    raw = CODEC.encode("redelivery", value)
     try:
-        request = decode_redelivery(REGISTRY, raw)
+        request = decode_redelivery(CODEC, raw)
     except SerdeError:
         return
     assert len(request.delivery_key) == 64 and set(request.delivery_key) <= set("0123456789abcdef")

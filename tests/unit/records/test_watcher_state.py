@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from pipeline.kafka.serde import default_registry
+from pipeline.kafka.serde import default_codec
 from pipeline.records.watcher_state import decode_state, encode_state
 from pipeline.rules.authz import Action, Grant
 from pipeline.rules.budgets import BudgetVerdict
@@ -22,17 +22,17 @@ from pipeline.rules.evaluation import evaluate, recorded_budget
 from pipeline.rules.evidence import Evidence, EvidenceKind
 from pipeline.rules.lifecycle import CloseReason, WatcherStatus
 from pipeline.rules.outcomes import Outcome, Reason
-from pipeline.rules.watcher_state import RECENT_TRIGGERS, Checkpoint, WatcherState
+from pipeline.rules.watcher_state import RECENT_TRIGGERS, AppliedTrigger, WatcherState
 
 pytestmark = pytest.mark.unit
 
-REGISTRY = default_registry()
+CODEC = default_codec()
 KEY = ("acme", "u-42", "w")
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
 
 class OldCheckpoint(BaseModel):
-    """The pydantic model ``Checkpoint`` was before (issue 19)."""
+    """The pydantic model the applied trigger (then ``Checkpoint``) was before (issue 19)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -109,12 +109,13 @@ def _old(fields: dict[str, Any]) -> OldState | None:
 def _new(fields: dict[str, Any]) -> WatcherState | None:
     raw = fields["checkpoint"]
     try:
-        checkpoint = None if raw is None else Checkpoint(**raw)
+        checkpoint = None if raw is None else AppliedTrigger(**raw)
         return WatcherState(**{**fields, "checkpoint": checkpoint})
     except DefinitionError:
         return None
 
 
+@pytest.mark.slow
 @settings(max_examples=800, deadline=None)
 @given(states)
 def test_accepts_what_the_model_accepted_and_writes_the_same_bytes(fields: dict[str, Any]) -> None:
@@ -126,14 +127,14 @@ def test_accepts_what_the_model_accepted_and_writes_the_same_bytes(fields: dict[
     assert (new.checkpoint is None) == (old.checkpoint is None)
     if new.checkpoint is not None and old.checkpoint is not None:
         assert new.checkpoint._asdict() == old.checkpoint.model_dump()
-    data = encode_state(REGISTRY, KEY, "ci", new, NOW)
-    assert data == encode_state(REGISTRY, KEY, "ci", old, NOW)  # type: ignore[arg-type]
-    assert decode_state(REGISTRY, data) == new
+    data = encode_state(CODEC, KEY, "ci", new, NOW)
+    assert data == encode_state(CODEC, KEY, "ci", old, NOW)  # type: ignore[arg-type]
+    assert decode_state(CODEC, data) == new
 
 
 def test_a_stored_state_out_of_range_is_undecodable() -> None:
     state = WatcherState(version=1, status=WatcherStatus.ACTIVE)
-    bad = REGISTRY.encode(
+    bad = CODEC.encode(
         "watcher_state",
         {
             "tenant_id": "acme",
@@ -154,7 +155,7 @@ def test_a_stored_state_out_of_range_is_undecodable() -> None:
         },
     )
     with pytest.raises(SerdeError, match="version"):
-        decode_state(REGISTRY, bad)
+        decode_state(CODEC, bad)
 
 
 def test_replace_checks_like_the_constructor_and_the_tuple_is_immutable() -> None:
@@ -224,4 +225,4 @@ def test_what_evaluation_builds_unchecked_passes_the_checks(
         assert type(state) is WatcherState
         assert WatcherState(*state) == state
         if state.checkpoint is not None:
-            assert Checkpoint(*state.checkpoint) == state.checkpoint
+            assert AppliedTrigger(*state.checkpoint) == state.checkpoint

@@ -286,6 +286,7 @@ _grants = st.builds(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=500, deadline=None)
 @given(
     grants=st.lists(_grants, max_size=4),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 import pytest
 
 from pipeline.rules.errors import TransitionError
@@ -9,7 +11,9 @@ from pipeline.rules.lifecycle import (
     CloseReason,
     LifecycleEvent,
     WatcherStatus,
+    cancel_drops,
     close_event,
+    erasure_drops,
     is_closed,
     is_live,
     transition,
@@ -82,3 +86,17 @@ def test_close_reason_moves_active_watch_to_closed_status(
     reason: CloseReason, after: WatcherStatus
 ) -> None:
     assert transition(S.ACTIVE, close_event(reason)) is after
+
+
+def test_a_cancel_drops_its_version_and_earlier_ones_never_a_later_one() -> None:
+    assert [cancel_drops(3, version) for version in (1, 3, 4)] == [True, True, False]
+
+
+def test_an_erasure_drops_what_was_written_up_to_it_never_after() -> None:
+    at = datetime(2026, 12, 1, tzinfo=UTC)
+    tick = timedelta(microseconds=1)
+    assert [erasure_drops(at, written) for written in (at - tick, at, at + tick)] == [
+        True,
+        True,
+        False,
+    ]

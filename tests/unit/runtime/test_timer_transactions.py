@@ -11,7 +11,13 @@ from prometheus_client import CollectorRegistry
 
 from pipeline.rules.errors import BrokerError
 from pipeline.runtime.app import InputRecord, ProcessContext, StreamApp
-from pipeline.runtime.checkpoint import OFFSET_INVALID, InputPositions, resume_positions
+from pipeline.runtime.batch import first_arrivals, gather
+from pipeline.runtime.checkpoint import (
+    OFFSET_INVALID,
+    Checkpoint,
+    InputPositions,
+    resume_positions,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -36,11 +42,11 @@ def test_context_outside_a_transaction_is_refused() -> None:
         return None
 
     app = StreamApp(
-        "127.0.0.1:1", "g", "i", ["in"], ignore, registry=CollectorRegistry()
+        "127.0.0.1:1", "g", "i", ["in"], ignore, metrics_registry=CollectorRegistry()
     )  # no network until start()
     with pytest.raises(BrokerError, match="no transaction is open"):
-        app.context(0)
-    assert app.aborts == 0
+        app.transaction().context(0)
+    assert app.transaction().aborts == 0
 
 
 class _Consumer:
@@ -101,47 +107,34 @@ class _Begins:
         return None
 
 
-def _app(interval_ms: int) -> StreamApp:
-    def ignore(batch: list[InputRecord], ctx: ProcessContext) -> None:
-        return None
-
-    return StreamApp(
-        "127.0.0.1:1",
-        "g",
-        "i",
-        ["in"],
-        ignore,
-        commit_interval_ms=interval_ms,
-        registry=CollectorRegistry(),
-    )  # no network until start()
+def _checkpoint(interval_ms: int) -> Checkpoint:
+    checkpoint = Checkpoint(1000, interval_ms / 1000)
+    checkpoint.ended()  # just committed
+    return checkpoint
 
 
 def test_a_batch_stops_filling_when_the_open_transaction_falls_due() -> None:
-    app = _app(interval_ms=50)
-    app._checkpoint.ended()
-    app._checkpoint.begin(cast(Producer, _Begins()))
+    checkpoint = _checkpoint(interval_ms=50)
+    checkpoint.begin(cast(Producer, _Begins()))
     consumer = _Input()
-    app._poll(cast(Consumer, consumer), timeout=5.0, eager=False)
+    gather(cast(Consumer, consumer), checkpoint, 500, timeout=5.0)
     (wait,) = consumer.waits  # one call: no record is held from one call to the next
     assert wait <= 0.05  # the commit is due within 50 ms, not 5 s
 
 
 def test_a_steady_stream_fills_the_window_in_one_call() -> None:
-    app = _app(interval_ms=60_000)
-    app._checkpoint.ended()  # just committed: the next one is due a minute later
+    checkpoint = _checkpoint(interval_ms=60_000)  # the next one is due a minute later
     consumer = _Input()
-    app._poll(cast(Consumer, consumer), timeout=0.5, eager=False)
+    gather(cast(Consumer, consumer), checkpoint, 500, timeout=0.5)
     assert consumer.waits == [0.5]
 
 
-def test_after_a_quiet_spell_or_when_eager_the_first_records_are_not_held() -> None:
-    quiet = _app(interval_ms=100)  # nothing committed for longer than that: due at once
+def test_after_a_quiet_spell_or_for_a_reader_the_first_records_are_not_held() -> None:
+    quiet = Checkpoint(1000, 0.1)  # nothing committed for longer than that: due at once
     consumer = _Input([[], [], [object()]])
-    batch = quiet._poll(cast(Consumer, consumer), timeout=5.0, eager=False)
+    batch = gather(cast(Consumer, consumer), quiet, 500, timeout=5.0)
     assert len(batch) == 1 and len(consumer.waits) == 3
     assert all(wait <= 0.005 for wait in consumer.waits)  # slices, each returned whole
-    eager = _app(interval_ms=60_000)
-    eager._checkpoint.ended()
     consumer = _Input()
-    eager._poll(cast(Consumer, consumer), timeout=0.5, eager=True)
+    first_arrivals(cast(Consumer, consumer), _checkpoint(interval_ms=60_000), 500, timeout=0.5)
     assert consumer.waits == [0.005]

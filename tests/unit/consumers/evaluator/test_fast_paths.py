@@ -9,11 +9,15 @@ import pytest
 import redis
 
 from consumers.evaluator.plan import Plan
-from pipeline.kafka.serde import default_registry
+from pipeline.kafka.serde import default_codec
 from pipeline.records.codec import json_text
 from pipeline.records.grant import encode_grant
-from pipeline.records.outbox_entry import encode_outbox_entry, outbox_identity
-from pipeline.records.receipt import encode_receipt, receipt_identity
+from pipeline.records.outbox_entry import (
+    decode_outbox_entry,
+    encode_outbox_entry,
+    outbox_identity,
+)
+from pipeline.records.receipt import decode_receipt, encode_receipt, receipt_identity
 from pipeline.records.watcher import Watch
 from pipeline.records.watcher_state import encode_state
 from pipeline.redis.budgets import RedisBudgets
@@ -34,7 +38,7 @@ from tests.keyring import OpenRing
 pytestmark = pytest.mark.unit
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
-REGISTRY = default_registry()
+CODEC = default_codec()
 
 
 def definition() -> WatcherDefinition:
@@ -83,66 +87,69 @@ def satisfied() -> Any:
     return evaluate(definition(), state, event(), [grant()], NOW, recorded_budget(BudgetVerdict.OK))
 
 
-def test_receipt_and_outbox_fields_validate_into_the_models_the_evaluation_exposes() -> None:
+def test_the_evaluation_carries_a_typed_receipt_and_outbox_entry() -> None:
     result = satisfied()
-    assert Receipt(**result.receipt_fields) == result.receipt
-    assert OutboxEntry(**result.outbox_fields) == result.outbox
+    assert isinstance(result.receipt, Receipt) and isinstance(result.outbox, OutboxEntry)
     assert result.receipt.payload == {"status": "failed", "commit": {"sha": "abc"}}
+    assert result.receipt.delivery_key == result.outbox.delivery_key
+    assert result.outbox.trigger == result.receipt.trigger
 
 
 def _unsealed(raw: bytes, ring: OpenRing, aad: bytes) -> dict[str, Any]:
     """The record's Avro value with its sealed fields opened (nonces differ per seal)."""
-    _, value = REGISTRY.decode(raw)
+    _, value = CODEC.decode(raw)
     value["sealed"] = ring.open(aad, value["sealed"])
     return value
 
 
-def test_records_encoded_from_fields_are_the_records_encoded_from_models() -> None:
+def test_records_encoded_with_the_trigger_text_are_those_encoded_without_it_and_read_back() -> None:
     result = satisfied()
     ring = OpenRing()
-    text = json_text(result.receipt_fields["trigger"], "trigger")
-    fields = result.receipt_fields
+    receipt, entry = result.receipt, result.outbox
+    assert entry is not None
+    text = json_text(receipt.trigger, "trigger")
     aad = receipt_identity(
-        "acme", "ann", fields["watcher_id"], 2, fields["trigger_key"], fields["evaluated_at"]
+        "acme", "ann", receipt.watcher_id, 2, receipt.trigger_key, receipt.evaluated_at
     )
-    fast = encode_receipt(REGISTRY, ring, fields, "ci", text)
+    fast = encode_receipt(CODEC, ring, receipt, "ci", text)
     assert _unsealed(fast, ring, aad) == _unsealed(
-        encode_receipt(REGISTRY, ring, result.receipt, "ci"), ring, aad
+        encode_receipt(CODEC, ring, receipt, "ci"), ring, aad
     )
-    assert result.outbox is not None and result.outbox_fields is not None
-    aad = outbox_identity(result.outbox.delivery_key)
-    fast = encode_outbox_entry(REGISTRY, ring, result.outbox_fields, text)
+    assert decode_receipt(CODEC, ring, fast) == (receipt, "ci")
+    aad = outbox_identity(entry.delivery_key)
+    fast = encode_outbox_entry(CODEC, ring, entry, text)
     assert _unsealed(fast, ring, aad) == _unsealed(
-        encode_outbox_entry(REGISTRY, ring, result.outbox), ring, aad
+        encode_outbox_entry(CODEC, ring, entry), ring, aad
     )
+    assert decode_outbox_entry(CODEC, ring, fast) == entry
     state = result.next_state
     key = ("acme", "ann", "build-failed")
-    assert encode_state(REGISTRY, key, "ci", state, NOW, text) == encode_state(
-        REGISTRY, key, "ci", state, NOW
+    assert encode_state(CODEC, key, "ci", state, NOW, text) == encode_state(
+        CODEC, key, "ci", state, NOW
     )
 
 
-def test_a_pending_evaluation_has_no_outbox_fields_and_no_outbox() -> None:
+def test_a_pending_evaluation_has_no_outbox_entry() -> None:
     state = WatcherState(version=2, status=WatcherStatus.ACTIVE)
     result = evaluate(
         definition(), state, event(status="ok"), [grant()], NOW, recorded_budget(BudgetVerdict.OK)
     )
-    assert result.outbox_fields is None and result.outbox is None
+    assert result.outbox is None
     assert result.receipt.delivery_key is None
 
 
 def grant_index(*grants: Grant) -> tuple[GrantIndex, Table]:
     table = Table(TableSpec("grants", "grants", TableKind.GLOBAL), -1)
     for g in grants:
-        table.apply(g.grant_id, encode_grant(REGISTRY, GrantRecord(g, NOW, "op")))
-    return GrantIndex(table, REGISTRY), table
+        table.apply(g.grant_id, encode_grant(CODEC, GrantRecord(g, NOW, "op")))
+    return GrantIndex(table, CODEC), table
 
 
 def test_grant_index_answers_the_same_tuple_until_a_grant_of_that_subject_changes() -> None:
     index, table = grant_index(grant("g1"))
     first = index.of("acme", "ann")
     assert index.of("acme", "ann") is first
-    table.data["g2"] = encode_grant(REGISTRY, GrantRecord(grant("g2"), NOW, "op"))
+    table.data["g2"] = encode_grant(CODEC, GrantRecord(grant("g2"), NOW, "op"))
     index.refresh()
     second = index.of("acme", "ann")
     assert second is not first and {g.grant_id for g in second} == {"g1", "g2"}

@@ -10,7 +10,7 @@ import pytest
 
 from consumers.evaluator.lifecycle import LifecycleTracker
 from consumers.evaluator.plan import effective_state
-from pipeline.kafka.serde import default_registry
+from pipeline.kafka.serde import default_codec
 from pipeline.records.event import evidence_from_event
 from pipeline.records.outbox_entry import decode_outbox_entry, encode_outbox_entry
 from pipeline.records.receipt import decode_receipt, encode_receipt, receipt_identity
@@ -33,7 +33,7 @@ from tests.keyring import OpenRing
 pytestmark = pytest.mark.unit
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
-REGISTRY = default_registry()
+CODEC = default_codec()
 KEY = ("acme", "u-42", "release-build-failed")
 
 
@@ -88,22 +88,22 @@ def test_outbox_entry_receipt_and_state_round_trip_through_avro_unchanged() -> N
     _, result = satisfied()
     assert result.outbox is not None and result.reason is Reason.CONDITION_TRUE
     ring = OpenRing()
-    entry = decode_outbox_entry(REGISTRY, ring, encode_outbox_entry(REGISTRY, ring, result.outbox))
+    entry = decode_outbox_entry(CODEC, ring, encode_outbox_entry(CODEC, ring, result.outbox))
     assert entry == result.outbox
     receipt, source = decode_receipt(
-        REGISTRY, ring, encode_receipt(REGISTRY, ring, result.receipt, "ci.pipeline")
+        CODEC, ring, encode_receipt(CODEC, ring, result.receipt, "ci.pipeline")
     )
     assert (receipt, source) == (result.receipt, "ci.pipeline")
     assert receipt.payload == {"status": "failed"}
     state = result.next_state
-    assert decode_state(REGISTRY, encode_state(REGISTRY, KEY, "ci.pipeline", state, NOW)) == state
+    assert decode_state(CODEC, encode_state(CODEC, KEY, "ci.pipeline", state, NOW)) == state
 
 
 def test_trigger_text_is_rfc8785_canonical_and_sealed() -> None:
     _, result = satisfied()
     ring = OpenRing()
-    raw = encode_receipt(REGISTRY, ring, result.receipt, "ci.pipeline")
-    _, value = REGISTRY.decode(raw)
+    raw = encode_receipt(CODEC, ring, result.receipt, "ci.pipeline")
+    _, value = CODEC.decode(raw)
     assert value["trigger"] is None and value["payload"] is None
     trigger = canonical_json(result.receipt.trigger)
     assert trigger not in raw and b"status" not in raw and b"b-1" not in raw
@@ -175,7 +175,7 @@ def table(kind: TableKind, name: str, data: dict[str, bytes] | None = None) -> T
 def watcher_value(
     source_id: str, event_type: str, watcher_id: str, status: str = "active"
 ) -> bytes:
-    return REGISTRY.encode(
+    return CODEC.encode(
         "watcher",
         {
             "tenant_id": "acme",
@@ -195,7 +195,7 @@ def watcher_value(
 
 def test_index_follows_table_changes_by_source_and_event_type() -> None:
     watchers = table(TableKind.EXTERNAL, "watchers", {"k1": watcher_value("s", "t", "w1")})
-    index = WatcherIndex(watchers, REGISTRY, OpenRing())
+    index = WatcherIndex(watchers, CODEC, OpenRing())
     assert [w.key for w in index.for_event("s", "t")] == ["k1"]
     watchers.apply("k2", watcher_value("s", "t", "w2"))
     watchers.apply("k1", watcher_value("s", "other", "w1"))
@@ -208,7 +208,7 @@ def test_index_follows_table_changes_by_source_and_event_type() -> None:
 
 
 def lifecycle_value(status: str, version: int, scope: str = "watcher") -> bytes:
-    return REGISTRY.encode(
+    return CODEC.encode(
         "lifecycle",
         {
             "scope": scope,
@@ -226,14 +226,14 @@ def lifecycle_value(status: str, version: int, scope: str = "watcher") -> bytes:
 
 def state_value(version: int, at: datetime = NOW - timedelta(minutes=1)) -> bytes:
     state = WatcherState(version=version, status=WatcherStatus.ACTIVE)
-    return encode_state(REGISTRY, ("acme", "u-42", "w"), "s", state, at)
+    return encode_state(CODEC, ("acme", "u-42", "w"), "s", state, at)
 
 
 def test_cancel_tombstones_state_again_after_an_abort_but_never_a_newer_version() -> None:
     key = watcher_key("acme", "u-42", "w")
     lifecycle = table(TableKind.GLOBAL, "lifecycle")
     state = table(TableKind.OWNED, "state", {key: state_value(1)})
-    tracker = LifecycleTracker(lifecycle, REGISTRY)
+    tracker = LifecycleTracker(lifecycle, CODEC)
     assert tracker.apply(0, state) == 0
     lifecycle.apply(key, lifecycle_value("cancelled", 1))
     tracker.refresh()
@@ -253,7 +253,7 @@ def test_subject_erasure_tombstones_every_state_of_that_subject_only() -> None:
     mine, other = watcher_key("acme", "u-42", "w"), watcher_key("acme", "u-7", "w")
     lifecycle = table(TableKind.GLOBAL, "lifecycle")
     state = table(TableKind.OWNED, "state", {mine: state_value(1), other: state_value(1)})
-    tracker = LifecycleTracker(lifecycle, REGISTRY)
+    tracker = LifecycleTracker(lifecycle, CODEC)
     tracker.apply(0, state)
     assert subject_of(mine) == '["acme","u-42"]'
     lifecycle.apply(subject_of(mine), lifecycle_value("erased", 0, scope="subject"))

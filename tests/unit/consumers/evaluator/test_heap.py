@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from consumers.evaluator import loop
+from consumers.evaluator import heap
 
 pytestmark = pytest.mark.unit
 
@@ -28,9 +28,9 @@ class _Node:
 
 
 def test_settling_raises_the_thresholds_and_later_cycles_are_still_collected() -> None:
-    loop._settle_heap()
-    assert gc.get_threshold() == loop.GC_THRESHOLDS
-    assert loop.GC_THRESHOLDS[0] > 700 and gc.get_freeze_count() > 0
+    heap.settle_heap()
+    assert gc.get_threshold() == heap.GC_THRESHOLDS
+    assert heap.GC_THRESHOLDS[0] > 700 and gc.get_freeze_count() > 0
     a, b = _Node(), _Node()
     a.other, b.other = b, a  # a cycle made after the freeze: reference counting cannot free it
     gone = weakref.ref(a)

@@ -24,7 +24,7 @@ from pipeline.config import parse_config
 from pipeline.control.http.api import ApiServices, create_app
 from pipeline.control.http.auth import ApiCode, TokenDirectory
 from pipeline.control.http.events import MAX_BATCH
-from pipeline.kafka.serde import default_registry
+from pipeline.kafka.serde import default_codec
 from pipeline.records.event import EVENT, EventLine, event_line, line_record
 from pipeline.rules.errors import DefinitionError
 from tests.unit.control.http.test_auth import MemoryProcessor, NoLedger, refuse_schedules
@@ -75,7 +75,7 @@ class CheckingEvents:
 
     def __init__(self) -> None:
         self.encoded = 0
-        self._registry = default_registry()
+        self._codec = default_codec()
 
     def publish(
         self, events: Sequence[tuple[EventLine, datetime]], tenant_id: str
@@ -87,7 +87,7 @@ class CheckingEvents:
             except DefinitionError as exc:
                 verdicts.append(str(exc))
                 continue
-            self._registry.encode(EVENT, record)
+            self._codec.encode(EVENT, record)
             self.encoded += 1
             verdicts.append(None)
         return verdicts
@@ -176,6 +176,7 @@ def expected_verdict(item: Any) -> str:
     return "accepted"
 
 
+@pytest.mark.slow
 @settings(
     max_examples=400,
     deadline=None,  # no absolute timings in tests (bounds are in the parser: sizes, depth)

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from pipeline.control.http.index import LedgerIndex
-from pipeline.kafka.serde import default_registry
+from pipeline.kafka.serde import default_codec
 from pipeline.kafka.topics import Topic, Topology
 from pipeline.records.delivery_state import DeliveryRecord, encode_record
 from pipeline.rules.dispatch import DeliveryState
@@ -20,7 +20,7 @@ from pipeline.rules.outcomes import DeliveryStatus
 pytestmark = pytest.mark.unit
 
 TOPOLOGY = Topology("t.", 2)
-SCHEMAS = default_registry()
+CODEC = default_codec()
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
 
 
@@ -46,7 +46,7 @@ def note(index: LedgerIndex, tenant: str, user: str, value: bytes) -> None:
 
 
 def state(index: LedgerIndex, key: str, record: DeliveryRecord | None, raw: bytes = b"") -> None:
-    value = encode_record(SCHEMAS, record) if record is not None else (raw or None)
+    value = encode_record(CODEC, record) if record is not None else (raw or None)
     index._file(Msg(TOPOLOGY.name(Topic.DELIVERY_STATE), key.encode(), value))  # type: ignore[arg-type]
 
 
@@ -71,7 +71,7 @@ def held(index: LedgerIndex, tenant: str, user: str) -> tuple[list[bytes], list[
 
 
 def test_a_noisy_subjects_flood_keeps_its_newest_and_never_hides_a_neighbour() -> None:
-    index = LedgerIndex("127.0.0.1:1", TOPOLOGY, SCHEMAS, per_subject=100, max_records=10_000)
+    index = LedgerIndex("127.0.0.1:1", TOPOLOGY, CODEC, per_subject=100, max_records=10_000)
     note(index, "acme", "u-1", b"neighbour")
     state(index, "k" * 64, record("k" * 64))
     for n in range(10_001):
@@ -84,7 +84,7 @@ def test_a_noisy_subjects_flood_keeps_its_newest_and_never_hides_a_neighbour() -
 
 
 def test_all_subjects_together_stay_under_the_bound_forgetting_the_least_recently_written() -> None:
-    index = LedgerIndex("127.0.0.1:1", TOPOLOGY, SCHEMAS, per_subject=10, max_records=50)
+    index = LedgerIndex("127.0.0.1:1", TOPOLOGY, CODEC, per_subject=10, max_records=50)
     for n in range(20):
         for _ in range(10):
             note(index, "acme", f"u-{n}", b"x")
@@ -94,7 +94,7 @@ def test_all_subjects_together_stay_under_the_bound_forgetting_the_least_recentl
 
 
 def test_a_tombstone_or_a_forged_record_removes_the_key_and_a_record_names_its_own_key() -> None:
-    index = LedgerIndex("127.0.0.1:1", TOPOLOGY, SCHEMAS, per_subject=10, max_records=100)
+    index = LedgerIndex("127.0.0.1:1", TOPOLOGY, CODEC, per_subject=10, max_records=100)
     state(index, "a" * 64, record("a" * 64))
     state(index, "b" * 64, record("b" * 64))
     state(index, "a" * 64, None)

@@ -3,7 +3,7 @@ from typing import Any
 
 import pytest
 
-from pipeline.kafka.serde import default_registry
+from pipeline.kafka.serde import default_codec
 from pipeline.records.event import MAX_ID_BYTES, event_record
 from pipeline.rules.errors import DefinitionError
 from producers.publish.publisher import EventPublisher
@@ -24,7 +24,7 @@ def test_event_record_canonicalizes_payload_and_normalizes_instant() -> None:
     assert record["observed_at"].tzinfo == UTC
     assert record["cursor"] == "981"
     assert record["envelope_id"] is None
-    _, decoded = default_registry().decode(default_registry().encode("event", record))
+    _, decoded = default_codec().decode(default_codec().encode("event", record))
     assert decoded == record
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from consumers.commands.registry import SubjectIndex
 from pipeline.cli.grant_cmd import parse_until
-from pipeline.kafka.serde import default_registry
+from pipeline.kafka.serde import default_codec
 from pipeline.ops.validate import load_definition
 from pipeline.records.command import (
     command_from_value,
@@ -646,26 +646,26 @@ def test_grant_revoke_by_source_removes_single_source_grants_and_narrows_the_res
 
 
 def test_records_round_trip_through_their_avro_schemas_with_content_sealed() -> None:
-    schemas = default_registry()
+    codec = default_codec()
     ring = ring_with(subject_owner(TENANT, USER))
     subject = Subject()
     cmd = command(CommandVerb.CREATE, definition=definition(), expected_revision=4)
-    raw = encode_command(schemas, ring, cmd)
+    raw = encode_command(codec, ring, cmd)
     assert b"ci.pipeline" not in raw, "the definition travels sealed"
-    assert decode_command(schemas, ring, raw) == cmd
+    assert decode_command(codec, ring, raw) == cmd
     grant_cmd = command(CommandVerb.GRANT_ADD, OPERATOR, grant=spec())
-    assert decode_command(schemas, ring, encode_command(schemas, ring, grant_cmd)) == grant_cmd
+    assert decode_command(codec, ring, encode_command(codec, ring, grant_cmd)) == grant_cmd
     outcome = subject.run(CommandVerb.CREATE, definition=definition())
     entry = subject.view["w-1"]
-    raw = encode_entry(schemas, ring, entry)
+    raw = encode_entry(codec, ring, entry)
     assert b"ci.pipeline" in raw and b'"condition"' not in raw, "routing plain, body sealed"
-    assert decode_entry(schemas, ring, raw) == entry
+    assert decode_entry(codec, ring, raw) == entry
     owner = subject_owner(TENANT, USER)
-    raw = encode_result(schemas, ring, outcome.result, owner)
+    raw = encode_result(codec, ring, outcome.result, owner)
     assert b'"condition"' not in raw
-    assert decode_result(schemas, ring, raw) == outcome.result
+    assert decode_result(codec, ring, raw) == outcome.result
     record = GRANTS["g-2"]
-    assert decode_grant(schemas, encode_grant(schemas, record)) == record
+    assert decode_grant(codec, encode_grant(codec, record)) == record
 
 
 def test_a_command_record_that_breaks_a_rule_names_the_field() -> None:
@@ -695,14 +695,14 @@ def test_a_command_with_content_is_never_written_without_its_subject_key() -> No
 
 
 def test_a_result_with_a_refusal_seals_its_message_when_the_subject_has_a_key() -> None:
-    schemas = default_registry()
+    codec = default_codec()
     owner = subject_owner(TENANT, USER)
     ring = ring_with(owner)
     refusal = Subject().run(CommandVerb.SHOW, watcher_id="secret-watcher-name").result
     assert refusal.error is not None and "secret-watcher-name" in refusal.error.message
-    raw = encode_result(schemas, ring, refusal, owner)
+    raw = encode_result(codec, ring, refusal, owner)
     assert b"secret-watcher-name" not in raw
-    assert decode_result(schemas, ring, raw) == refusal
+    assert decode_result(codec, ring, raw) == refusal
 
 
 # --- the CLI's parsing of what it sends (pipeline.cli.watch_cmd, grant_cmd) -----------------

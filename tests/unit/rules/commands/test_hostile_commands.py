@@ -601,6 +601,7 @@ class Processor:
                 self.grants[grant_id] = record
 
 
+@pytest.mark.slow
 def test_hostile_commands_never_raise_are_decided_with_a_reason_and_plan_for_two_centuries() -> (
     None
 ):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.kafka.serde import default_registry
+from pipeline.kafka.serde import default_codec
 from pipeline.records.redelivery import decode_redelivery, encode_redelivery
 from pipeline.rules.authz import Action, Principal, Role
 from pipeline.rules.commands import CommandVerb, Redelivery, ResultCode
@@ -95,6 +95,6 @@ def test_redeliver_needs_a_well_formed_delivery_key() -> None:
 
 
 def test_a_redelivery_record_round_trips_through_its_avro_schema() -> None:
-    registry = default_registry()
+    codec = default_codec()
     request = Redelivery(KEY, TENANT, USER, "r-1", NOW)
-    assert decode_redelivery(registry, encode_redelivery(registry, request)) == request
+    assert decode_redelivery(codec, encode_redelivery(codec, request)) == request

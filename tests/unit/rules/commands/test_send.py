@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from pipeline.kafka.serde import SchemaRegistry, default_registry
+from pipeline.kafka.serde import AvroCodec, default_codec
 from pipeline.records.command import (
     command_from_value,
     command_value,
@@ -185,20 +185,20 @@ def test_an_agent_may_send_but_not_answer_a_prompt_and_a_stranger_may_do_neither
 
 
 def test_a_send_command_round_trips_through_its_avro_schema_and_v1_records_still_read() -> None:
-    registry = default_registry()
+    codec = default_codec()
     ring = ring_with(subject_owner(T, U))
     cmd = command(CommandVerb.SEND, target="me", text="hé-secret", answer_to="p-1")
-    raw = encode_command(registry, ring, cmd)
+    raw = encode_command(codec, ring, cmd)
     assert "hé-secret".encode() not in raw, "the text travels sealed"
-    assert decode_command(registry, ring, raw) == cmd
-    v1 = SchemaRegistry.from_documents({"command.v1.avsc": _v1_document()})
+    assert decode_command(codec, ring, raw) == cmd
+    v1 = AvroCodec.from_documents({"command.v1.avsc": _v1_document()})
     listed = command(CommandVerb.LIST)
     record = {
         k: v
         for k, v in command_value(listed, ring).items()
         if k not in ("target", "text", "answer_to", "sealed", "delivery_key", "offset", "limit")
     }
-    _, old = registry.decode(v1.encode("command", record))
+    _, old = codec.decode(v1.encode("command", record))
     assert command_from_value(old, ring) == listed
 
 

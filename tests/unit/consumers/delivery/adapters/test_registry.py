@@ -16,7 +16,6 @@ import pytest
 from consumers.delivery.adapters import (
     AdapterKind,
     AdapterRegistry,
-    Delivery,
     SendResult,
     build_adapters,
     webhook_body,
@@ -25,14 +24,14 @@ from consumers.delivery.adapters.chat import MAX_TEXT, chat_text
 from consumers.delivery.adapters.in_app import InAppAdapter, InAppConfig
 from pipeline.clock import ManualClock
 from pipeline.config import parse_config
-from pipeline.kafka.serde import default_registry
+from pipeline.kafka.serde import default_codec
 from pipeline.records.notification import decode_notification
-from pipeline.rules.backoff import RetryPolicy
 from pipeline.rules.data_keys import subject_owner
 from pipeline.rules.errors import ConfigError
 from pipeline.rules.keys import subject_key
 from pipeline.rules.outbox import OutboxEntry
 from pipeline.rules.outcomes import ErrorCode, Outcome
+from tests.entries import outbox_entry
 from tests.keyring import ring_with
 
 pytestmark = pytest.mark.unit
@@ -63,7 +62,7 @@ CONFIG: dict[str, Any] = {
 }
 
 
-def delivery(**changes: Any) -> Delivery:
+def delivery(**changes: Any) -> OutboxEntry:
     fields: dict[str, Any] = {
         "delivery_key": KEY,
         "tenant_id": "acme",
@@ -78,7 +77,7 @@ def delivery(**changes: Any) -> Delivery:
         "target": "audit",
         "delivery_retention": timedelta(days=30),
     }
-    return Delivery(**(fields | changes))
+    return outbox_entry(**(fields | changes))
 
 
 @pytest.fixture
@@ -156,7 +155,7 @@ def test_build_adapters_never_shows_secrets_in_reprs(registry: AdapterRegistry) 
 class _Broken:
     kind = AdapterKind.LOG
 
-    def send(self, delivery: Delivery) -> SendResult:
+    def send(self, entry: OutboxEntry) -> SendResult:
         raise RuntimeError("boom with private text http://x/botTOKEN/")
 
     def close(self) -> None:
@@ -202,39 +201,6 @@ def test_webhook_body_is_canonical_json_with_the_designed_fields() -> None:
     assert (data["delivery_key"], data["outcome"], data["text"]) == (KEY, "satisfied", None)
     assert data["due_at"] == "2026-11-29T12:00:00.000000Z"
     assert body == json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
-
-
-def test_delivery_from_outbox_entry_carries_the_entry_fields() -> None:
-    entry = OutboxEntry(
-        delivery_key=KEY,
-        tenant_id="acme",
-        user_id="u-42",
-        watcher_id="schedule:me:standup",
-        watcher_version=3,
-        source_id="schedule:me",
-        purpose="schedule",
-        trigger={"kind": "schedule", "scheduled_at": "2026-11-29T08:00:00Z"},
-        outcome=Outcome.SATISFIED,
-        verb="send",
-        target="me",
-        text="stand-up",
-        due_at=NOW,
-        late=True,
-        created_at=NOW,
-        retry=RetryPolicy(max_attempts=8, base=timedelta(seconds=5), cap=timedelta(hours=1)),
-        delivery_retention=timedelta(days=30),
-        wake_session=True,
-        session_id="s-1",
-    )
-    made = Delivery.from_entry(entry)
-    assert (made.delivery_key, made.verb, made.target, made.text, made.late) == (
-        KEY,
-        "send",
-        "me",
-        "stand-up",
-        True,
-    )
-    assert (made.wake_session, made.session_id, made.trigger) == (True, "s-1", entry.trigger)
 
 
 # --- log, console, chat text -------------------------------------------------------------------
@@ -296,10 +262,10 @@ def test_in_app_send_returns_a_ledger_record_keyed_by_subject_for_the_transactio
     (record,) = result.records
     assert record.topic == "acme.notifications"
     assert record.key == subject_key("acme", "u-42").encode()
-    record_type, raw_value = default_registry().decode(record.value)
+    record_type, raw_value = default_codec().decode(record.value)
     assert record_type == "notification"
     assert raw_value["text"] is None and raw_value["trigger"] is None, "sealed, not plain"
-    value = decode_notification(default_registry(), RING, record.value)
+    value = decode_notification(default_codec(), RING, record.value)
     assert (value["kind"], value["delivery_key"], value["text"], value["verb"]) == (
         "notification",
         KEY,
@@ -319,7 +285,7 @@ def test_in_app_for_a_subject_without_a_key_writes_no_text() -> None:
     result = adapter.send(delivery(target="ledger", verb="send", text="private"))
     (record,) = result.records
     assert b"private" not in record.value
-    assert decode_notification(default_registry(), RING, record.value)["erased"] is True
+    assert decode_notification(default_codec(), RING, record.value)["erased"] is True
 
 
 def test_in_app_with_wake_session_adds_a_content_free_wake_after_commit() -> None:
@@ -331,7 +297,7 @@ def test_in_app_with_wake_session_adds_a_content_free_wake_after_commit() -> Non
     )
     (wake,) = result.after_commit
     assert wake.key == result.records[0].key
-    _, value = default_registry().decode(wake.value)
+    _, value = default_codec().decode(wake.value)
     assert (value["kind"], value["delivery_key"], value["session_id"]) == ("wake", KEY, "s-1")
     assert value["text"] is None and value["trigger"] is None and value["outcome"] is None
     assert b"private" not in wake.value

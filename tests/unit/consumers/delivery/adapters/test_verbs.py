@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -11,7 +13,7 @@ from consumers.delivery.adapters.verbs import VerbExecutor
 from pipeline.clock import ManualClock
 from pipeline.control.agent import AgentRunner, AgentTokens
 from pipeline.control.run import ScriptRunner
-from pipeline.kafka.serde import default_registry
+from pipeline.kafka.serde import default_codec
 from pipeline.records.outbox_entry import decode_outbox_entry
 from pipeline.rules.commands.immediate import immediate_entry
 from pipeline.rules.data_keys import subject_owner
@@ -26,11 +28,11 @@ NOW = datetime(2026, 12, 1, 7, 0, 5, tzinfo=UTC)
 RING = ring_with(subject_owner("t", "u"))
 
 
-def _fired(verb: str, **fields: object) -> OutboxEntry:
+def _fired(verb: str, **fields: Any) -> OutboxEntry:
     base = immediate_entry(
         tenant_id="t", user_id="u", verb="send", request_id="r1", chat="me", now=NOW, text="x"
     )
-    update: dict[str, object] = {
+    update: dict[str, Any] = {
         "watcher_id": "schedule:me:digest",
         "watcher_version": 1,
         "source_id": "schedule:me",
@@ -41,7 +43,7 @@ def _fired(verb: str, **fields: object) -> OutboxEntry:
         "schedule_time": NOW - timedelta(seconds=5),
         **fields,
     }
-    return base.model_copy(update=update)
+    return replace(base, **update)
 
 
 def _executor(tmp_path: Path, agent_body: str) -> tuple[VerbExecutor, ScriptRunner]:
@@ -64,7 +66,7 @@ def test_fired_prompt_returns_its_answer_as_a_derived_send_entry(tmp_path: Path)
     [record] = result.records
     assert record.topic == "p.outbox"
     assert b"digest for today" not in record.value, "the answer travels sealed"
-    answer = decode_outbox_entry(default_registry(), RING, record.value)
+    answer = decode_outbox_entry(default_codec(), RING, record.value)
     assert answer.delivery_key == derived_delivery_key(entry.delivery_key, "answer")
     assert record.key == answer.delivery_key.encode()
     assert (answer.verb, answer.text, answer.target) == ("send", "digest for today", "me")

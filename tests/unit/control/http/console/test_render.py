@@ -46,6 +46,7 @@ json_values = st.recursive(
 )
 
 
+@pytest.mark.slow
 @given(json_values)
 def test_any_shape_renders_without_error(value: Any) -> None:
     assert isinstance(condition_text(value), str)

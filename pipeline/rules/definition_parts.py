@@ -1,0 +1,100 @@
+"""The parts of a watcher definition that stand on their own: where a decision goes
+(:class:`Delivery`: target, verb, text or arguments, quiet hours) and what records keep and for
+how long (:class:`PrivacyPolicy`). The whole definition and its cross-field rules are
+``definition``'s; sources are ``sources``'.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from enum import StrEnum
+from functools import cached_property
+from typing import Any, Final
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    field_validator,
+    model_validator,
+)
+
+from pipeline.rules.durations import Duration
+from pipeline.rules.errors import DefinitionError
+from pipeline.rules.paths import Path
+from pipeline.rules.privacy import parse_retain_paths
+from pipeline.rules.quiet_hours import QuietHours
+from pipeline.rules.sources import checked_ref
+
+__all__ = ["MAX_ARGS", "MAX_TEXT", "Delivery", "DeliveryVerb", "PrivacyPolicy", "StrictModel"]
+
+MAX_TEXT: Final = 4096
+MAX_ARGS: Final = 64
+
+
+class DeliveryVerb(StrEnum):
+    NOTIFY = "notify"
+    SEND = "send"
+    PROMPT = "prompt"
+    RUN = "run"
+
+
+class StrictModel(BaseModel):
+    """A definition part: frozen, no unknown fields, no coercion."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+
+class Delivery(StrictModel):
+    """Where a decision goes: an opaque target reference and the verb with its arguments."""
+
+    target: str
+    verb: DeliveryVerb = DeliveryVerb.NOTIFY
+    text: str | None = None
+    args: tuple[str, ...] | None = None
+    quiet_hours: QuietHours | None = None
+    wake_session: bool = False
+
+    @field_validator("quiet_hours", mode="wrap")
+    @classmethod
+    def _quiet_hours(cls, value: Any, handler: Any) -> Any:
+        """Quiet hours are their own model; their errors are named under ``delivery.``."""
+        try:
+            return handler(value)
+        except DefinitionError as exc:
+            raise DefinitionError(exc.message, f"delivery.{exc.field}") from None
+
+    @model_validator(mode="after")
+    def _valid(self) -> Delivery:
+        checked_ref(self.target, "delivery.target")
+        needs_text = self.verb in (DeliveryVerb.SEND, DeliveryVerb.PROMPT)
+        if needs_text != (self.text is not None):
+            rule = "needs" if needs_text else "takes no"
+            raise DefinitionError(f"verb {self.verb.value} {rule} text", "delivery.text")
+        if self.text is not None and not 0 < len(self.text) <= MAX_TEXT:
+            raise DefinitionError(f"text is 1..{MAX_TEXT} characters", "delivery.text")
+        needs_args = self.verb is DeliveryVerb.RUN
+        if needs_args != (self.args is not None):
+            rule = "needs" if needs_args else "takes no"
+            raise DefinitionError(f"verb {self.verb.value} {rule} args", "delivery.args")
+        if self.args is not None and not 0 < len(self.args) <= MAX_ARGS:
+            raise DefinitionError(f"run takes 1..{MAX_ARGS} args", "delivery.args")
+        return self
+
+
+class PrivacyPolicy(StrictModel):
+    """What receipts keep (allowlisted scalar leaves) and for how long records live."""
+
+    retain_paths: tuple[str, ...] = ()
+    evidence_retention: Duration = timedelta(days=7)
+    delivery_retention: Duration = timedelta(days=30)
+
+    @field_validator("retain_paths")
+    @classmethod
+    def _paths(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        parse_retain_paths(value)
+        return value
+
+    @cached_property
+    def paths(self) -> tuple[Path, ...]:
+        """``retain_paths`` parsed once, for the per-evaluation filter."""
+        return parse_retain_paths(self.retain_paths)
