@@ -128,7 +128,7 @@ class DecisionWriter:
         )
         for entry in outcome.definitions:
             key = watcher_key(tenant, user, entry.watcher_id)
-            value = encode_definition_log(codec, ring, entry, command, now)
+            value = encode_definition_log(codec, ring, entry, command, now, outcome.note)
             ctx.produce(log_topic, key, value, log_partition)
 
     def _deliveries(self, ctx: ProcessContext, ring: KeyRing, outcome: CommandOutcome) -> None:

@@ -38,6 +38,7 @@ from pipeline.control.http.backend import LedgerStore
 from pipeline.control.http.limits import RateLimiter
 from pipeline.control.http.metrics import RequestMetrics
 from pipeline.control.http.pool import ClientPool
+from pipeline.control.http.wake_reader import KafkaWakes
 from pipeline.control.run import RunStarted
 from pipeline.control.status import StatusReader
 from pipeline.crypto import KeyEncryptionKeys, generate_kek_text
@@ -150,6 +151,7 @@ def build_services(
         clock=clock,
         max_body=config.api.max_body,
         events=events,
+        wakes=KafkaWakes(bootstrap, topology),
         publishers={
             name: frozenset(p.sources)
             for name, p in config.principals.items()

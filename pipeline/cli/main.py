@@ -43,6 +43,8 @@ COMMANDS: Final[dict[str, str]] = {
     "watch": "pipeline.cli.watch_cmd:watch",
     "grant": "pipeline.cli.grant_cmd:grant",
     "erase": "pipeline.cli.erase_cmd:erase",
+    "export": "pipeline.cli.export_cmd:export",
+    "import": "pipeline.cli.import_cmd:import_cmd",
     "command-processor": "pipeline.cli.command_processor_cmd:command_processor",
     "delivery": "pipeline.cli.delivery_cmd:delivery",
     "evaluator": "pipeline.cli.evaluator_cmd:evaluator",

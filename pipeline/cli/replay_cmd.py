@@ -3,7 +3,10 @@
 Reads the history (``pipeline.ops.replay_reader``, a progress line on stderr), runs
 :func:`pipeline.rules.replay.replay` and prints a summary and one line per difference (``--json``:
 one object). Exit status: 0 when nothing differs or when ``--definition`` asked a what-if
-question, 1 when unchanged definitions reproduce differently (an incident to look at).
+question, 1 when unchanged definitions reproduce differently (an incident to look at). For one
+watcher, it also says what recovering the evaluations an authorization failure skipped would
+write with the current grants (a dry run); ``--apply`` (operators) writes it
+(``pipeline.cli.recover_out``).
 
 Left out: reading Kafka and the replay rules themselves.
 """
@@ -19,6 +22,8 @@ from typing import Any
 import click
 
 from pipeline.cli.context import CliState, pass_state
+from pipeline.cli.options import timeout_option
+from pipeline.cli.recover_out import print_recovery, recover, recovery_scope
 from pipeline.kafka.scan import Bound, Progress
 from pipeline.ops.replay_reader import Scope, read_history
 from pipeline.ops.validate import load_definition
@@ -56,6 +61,14 @@ _SHOWN = 50  # difference lines printed in text mode; --json has them all
     help="Replay against this changed definition (JSON or YAML): what would it have fired?",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option(
+    "--apply",
+    "apply_recovery",
+    is_flag=True,
+    help="Operators, with --watcher: write what an authorization failure skipped, decided "
+    "with the current grants (without it: a dry run says what would be written).",
+)
+@timeout_option
 @pass_state
 def replay_command(
     state: CliState,
@@ -66,15 +79,20 @@ def replay_command(
     clock: str,
     definition_file: Path | None,
     as_json: bool,
+    apply_recovery: bool,
+    timeout: float,
 ) -> None:
     """Re-run the evaluator over recorded inputs and report decisions that differ.
 
     \b
     Example:
       vigil replay --from 2026-12-01T00:00:00Z --to latest --watcher release-build-failed
+      vigil --as-operator replay --watcher release-build-failed --from 2026-12-01T00:00:00Z --apply
     """
     config = state.config
     scope = Scope.parse(watcher, subject)
+    if apply_recovery:
+        scope = recovery_scope(state, scope, definition_file)
     override = None
     if definition_file is not None:
         override = _override(definition_file, scope, config.subject.tenant_id,
@@ -94,10 +112,18 @@ def replay_command(
     )
     progress.done(f"read {len(history.inputs)} inputs and {len(history.receipts)} receipts")
     report = replay(history, clock=ReplayClock(clock), override=override)
+    recovered = None
+    if override is None and scope.watcher_id is not None:
+        recovered = recover(state, history, scope, apply=apply_recovery, timeout=timeout)
     if as_json:
-        click.echo(json.dumps(report_json(report), indent=2, sort_keys=True))
+        body = report_json(report)
+        if recovered is not None:
+            body["recovery"] = recovered
+        click.echo(json.dumps(body, indent=2, sort_keys=True))
     else:
         _print(report)
+        if recovered is not None:
+            print_recovery(recovered)
     if report.differences and override is None:
         sys.exit(1)
 

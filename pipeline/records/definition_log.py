@@ -1,7 +1,9 @@
-"""The ``definition-log`` record (``schemas/definition_log.v2.avsc``; v1 still read): every
+"""The ``definition-log`` record (``schemas/definition_log.v3.avsc``; v1, v2 still read): every
 accepted definition version, who asserted it and when — the history replay needs once
-compaction has dropped older versions from ``registry`` and ``watchers`` (DESIGN §10). The
-definition is sealed under the subject's data key: after erasure replay reads it as erased.
+compaction has dropped older versions from ``registry`` and ``watchers`` (DESIGN §10) — and
+audit records (the same version logged again with a ``note`` saying what an operator's command
+did, such as ``replay --apply``). The definition is sealed under the subject's data key: after
+erasure replay reads it as erased.
 
 Owns :class:`LoggedDefinition` (one decoded record) and its Avro mapping.
 """
@@ -32,6 +34,7 @@ class LoggedDefinition:
     version: int
     at: datetime
     definition_json: str | None
+    note: str | None = None  # an audit record: the version unchanged, this says what was done
 
     @property
     def erased(self) -> bool:
@@ -39,7 +42,12 @@ class LoggedDefinition:
 
 
 def encode_definition_log(
-    codec: Codec, sealer: Sealer, entry: RegistryEntry, command: Command, at: datetime
+    codec: Codec,
+    sealer: Sealer,
+    entry: RegistryEntry,
+    command: Command,
+    at: datetime,
+    note: str | None = None,
 ) -> bytes:
     return codec.encode(
         DEFINITION_LOG,
@@ -63,6 +71,7 @@ def encode_definition_log(
                 entry.version,
                 entry.definition_json,
             ),
+            "note": note,
         },
     )
 
@@ -80,4 +89,5 @@ def decode_definition_log(codec: Codec, sealer: Sealer, data: bytes) -> LoggedDe
         version=int(value["version"]),
         at=value["at"],
         definition_json=text,
+        note=value.get("note"),
     )

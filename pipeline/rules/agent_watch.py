@@ -4,7 +4,8 @@ Owns :data:`AGENT_EVALUATORS` (the pinned ``key@version`` evaluators an agent wa
 :func:`proposal_body` / :func:`check_agent_watch`, which hold a proposal to seed 003's bounds
 whatever its body omits: mode ``once`` (filled in when left out, refused otherwise), a ``window``
 from the allowed set (never ``expires_at``), a polling source on a pinned evaluator with a
-``cadence`` of 1, 5, 15 or 60 minutes (never a cron), and a session. A proposal without a
+``cadence`` of 1, 5, 15 or 60 minutes (never a cron), a session, and conditions that name only
+the evaluator's registered states (``pinned``). A proposal without a
 ``watcher_id`` gets one derived from its request id, so a retried request names the same watch.
 The window and cadence sets themselves are ``definition.AGENT_WINDOWS`` and
 ``sources.CADENCES``; who may propose and the three-active cap are the command processor's.
@@ -18,11 +19,12 @@ from typing import Any, Final
 
 from pipeline.rules.definition import Mode, WatcherDefinition
 from pipeline.rules.errors import DefinitionError
+from pipeline.rules.pinned import REGISTERED, check_registered_states
 from pipeline.rules.sources import PollingSource
 
 __all__ = ["AGENT_EVALUATORS", "check_agent_watch", "generated_id", "proposal_body"]
 
-AGENT_EVALUATORS: Final = frozenset({"workflow.run.status@v1", "agent.session.state@v1"})
+AGENT_EVALUATORS: Final = frozenset(REGISTERED)
 """The pinned evaluators of seed 003; an agent watch names one of them exactly."""
 _WINDOW: Final = "an agent watch has a window of 30m, 1h, 2h, 6h, 12h or 24h (not expires_at)"
 
@@ -67,3 +69,4 @@ def check_agent_watch(definition: WatcherDefinition) -> None:
         raise DefinitionError("an agent watch runs on a cadence of 1m, 5m, 15m or 60m", "source")
     if definition.session_id is None:
         raise DefinitionError("an agent watch is bound to its session", "session_id")
+    check_registered_states(definition)

@@ -91,6 +91,8 @@ class Verb(StrEnum):
     RUN = "run"
     GRANT = "grant"
     REDELIVER = "redeliver"  # a dead-lettered or suppressed delivery sent again
+    REPLAY = "replay"  # write what an authorization failure skipped (operators only)
+    TRANSFER = "transfer"  # export and import a subject's watchers (operators only)
 
 
 class Grant(BaseModel):

@@ -8,7 +8,8 @@ time (or the input's arrival, :attr:`ReplayClock.ARRIVAL`), and with what replay
 recompute taken as recorded: the authorization and budget verdicts, the lifecycle status the
 command processor set (a ``not_active`` receipt was evaluated while paused) and whether the
 pinned evaluator was registered. Conditions, freshness, expiry, dedupe and keys are recomputed.
-A replacement definition (``override``) answers "what would this have fired?".
+A replacement definition (``override``) answers "what would this have fired?"; a ``regrant``
+decides chosen receipts with another authorization instead of the recorded one (recovery).
 
 Leaves out reading Kafka (``pipeline.ops.replay_reader``) and printing (``pipeline.cli``).
 Inputs that no watcher evaluated have no receipt and are not replayed; neither are inputs a
@@ -17,17 +18,17 @@ recorded closed watch never saw (a changed definition that would not have closed
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Final
 
-from pipeline.rules.authz import Action, Grant
+from pipeline.rules.authz import Action, AuthzDecision, Grant
 from pipeline.rules.budgets import BudgetVerdict
 from pipeline.rules.definition import WatcherDefinition
 from pipeline.rules.errors import DefinitionError, TransitionError
-from pipeline.rules.evaluation import evaluate, recorded_budget
+from pipeline.rules.evaluation import Evaluation, evaluate, recorded_budget
 from pipeline.rules.evidence import Evidence
 from pipeline.rules.lifecycle import WatcherStatus, is_closed
 from pipeline.rules.outbox import OutboxEntry
@@ -42,6 +43,7 @@ __all__ = [
     "Difference",
     "DifferenceKind",
     "History",
+    "Regrant",
     "ReplayClock",
     "ReplayInput",
     "ReplayReport",
@@ -54,6 +56,8 @@ _RECORDED_GRANT: Final = "replay:recorded-verdict"
 _FOREVER: Final = datetime(9999, 1, 1, tzinfo=UTC)
 
 WatcherKey = tuple[str, str, str]
+Regrant = Callable[[Receipt, WatcherDefinition], AuthzDecision | None]
+"""The authorization to decide a receipt with instead of the recorded one, or None."""
 
 
 class ReplayClock(StrEnum):
@@ -144,6 +148,7 @@ class ReplayReport:
     skipped: dict[SkipReason, int] = field(default_factory=dict)
     reasons: dict[Reason, int] = field(default_factory=dict)  # replayed reason counts
     fired: set[str] = field(default_factory=set)  # replayed outbox keys
+    regranted: list[tuple[Receipt, Evaluation]] = field(default_factory=list)
 
     @property
     def would_fire(self) -> list[str]:
@@ -172,6 +177,7 @@ def replay(
     *,
     clock: ReplayClock = ReplayClock.RECORDED,
     override: WatcherDefinition | None = None,
+    regrant: Regrant | None = None,
 ) -> ReplayReport:
     """Replay every receipt whose input position is in ``history.selected``.
 
@@ -210,13 +216,22 @@ def replay(
             report.replayed += 1
             report.differences.append(_difference(DifferenceKind.NOT_EVALUATED, receipt, None))
             continue
+        granted = None if regrant is None else regrant(receipt, version.definition)
         try:
-            next_state, decision = _evaluate(version, state, receipt, item, clock)
+            next_state, evaluation = _evaluate(version, state, receipt, item, clock, granted)
         except (DefinitionError, TransitionError, ValueError):
             states[slot] = _seeded(state, receipt)
             _skip(report, SkipReason.INVALID)
             continue
         states[slot] = next_state
+        if granted is not None:
+            report.regranted.append((receipt, evaluation))
+        decision = Decision(
+            evaluation.outcome,
+            evaluation.reason,
+            None if evaluation.outbox is None else evaluation.outbox.delivery_key,
+            evaluation.receipt.evidence_digest,
+        )
         report.replayed += 1
         report.reasons[decision.reason] = report.reasons.get(decision.reason, 0) + 1
         if decision.delivery_key is not None:
@@ -298,7 +313,8 @@ def _evaluate(
     receipt: Receipt,
     item: ReplayInput,
     clock: ReplayClock,
-) -> tuple[WatcherState, Decision]:
+    granted: AuthzDecision | None,
+) -> tuple[WatcherState, Evaluation]:
     definition = version.definition
     paused = receipt.reason is Reason.NOT_ACTIVE
     status = WatcherStatus.PAUSED if paused else WatcherStatus.ACTIVE
@@ -314,18 +330,13 @@ def _evaluate(
         definition,
         state,
         item.evidence,
-        _recorded_grants(definition, receipt),
+        () if granted is not None else _recorded_grants(definition, receipt),
         now,
         recorded_budget(receipt.budget or BudgetVerdict.OK),
         evaluators=evaluators,
+        authorization=granted,
     )
-    decision = Decision(
-        result.outcome,
-        result.reason,
-        None if result.outbox is None else result.outbox.delivery_key,
-        result.receipt.evidence_digest,
-    )
-    return result.next_state, decision
+    return result.next_state, result
 
 
 def _difference(kind: DifferenceKind, receipt: Receipt, replayed: Decision | None) -> Difference:

@@ -2,15 +2,15 @@
 
 Owns :func:`create_app`: the edge guard (``guard``: authentication before any body is read, the
 caller's request rate, a 1 MiB body bound), the routes of DESIGN.md §9's table (``watches``,
-``ledger``, ``grants``, ``deliveries``), the console under ``/ui/`` (``console``: server-rendered,
-cookie sessions, CSRF, strict CSP), the probes (``/healthz``; ``/readyz``: the broker answers and
-the topics exist — one shared client, its answer cached for seconds), the served OpenAPI document,
-and one error shape for every refusal — ``{"error": {"code", "message", "field"}}`` — whether a
-route refused, a parameter failed validation (422 ``invalid``; the protocol header's failure is 400
-``protocol_version``) or no route matched (404 ``not_found``). Every ``/v1`` request names
-``Vigil-Protocol-Version: 1`` and bears a configured principal's token; the routes assert that
-principal on commands and the command processor decides, so HTTP, MCP, the socket and the CLI govern
-alike.
+``ledger``, ``grants``, ``deliveries``) and the wake stream (``wakes``), the console under
+``/ui/`` (``console``: server-rendered, cookie sessions, CSRF, strict CSP), the probes
+(``/healthz``; ``/readyz``: the broker answers and the topics exist — one shared client, its
+answer cached for seconds), the served OpenAPI document, and one error shape for every refusal —
+``{"error": {"code", "message", "field"}}`` — whether a route refused, a parameter failed
+validation (422 ``invalid``; the protocol header's failure is 400 ``protocol_version``) or no
+route matched (404 ``not_found``). Every ``/v1`` request names ``Vigil-Protocol-Version: 1`` and
+bears a configured principal's token; the routes assert that principal on commands and the
+command processor decides, so HTTP, MCP, the socket and the CLI govern alike.
 
 Watch routes act on the caller's own subject; a manager names another user of its tenant with
 ``?user_id=``, an operator any subject with ``?tenant_id=&user_id=``.
@@ -31,6 +31,7 @@ from pipeline.control.http import deliveries as http_deliveries
 from pipeline.control.http import events as http_events
 from pipeline.control.http import grants as http_grants
 from pipeline.control.http import ledger as http_ledger
+from pipeline.control.http import wakes as http_wakes
 from pipeline.control.http import watches as http_watches
 from pipeline.control.http.auth import PROTOCOL_HEADER, ApiCode, ApiError, check_protocol
 from pipeline.control.http.common import (
@@ -63,7 +64,8 @@ def create_app(services: ApiServices) -> FastAPI:
         EdgeGuard, tokens=services.tokens, max_body=services.max_body, limiter=services.limiter
     )
     _install_error_handlers(app)
-    for module in (http_watches, http_ledger, http_grants, http_events, http_deliveries):
+    modules = (http_watches, http_ledger, http_wakes, http_grants, http_events, http_deliveries)
+    for module in modules:
         app.include_router(module.router)
     install_console(app, services, status=services.status)
 

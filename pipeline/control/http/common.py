@@ -35,6 +35,7 @@ from pipeline.control.http.guard import DEFAULT_MAX_BODY, PRINCIPAL
 from pipeline.control.http.limits import RateLimiter
 from pipeline.control.http.models import REF_PATTERN, ErrorBody
 from pipeline.control.http.pool import PoolBusyError
+from pipeline.control.http.wake_reader import StreamSlots, WakesPort
 from pipeline.control.verbs import VerbResponse
 from pipeline.records.event import EventLine
 from pipeline.rules.authz import Principal
@@ -131,6 +132,8 @@ class ApiServices:
     sign_ins: RateLimiter | None = None  # console sign-in attempts per client address
     sessions_per_principal: int = 20  # console sessions one principal keeps
     secure_cookie: str = "auto"  # [api] secure_cookie
+    wakes: WakesPort | None = None  # GET /v1/ledger/wakes (None: not served)
+    wake_slots: StreamSlots = field(default_factory=StreamSlots)  # its open streams, bounded
 
 
 def _services(request: Request) -> ApiServices:

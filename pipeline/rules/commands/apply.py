@@ -60,9 +60,11 @@ from pipeline.rules.commands.model import (
     fingerprint,
     watcher_view,
 )
+from pipeline.rules.commands.recover import replay_apply
 from pipeline.rules.commands.redeliver import redeliver
 from pipeline.rules.commands.schedules import schedule
 from pipeline.rules.commands.send import send
+from pipeline.rules.commands.transfer import export_page, import_watcher
 from pipeline.rules.commands.versions import accept, forget, move
 from pipeline.rules.errors import DefinitionError
 from pipeline.rules.instants import utc
@@ -73,6 +75,7 @@ from pipeline.rules.lifecycle import (
     close_event,
     is_live,
 )
+from pipeline.rules.pinned import check_registered_states
 
 __all__ = ["apply", "refused"]
 
@@ -225,8 +228,10 @@ def _manage(ctx: CommandContext, entry: RegistryEntry) -> None:
 def _approve(ctx: CommandContext) -> CommandOutcome:
     entry = named_watcher(ctx)
     check_revision(ctx, entry)
-    check_grant(ctx, entry.definition(), Action.APPROVE)
+    definition = entry.definition()
+    check_grant(ctx, definition, Action.APPROVE)
     if entry.status is WatcherStatus.PROPOSED:
+        check_registered_states(definition)  # a proposal made before a value was refused
         check_cap(ctx, entry)
     return move(ctx, entry, LifecycleEvent.APPROVE)
 
@@ -384,4 +389,7 @@ _HANDLERS: Final[dict[CommandVerb, Callable[[CommandContext], CommandOutcome]]] 
     CommandVerb.PROMPT: authorize_control,
     CommandVerb.KEY: _key,
     CommandVerb.REDELIVER: redeliver,
+    CommandVerb.REPLAY_APPLY: replay_apply,
+    CommandVerb.EXPORT: export_page,
+    CommandVerb.IMPORT: import_watcher,
 }

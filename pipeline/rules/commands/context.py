@@ -91,6 +91,9 @@ _ROLE_VERB: Final[dict[CommandVerb, Verb]] = {
     CommandVerb.PROMPT: Verb.PROMPT,
     CommandVerb.KEY: Verb.SEND,  # every role that sends the subject content (agents too)
     CommandVerb.REDELIVER: Verb.REDELIVER,
+    CommandVerb.REPLAY_APPLY: Verb.REPLAY,
+    CommandVerb.EXPORT: Verb.TRANSFER,
+    CommandVerb.IMPORT: Verb.TRANSFER,
 }
 # Verbs on one existing object: someone else's object is "not found", never "denied".
 _OBJECT_VERBS: Final = frozenset(

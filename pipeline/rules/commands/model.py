@@ -81,6 +81,9 @@ class CommandVerb(StrEnum):
     PROMPT = "prompt"  # the agent step of an immediate prompt
     KEY = "key"  # make sure the subject has a data key (before a sealed command, §10)
     REDELIVER = "redeliver"  # send a dead-lettered or suppressed delivery again (same key)
+    REPLAY_APPLY = "replay_apply"  # an operator's replay --apply: authorized and audited here
+    EXPORT = "export"  # one page of a subject's watchers, as an export file lists them
+    IMPORT = "import"  # one exported watcher, kept as it was (another deployment's)
 
 
 class ResultCode(StrEnum):
@@ -316,6 +319,7 @@ class CommandOutcome:
     outbox: tuple[OutboxEntry, ...] = ()
     shred: tuple[Shred, ...] = ()
     redeliveries: tuple[Redelivery, ...] = ()
+    note: str | None = None  # ``definitions`` are audit records saying this (no new version)
 
 
 def watcher_view(entry: RegistryEntry) -> dict[str, Any]:

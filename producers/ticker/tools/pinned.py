@@ -36,6 +36,7 @@ from typing import Any, Final, Protocol
 
 from pipeline.records.ticker_state import PinnedState
 from pipeline.rules.outcomes import ErrorCode
+from pipeline.rules.pinned import REGISTERED
 from producers.ticker.tools.base import ToolRequest, ToolResult
 
 __all__ = [
@@ -67,7 +68,7 @@ WORKFLOW_RUN: Final = PinnedSpec(
     tool="workflow.run.status@v1",
     event_type="workflow.run.status",
     id_field="run_id",
-    state_field="status",
+    state_field=REGISTERED["workflow.run.status@v1"].field,
     source_prefix="run:",
     owning_session=False,
 )
@@ -75,7 +76,7 @@ AGENT_SESSION: Final = PinnedSpec(
     tool="agent.session.state@v1",
     event_type="agent.session.state",
     id_field="session_id",
-    state_field="state",
+    state_field=REGISTERED["agent.session.state@v1"].field,
     source_prefix="session:",
     owning_session=True,
 )

@@ -175,7 +175,7 @@ def test_proposals_stop_at_the_subjects_limit_with_cap_reached() -> None:
     for n in range(3):
         s.ok(CommandVerb.PROPOSE, agent(), definition=agent_watch(f"p-{n}", run=f"r-{n % 3 + 1}"))
     body = agent_watch("p-3", run="r-1")
-    body["condition"] = {"eq": ["status", "other"]}
+    body["condition"] = {"eq": ["status", "cancelled"]}
     assert s.refused(CommandVerb.PROPOSE, agent(), definition=body) == (
         ResultCode.CAP_REACHED,
         "watcher_id",

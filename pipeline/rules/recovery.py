@@ -1,0 +1,118 @@
+"""Recovery: what ``vigil replay --apply`` writes for evaluations an authorization failure
+skipped (DESIGN.md §10 "Authorization failure and checkpoints"), pure.
+
+Owns :func:`plan_recovery`. Replay threads every receipt in log order as the evaluator did; each
+``authorization_denied`` receipt of an ``every`` watcher (its checkpoint stayed) is decided again
+with the **current** grants, judged at ``now``, at its recorded evaluation time — so freshness,
+the condition, dedupe and the delivery key are what they would have been had the grant held. A
+skipped evaluation that some authorized receipt of the same watcher version and trigger already
+decided (an earlier ``--apply``, or the evidence published again) is not decided twice; an entry
+whose delivery key the outbox already holds is not written again (delivery would drop it too:
+a key it knows never starts over). Each recovery is a new receipt (noted as recovered) and,
+when the condition held, its outbox entry. A recovered evaluation is not charged to the
+evaluation budget (the skipped one never was); delivery charges its own budgets as for any entry.
+
+Left out: reading the history and writing the records (``pipeline.ops.replay_apply``), the
+operator's authorization and audit (``pipeline.rules.commands.recover``). ``once`` watches are
+never recovered: a denial cancelled them (``access_revoked``) before data was read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import Final
+
+from pipeline.rules.authz import AuthzDecision, Grant
+from pipeline.rules.definition import Mode, WatcherDefinition
+from pipeline.rules.evaluation import authorization_for
+from pipeline.rules.outbox import OutboxEntry
+from pipeline.rules.outcomes import Reason
+from pipeline.rules.receipts import Receipt
+from pipeline.rules.replay import History, ReplayReport, replay
+
+__all__ = ["NOTE", "Recovery", "RecoveryPlan", "plan_recovery"]
+
+NOTE: Final = "recovered by replay --apply: skipped while authorization failed"
+
+_Trigger = tuple[str, str, str, int, str]
+
+
+@dataclass(frozen=True, slots=True)
+class Recovery:
+    """One skipped evaluation decided again: its new receipt and, if it fired, the entry."""
+
+    skipped: Receipt
+    receipt: Receipt
+    outbox: OutboxEntry | None
+    source_id: str  # the receipt's placement, as the evaluator places it
+    evidence_retention: timedelta  # its ``retain_until`` is its evaluation time plus this
+
+
+@dataclass(slots=True)
+class RecoveryPlan:
+    """What ``--apply`` writes, and why the other skipped evaluations are left."""
+
+    recoveries: list[Recovery] = field(default_factory=list)
+    recovered_before: int = 0  # an authorized receipt already decided that trigger
+    still_denied: int = 0  # the current grants deny it too
+    other_version: int = 0  # of a version other than the one recovered
+    once: int = 0  # a once watch: the denial cancelled it
+    in_outbox: int = 0  # fired, but the outbox already holds its key: not written again
+    report: ReplayReport | None = None
+
+    @property
+    def entries(self) -> list[OutboxEntry]:
+        return [r.outbox for r in self.recoveries if r.outbox is not None]
+
+
+def _trigger(receipt: Receipt) -> _Trigger:
+    return (
+        receipt.tenant_id,
+        receipt.user_id,
+        receipt.watcher_id,
+        receipt.watcher_version,
+        receipt.trigger_key,
+    )
+
+
+def plan_recovery(
+    history: History, grants: Sequence[Grant], now: datetime, *, version: int | None = None
+) -> RecoveryPlan:
+    """The recoveries of the skipped evaluations in ``history`` (of watcher ``version`` only,
+    when given), with ``grants`` as they are at ``now``."""
+    decided = {_trigger(r) for r in history.receipts if r.authorized is True}
+    plan = RecoveryPlan()
+
+    def regrant(receipt: Receipt, definition: WatcherDefinition) -> AuthzDecision | None:
+        if receipt.reason is not Reason.AUTHORIZATION_DENIED:
+            return None
+        if definition.mode is Mode.ONCE:
+            plan.once += 1
+        elif version is not None and receipt.watcher_version != version:
+            plan.other_version += 1
+        elif _trigger(receipt) in decided:
+            plan.recovered_before += 1
+        else:
+            return authorization_for(definition, grants, now)
+        return None
+
+    plan.report = replay(history, regrant=regrant)
+    known = history.outbox or {}
+    for skipped, evaluation in plan.report.regranted:
+        if evaluation.reason is Reason.AUTHORIZATION_DENIED:
+            plan.still_denied += 1
+            continue
+        outbox = evaluation.outbox
+        if outbox is not None and outbox.delivery_key in known:
+            plan.in_outbox += 1
+            outbox = None
+        receipt = replace(evaluation.receipt, note=NOTE)
+        definition = history.definitions[
+            (skipped.tenant_id, skipped.user_id, skipped.watcher_id, skipped.watcher_version)
+        ].definition
+        retention = definition.privacy.evidence_retention
+        recovery = Recovery(skipped, receipt, outbox, definition.source_id, retention)
+        plan.recoveries.append(recovery)
+    return plan
