@@ -2,11 +2,17 @@
 contract instead (the checked-in ``docs/openapi.json`` is this output).
 
 Owns :func:`build_services`, the wiring from ``vigil.toml`` that ``vigil api`` and the tests
-share: principals from ``[principals.NAME]``, a pool of command clients, the ledger reader,
+share: principals from ``[principals.NAME]``, a pool of command clients (``[api]
+command_clients``, each request waiting ``command_wait`` at most), the rate limits (``[api] rate``,
+``burst``, ``sign_in_per_minute``), the ledger reader,
 and a dispatch core per caller for schedules (``list`` and ``cancel``; the verbs that start
 agents or scripts are the daemon's, not served over HTTP).
 
-Left out: the routes (``pipeline.control.http.api``) and the MCP server (``vigil mcp``).
+``vigil mcp`` serves the MCP tool as a client of that API: the agent's own bearer token
+(``$VIGIL_API_TOKEN``), no key and no Kafka client (DESIGN.md §10).
+
+Left out: the routes (``pipeline.control.http.api``) and the MCP server
+(``pipeline.control.mcp.server``).
 """
 
 from __future__ import annotations
@@ -14,11 +20,13 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import signal
 import socket
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
+from pathlib import Path
 from typing import Any, Final
 
 import click
@@ -32,8 +40,10 @@ from pipeline.config import VigilConfig
 from pipeline.control.core import Dispatcher, Subjecthood
 from pipeline.control.http.api import ApiServices, SchedulePort, create_app
 from pipeline.control.http.auth import TokenDirectory
-from pipeline.control.http.backend import ClientPool, LedgerStore
+from pipeline.control.http.backend import LedgerStore
+from pipeline.control.http.limits import RateLimiter
 from pipeline.control.http.metrics import RequestMetrics
+from pipeline.control.http.pool import ClientPool
 from pipeline.control.http.wake_reader import KafkaWakes
 from pipeline.control.run import RunStarted
 from pipeline.control.status import StatusReader
@@ -47,6 +57,8 @@ from producers.publish.publisher import EventPublisher
 __all__ = ["api", "build_services", "mcp", "openapi_document"]
 
 _POOL: Final = 4
+API_URL_ENV: Final = "VIGIL_API_URL"
+API_TOKEN_ENV: Final = "VIGIL_API_TOKEN"
 _CLOSE_FLUSH_S: Final = 10.0  # what a stopping API still waits for
 
 
@@ -79,12 +91,14 @@ class SdkEvents:
         self._publisher = EventPublisher(config)
         self._lock = threading.Lock()
 
-    def publish(self, events: Sequence[tuple[EventLine, datetime]]) -> list[str | None]:
+    def publish(
+        self, events: Sequence[tuple[EventLine, datetime]], tenant_id: str
+    ) -> list[str | None]:
         verdicts: list[str | None] = []
         with self._lock:
             for line, observed_at in events:
                 try:
-                    self._publisher.publish_line(line, observed_at)
+                    self._publisher.publish_line(line, observed_at, tenant_id)
                 except DefinitionError as exc:
                     verdicts.append(str(exc))
                     continue
@@ -102,7 +116,7 @@ def build_services(
     config: VigilConfig,
     *,
     clock: Clock | None = None,
-    pool_size: int = _POOL,
+    pool_size: int | None = None,
     keks: KeyEncryptionKeys | None = None,
 ) -> tuple[ApiServices, Callable[[], None]]:
     """The API's services from ``config``, and what closes them (``keks``: default from
@@ -111,8 +125,23 @@ def build_services(
     topology = config.kafka.topology()
     bootstrap = config.kafka.bootstrap_servers
     keks = keks or config.privacy.keks()
-    commands = ClientPool(bootstrap, topology, size=pool_size, keks=keks)
-    ledger = LedgerStore(bootstrap, topology, clock, max_scan=config.api.max_scan, keks=keks)
+    api = config.api
+    commands = ClientPool(
+        bootstrap,
+        topology,
+        size=pool_size or api.command_clients,
+        wait_s=api.command_wait.total_seconds(),
+        keks=keks,
+    )
+    ledger = LedgerStore(
+        bootstrap,
+        topology,
+        clock,
+        max_scan=api.max_scan,
+        keks=keks,
+        per_subject=api.index_per_subject,
+        max_records=api.index_records,
+    )
     zone = host_zone(config.subject.timezone)
     chats = tuple(config.chats)
     not_here = _NotOverHttp()
@@ -139,6 +168,10 @@ def build_services(
             if p.role is Role.PUBLISHER
         },
         status=StatusReader(bootstrap, topology, clock, budgets),
+        limiter=RateLimiter(api.rate, api.burst),
+        sign_ins=RateLimiter(api.sign_in_per_minute / 60.0, api.sign_in_per_minute),
+        sessions_per_principal=api.sessions_per_principal,
+        secure_cookie=api.secure_cookie,
     )
 
     def close() -> None:
@@ -224,36 +257,46 @@ def api(state: CliState, listen: str | None, print_openapi: bool, log_level: str
 
 @click.command()
 @click.option(
-    "--principal",
-    "principal_name",
-    required=True,
-    help="The [principals.NAME] (role agent) the tool acts as.",
+    "--api",
+    "api_url",
+    envvar=API_URL_ENV,
+    help="The vigil HTTP API (default: $VIGIL_API_URL, else [api] listen of vigil.toml).",
+)
+@click.option(
+    "--token-file",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    help="A file holding the agent's bearer token (default: $VIGIL_API_TOKEN).",
 )
 @pass_state
-def mcp(state: CliState, principal_name: str) -> None:
-    """Serve the MCP tool `propose_watch` on stdin/stdout, acting as an agent principal.
+def mcp(state: CliState, api_url: str | None, token_file: Path | None) -> None:
+    """Serve the MCP tool `propose_watch` on stdin/stdout: a client of the HTTP API.
 
-    The one tool proposes; it never approves, lists or cancels. Needs the command processor.
+    The one tool proposes (POST /v1/watches:propose) with the agent's own bearer token; it never
+    approves, lists or cancels, and holds no key or Kafka access. Needs `vigil api`.
 
     \b
     Example (an MCP client's server entry):
-      {"command": "vigil", "args": ["mcp", "--principal", "ops-agent"]}
+      {"command": "vigil", "args": ["mcp", "--api", "http://127.0.0.1:8088"],
+       "env": {"VIGIL_API_TOKEN": "<the agent principal's token>"}}
     """
-    from pipeline.control.mcp.server import build_server, serve_stdio
+    from pipeline.control.mcp.server import ApiProposer, build_server, serve_stdio
 
-    config: VigilConfig = state.config
-    agent = TokenDirectory.from_config(config.principals).principal(principal_name)
-    if agent is None:
-        raise ConfigError(f"no [principals.{principal_name}] is configured")
-    keks = config.privacy.keks()
-    state.reach_kafka()
-    commands = ClientPool(
-        config.kafka.bootstrap_servers, config.kafka.topology(), size=1, keks=keks
-    )
-    try:
-        serve_stdio(build_server(commands, agent))
-    finally:
-        commands.close()
+    token = _agent_token(token_file)
+    url = api_url or f"http://{state.config.api.listen}"
+    serve_stdio(build_server(ApiProposer(url, token)))
+
+
+def _agent_token(token_file: Path | None) -> str:
+    """The bearer token: ``--token-file``'s first line, else ``$VIGIL_API_TOKEN``."""
+    if token_file is not None:
+        token = token_file.read_text(encoding="utf-8").strip()
+    else:
+        token = os.environ.get(API_TOKEN_ENV, "").strip()
+    if not token:
+        raise ConfigError(
+            f"vigil mcp needs the agent's API token: set ${API_TOKEN_ENV} or --token-file"
+        )
+    return token
 
 
 def _quiet_exit_server(config: Any) -> Any:
