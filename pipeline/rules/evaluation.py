@@ -2,7 +2,8 @@
 
 Owns :func:`evaluate` and its result :class:`Evaluation`: outcome, reason code, next watcher
 state (checkpoint advanced or not), at most one outbox entry, the receipt, and whether the
-watch closes. Checks run in DESIGN.md §11's order and the first that applies decides. Reading
+watch closes. Checks run in DESIGN.md §11's order and the first that applies decides; which
+judgments of a ``change`` watcher notify is ``change``'s transition. Reading
 Kafka, charging Redis and emitting the ``close`` command are the evaluator consumer's: the
 budget is asked through a callable, invoked only once every earlier check has passed, so
 stale or unauthorized evidence is never charged; replay passes the recorded verdict.
@@ -17,6 +18,7 @@ from typing import NamedTuple
 
 from pipeline.rules.authz import Action, AuthzDecision, Grant, authorize
 from pipeline.rules.budgets import BudgetVerdict
+from pipeline.rules.change import JUDGED, PLAIN, ChangeStep, Notice, change_step
 from pipeline.rules.definition import Mode, WatcherDefinition
 from pipeline.rules.errors import BudgetStoreError, DefinitionError
 from pipeline.rules.evidence import Evidence, trigger_json
@@ -110,16 +112,46 @@ def evaluate(
         definition, state, evidence, grants, now, budget, evaluators, authorization, deadline
     )
     step = _final_at_deadline(deadline, evidence, now, step)
-    duplicate = step.reason is Reason.CONDITION_TRUE and state.applied(key)
+    applied = state.applied(key)
+    moved = None if applied else _change(definition, state, evidence, now, step)
+    if moved is None:
+        sends = step.reason is Reason.CONDITION_TRUE and not applied
+    else:
+        step, sends = _noticed(step, moved.notice), moved.notice.sends
+    duplicate = applied and step.reason is Reason.CONDITION_TRUE
     identity = trigger_json(trigger)
     digest = evidence.digest()
     entry = None
-    if step.reason is Reason.CONDITION_TRUE and not duplicate:
-        entry = build_entry(definition, evidence, key, now, identity, digest)
+    if sends:
+        entry = build_entry(definition, evidence, key, now, identity, digest, step.outcome)
     note = _NOTE_DUPLICATE if duplicate else step.note
     receipt = _receipt(definition, evidence, key, identity, digest, now, step, entry, note)
-    next_state = _next_state(state, evidence, key, identity, step)
+    next_state = _next_state(state, evidence, key, identity, step, moved)
     return Evaluation(step.outcome, step.reason, next_state, receipt, entry, step.close)
+
+
+def _change(
+    definition: WatcherDefinition,
+    state: WatcherState,
+    evidence: Evidence,
+    now: datetime,
+    step: _Step,
+) -> ChangeStep | None:
+    """A change watcher's transition when the condition was judged (else none: no truth claim)."""
+    if definition.mode is not Mode.CHANGE or step.reason not in JUDGED:
+        return None
+    holds = step.reason is Reason.CONDITION_TRUE
+    at = _evidence_instant(evidence, now)
+    return change_step(definition.change or PLAIN, state.holds, state.notified_at, holds, at)
+
+
+def _noticed(step: _Step, notice: Notice) -> _Step:
+    """A change watcher's judgment as its notice says: ``resolved`` when the condition
+    cleared, and the notice in the receipt's note (none while it stays false)."""
+    cleared = notice is Notice.RESOLVED or notice is Notice.CLEARED
+    outcome = Outcome.RESOLVED if cleared else step.outcome
+    quiet_false = notice is Notice.QUIET and step.reason is Reason.CONDITION_FALSE
+    return step._replace(outcome=outcome, note="" if quiet_false else f"change: {notice.value}")
 
 
 def _decide(
@@ -320,9 +352,15 @@ def _receipt(
 
 
 def _next_state(
-    state: WatcherState, evidence: Evidence, key: str, identity: dict[str, str], step: _Step
+    state: WatcherState,
+    evidence: Evidence,
+    key: str,
+    identity: dict[str, str],
+    step: _Step,
+    moved: ChangeStep | None,
 ) -> WatcherState:
-    """Advance the checkpoint (or not, §11), count the evaluation, close if decided.
+    """Advance the checkpoint (or not, §11), count the evaluation, close if decided, keep a
+    change watcher's truth.
 
     Built field by field with ``_make`` (no checks): every value here is the rules' own, and
     this runs once per evaluation."""
@@ -354,5 +392,7 @@ def _next_state(
             state.evaluations + 1 if step.outcome is not Outcome.NONE else state.evaluations,
             closed,
             state.revision + 1,
+            state.holds if moved is None else moved.holds,
+            state.notified_at if moved is None else moved.notified_at,
         )
     )

@@ -43,7 +43,8 @@ class OldCheckpoint(BaseModel):
 
 
 class OldState(BaseModel):
-    """The pydantic model ``WatcherState`` was before (issue 19)."""
+    """The pydantic model ``WatcherState`` was before (issue 19), with the two fields
+    ``watcher_state.v2`` added (issue 31: a change watcher's truth), null by default."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -57,6 +58,8 @@ class OldState(BaseModel):
     evaluations: int = Field(default=0, ge=0)
     closed_reason: CloseReason | None = None
     revision: int = Field(default=0, ge=0)
+    holds: bool | None = None
+    notified_at: datetime | None = None
 
 
 def _member(kind: Any) -> st.SearchStrategy[Any]:
@@ -95,6 +98,8 @@ states = st.fixed_dictionaries(
         "evaluations": counts,
         "closed_reason": st.none() | _member(CloseReason),
         "revision": counts,
+        "holds": st.none() | st.booleans(),
+        "notified_at": st.none() | instants,
     }
 )
 
@@ -180,6 +185,15 @@ DEFINITION = WatcherDefinition.from_json(
     tenant_id="acme",
     user_id="u-42",
 ).with_version(1)
+CHANGE = WatcherDefinition.from_json(
+    {
+        **DEFINITION.to_json(),
+        "mode": "change",
+        "change": {"resolved": True, "repeat_after": "1m"},
+    },
+    tenant_id="acme",
+    user_id="u-42",
+).with_version(1)
 GRANT = Grant(
     grant_id="g-1",
     tenant_id="acme",
@@ -199,8 +213,10 @@ GRANT = Grant(
     skew=st.integers(min_value=-900, max_value=120),
     known=st.lists(st.integers(min_value=0, max_value=8), max_size=RECENT_TRIGGERS + 2),
     granted=st.booleans(),
+    definition=st.sampled_from([DEFINITION, CHANGE]),
 )
 def test_what_evaluation_builds_unchecked_passes_the_checks(
+    definition: WatcherDefinition,
     status: WatcherStatus,
     statuses: list[str],
     verdict: BudgetVerdict,
@@ -220,7 +236,8 @@ def test_what_evaluation_builds_unchecked_passes_the_checks(
             payload={"status": text},
             position=f"events:0:{n}",
         )
-        result = evaluate(DEFINITION, state, evidence, grants, NOW, recorded_budget(verdict))
+        now = NOW + timedelta(minutes=n)
+        result = evaluate(definition, state, evidence, grants, now, recorded_budget(verdict))
         state = result.next_state
         assert type(state) is WatcherState
         assert WatcherState(*state) == state
