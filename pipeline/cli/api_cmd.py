@@ -47,7 +47,7 @@ from producers.publish.publisher import EventPublisher
 __all__ = ["api", "build_services", "mcp", "openapi_document"]
 
 _POOL: Final = 4
-_EVENTS_FLUSH_S: Final = 10.0  # a batch the broker has not acknowledged by then is a 503
+_CLOSE_FLUSH_S: Final = 10.0  # what a stopping API still waits for
 
 
 class _NotOverHttp:
@@ -89,12 +89,13 @@ class SdkEvents:
                     verdicts.append(str(exc))
                     continue
                 verdicts.append(None)
-            self._publisher.flush(_EVENTS_FLUSH_S)
+            # Up to the SDK's timeout, a leader move's worth: unacknowledged by then is a 503.
+            self._publisher.flush()
         return verdicts
 
     def close(self) -> None:
         with contextlib.suppress(BrokerError):
-            self._publisher.flush(_EVENTS_FLUSH_S)
+            self._publisher.flush(_CLOSE_FLUSH_S)
 
 
 def build_services(

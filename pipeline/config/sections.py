@@ -102,6 +102,9 @@ class KafkaConfig(Section):
     topic_prefix: str = Field(default=DEFAULT_PREFIX, pattern=r"^[A-Za-z0-9._-]{0,200}$")
     partitions: int = Field(default=DEFAULT_PARTITIONS, ge=1)
     replication_factor: int = Field(default=-1, ge=-1, description="-1: the broker's default")
+    min_insync_replicas: int | None = Field(
+        default=None, ge=1, description="None: replication - 1 from 3 replicas on"
+    )
     group_protocol: Literal["auto", "consumer", "classic"] = Field(
         default="classic",
         description="consumer groups: classic + range, KIP-848 (consumer), or auto (probe)",
@@ -116,8 +119,23 @@ class KafkaConfig(Section):
         default_factory=dict
     )
 
+    @model_validator(mode="after")
+    def _min_insync_fits(self) -> KafkaConfig:
+        wanted, replicas = self.min_insync_replicas, self.replication_factor
+        if wanted is not None and replicas > 0 and wanted > replicas:
+            raise ValueError(
+                f"min_insync_replicas {wanted} exceeds replication_factor {replicas}: "
+                "no write could ever be acknowledged"
+            )
+        return self
+
     def topology(self) -> Topology:
-        return Topology(self.topic_prefix, self.partitions, self.replication_factor)
+        return Topology(
+            self.topic_prefix,
+            self.partitions,
+            self.replication_factor,
+            min_insync_replicas=self.min_insync_replicas,
+        )
 
     def client_properties(self, environ: Mapping[str, str] | None = None) -> ClientProperties:
         """The passthrough properties with every ``*_env`` reference read from ``environ``
@@ -164,6 +182,7 @@ class AgentConfig(Section):
     run_as: UserName | None = None
     socket_path: Path | None = None  # with run_as; default /tmp/vigil-agent-<uid>/vigil.sock
     env: tuple[EnvName, ...] = ()
+    skill: Path | None = None  # VIGIL_SKILL of every run; default: the shipped agent-skill.md
 
 
 class RunConfig(Section):

@@ -10,7 +10,7 @@ dispatch states are ``dispatch``'s. An entry read back without its data key is `
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from pipeline.rules.backoff import RetryPolicy
@@ -19,9 +19,10 @@ from pipeline.rules.definition import WatcherDefinition
 from pipeline.rules.evidence import Evidence, trigger_json
 from pipeline.rules.outcomes import Outcome
 from pipeline.rules.quiet_hours import QuietHours
+from pipeline.rules.schedules import fire_late, sent_late_by
 from pipeline.rules.sources import ScheduleSource
 
-__all__ = ["OutboxEntry", "build_entry"]
+__all__ = ["OutboxEntry", "as_sent", "build_entry"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -95,7 +96,7 @@ def build_entry(
         evidence_digest=evidence.digest() if digest is None else digest,
         evidence_observed_at=evidence.observed_at,
         due_at=scheduled_at or now,
-        late=evidence.late,
+        late=is_schedule and fire_late(evidence, now),
         created_at=now,
         retry=definition.retry,
         quiet_hours=delivery.quiet_hours,
@@ -106,3 +107,14 @@ def build_entry(
         schedule_name=definition.watcher_id.rsplit(":", 1)[-1] if is_schedule else None,
         schedule_time=scheduled_at,
     )
+
+
+def as_sent(entry: OutboxEntry, claimed_at: datetime) -> OutboxEntry:
+    """The entry as its destination reads it when claimed at ``claimed_at``: a schedule's fire
+    decided on time but claimed past its grace (delivery was down or deferred it) is ``late``
+    (``pipeline.rules.schedules.sent_late_by``); any other entry is itself."""
+    if entry.late or entry.schedule_time is None:
+        return entry
+    if sent_late_by(entry.due_at, entry.created_at, False, claimed_at) is None:
+        return entry
+    return replace(entry, late=True)

@@ -6,10 +6,10 @@ range is evaluated again by :func:`pipeline.rules.evaluation.evaluate` with the 
 evaluation time (or the input's arrival, :attr:`ReplayClock.ARRIVAL`), and with what replay
 cannot recompute taken as recorded: the authorization and budget verdicts, the lifecycle status
 the command processor set (a ``not_active`` receipt was evaluated while paused) and whether the
-pinned evaluator was registered. Conditions, freshness, expiry, dedupe, keys and a change
-watcher's transitions are recomputed (receipts before the range seed them). A replacement
-definition (``override``) answers "what would this have fired?"; a ``regrant`` decides chosen
-receipts with another authorization instead of the recorded one (recovery).
+pinned evaluator was registered. Conditions, freshness, expiry, dedupe, keys, late flags and a
+change watcher's transitions are recomputed (receipts before the range seed them). A
+replacement definition (``override``) answers "what would this have fired?"; a ``regrant``
+decides chosen receipts with another authorization instead of the recorded one (recovery).
 
 Leaves out reading Kafka (``pipeline.ops.replay_reader``) and printing (``pipeline.cli``).
 Inputs that no watcher evaluated have no receipt and are not replayed; neither are inputs a
@@ -125,6 +125,7 @@ class Decision:
     reason: Reason
     delivery_key: str | None
     evidence_digest: str
+    late: bool = False  # the outbox entry's late flag (a schedule fire decided past its grace)
 
     @classmethod
     def of(cls, receipt: Receipt) -> Decision:
@@ -227,7 +228,13 @@ def replay(
         states[slot] = next_state
         if granted is not None:
             report.regranted.append((receipt, evaluation))
-        decision = Decision.of(evaluation.receipt)  # its delivery key: the entry's, if any
+        decision = Decision(
+            evaluation.outcome,
+            evaluation.reason,
+            None if evaluation.outbox is None else evaluation.outbox.delivery_key,
+            evaluation.receipt.evidence_digest,
+            evaluation.outbox is not None and evaluation.outbox.late,
+        )
         report.replayed += 1
         report.reasons[decision.reason] = report.reasons.get(decision.reason, 0) + 1
         if decision.delivery_key is not None:
@@ -372,6 +379,7 @@ def _compare(
     if entry is not None and (
         entry.evidence_digest != decision.evidence_digest
         or entry.watcher_version != receipt.watcher_version
+        or entry.late != decision.late
     ):
         return _difference(DifferenceKind.OUTBOX_MISMATCH, receipt, decision)
     return None

@@ -4,9 +4,9 @@ JSON ``{"chat_id", "text"}`` (DESIGN.md §9), and the text every chat-like adapt
 Such an API takes no idempotency key, so every result says ``repeat_risk``: a crash between
 the send and recording it makes the next worker send the message again. That is documented
 and counted by the consumer; the delivery key still dedupes everything inside vigil. A late
-one-shot's text says it is late and when it was due. The token is read from the environment
-by ``registry`` and lives only in the request URL; transport errors are reduced to a code so
-it never reaches a log.
+schedule fire's text says when it was due and how late it is sent. The token is read from the
+environment by ``registry`` and lives only in the request URL; transport errors are reduced to
+a code so it never reaches a log.
 
 Left out: resolving which chat a schedule targets (the control plane freezes it as the
 delivery's target) and Telegram features beyond plain text (parse modes, keyboards).
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Final
 
 import httpx
@@ -31,20 +31,22 @@ from pipeline.http import (
     make_client,
     post,
 )
-from pipeline.rules.instants import rfc3339_seconds
 from pipeline.rules.outbox import OutboxEntry
+from pipeline.rules.schedules import late_note, sent_late_by
 
 __all__ = ["MAX_TEXT", "ChatAdapter", "TelegramConfig", "chat_text"]
 
 MAX_TEXT: Final = 4096  # Telegram's limit for one message
 
 
-def chat_text(entry: OutboxEntry) -> str:
+def chat_text(entry: OutboxEntry, at: datetime | None = None) -> str:
     """What a person reads: the text (``send``/``prompt``), or the watcher and its outcome
-    (``notify``); a late delivery adds when it was due. Cut to :data:`MAX_TEXT`."""
+    (``notify``); a late delivery adds when it was due and how late it is ``at`` (sent), when
+    known. Cut to :data:`MAX_TEXT`."""
     text = entry.text if entry.text is not None else (f"{entry.watcher_id}: {entry.outcome.value}")
     if entry.late:
-        text = f"{text}\n(late: this was due at {rfc3339_seconds(entry.due_at)})"
+        late = None if at is None else sent_late_by(entry.due_at, entry.created_at, True, at)
+        text = f"{text}\n(late: {late_note(entry.due_at, late)})"
     if len(text) > MAX_TEXT:
         text = text[: MAX_TEXT - 1] + "…"
     return text
@@ -104,7 +106,8 @@ class ChatAdapter:
 
     def send(self, entry: OutboxEntry) -> SendResult:
         body = json.dumps(
-            {"chat_id": self._chat_id, "text": chat_text(entry)}, ensure_ascii=False
+            {"chat_id": self._chat_id, "text": chat_text(entry, self._clock.now())},
+            ensure_ascii=False,
         ).encode("utf-8", errors="replace")
         reply = post(
             self._client,

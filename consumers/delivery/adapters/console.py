@@ -15,6 +15,7 @@ from typing import TextIO
 
 from consumers.delivery.adapters.base import AdapterKind, SendResult
 from consumers.delivery.adapters.chat import chat_text
+from pipeline.clock import Clock, SystemClock
 from pipeline.rules.outbox import OutboxEntry
 from pipeline.rules.outcomes import ErrorCode
 
@@ -24,15 +25,16 @@ __all__ = ["ConsoleAdapter"]
 class ConsoleAdapter:
     kind = AdapterKind.CONSOLE
 
-    def __init__(self, stream: TextIO | None = None) -> None:
+    def __init__(self, stream: TextIO | None = None, *, clock: Clock | None = None) -> None:
         self._stream = stream
+        self._clock: Clock = clock or SystemClock()
         self._lock = threading.Lock()  # one delivery's lines never interleave with another's
 
     def send(self, entry: OutboxEntry) -> SendResult:
         stream = self._stream if self._stream is not None else sys.stdout
         try:
             with self._lock:
-                stream.write(chat_text(entry) + "\n")
+                stream.write(chat_text(entry, self._clock.now()) + "\n")
                 stream.flush()
         except (OSError, ValueError):  # closed or broken stdout
             return SendResult.failed(ErrorCode.UNAVAILABLE, repeat_risk=True)
