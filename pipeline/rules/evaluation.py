@@ -116,13 +116,11 @@ def evaluate(
     close = None if step.close else schedules.one_shot_close(definition, evidence, step.reason)
     if close is not None:  # a one-shot's own fire is its last: whatever came of it, it closes
         step = step._replace(close=close, note=schedules.CLOSED_NOTE)
-    applied = state.applied(key)
-    moved = None if applied else _change(definition, state, evidence, now, step)
-    if moved is None:
-        sends = step.reason is Reason.CONDITION_TRUE and not applied
-    else:
+    moved = _change(definition, state, evidence, now, step, key)
+    duplicate = step.reason is Reason.CONDITION_TRUE and state.applied(key)
+    sends = step.reason is Reason.CONDITION_TRUE and not duplicate
+    if moved is not None:  # a change watcher notifies on its transitions only
         step, sends = _noticed(step, moved.notice), moved.notice.sends
-    duplicate = applied and step.reason is Reason.CONDITION_TRUE
     identity = trigger_json(trigger)
     digest = evidence.digest()
     entry = None
@@ -140,9 +138,11 @@ def _change(
     evidence: Evidence,
     now: datetime,
     step: _Step,
+    key: str,
 ) -> ChangeStep | None:
-    """A change watcher's transition when the condition was judged (else none: no truth claim)."""
-    if definition.mode is not Mode.CHANGE or step.reason not in JUDGED:
+    """A change watcher's transition when the condition was judged (else none: no truth claim),
+    unless this trigger was applied before (a duplicate moves nothing)."""
+    if definition.mode is not Mode.CHANGE or step.reason not in JUDGED or state.applied(key):
         return None
     holds = step.reason is Reason.CONDITION_TRUE
     at = _evidence_instant(evidence, now)
