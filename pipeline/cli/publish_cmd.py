@@ -7,7 +7,8 @@ stops there (what came before is still flushed), with ``--skip-invalid`` it goes
 is still published). ``--dry-run`` checks every line and publishes nothing: no broker is needed.
 Long inputs get a progress line on stderr; every run ends with ``published N, rejected M``
 there, and exits 1 when anything was rejected. A leader moving on the cluster is waited out up to
-``--timeout`` (default a minute: a broker's loss and a controller failover).
+``--timeout`` (default a minute: a broker's loss and a controller failover). Every event carries
+the configured subject's tenant (``[subject] tenant_id``), the one pinned evaluators match it to.
 
 Left out: the checks (``pipeline.ops.validate``) and the producer (``producers.publish``).
 """
@@ -107,7 +108,10 @@ def publish(
     seen = rejected = published = 0
     if not dry_run:
         state.reach_kafka()
-    publisher = None if dry_run else EventPublisher(state.config, timeout_s=timeout)
+    tenant = state.config.subject.tenant_id  # what every event carries (never the payload's)
+    publisher = (
+        None if dry_run else EventPublisher(state.config, tenant_id=tenant, timeout_s=timeout)
+    )
     try:
         for number, text in enumerate(source, start=1):
             if not text.strip():

@@ -200,6 +200,19 @@ class ApiConfig(Section):
     listen: Listen = "127.0.0.1:8088"
     max_body: int = Field(default=1 << 20, ge=1024, le=64 << 20)  # bytes of one request body
     max_scan: int = Field(default=10_000, ge=100, le=1_000_000)  # records one ledger read scans
+    # Requests per second one principal may make (API and console together), after a burst.
+    rate: float = Field(default=20.0, gt=0, le=100_000)
+    burst: int = Field(default=100, ge=1, le=1_000_000)
+    sign_in_per_minute: int = Field(default=10, ge=1, le=10_000)  # per client address
+    command_clients: int = Field(default=4, ge=1, le=64)  # concurrent command round trips
+    command_wait: Duration = timedelta(seconds=5)  # for a free command client, then 503
+    sessions_per_principal: int = Field(default=20, ge=1, le=10_000)  # console sign-ins kept
+    # The console cookie's Secure flag: "auto" sets it except on plain http to a loopback
+    # host from a loopback client (vigil dev); "always" sets it whatever the request says.
+    secure_cookie: Literal["auto", "always"] = "auto"
+    # The ledger index: each subject's newest notifications and delivery keys, all in all.
+    index_per_subject: int = Field(default=1_000, ge=10, le=1_000_000)
+    index_records: int = Field(default=200_000, ge=1_000, le=100_000_000)
 
 
 class OperatorConfig(Section):

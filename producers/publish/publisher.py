@@ -11,6 +11,9 @@ publisher's ``timeout_s`` (default :data:`~pipeline.kafka.failover.FAILOVER_WAIT
 for a broker loss and a controller failover) before it fails, and a failure names the partitions
 without a leader or short of in-sync replicas; "create the topics" is said only when they are
 missing.
+Each event carries the publishing tenant its caller names (``tenant_id``: the publisher's own, or
+per event), never one read from the payload; an event with none feeds no pinned evaluator
+(DESIGN.md §10 "Publishers belong to a tenant").
 
 Left out: transactions (a publisher is not part of vigil's exactly-once loop; duplicates are
 harmless because the trigger identity ``(event_type, event_id)`` dedupes) and reading events.
@@ -49,7 +52,9 @@ class EventPublisher:
     """Publishes events to ``<prefix>events``; use as a context manager (flushes on exit).
 
     ``target`` is a bootstrap string, or the ``[kafka]`` section (or whole configuration),
-    which also supplies the topology unless one is given.
+    which also supplies the topology unless one is given. ``tenant_id`` is the tenant its
+    events carry unless :meth:`publish` names one (a Kafka-credentialed publisher is trusted
+    to name its own, as the broker's ACLs decide who writes ``events``).
     """
 
     def __init__(
@@ -60,7 +65,9 @@ class EventPublisher:
         codec: AvroCodec | None = None,
         overrides: Mapping[str, Any] | None = None,
         timeout_s: float = FAILOVER_WAIT_S,
+        tenant_id: str | None = None,
     ) -> None:
+        self._tenant = tenant_id
         kafka = target.kafka if isinstance(target, VigilConfig) else target
         if isinstance(kafka, KafkaConfig):
             self._bootstrap = kafka.bootstrap_servers
@@ -114,11 +121,14 @@ class EventPublisher:
         observed_at: datetime,
         cursor: str | None = None,
         envelope_id: str | None = None,
+        tenant_id: str | None = None,
     ) -> None:
-        """Queue one event. Delivery is confirmed by :meth:`flush`; failures raise there or on
-        a later call as :class:`BrokerError`."""
+        """Queue one event (for ``tenant_id``, else the publisher's tenant). Delivery is
+        confirmed by :meth:`flush`; failures raise there or on a later call as
+        :class:`BrokerError`."""
+        tenant = self._tenant if tenant_id is None else tenant_id
         record = event_record(
-            source_id, event_type, event_id, payload, observed_at, cursor, envelope_id
+            source_id, event_type, event_id, payload, observed_at, cursor, envelope_id, tenant
         )
         value = self._codec.encode(EVENT, record)
         key = source_id.encode("utf-8")
@@ -130,7 +140,9 @@ class EventPublisher:
         self._producer.produce(self._topic, key, value, partition)
         self._written.add((self._topic, partition))
 
-    def publish_line(self, line: EventLine, observed_at: datetime) -> None:
+    def publish_line(
+        self, line: EventLine, observed_at: datetime, tenant_id: str | None = None
+    ) -> None:
         """Queue one event as a publisher wrote it (a ``vigil publish`` line, an item of
         ``POST /v1/events``), its shape checked by :func:`~pipeline.records.event.event_line`."""
         self.publish(
@@ -141,6 +153,7 @@ class EventPublisher:
             observed_at,
             cursor=line.cursor,
             envelope_id=line.envelope_id,
+            tenant_id=tenant_id,
         )
 
     def flush(self, timeout: float | None = None) -> None:

@@ -52,7 +52,7 @@ CONFIG: dict[str, Any] = {
             "url": "http://127.0.0.1:9/hook",
             "secret_env": "HOOK_SECRET",
         },
-        "plain-hook": {"kind": "webhook", "url": "http://127.0.0.1:9/plain"},
+        "plain-hook": {"kind": "webhook", "url": "http://127.0.0.1:9/plain", "unsigned": True},
         "ledger": {"kind": "in_app"},
         "audit": {"kind": "log"},
     },
