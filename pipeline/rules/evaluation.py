@@ -150,12 +150,13 @@ def _change(
 
 
 def _noticed(step: _Step, notice: Notice) -> _Step:
-    """A change watcher's judgment as its notice says: ``resolved`` when the condition
-    cleared, and the notice in the receipt's note (none while it stays false)."""
+    """A change watcher's judgment: ``resolved`` when the condition cleared; the notice noted."""
+    if notice is Notice.QUIET and step.reason is Reason.CONDITION_FALSE:
+        return step
     cleared = notice is Notice.RESOLVED or notice is Notice.CLEARED
     outcome = Outcome.RESOLVED if cleared else step.outcome
-    quiet_false = notice is Notice.QUIET and step.reason is Reason.CONDITION_FALSE
-    return step._replace(outcome=outcome, note="" if quiet_false else f"change: {notice.value}")
+    note = f"change: {notice.value}"
+    return step._replace(outcome=outcome, note=f"{step.note}; {note}" if step.note else note)
 
 
 def _decide(

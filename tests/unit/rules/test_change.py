@@ -4,6 +4,7 @@ per transition's trigger; replay reproduces every decision, from the start or mi
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -13,13 +14,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeline.rules.authz import Action, Grant
+from pipeline.rules.budgets import BudgetVerdict
 from pipeline.rules.change import ChangePolicy, Notice, change_step
 from pipeline.rules.definition import WatcherDefinition
 from pipeline.rules.errors import DefinitionError
+from pipeline.rules.evaluation import evaluate, recorded_budget
 from pipeline.rules.evidence import Evidence, EvidenceKind
 from pipeline.rules.keys import InstantTrigger, delivery_key
+from pipeline.rules.lifecycle import CloseReason, WatcherStatus
 from pipeline.rules.outcomes import ErrorCode, Outcome, Reason
 from pipeline.rules.replay import replay
+from pipeline.rules.watcher_state import WatcherState
 from tests.unit.rules.test_replay import T0, TENANT, USER, WATCHER, Recorder, definition, event
 
 pytestmark = pytest.mark.unit
@@ -265,6 +270,26 @@ def test_an_event_watcher_in_change_mode_notifies_on_the_first_failure_of_a_run(
     assert [r.delivery_key is not None for r in recorder.receipts] == [True, False, False, True]
     assert [r.outcome for r in recorder.receipts][2] is Outcome.RESOLVED
     assert replay(recorder.history()).differences == []
+
+
+def test_the_final_poll_at_the_deadline_clears_and_expires_with_both_noted() -> None:
+    defn = site_down()
+    deadline = defn.expires_at
+    assert deadline is not None
+    last = dataclasses.replace(tick(0, "up"), observed_at=deadline, scheduled_at=deadline)
+    state = WatcherState(version=1, status=WatcherStatus.ACTIVE, activated_at=T0, holds=True)
+    result = evaluate(
+        defn,
+        state,
+        last,
+        (POLL_GRANT.model_copy(update={"until": deadline + timedelta(days=1)}),),
+        deadline + timedelta(seconds=1),
+        recorded_budget(BudgetVerdict.OK),
+        evaluators=frozenset({TOOL}),
+    )
+    assert (result.outcome, result.close) == (Outcome.RESOLVED, CloseReason.EXPIRED)
+    assert result.receipt.note == "final evaluation at the deadline; change: cleared"
+    assert result.next_state.holds is False and result.outbox is None
 
 
 # --- the definition -----------------------------------------------------------------------------
