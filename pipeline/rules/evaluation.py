@@ -39,8 +39,11 @@ __all__ = ["BudgetGate", "Evaluation", "authorization_for", "evaluate", "recorde
 BudgetGate = Callable[[Evidence], BudgetVerdict]
 """Charges one evaluation (and the evidence's tool usage) against the watcher's budget."""
 
-_NOTE_DENIED_EVERY = "authorization failed; replay from the watcher's cursor to recover"
-_NOTE_DENIED_ONCE = "access revoked: watch cancelled before data was read"
+_NOTE_DENIED = {
+    Mode.EVERY: "authorization failed; replay from the watcher's cursor to recover",
+    Mode.ONCE: "access revoked: watch cancelled before data was read",
+    Mode.CHANGE: "authorization failed: nothing judged; goes on from the last known truth",
+}
 _NOTE_DUPLICATE = "trigger already applied to this version: no second outbox entry"
 
 
@@ -183,21 +186,14 @@ def _decide(
         authorization_for(definition, grants, now) if authorization is None else authorization
     )
     if not decision.allowed:
-        if definition.mode is Mode.ONCE:
-            return _Step(
-                Outcome.NONE,
-                Reason.AUTHORIZATION_DENIED,
-                advance=False,
-                close=CloseReason.ACCESS_REVOKED,
-                authz=decision,
-                note=_NOTE_DENIED_ONCE,
-            )
+        once = definition.mode is Mode.ONCE
         return _Step(
             Outcome.NONE,
             Reason.AUTHORIZATION_DENIED,
             advance=False,
+            close=CloseReason.ACCESS_REVOKED if once else None,
             authz=decision,
-            note=_NOTE_DENIED_EVERY,
+            note=_NOTE_DENIED[definition.mode],
         )
 
     unavailable = Outcome.UNAVAILABLE

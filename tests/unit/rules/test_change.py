@@ -272,6 +272,16 @@ def test_an_event_watcher_in_change_mode_notifies_on_the_first_failure_of_a_run(
     assert replay(recorder.history()).differences == []
 
 
+def test_a_denied_poll_judges_nothing_and_says_where_the_watcher_goes_on() -> None:
+    recorder = polled(site_down(), ["down"])
+    recorder.run(tick(1, "up"), grants=())
+    denied = recorder.receipts[-1]
+    assert denied.reason is Reason.AUTHORIZATION_DENIED
+    assert denied.note.endswith("goes on from the last known truth")
+    recorder.run(tick(2, "down"), grants=(POLL_GRANT,))
+    assert recorder.receipts[-1].delivery_key is None, "still down: the denied up judged nothing"
+
+
 def test_the_final_poll_at_the_deadline_clears_and_expires_with_both_noted() -> None:
     defn = site_down()
     deadline = defn.expires_at
