@@ -4,7 +4,9 @@ always what the checked constructor accepts."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from pipeline.kafka.serde import default_codec
+from pipeline.kafka.serde import AvroCodec, default_codec
 from pipeline.records.watcher_state import decode_state, encode_state
 from pipeline.rules.authz import Action, Grant
 from pipeline.rules.budgets import BudgetVerdict
@@ -27,6 +29,7 @@ from pipeline.rules.watcher_state import RECENT_TRIGGERS, AppliedTrigger, Watche
 pytestmark = pytest.mark.unit
 
 CODEC = default_codec()
+SCHEMAS = Path(__file__).resolve().parents[3] / "schemas"
 KEY = ("acme", "u-42", "w")
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
@@ -161,6 +164,22 @@ def test_a_stored_state_out_of_range_is_undecodable() -> None:
     )
     with pytest.raises(SerdeError, match="version"):
         decode_state(CODEC, bad)
+
+
+def test_a_state_written_before_change_mode_reads_as_unknown_truth() -> None:
+    v1 = json.loads((SCHEMAS / "watcher_state.v1.avsc").read_text(encoding="utf-8"))
+    before = AvroCodec.from_documents({"watcher_state.v1.avsc": v1})
+    fields = {
+        "tenant_id": "acme", "user_id": "u", "watcher_id": "w", "source_id": "ci",
+        "version": 3, "status": "active", "activated_at": None, "checkpoint": None,
+        "recent_triggers": [], "last_outcome": "satisfied", "last_reason": "condition_true",
+        "evaluations": 7, "closed_reason": None, "revision": 9, "updated_at": NOW,
+    }  # fmt: skip
+    read = decode_state(CODEC, before.encode("watcher_state", fields))
+    state = WatcherState(3, "active", None, None, (), "satisfied", "condition_true", 7, None, 9)
+    assert read == state and (read.holds, read.notified_at) == (None, None)
+    firing = state.replace(holds=True, notified_at=NOW)
+    assert decode_state(CODEC, encode_state(CODEC, KEY, "ci", firing, NOW)) == firing
 
 
 def test_replace_checks_like_the_constructor_and_the_tuple_is_immutable() -> None:
