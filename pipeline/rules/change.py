@@ -133,6 +133,15 @@ def recorded_truth(state: WatcherState, receipt: Receipt) -> WatcherState:
     holds = receipt.reason is Reason.CONDITION_TRUE
     notified = state.notified_at
     if holds and receipt.delivery_key is not None:
-        scheduled = receipt.trigger.get("scheduled_at")
-        notified = receipt.evaluated_at if scheduled is None else parse_instant(scheduled)
+        notified = _instant_of(receipt)
     return state.replace(holds=holds, notified_at=notified)
+
+
+def _instant_of(receipt: Receipt) -> datetime:
+    """The instant ``change_step`` was given: the poll's scheduled instant, else evaluation
+    time (also for a receipt whose trigger does not say, erased or garbled)."""
+    scheduled = receipt.trigger.get("scheduled_at")
+    try:
+        return receipt.evaluated_at if scheduled is None else parse_instant(scheduled)
+    except DefinitionError:
+        return receipt.evaluated_at

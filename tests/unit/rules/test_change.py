@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from pipeline.rules.authz import Action, Grant
 from pipeline.rules.budgets import BudgetVerdict
-from pipeline.rules.change import ChangePolicy, Notice, change_step
+from pipeline.rules.change import ChangePolicy, Notice, change_step, recorded_truth
 from pipeline.rules.definition import WatcherDefinition
 from pipeline.rules.errors import DefinitionError
 from pipeline.rules.evaluation import evaluate, recorded_budget
@@ -23,6 +23,7 @@ from pipeline.rules.evidence import Evidence, EvidenceKind
 from pipeline.rules.keys import InstantTrigger, delivery_key
 from pipeline.rules.lifecycle import CloseReason, WatcherStatus
 from pipeline.rules.outcomes import ErrorCode, Outcome, Reason
+from pipeline.rules.receipts import Receipt
 from pipeline.rules.replay import replay
 from pipeline.rules.watcher_state import WatcherState
 from tests.unit.rules.test_replay import T0, TENANT, USER, WATCHER, Recorder, definition, event
@@ -300,6 +301,37 @@ def test_the_final_poll_at_the_deadline_clears_and_expires_with_both_noted() -> 
     assert (result.outcome, result.close) == (Outcome.RESOLVED, CloseReason.EXPIRED)
     assert result.receipt.note == "final evaluation at the deadline; change: cleared"
     assert result.next_state.holds is False and result.outbox is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    trigger=st.dictionaries(st.sampled_from(["kind", "scheduled_at", "event_id"]), st.text()),
+    reason=st.sampled_from(list(Reason)),
+    keyed=st.booleans(),
+)
+def test_replay_seeds_from_any_recorded_receipt_without_raising(
+    trigger: dict[str, str], reason: Reason, keyed: bool
+) -> None:
+    receipt = Receipt(
+        tenant_id=TENANT,
+        user_id=USER,
+        watcher_id=WATCHER,
+        watcher_version=1,
+        evaluated_at=T0,
+        evidence_digest="0" * 64,
+        trigger=trigger,
+        trigger_key="1" * 64,
+        observed_at=T0,
+        outcome=Outcome.SATISFIED,
+        reason=reason,
+        authorized=True,
+        delivery_key="1" * 64 if keyed else None,
+    )
+    seeded = recorded_truth(WatcherState(version=1, status=WatcherStatus.ACTIVE), receipt)
+    judged = reason in (Reason.CONDITION_TRUE, Reason.CONDITION_FALSE)
+    assert seeded.holds is (None if not judged else reason is Reason.CONDITION_TRUE)
+    notified = keyed and reason is Reason.CONDITION_TRUE
+    assert (seeded.notified_at is not None) is notified
 
 
 # --- the definition -----------------------------------------------------------------------------
