@@ -23,7 +23,7 @@ import redis
 from confluent_kafka import Producer
 from prometheus_client import CollectorRegistry
 
-from consumers.commands.loop import CommandProcessor
+from consumers.commands.loop import CommandDeps, CommandProcessor, CommandSettings
 from consumers.delivery.adapters import build_adapters
 from consumers.delivery.loop import DeliverySettings, DeliveryWorker
 from consumers.evaluator.loop import Evaluator
@@ -131,13 +131,8 @@ class Stack:
     def _start(self, redis_url: str) -> None:
         topology, bootstrap, clock = self.topology, self.bootstrap, self.clock
         processor = CommandProcessor(
-            bootstrap,
-            topology,
-            instance_id="p",
-            clock=clock,
-            keks=self.keks,
-            metrics_registry=CollectorRegistry(),
-            consumer_overrides=FAST_GROUP,
+            CommandSettings(bootstrap, topology, "p", consumer_overrides=FAST_GROUP),
+            CommandDeps(keks=self.keks, clock=clock, metrics_registry=CollectorRegistry()),
         )
         self._threads.start("command-processor", processor.run)
         metrics = evaluator_metrics(CollectorRegistry())

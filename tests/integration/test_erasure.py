@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from consumers.commands.loop import CommandProcessor
+from consumers.commands.loop import CommandDeps, CommandProcessor, CommandSettings
 from pipeline.control.client import CommandClient, operator_principal
 from pipeline.crypto import KeyEncryptionKeys, KeyRing
 from pipeline.kafka.admin import connect_admin, ensure_topics
@@ -320,12 +320,8 @@ class _Processor:
         import threading
 
         self.processor = CommandProcessor(
-            bootstrap,
-            topology,
-            instance_id="rot",
-            keks=keks,
-            metrics_registry=CollectorRegistry(),
-            consumer_overrides=FAST_GROUP,
+            CommandSettings(bootstrap, topology, "rot", consumer_overrides=FAST_GROUP),
+            CommandDeps(keks=keks, metrics_registry=CollectorRegistry()),
         )
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self.processor.run, args=(self.stop,), daemon=True)
