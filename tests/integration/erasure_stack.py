@@ -46,7 +46,7 @@ from pipeline.rules.budgets import BudgetCaps
 from pipeline.rules.commands import CommandResult, CommandVerb, GrantSpec
 from pipeline.rules.keys import subject_key
 from pipeline.runtime.keys import read_keys
-from producers.ticker.loop import PollTicker, TickerSettings
+from producers.ticker.loop import PollTicker, TickerDeps, TickerSettings
 from producers.ticker.tools import REGISTERED
 from tests.integration.ticker_helpers import StatusServer
 from tests.names import fresh
@@ -149,13 +149,20 @@ class Stack:
         stage = EvaluatorStage(settings, evaluator, metrics_registry=CollectorRegistry())
         self._threads.start("evaluator", stage.run)
         ticker = PollTicker(
-            TickerSettings(bootstrap, topology, "t", consumer_overrides=FAST_GROUP),
-            tools={"status-page": ToolConfig(kind="http.json@v1", url=self.tool.url)},
-            budgets=self.budgets(),
-            default_caps=BudgetCaps(window=timedelta(hours=1), evaluations=1000),
-            clock=clock,
-            metrics_registry=CollectorRegistry(),
-            keks=self.keks,
+            TickerSettings(
+                bootstrap,
+                topology,
+                "t",
+                consumer_overrides=FAST_GROUP,
+                tools={"status-page": ToolConfig(kind="http.json@v1", url=self.tool.url)},
+                default_caps=BudgetCaps(window=timedelta(hours=1), evaluations=1000),
+            ),
+            TickerDeps(
+                budgets=self.budgets(),
+                keks=self.keks,
+                clock=clock,
+                metrics_registry=CollectorRegistry(),
+            ),
         )
         self._threads.start("ticker", ticker.run)
         ring = KeyRing(self.keks, default_codec())
