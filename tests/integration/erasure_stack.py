@@ -25,7 +25,7 @@ from prometheus_client import CollectorRegistry
 
 from consumers.commands.loop import CommandDeps, CommandProcessor, CommandSettings
 from consumers.delivery.adapters import build_adapters
-from consumers.delivery.loop import DeliverySettings, DeliveryWorker
+from consumers.delivery.loop import DeliveryDeps, DeliverySettings, DeliveryWorker
 from consumers.evaluator.loop import Evaluator
 from consumers.evaluator.metrics import evaluator_metrics
 from consumers.evaluator.stage import EvaluatorSettings, EvaluatorStage
@@ -189,19 +189,17 @@ class Stack:
             build_adapters(config, stdout=self.console, clock=clock, sealer=ring)
         )
         worker = DeliveryWorker(
-            bootstrap,
             DeliverySettings(
+                bootstrap=bootstrap,
                 topology=topology,
                 instance_id="d",
                 group_id=f"{topology.prefix}delivery",
                 table_refresh_s=0.1,
                 consumer_overrides=FAST_GROUP,
             ),
-            adapters,
-            self.budgets(),
-            clock=clock,
-            metrics_registry=CollectorRegistry(),
-            ring=ring,
+            DeliveryDeps(
+                adapters, self.budgets(), ring, clock=clock, metrics_registry=CollectorRegistry()
+            ),
         )
         self._threads.start("delivery", worker.run)
 
