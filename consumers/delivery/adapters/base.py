@@ -2,7 +2,7 @@
 copied), what it answers (:class:`SendResult`), and the one JSON body every destination shares
 (:func:`webhook_body`).
 
-An adapter is a ``config`` + ``send`` pair (STYLE habit 9). ``send`` is synchronous and
+An adapter is a ``config`` + ``send`` pair. ``send`` is synchronous and
 thread-safe: the delivery consumer calls many destinations at once from a thread pool, off its
 poll thread, between the claim transaction and the result transaction (DESIGN.md §4, §10).
 Results are categorical only — an :class:`~pipeline.rules.outcomes.ErrorCode`, an optional
