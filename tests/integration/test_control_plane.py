@@ -498,12 +498,7 @@ def test_an_agent_that_prints_50_mib_leaves_the_daemon_bounded_and_its_answer_tr
 
 def test_200_idle_connections_yield_to_a_client_and_are_refused_cleanly(stack: Stack) -> None:
     with contextlib.ExitStack() as held:
-        idle = []
-        for _ in range(200):
-            sock = held.enter_context(socket.socket(socket.AF_UNIX, socket.SOCK_STREAM))
-            sock.settimeout(20)
-            sock.connect(str(stack.socket))
-            idle.append(sock)
+        idle = [held.enter_context(_connected(stack.socket)) for _ in range(200)]
         served = stack.vigil("list", "--chat", "me")
         assert served.returncode == 0, served.stderr  # a client that asks is served
         # With 64 slots, the oldest idle ones made room: each was told why, then closed.
@@ -519,6 +514,21 @@ def test_200_idle_connections_yield_to_a_client_and_are_refused_cleanly(stack: S
     evicted = re.search(r'vigil_daemon_socket_closed_total\{reason="evicted"\} (\S+)', text)
     assert evicted and float(evicted.group(1)) >= 136, text[-2000:]
     assert stack.vigil("list", "--chat", "me").returncode == 0
+
+
+def _connected(path: Path) -> socket.socket:
+    """A connection, waiting while the daemon's listen backlog is full (EAGAIN)."""
+    deadline = time.monotonic() + 30
+    while True:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(20)
+        try:
+            sock.connect(str(path))
+            return sock
+        except BlockingIOError:
+            sock.close()
+            assert time.monotonic() < deadline, "the daemon never accepted"
+            time.sleep(0.05)
 
 
 def _closing_line(sock: socket.socket) -> dict[str, Any]:

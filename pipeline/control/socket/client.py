@@ -57,6 +57,8 @@ def _call_once(path: Path, request: dict[str, Any], timeout_s: float) -> VerbRes
     try:
         try:
             sock.connect(str(path))
+        except BlockingIOError:  # its backlog is full: as busy as a refusal, asked again
+            return VerbResponse.failure(VerbErrorKind.BUSY, "the vigil daemon's backlog is full")
         except (FileNotFoundError, ConnectionRefusedError):
             raise ConfigError(
                 f"no vigil daemon is listening on {path}: start one with `vigil daemon`"

@@ -149,3 +149,21 @@ def test_a_connection_without_a_complete_request_in_time_is_told_and_closed(
                 talker.sendall(b'{"verb": "list"}\n')
                 assert _reply(talker) == {"ok": True, "result": {"body": {"verb": "list"}}}
                 time.sleep(0.6)
+
+
+def test_a_full_listen_backlog_is_busy_for_the_client_not_a_broken_daemon(tmp_path: Path) -> None:
+    path = tmp_path / "b.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener, ExitStack() as fillers:
+        listener.bind(str(path))
+        listener.listen(0)  # and never accepts
+        for _ in range(100):
+            filler = fillers.enter_context(socket.socket(socket.AF_UNIX, socket.SOCK_STREAM))
+            filler.setblocking(False)
+            try:
+                filler.connect(str(path))
+            except BlockingIOError:
+                break
+        else:
+            pytest.fail("the backlog never filled")
+        answer = call(path, {"verb": "list"}, starting_wait_s=0)
+        assert answer.error is not None and answer.error.code.value == "busy"
