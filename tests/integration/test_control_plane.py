@@ -149,6 +149,13 @@ class Stack:
             proc.kill()
             proc.wait(10)
 
+    def restart_daemon(self) -> None:
+        """Start the daemon again (with the config as it is now) and wait for its grant."""
+        grants = self.log("daemon").count("control grant")
+        self.stop("daemon")
+        self.start("daemon")
+        _wait(lambda: self.log("daemon").count("control grant") > grants, 60, "the new daemon")
+
     def stop_all(self) -> None:
         for name in list(self.procs):
             self.stop(name)
@@ -358,10 +365,8 @@ def test_agent_run_schedules_and_cancels_its_own_with_its_token(stack: Stack) ->
             f'command = ["{sys.executable}", "{stack.root / "agent.py"}"]', f'command = ["{agent}"]'
         )
     )
-    stack.stop("daemon")
     try:
-        stack.start("daemon")
-        _wait(lambda: stack.log("daemon").count("control grant") >= 2, 60, "the restarted daemon")
+        stack.restart_daemon()
         result = stack.vigil("query", "--chat", "me", "remind me")
         assert result.returncode == 0, result.stderr
         assert result.stdout.split() == ["scheduled", "1", "cancelled-own"]
@@ -369,6 +374,7 @@ def test_agent_run_schedules_and_cancels_its_own_with_its_token(stack: Stack) ->
     finally:
         stack.config.write_text(config)
         stack.vigil("cancel", "--chat", "me", "--name", "by-agent")
+        stack.restart_daemon()  # with the stack's own agent again, for the tests after this one
 
 
 def test_one_shot_due_while_everything_was_down_fires_once_flagged_late(
@@ -505,12 +511,9 @@ def test_200_idle_connections_yield_to_a_client_and_are_refused_cleanly(stack: S
         refused = [_closing_line(sock) for sock in idle[:136]]
         assert {r["error"]["code"] for r in refused} == {"busy"}, refused[:3]
         assert all(r["ok"] is False for r in refused)
-    metrics = _wait(
-        lambda: re.search(r"metrics and health on (http://\S+)", stack.log("daemon")),
-        10,
-        "the daemon's metrics listener",
-    )
-    text = httpx.get(f"{metrics.group(1)}/metrics", timeout=10).text
+    listeners = re.findall(r"metrics and health on (http://\S+)", stack.log("daemon"))
+    assert listeners, stack.log("daemon")[-2000:]
+    text = httpx.get(f"{listeners[-1]}/metrics", timeout=10).text  # the running daemon's
     evicted = re.search(r'vigil_daemon_socket_closed_total\{reason="evicted"\} (\S+)', text)
     assert evicted and float(evicted.group(1)) >= 136, text[-2000:]
     assert stack.vigil("list", "--chat", "me").returncode == 0
