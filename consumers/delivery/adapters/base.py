@@ -1,6 +1,7 @@
 """The adapter interface: what a destination gets (the outbox entry itself, read, never
-copied), what it answers (:class:`SendResult`), and the one JSON body every destination shares
-(:func:`webhook_body`).
+copied), what it answers (:class:`SendResult`), the one view of what a person reads
+(:func:`message_text`, escaped per channel by ``pipeline.rules.message``) and the one JSON body
+every destination shares (:func:`webhook_body`).
 
 An adapter is a ``config`` + ``send`` pair (STYLE habit 9). ``send`` is synchronous and
 thread-safe: the delivery consumer calls many destinations at once from a thread pool, off its
@@ -21,8 +22,9 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from pipeline.http import Reply, classify_status, parse_retry_after
-from pipeline.rules.instants import rfc3339_micros
+from pipeline.rules.instants import rfc3339_micros, rfc3339_seconds
 from pipeline.rules.keys import canonical_json
+from pipeline.rules.message import Channel, for_channel
 from pipeline.rules.outbox import OutboxEntry
 from pipeline.rules.outcomes import ErrorCode
 
@@ -32,6 +34,7 @@ __all__ = [
     "OutboundRecord",
     "SendResult",
     "body_object",
+    "message_text",
     "webhook_body",
 ]
 
@@ -138,8 +141,21 @@ class Adapter(Protocol):
     def close(self) -> None: ...
 
 
+def message_text(entry: OutboxEntry, channel: Channel) -> str:
+    """What a person reads, escaped for ``channel``: the text (``send``, ``prompt``) or the
+    rendered message (``notify``; an entry from before messages: the watcher and its outcome),
+    and when it was due if it is late."""
+    text = entry.text if entry.text is not None else entry.message
+    if text is None:
+        text = f"{entry.watcher_id}: {entry.outcome.value}"
+    if entry.late:
+        text = f"{text}\n(late: this was due at {rfc3339_seconds(entry.due_at)})"
+    return for_channel(text, channel)
+
+
 def body_object(entry: OutboxEntry) -> dict[str, Any]:
-    """The JSON object of DESIGN.md §9 "A webhook delivery" (``text`` is null for ``notify``)."""
+    """The JSON object of DESIGN.md §9 "A webhook delivery" (``text`` is null for ``notify``),
+    with ``message``, what a person reads (:func:`message_text`)."""
     return {
         "delivery_key": entry.delivery_key,
         "watcher_id": entry.watcher_id,
@@ -151,6 +167,7 @@ def body_object(entry: OutboxEntry) -> dict[str, Any]:
         "due_at": rfc3339_micros(entry.due_at),
         "late": entry.late,
         "text": entry.text,
+        "message": message_text(entry, Channel.WEBHOOK),
     }
 
 

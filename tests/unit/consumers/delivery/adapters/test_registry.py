@@ -20,15 +20,17 @@ from consumers.delivery.adapters import (
     build_adapters,
     webhook_body,
 )
-from consumers.delivery.adapters.chat import MAX_TEXT, chat_text
+from consumers.delivery.adapters.base import message_text
 from consumers.delivery.adapters.in_app import InAppAdapter, InAppConfig
 from pipeline.clock import ManualClock
 from pipeline.config import parse_config
 from pipeline.kafka.serde import default_codec
 from pipeline.records.notification import decode_notification
+from pipeline.rules.bounds import MAX_MESSAGE
 from pipeline.rules.data_keys import subject_owner
 from pipeline.rules.errors import ConfigError
 from pipeline.rules.keys import subject_key
+from pipeline.rules.message import Channel
 from pipeline.rules.outbox import OutboxEntry
 from pipeline.rules.outcomes import ErrorCode, Outcome
 from tests.entries import outbox_entry
@@ -197,8 +199,10 @@ def test_webhook_body_is_canonical_json_with_the_designed_fields() -> None:
         "due_at",
         "late",
         "text",
+        "message",
     }
     assert (data["delivery_key"], data["outcome"], data["text"]) == (KEY, "satisfied", None)
+    assert data["message"] == "release-build-failed: satisfied"
     assert data["due_at"] == "2026-11-29T12:00:00.000000Z"
     assert body == json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
 
@@ -236,18 +240,35 @@ def test_console_adapter_prints_the_text_with_repeat_risk(
 
 
 def test_chat_text_of_a_late_one_shot_says_late_and_when_it_was_due() -> None:
-    text = chat_text(delivery(verb="send", text="hi", late=True))
+    text = message_text(delivery(verb="send", text="hi", late=True), Channel.CHAT)
     assert text == "hi\n(late: this was due at 2026-11-29T12:00:00Z)"
 
 
-def test_chat_text_of_a_notify_names_the_watcher_and_outcome() -> None:
-    assert chat_text(delivery()) == "release-build-failed: satisfied"
+def test_chat_text_of_a_notify_without_a_message_names_the_watcher_and_outcome() -> None:
+    assert message_text(delivery(), Channel.CHAT) == "release-build-failed: satisfied"
+
+
+def test_chat_text_of_a_notify_is_its_rendered_message() -> None:
+    entry = delivery(message="Build b-1 failed on release/1.2")
+    assert message_text(entry, Channel.CHAT) == "Build b-1 failed on release/1.2"
 
 
 def test_chat_text_longer_than_the_limit_is_cut_to_it() -> None:
-    text = chat_text(delivery(text="x" * (MAX_TEXT + 10)))
-    assert len(text) == MAX_TEXT
+    text = message_text(delivery(text="x" * (MAX_MESSAGE + 10)), Channel.CHAT)
+    assert len(text) == MAX_MESSAGE
     assert text.endswith("…")
+
+
+def test_every_destination_shows_one_message_each_escaped_for_its_channel(
+    registry: AdapterRegistry, stdout: io.StringIO
+) -> None:
+    entry = delivery(message="Build b-1\tfailed\non \x1b[31mrelease\\1.2")
+    registry.send(entry)
+    (line,) = stdout.getvalue().splitlines()
+    hook = json.loads(webhook_body(entry))
+    assert hook["message"] == "Build b-1\tfailed\non \ufffd[31mrelease\\1.2"
+    assert json.loads(line)["message"] == "Build b-1\\tfailed\\non \ufffd[31mrelease\\\\1.2"
+    assert message_text(entry, Channel.CHAT) == hook["message"]
 
 
 # --- in_app ------------------------------------------------------------------------------------
@@ -272,6 +293,9 @@ def test_in_app_send_returns_a_ledger_record_keyed_by_subject_for_the_transactio
         "hi",
         "send",
     )
+    notify = registry.send(delivery(target="ledger", message="Build b-1 failed"))
+    note = decode_notification(default_codec(), RING, notify.records[0].value)
+    assert (note["text"], note["verb"]) == ("Build b-1 failed", "notify")
     assert value["trigger"] == delivery().trigger and value["erased"] is False
     assert value["created_at"] == NOW
     assert value["due_at"] == NOW
