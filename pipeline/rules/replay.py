@@ -72,7 +72,7 @@ class DifferenceKind(StrEnum):
     EVIDENCE = "evidence"  # same decision, but the input's digest is not what was evaluated
     NOT_EVALUATED = "not_evaluated"  # replay closed the watch before this input
     OUTBOX_MISSING = "outbox_missing"  # a still-retained decision has no outbox record
-    OUTBOX_MISMATCH = "outbox_mismatch"  # the outbox record is not the replayed entry
+    OUTBOX_MISMATCH = "outbox_mismatch"  # the outbox record is not the replayed entry (message too)
 
 
 class SkipReason(StrEnum):
@@ -124,6 +124,7 @@ class Decision:
     reason: Reason
     delivery_key: str | None
     evidence_digest: str
+    message: str | None = None  # the replayed entry's rendered message (a receipt has none)
 
     @classmethod
     def of(cls, receipt: Receipt) -> Decision:
@@ -231,6 +232,7 @@ def replay(
             evaluation.reason,
             None if evaluation.outbox is None else evaluation.outbox.delivery_key,
             evaluation.receipt.evidence_digest,
+            None if evaluation.outbox is None else evaluation.outbox.message,
         )
         report.replayed += 1
         report.reasons[decision.reason] = report.reasons.get(decision.reason, 0) + 1
@@ -248,14 +250,9 @@ def _version_of(
     override: WatcherDefinition | None,
     cache: dict[int, WatcherDefinition],
 ) -> DefinitionVersion | None:
-    logged = history.definitions.get(
-        (receipt.tenant_id, receipt.user_id, receipt.watcher_id, receipt.watcher_version)
-    )
-    if override is None or override.watcher_key != (
-        receipt.tenant_id,
-        receipt.user_id,
-        receipt.watcher_id,
-    ):
+    watcher = (receipt.tenant_id, receipt.user_id, receipt.watcher_id)
+    logged = history.definitions.get((*watcher, receipt.watcher_version))
+    if override is None or override.watcher_key != watcher:
         return logged
     changed = cache.get(receipt.watcher_version)
     if changed is None:
@@ -375,6 +372,7 @@ def _compare(
     if entry is not None and (
         entry.evidence_digest != decision.evidence_digest
         or entry.watcher_version != receipt.watcher_version
+        or entry.message not in (None, decision.message)  # None: written before messages
     ):
         return _difference(DifferenceKind.OUTBOX_MISMATCH, receipt, decision)
     return None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -277,3 +278,26 @@ def test_replay_keeps_dedupe_memory_across_a_receipt_whose_input_is_gone(
     report = replay(History(history.definitions, inputs, history.receipts, history.selected))
     assert report.skipped == {SkipReason.INPUT_MISSING: 1}
     assert report.differences == []  # the later b-0 duplicate still makes no second entry
+
+
+def test_replay_renders_each_message_again_and_reports_an_entry_whose_message_differs() -> None:
+    template = {"target": "ops-hook", "verb": "notify", "message": "{event_id} on {payload.branch}"}
+    rec = Recorder(definition(delivery=template, privacy={"retain_paths": ["branch"]}))
+    for n in range(3):
+        rec.run(event(n, "failed", "release/1.2"))
+    assert [e.message for e in rec.outbox.values() if e] == [
+        f"b-{n} on release/1.2" for n in range(3)
+    ]
+    assert replay(rec.history()).differences == []
+    first = rec.receipts[0].delivery_key or ""
+    entry = rec.outbox[first]
+    assert entry is not None
+    rec.outbox[first] = dataclasses.replace(entry, message="b-0 on main")
+    second = rec.outbox[rec.receipts[1].delivery_key or ""]
+    assert second is not None
+    rec.outbox[second.delivery_key] = dataclasses.replace(second, message=None)
+    (found,) = replay(rec.history()).differences  # None: an entry from before messages
+    assert (found.position, found.kind) == (
+        rec.receipts[0].position,
+        DifferenceKind.OUTBOX_MISMATCH,
+    )
