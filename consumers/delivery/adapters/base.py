@@ -143,12 +143,13 @@ class Adapter(Protocol):
 
 def message_text(entry: OutboxEntry, channel: Channel) -> str:
     """What a person reads, escaped for ``channel``: the text (``send``, ``prompt``) or the
-    rendered message (``notify``; an entry from before messages: the watcher and its outcome),
-    and when it was due if it is late."""
+    rendered message (``notify``; an entry from before messages: the watcher and its outcome).
+    In a chat, where the text is all there is, a late one adds when it was due (the ledger,
+    webhooks and logs carry ``late`` and ``due_at`` beside it)."""
     text = entry.text if entry.text is not None else entry.message
     if text is None:
         text = f"{entry.watcher_id}: {entry.outcome.value}"
-    if entry.late:
+    if entry.late and channel is Channel.CHAT:
         text = f"{text}\n(late: this was due at {rfc3339_seconds(entry.due_at)})"
     return for_channel(text, channel)
 

@@ -240,8 +240,10 @@ def test_console_adapter_prints_the_text_with_repeat_risk(
 
 
 def test_chat_text_of_a_late_one_shot_says_late_and_when_it_was_due() -> None:
-    text = message_text(delivery(verb="send", text="hi", late=True), Channel.CHAT)
-    assert text == "hi\n(late: this was due at 2026-11-29T12:00:00Z)"
+    late = delivery(verb="send", text="hi", late=True)
+    assert message_text(late, Channel.CHAT) == "hi\n(late: this was due at 2026-11-29T12:00:00Z)"
+    for beside_late_and_due_at in (Channel.IN_APP, Channel.WEBHOOK, Channel.LOG):
+        assert message_text(late, beside_late_and_due_at) == "hi"
 
 
 def test_chat_text_of_a_notify_without_a_message_names_the_watcher_and_outcome() -> None:
