@@ -141,7 +141,7 @@ def populate(bootstrap: str, topology: Topology, user: str, count: int, keks: An
 
 
 def signed_in(app: Any, token: str) -> TestClient:
-    client = TestClient(app, follow_redirects=False)
+    client = TestClient(app, base_url="https://testserver", follow_redirects=False)
     form = client.get("/ui/sign-in").text
     found = _CSRF.search(form)
     assert found is not None
@@ -224,6 +224,11 @@ def main() -> None:
                 },
                 "principals": principals,
                 "chats": {"me": {"kind": "console"}},
+                "api": {
+                    "rate": 100_000,
+                    "burst": 1_000_000,
+                    "sign_in_per_minute": 10_000,
+                },  # measured, not limited
             }
         )
         services, close = build_services(config, pool_size=4, keks=keks)

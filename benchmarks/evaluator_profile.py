@@ -11,8 +11,9 @@ cProfile, it does not inflate small calls. Prints one JSON object: per mode, the
 inside ``StreamApp.step``, and the ``BENCH_TOP`` (default 20) functions by inclusive share
 (their own frames and what they call) and by own share (the leaf frame). Env:
 ``KAFKA_BOOTSTRAP_SERVERS``, ``REDIS_URL``, ``PYSPY`` (default: ``py-spy`` next to this
-interpreter), ``PYSPY_RATE`` (default 250 samples/s), ``BENCH_KEEP`` (a directory to keep the
-raw collapsed stacks in, for a flame graph).
+interpreter), ``PYSPY_RATE`` (default 250 samples/s), ``PYSPY_NATIVE`` (set: ``--native``,
+so the compiled hot path's own frames show), ``BENCH_KEEP`` (a directory to keep the raw
+collapsed stacks in, for a flame graph). ``hot_path`` names the path the run used.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from confluent_kafka.admin import AdminClient
 from benchmarks.evaluator import _evaluate, _world
 from consumers.evaluator.loop import Evaluator
 from pipeline.crypto import generate_kek_text
+from pipeline.rules.native import path_name
 from pipeline.runtime.tables import Table
 
 __all__ = ["main"]
@@ -64,6 +66,8 @@ class _Sampler:
         command += ["--function", "--rate", rate, "--output", str(self.out)]
         if self.idle:
             command.append("--idle")
+        if os.environ.get("PYSPY_NATIVE"):
+            command.append("--native")
         self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         assert self.process.stdout is not None
         for line in self.process.stdout:  # wait until it samples: its first line says so
@@ -153,7 +157,8 @@ def main() -> None:
             mode: _profile(bootstrap, redis_url, n, mode == "wall", where / f"{mode}.txt")
             for mode in ("wall", "cpu")
         }
-    print(json.dumps({"benchmark": "evaluator_profile", "events": n, **modes}))
+    path = path_name()
+    print(json.dumps({"benchmark": "evaluator_profile", "events": n, "hot_path": path, **modes}))
 
 
 if __name__ == "__main__":

@@ -167,7 +167,10 @@ class Claimer:
         self._states.write(store, record)
         if plan.action is DispatchAction.DISPATCH:
             adapter = self._adapter_of(entry)
-            return Claim(record.key, partition, plan.state.attempt, entry, adapter, store)
+            state = plan.state
+            return Claim(
+                record.key, partition, state.attempt, entry, adapter, store, state.updated_at
+            )
         reason = "" if plan.reason is None else plan.reason.value
         if plan.action is DispatchAction.DEFER:
             self._metrics.deferrals.labels(reason).inc()

@@ -21,11 +21,12 @@ import queue
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Protocol
 
 from consumers.delivery.adapters import AdapterRegistry, SendResult
 from consumers.delivery.adapters.verbs import EXECUTED_VERBS
-from pipeline.rules.outbox import OutboxEntry
+from pipeline.rules.outbox import OutboxEntry, as_sent
 from pipeline.rules.outcomes import ErrorCode
 from pipeline.runtime.tables import Table
 
@@ -42,7 +43,8 @@ class Executor(Protocol):
 
 @dataclass(frozen=True, slots=True, eq=False)
 class Claim:
-    """A persisted claim whose destination is being called."""
+    """A persisted claim whose destination is being called; the destination reads the entry as
+    sent at ``claimed_at`` (``pipeline.rules.outbox.as_sent``: a fire claimed late is late)."""
 
     key: str
     partition: int
@@ -50,6 +52,7 @@ class Claim:
     entry: OutboxEntry
     adapter: str  # the adapter kind, for metrics
     store: Table  # the store it was claimed in: an answer for any other store is stale
+    claimed_at: datetime  # the claim's time, as delivery-state records it
 
 
 class SendPool:
@@ -90,7 +93,7 @@ class SendPool:
         if self._pool is None:
             raise RuntimeError("the send pool is not started")
         self.in_flight[claim.key] = claim
-        future = self._pool.submit(self._send, claim.entry)
+        future = self._pool.submit(self._send, as_sent(claim.entry, claim.claimed_at))
         future.add_done_callback(lambda done: self._done.put((claim, done)))
 
     def kind(self, entry: OutboxEntry) -> str:

@@ -8,6 +8,21 @@
 #   deploy/kafka/kafka.sh status    exit 0 when a broker answers on KAFKA_PORT, else 1
 #   deploy/kafka/kafka.sh version   print the Kafka version of the cached jars
 #
+# A cluster of its own (Kafka only): N combined broker+controller KRaft nodes on ports and data
+# of their own, internal topics replicated min(3, N) with transaction.state.log.min.isr and
+# min.insync.replicas min(2, N) (the offsets topic's), unclean leader election off:
+#   deploy/kafka/kafka.sh cluster-start [N]   start N nodes (default 3; a restart keeps N and data)
+#   deploy/kafka/kafka.sh cluster-stop        stop every node (SIGTERM, SIGKILL after the timeout)
+#   deploy/kafka/kafka.sh cluster-status      each node up or down; exit 0 when all answer
+#   deploy/kafka/kafka.sh bootstrap           print the cluster's bootstrap servers
+#   deploy/kafka/kafka.sh controller          print the node that is the active controller
+#   deploy/kafka/kafka.sh kill NODE           SIGKILL node NODE (1..N): a crash
+#   deploy/kafka/kafka.sh stop NODE           stop node NODE cleanly (controlled shutdown)
+#   deploy/kafka/kafka.sh start NODE          start node NODE again, wait until it answers
+# Node i listens on KAFKA_CLUSTER_PORT + 2(i-1) (default 9192), its controller on the next port;
+# data in KAFKA_CLUSTER_DIR (${VIGIL_STATE:-~/.local/state/vigil}/kafka-cluster)/node-i; each
+# node's heap KAFKA_CLUSTER_HEAP ("-Xms128m -Xmx512m": three fit a small machine).
+#
 # Settings (environment): KAFKA_PORT (9092), KAFKA_CONTROLLER_PORT (9093),
 # KAFKA_DATA_DIR (${VIGIL_STATE:-~/.local/state/vigil}/kafka), KAFKA_VERSION (4.1.1),
 # VIGIL_CACHE (~/.cache/vigil), VIGIL_BROKER (kafka|tansu), KAFKA_START_TIMEOUT (60 s),
@@ -35,6 +50,16 @@ KAFKA_START_TIMEOUT="${KAFKA_START_TIMEOUT:-60}"
 KAFKA_STOP_TIMEOUT="${KAFKA_STOP_TIMEOUT:-30}"
 VIGIL_BROKER="${VIGIL_BROKER:-kafka}"
 KAFKA_HEAP="${KAFKA_HEAP:--Xms256m -Xmx1g}"
+KAFKA_CLUSTER_DIR="${KAFKA_CLUSTER_DIR:-$VIGIL_STATE/kafka-cluster}"
+KAFKA_CLUSTER_PORT="${KAFKA_CLUSTER_PORT:-9192}"
+KAFKA_CLUSTER_HEAP="${KAFKA_CLUSTER_HEAP:--Xms128m -Xmx512m}"
+# One node's identity (a single broker: node 1, voting alone, nothing replicated); cluster
+# commands set these per node (use_node).
+NODE_ID=1
+VOTERS=""
+REPLICAS=1
+MIN_ISR=1
+CLUSTER_ID=""
 
 libs="$VIGIL_CACHE/kafka-$KAFKA_VERSION/libs"
 pidfile="$KAFKA_DATA_DIR/kafka.pid"
@@ -110,8 +135,8 @@ write_config() {
   fi
   cat >"$KAFKA_DATA_DIR/server.properties" <<EOF
 process.roles=broker,controller
-node.id=1
-controller.quorum.voters=1@127.0.0.1:$KAFKA_CONTROLLER_PORT
+node.id=$NODE_ID
+controller.quorum.voters=${VOTERS:-1@127.0.0.1:$KAFKA_CONTROLLER_PORT}
 listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$KAFKA_CONTROLLER_PORT$sasl_listener
 advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT$sasl_listener
 controller.listener.names=CONTROLLER
@@ -119,13 +144,16 @@ inter.broker.listener.name=PLAINTEXT
 listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT$sasl_map
 log.dirs=$KAFKA_DATA_DIR/data
 num.partitions=1
-offsets.topic.replication.factor=1
+default.replication.factor=$REPLICAS
+min.insync.replicas=$MIN_ISR
+unclean.leader.election.enable=false
+offsets.topic.replication.factor=$REPLICAS
 offsets.topic.num.partitions=4
-transaction.state.log.replication.factor=1
-transaction.state.log.min.isr=1
+transaction.state.log.replication.factor=$REPLICAS
+transaction.state.log.min.isr=$MIN_ISR
 transaction.state.log.num.partitions=4
-share.coordinator.state.topic.replication.factor=1
-share.coordinator.state.topic.min.isr=1
+share.coordinator.state.topic.replication.factor=$REPLICAS
+share.coordinator.state.topic.min.isr=$MIN_ISR
 group.initial.rebalance.delay.ms=0
 log.cleaner.dedupe.buffer.size=2097152
 EOF
@@ -155,8 +183,8 @@ EOF
 
 format_once() {
   [[ -f "$KAFKA_DATA_DIR/data/meta.properties" ]] && return 0
-  local id
-  id="$("$java" -cp "$libs/*" kafka.tools.StorageTool random-uuid 2>>"$logfile")" ||
+  local id="$CLUSTER_ID"
+  [[ -n "$id" ]] || id="$("$java" -cp "$libs/*" kafka.tools.StorageTool random-uuid 2>>"$logfile")" ||
     die "could not generate a cluster id (see $logfile)"
   "$java" -cp "$libs/*" -Dlog4j2.configurationFile="$KAFKA_DATA_DIR/log4j2.properties" \
     kafka.tools.StorageTool format -t "$id" -c "$KAFKA_DATA_DIR/server.properties" -g \
@@ -269,19 +297,177 @@ status() {
   return 1
 }
 
-cmd=""
+# -- a cluster of N nodes -----------------------------------------------------------------------
+
+cluster_nodes() { cat "$KAFKA_CLUSTER_DIR/nodes" 2>/dev/null || echo 0; }
+node_port() { echo $((KAFKA_CLUSTER_PORT + 2 * ($1 - 1))); }
+
+# Point the single-broker functions (write_config, launch, wait_up, our_pid…) at node $1.
+use_node() {
+  local node="$1" n; n="$(cluster_nodes)"
+  [[ "$node" =~ ^[0-9]+$ ]] && ((node >= 1 && node <= n)) ||
+    die "node '$node': the cluster in $KAFKA_CLUSTER_DIR has nodes 1..$n (cluster-start first)"
+  NODE_ID="$node"
+  KAFKA_PORT="$(node_port "$node")"
+  KAFKA_CONTROLLER_PORT=$((KAFKA_PORT + 1))
+  KAFKA_DATA_DIR="$KAFKA_CLUSTER_DIR/node-$node"
+  KAFKA_HEAP="$KAFKA_CLUSTER_HEAP"
+  pidfile="$KAFKA_DATA_DIR/kafka.pid"
+  logfile="$KAFKA_DATA_DIR/kafka.log"
+  local i voters=()
+  for ((i = 1; i <= n; i++)); do voters+=("$i@127.0.0.1:$(($(node_port "$i") + 1))"); done
+  VOTERS="$(IFS=,; echo "${voters[*]}")"
+  REPLICAS=$((n < 3 ? n : 3))
+  MIN_ISR=$((n < 2 ? 1 : 2))
+  CLUSTER_ID="$(cat "$KAFKA_CLUSTER_DIR/cluster.id")"
+}
+
+bootstrap() {
+  local i n hosts=(); n="$(cluster_nodes)"
+  ((n > 0)) || die "no cluster in $KAFKA_CLUSTER_DIR: run cluster-start first"
+  for ((i = 1; i <= n; i++)); do hosts+=("127.0.0.1:$(node_port "$i")"); done
+  (IFS=,; echo "${hosts[*]}")
+}
+
+# Launch node $1 when it is not running (no wait).
+launch_node() {
+  use_node "$1"
+  [[ -n "$(our_pid)" ]] && return 0
+  port_busy "$KAFKA_PORT" && die "node $1: port $KAFKA_PORT is in use: set KAFKA_CLUSTER_PORT"
+  port_busy "$KAFKA_CONTROLLER_PORT" &&
+    die "node $1: port $KAFKA_CONTROLLER_PORT is in use: set KAFKA_CLUSTER_PORT"
+  mkdir -p "$KAFKA_DATA_DIR"
+  write_config
+  format_once
+  launch
+}
+
+wait_node() {
+  use_node "$1"
+  local pid rc=0; pid="$(cat "$pidfile")"
+  wait_up "$pid" || rc=$?
+  case $rc in
+    0) say "node $1 up on 127.0.0.1:$KAFKA_PORT (pid $pid)";;
+    1) tail -n 20 "$logfile" >&2 || true; die "node $1 exited during start: see $logfile";;
+    *) tail -n 20 "$logfile" >&2 || true
+       die "node $1 not up within ${KAFKA_START_TIMEOUT}s: see $logfile (raise KAFKA_START_TIMEOUT)";;
+  esac
+}
+
+cluster_start() {
+  local n="${1:-}" have; have="$(cluster_nodes)"
+  [[ -z "$n" ]] && n=$((have > 0 ? have : 3))
+  [[ "$n" =~ ^[0-9]+$ ]] && ((n >= 1 && n <= 9)) || die "cluster-start N: N is 1..9, got '$n'"
+  ((have == 0 || have == n)) ||
+    die "$KAFKA_CLUSTER_DIR holds a cluster of $have nodes: cluster-stop and remove it for $n"
+  command -v "$java" >/dev/null 2>&1 ||
+    die "Java not found ($java): install a Java 17 runtime (apt-get install openjdk-17-jre-headless)"
+  fetch
+  mkdir -p "$KAFKA_CLUSTER_DIR"
+  [[ -f "$KAFKA_CLUSTER_DIR/cluster.id" ]] ||
+    "$java" -cp "$libs/*" kafka.tools.StorageTool random-uuid >"$KAFKA_CLUSTER_DIR/cluster.id" ||
+    die "could not generate a cluster id"
+  echo "$n" >"$KAFKA_CLUSTER_DIR/nodes"
+  local i
+  # All at once: a node answers only once a majority of the controllers has elected a leader.
+  for ((i = 1; i <= n; i++)); do launch_node "$i"; done
+  for ((i = 1; i <= n; i++)); do wait_node "$i"; done
+  say "cluster of $n up: $(bootstrap) (data $KAFKA_CLUSTER_DIR)"
+}
+
+start_node() { launch_node "$1"; wait_node "$1"; }
+
+kill_node() {
+  use_node "$1"
+  local pid; pid="$(our_pid)"
+  [[ -n "$pid" ]] || { say "node $1 is not running"; return 0; }
+  kill -KILL "$pid"
+  while kill -0 "$pid" 2>/dev/null; do sleep 0.05; done
+  rm -f "$pidfile"
+  say "node $1 killed (pid $pid)"
+}
+
+stop_node() {
+  use_node "$1"
+  local pid; pid="$(our_pid)"
+  [[ -n "$pid" ]] || { say "node $1 is not running"; return 0; }
+  stop_pid "$pid"
+  rm -f "$pidfile"
+  say "node $1 stopped (pid $pid)"
+}
+
+cluster_stop() {
+  local i n pids=() pid; n="$(cluster_nodes)"
+  ((n > 0)) || { say "no cluster in $KAFKA_CLUSTER_DIR"; return 0; }
+  # SIGTERM every node first: one stopping alone waits for the others to take its leadership.
+  for ((i = 1; i <= n; i++)); do
+    use_node "$i"; pid="$(our_pid)"
+    [[ -n "$pid" ]] && { kill -TERM "$pid" 2>/dev/null || true; pids+=("$i:$pid"); }
+  done
+  for entry in "${pids[@]}"; do
+    use_node "${entry%%:*}"; stop_pid "${entry#*:}"; rm -f "$pidfile"
+  done
+  say "cluster stopped (${#pids[@]} of $n nodes were running; data $KAFKA_CLUSTER_DIR)"
+}
+
+# The active controller: the leader in the newest quorum state a running node has written.
+controller() {
+  local i n best=-1 leader="" state epoch id; n="$(cluster_nodes)"
+  ((n > 0)) || die "no cluster in $KAFKA_CLUSTER_DIR: run cluster-start first"
+  for ((i = 1; i <= n; i++)); do
+    use_node "$i"
+    [[ -n "$(our_pid)" ]] || continue
+    state="$(cat "$KAFKA_DATA_DIR/data/__cluster_metadata-0/quorum-state" 2>/dev/null)" || continue
+    epoch="$(sed -n 's/.*"leaderEpoch":\([0-9]*\).*/\1/p' <<<"$state")"
+    id="$(sed -n 's/.*"leaderId":\(-\{0,1\}[0-9]*\).*/\1/p' <<<"$state")"
+    if [[ -n "$epoch" && -n "$id" && "$id" != -1 ]] && ((epoch > best)); then best="$epoch"; leader="$id"; fi
+  done
+  [[ -n "$leader" ]] || die "no running node knows the active controller yet"
+  echo "$leader"
+}
+
+cluster_status() {
+  local i n up=0; n="$(cluster_nodes)"
+  ((n > 0)) || { say "no cluster in $KAFKA_CLUSTER_DIR"; return 1; }
+  for ((i = 1; i <= n; i++)); do
+    use_node "$i"
+    if answers 1; then say "node $i up on 127.0.0.1:$KAFKA_PORT (pid $(our_pid))"; up=$((up + 1))
+    else say "node $i down (127.0.0.1:$KAFKA_PORT)"; fi
+  done
+  say "$up of $n nodes answer: $(bootstrap)"
+  ((up == n))
+}
+
+cmd="" node=""
 for arg in "$@"; do
   case "$arg" in
     --tansu) VIGIL_BROKER=tansu;;
-    fetch|start|stop|status|version) cmd="$arg";;
-    *) die "unknown argument '$arg': use fetch|start|stop|status|version [--tansu]";;
+    fetch|start|stop|status|version|cluster-start|cluster-stop|cluster-status|bootstrap|controller|kill)
+      [[ -z "$cmd" ]] || die "one command at a time: $cmd, $arg"; cmd="$arg";;
+    [0-9]*) [[ -z "$node" ]] || die "one node at a time: $node, $arg"; node="$arg";;
+    *) die "unknown argument '$arg': use fetch|start|stop|status|version [--tansu], or cluster-start [N]|cluster-stop|cluster-status|bootstrap|controller|kill NODE|stop NODE|start NODE";;
   esac
 done
+if [[ -n "$node" && "$cmd" != cluster-start ]]; then
+  case "$cmd" in
+    start) start_node "$node";;
+    stop) stop_node "$node";;
+    kill) kill_node "$node";;
+    *) die "a node number goes with start, stop, kill or cluster-start";;
+  esac
+  exit 0
+fi
 case "$cmd" in
   fetch) [[ "$VIGIL_BROKER" == tansu ]] && { tansu_bin >/dev/null; exit 0; }; fetch;;
   start) start;;
   stop) stop;;
   status) status;;
   version) [[ "$VIGIL_BROKER" == kafka ]] && fetch; running_version;;
-  *) die "usage: kafka.sh fetch|start|stop|status|version [--tansu]";;
+  cluster-start) cluster_start "$node";;
+  cluster-stop) cluster_stop;;
+  cluster-status) cluster_status;;
+  bootstrap) bootstrap;;
+  controller) controller;;
+  kill) die "kill NODE: name the node (1..N)";;
+  *) die "usage: kafka.sh fetch|start|stop|status|version [--tansu] | cluster-start [N]|cluster-stop|cluster-status|bootstrap|controller|kill NODE|stop NODE|start NODE";;
 esac

@@ -2,7 +2,9 @@
 contract instead (the checked-in ``docs/openapi.json`` is this output).
 
 Owns :func:`build_services`, the wiring from ``vigil.toml`` that ``vigil api`` and the tests
-share: principals from ``[principals.NAME]``, a pool of command clients, the ledger reader,
+share: principals from ``[principals.NAME]``, a pool of command clients (``[api]
+command_clients``, each request waiting ``command_wait`` at most), the rate limits (``[api] rate``,
+``burst``, ``sign_in_per_minute``), the ledger reader,
 and a dispatch core per caller for schedules (``list`` and ``cancel``; the verbs that start
 agents or scripts are the daemon's, not served over HTTP).
 
@@ -32,8 +34,10 @@ from pipeline.config import VigilConfig
 from pipeline.control.core import Dispatcher, Subjecthood
 from pipeline.control.http.api import ApiServices, SchedulePort, create_app
 from pipeline.control.http.auth import TokenDirectory
-from pipeline.control.http.backend import ClientPool, LedgerStore
+from pipeline.control.http.backend import LedgerStore
+from pipeline.control.http.limits import RateLimiter
 from pipeline.control.http.metrics import RequestMetrics
+from pipeline.control.http.pool import ClientPool
 from pipeline.control.http.wake_reader import KafkaWakes
 from pipeline.control.run import RunStarted
 from pipeline.control.status import StatusReader
@@ -47,7 +51,7 @@ from producers.publish.publisher import EventPublisher
 __all__ = ["api", "build_services", "mcp", "openapi_document"]
 
 _POOL: Final = 4
-_EVENTS_FLUSH_S: Final = 10.0  # a batch the broker has not acknowledged by then is a 503
+_CLOSE_FLUSH_S: Final = 10.0  # what a stopping API still waits for
 
 
 class _NotOverHttp:
@@ -79,29 +83,32 @@ class SdkEvents:
         self._publisher = EventPublisher(config)
         self._lock = threading.Lock()
 
-    def publish(self, events: Sequence[tuple[EventLine, datetime]]) -> list[str | None]:
+    def publish(
+        self, events: Sequence[tuple[EventLine, datetime]], tenant_id: str
+    ) -> list[str | None]:
         verdicts: list[str | None] = []
         with self._lock:
             for line, observed_at in events:
                 try:
-                    self._publisher.publish_line(line, observed_at)
+                    self._publisher.publish_line(line, observed_at, tenant_id)
                 except DefinitionError as exc:
                     verdicts.append(str(exc))
                     continue
                 verdicts.append(None)
-            self._publisher.flush(_EVENTS_FLUSH_S)
+            # Up to the SDK's timeout, a leader move's worth: unacknowledged by then is a 503.
+            self._publisher.flush()
         return verdicts
 
     def close(self) -> None:
         with contextlib.suppress(BrokerError):
-            self._publisher.flush(_EVENTS_FLUSH_S)
+            self._publisher.flush(_CLOSE_FLUSH_S)
 
 
 def build_services(
     config: VigilConfig,
     *,
     clock: Clock | None = None,
-    pool_size: int = _POOL,
+    pool_size: int | None = None,
     keks: KeyEncryptionKeys | None = None,
 ) -> tuple[ApiServices, Callable[[], None]]:
     """The API's services from ``config``, and what closes them (``keks``: default from
@@ -110,8 +117,23 @@ def build_services(
     topology = config.kafka.topology()
     bootstrap = config.kafka.bootstrap_servers
     keks = keks or config.privacy.keks()
-    commands = ClientPool(bootstrap, topology, size=pool_size, keks=keks)
-    ledger = LedgerStore(bootstrap, topology, clock, max_scan=config.api.max_scan, keks=keks)
+    api = config.api
+    commands = ClientPool(
+        bootstrap,
+        topology,
+        size=pool_size or api.command_clients,
+        wait_s=api.command_wait.total_seconds(),
+        keks=keks,
+    )
+    ledger = LedgerStore(
+        bootstrap,
+        topology,
+        clock,
+        max_scan=api.max_scan,
+        keks=keks,
+        per_subject=api.index_per_subject,
+        max_records=api.index_records,
+    )
     zone = host_zone(config.subject.timezone)
     chats = tuple(config.chats)
     not_here = _NotOverHttp()
@@ -138,6 +160,10 @@ def build_services(
             if p.role is Role.PUBLISHER
         },
         status=StatusReader(bootstrap, topology, clock, budgets),
+        limiter=RateLimiter(api.rate, api.burst),
+        sign_ins=RateLimiter(api.sign_in_per_minute / 60.0, api.sign_in_per_minute),
+        sessions_per_principal=api.sessions_per_principal,
+        secure_cookie=api.secure_cookie,
     )
 
     def close() -> None:

@@ -44,6 +44,7 @@ from pipeline.control.core import Dispatcher, Subjecthood, user_principal
 from pipeline.control.identity import PeerIdentity
 from pipeline.control.isolation import AgentUser, agent_socket_path, can_switch_user
 from pipeline.control.run import ScriptRunner
+from pipeline.control.skill import skill_path
 from pipeline.control.socket.server import Handler, Peer, SocketServer, default_socket_path
 from pipeline.control.verbs import VerbErrorKind, VerbName, VerbResponse
 from pipeline.rules.commands.immediate import daemon_grant
@@ -230,6 +231,7 @@ def daemon(state: CliState, socket_path: Path | None, log_level: str) -> None:
             tokens,
             pass_env=config.agent.env,
             user=agent_user,
+            skill=skill_path(config.agent.skill),
         ),
         runner=ScriptRunner(config.run.allow_dir, path, pass_env=config.run.env),
         clock=SystemClock(),

@@ -109,7 +109,7 @@ def delivery(
         sealer=ring,
     )
     budgets = process.budgets()
-    with build_adapters(config, sealer=ring) as adapters:
+    with build_adapters(config, sealer=ring, clock=process.clock) as adapters:
         worker = DeliveryWorker(
             process.bootstrap,
             settings,

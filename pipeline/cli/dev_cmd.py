@@ -37,6 +37,7 @@ from pipeline.ops.dev_stack import (
     metric_total,
     new_token,
     not_ready,
+    replication,
     services,
     write_config,
 )
@@ -73,6 +74,14 @@ def _say(text: str) -> None:
     "--redis-port", type=int, envvar="VIGIL_DEV_REDIS_PORT", help="Default: 6379 if free."
 )
 @click.option("--partitions", default=3, show_default=True, help="Partitions per topic.")
+@click.option(
+    "--brokers",
+    type=click.IntRange(1, 9),
+    default=1,
+    show_default=True,
+    help="Apache Kafka nodes: more than one runs a KRaft cluster (kafka.sh cluster-start), "
+    "topics replicated up to 3 (min ISR 2). Three JVMs want ~2 GiB.",
+)
 @click.option("--no-demo", is_flag=True, help="Start the stack without the demo.")
 @click.option(
     "--broker",
@@ -86,6 +95,7 @@ def dev(
     kafka_port: int | None,
     redis_port: int | None,
     partitions: int,
+    brokers: int,
     no_demo: bool,
     broker: str | None,
 ) -> None:
@@ -95,6 +105,7 @@ def dev(
     Example:
       vigil dev --state-dir .vigil/dev
       vigil dev --broker tansu
+      vigil dev --brokers 3
     """
     stop = threading.Event()
 
@@ -105,8 +116,14 @@ def dev(
     signal.signal(signal.SIGTERM, on_signal)
     state = state_dir.resolve()
     (state / "logs").mkdir(parents=True, exist_ok=True)
-    ports = DevPorts.choose(kafka_port, redis_port)
-    servers = Servers(state, ports, state / "logs" / "servers.log", broker)
+    if brokers > 1 and broker == "tansu":
+        raise click.BadParameter(
+            "a cluster (--brokers > 1) runs Apache Kafka", param_hint="--broker"
+        )
+    ports = DevPorts.choose(kafka_port, redis_port, brokers)
+    servers = Servers(
+        state, ports, state / "logs" / "servers.log", "kafka" if brokers > 1 else broker
+    )
     guard = Guard(servers.stop_commands(), os.environ)  # stops them if we die uncleanly
     supervisor: Supervisor | None = None
     try:
@@ -115,8 +132,8 @@ def dev(
             _say(line)
         token = new_token()
         config = write_config(state, ports, token, partitions)
-        bootstrap = f"127.0.0.1:{ports.kafka}"
-        ensure_topics(connect_admin(bootstrap), Topology("vigil.", partitions, 1))
+        topology = Topology("vigil.", partitions, replication(brokers))
+        ensure_topics(connect_admin(ports.bootstrap), topology)
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         for name in ("VIGIL_CONFIG", "VIGIL_SOCKET", "VIGIL_CHAT_ID", "VIGIL_AGENT_TOKEN"):
             env.pop(name, None)
@@ -175,7 +192,7 @@ def _announce(ports: DevPorts, state: Path, config: Path, token: str) -> None:
         _say(f"metrics  {name:18} http://127.0.0.1:{port}/metrics")
     _say(f"api      http://127.0.0.1:{ports.api}  (Authorization: Bearer {token})")
     _say(f"socket   {state / 'run' / 'vigil.sock'}")
-    _say(f"broker   127.0.0.1:{ports.kafka}   redis redis://127.0.0.1:{ports.redis}/0")
+    _say(f"broker   {ports.bootstrap}   redis redis://127.0.0.1:{ports.redis}/0")
     _say(f"config   {config}   (export VIGIL_CONFIG={config})")
     _say(f"logs     {state / 'logs'}")
     _say("ready")

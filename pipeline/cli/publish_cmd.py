@@ -6,7 +6,9 @@ stops there (what came before is still flushed), with ``--skip-invalid`` it goes
 ``observed_at`` outside the freshness window this side can know earns a warning line (the event
 is still published). ``--dry-run`` checks every line and publishes nothing: no broker is needed.
 Long inputs get a progress line on stderr; every run ends with ``published N, rejected M``
-there, and exits 1 when anything was rejected.
+there, and exits 1 when anything was rejected. A leader moving on the cluster is waited out up to
+``--timeout`` (default a minute: a broker's loss and a controller failover). Every event carries
+the configured subject's tenant (``[subject] tenant_id``), the one pinned evaluators match it to.
 
 Left out: the checks (``pipeline.ops.validate``) and the producer (``producers.publish``).
 """
@@ -20,6 +22,7 @@ from typing import Final, TextIO
 import click
 
 from pipeline.cli.context import CliState, pass_state
+from pipeline.kafka.failover import FAILOVER_WAIT_S
 from pipeline.ops.validate import check_event_line
 from pipeline.rules.durations import parse_duration
 from pipeline.rules.errors import DefinitionError
@@ -70,6 +73,14 @@ def _max_age(_ctx: click.Context, _param: click.Parameter, value: str | None) ->
     help="Warn about events older than this (your watchers' max_age, e.g. 10m).",
 )
 @click.option(
+    "--timeout",
+    type=click.FloatRange(min=1),
+    default=FAILOVER_WAIT_S,
+    show_default=True,
+    metavar="SECONDS",
+    help="How long an event may wait for the cluster (a leader moving) before publishing fails.",
+)
+@click.option(
     "--progress-every",
     type=click.IntRange(min=1),
     default=100_000,
@@ -83,6 +94,7 @@ def publish(
     skip_invalid: bool,
     dry_run: bool,
     max_age: timedelta | None,
+    timeout: float,
     progress_every: int,
 ) -> None:
     """Publish events from FILE (or stdin), one JSON object per line.
@@ -96,7 +108,10 @@ def publish(
     seen = rejected = published = 0
     if not dry_run:
         state.reach_kafka()
-    publisher = None if dry_run else EventPublisher(state.config)
+    tenant = state.config.subject.tenant_id  # what every event carries (never the payload's)
+    publisher = (
+        None if dry_run else EventPublisher(state.config, tenant_id=tenant, timeout_s=timeout)
+    )
     try:
         for number, text in enumerate(source, start=1):
             if not text.strip():

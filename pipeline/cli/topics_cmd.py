@@ -1,8 +1,10 @@
 """``vigil topics create|describe``: make the broker hold the topics of DESIGN.md §2.
 
 ``create`` is idempotent (creates what is missing, resets drifted configs) and refuses a
-drifted partition count; ``describe`` prints each topic's state and exits 1 on any drift,
-saying what drifted and what fixes it.
+drifted partition count; ``describe`` prints each topic's state (partitions, replicas, min
+ISR) and exits 1 on any drift or on a cluster setting that would lose acknowledged data or stall
+transactions (``pipeline.kafka.durability``), saying what and what fixes it; ``create`` warns of
+the latter.
 
 Left out: the specs (``pipeline.kafka.topics``) and the broker calls (``pipeline.kafka.admin``).
 """
@@ -23,6 +25,7 @@ from pipeline.kafka.admin import (
     describe,
     ensure_topics,
 )
+from pipeline.kafka.durability import cluster_findings
 from pipeline.kafka.topics import Topology
 
 __all__ = ["topics"]
@@ -43,6 +46,7 @@ def _topology(state: CliState, partitions: int | None, prefix: str | None) -> To
         prefix=kafka.topic_prefix if prefix is None else prefix,
         partitions=partitions or kafka.partitions,
         replication_factor=kafka.replication_factor,
+        min_insync_replicas=kafka.min_insync_replicas,
     )
 
 
@@ -76,7 +80,8 @@ def create(state: CliState, partitions: int | None, prefix: str | None) -> None:
     """
     topology = _topology(state, partitions, prefix)
     state.reach_kafka()
-    report = ensure_topics(connect_admin(state.config.kafka.bootstrap_servers), topology)
+    admin = connect_admin(state.config.kafka.bootstrap_servers)
+    report = ensure_topics(admin, topology)
     for name in report.created:
         click.echo(f"created      {name}")
     for name in report.reconfigured:
@@ -85,6 +90,8 @@ def create(state: CliState, partitions: int | None, prefix: str | None) -> None:
         f"{len(report.created)} created, {len(report.reconfigured)} reconfigured, "
         f"{len(report.unchanged)} already as specified"
     )
+    for line in cluster_findings(admin, describe(admin, topology)):
+        click.echo(f"warning: {line}", err=True)
 
 
 @topics.command("describe")
@@ -103,23 +110,36 @@ def describe_cmd(
     """
     topology = _topology(state, partitions, prefix)
     state.reach_kafka()
-    statuses = describe(connect_admin(state.config.kafka.bootstrap_servers), topology)
+    admin = connect_admin(state.config.kafka.bootstrap_servers)
+    statuses = describe(admin, topology)
+    cluster = cluster_findings(admin, statuses)
     fixes = _fixes(state, topology, statuses)
-    ok = all(s.state is TopicState.OK for s in statuses)
+    ok = all(s.state is TopicState.OK for s in statuses) and not cluster
     if as_json:
-        document = {"ok": ok, "topics": [s.as_json() for s in statuses], "fix": fixes}
+        document = {
+            "ok": ok,
+            "topics": [s.as_json() for s in statuses],
+            "cluster": cluster,
+            "fix": fixes,
+        }
         click.echo(json.dumps(document, indent=2))
     else:
+        click.echo(
+            f"{'topic':<40} {'partitions':>10} {'replicas':>8} {'min ISR':>7}  cleanup  state"
+        )
         for status in statuses:
             spec = topology.spec(status.topic)
             click.echo(
-                f"{status.name:<40} {status.actual_partitions or '-':>3}/"
-                f"{status.expected_partitions:<3} {spec.cleanup.value:<8} {status.state.value}"
+                f"{status.name:<40} {status.actual_partitions or '-':>6}/"
+                f"{status.expected_partitions:<3} {status.replicas or '-':>8} "
+                f"{status.min_insync or '-':>7}  {spec.cleanup.value:<8} {status.state.value}"
             )
         for status in statuses:
             problem = status.problem()
             if problem:
                 click.echo(problem, err=True)
+        for line in cluster:
+            click.echo(line, err=True)
         for fix in fixes:
             click.echo(fix, err=True)
     if not ok:

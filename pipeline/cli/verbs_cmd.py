@@ -17,7 +17,7 @@ import json
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import click
 
@@ -29,7 +29,9 @@ from pipeline.control.socket.server import SOCKET_ENV, default_socket_path
 from pipeline.control.verbs import ScheduleRequest, VerbResponse
 from pipeline.rules.errors import DefinitionError
 
-__all__ = ["cancel", "list_schedules", "prompt", "query", "run", "schedule", "send"]
+__all__ = ["LIST_COLUMNS", "cancel", "list_schedules", "prompt", "query", "run", "schedule", "send"]
+
+LIST_COLUMNS: Final = ("NAME", "NEXT FIRE", "WHEN", "COMMAND")  # `vigil list`'s table
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -303,8 +305,8 @@ def schedule(
 def list_schedules(
     state: CliState, chat: str | None, socket_path: Path | None, as_json: bool
 ) -> None:
-    """List a chat's pending schedules (--json: name, chat, schedule, argv, created_at,
-    next_fire).
+    """List a chat's pending schedules: a table of name, next fire, timing and command, one
+    row per live schedule (--json: name, chat, schedule, argv, created_at, next_fire).
 
     \b
     Example:
@@ -319,10 +321,16 @@ def list_schedules(
     if not entries:
         click.echo(f"no schedules in chat {result['chat']}")
         return
-    rows = [("NAME", "NEXT FIRE", "WHEN", "COMMAND")]
+    rows = [LIST_COLUMNS]
     for entry in entries:
-        when = entry["schedule"].get("cron") or entry["schedule"].get("at", "")
-        rows.append((entry["name"], entry["next_fire"] or "-", when, _command_text(entry["argv"])))
+        rows.append(
+            (
+                entry["name"],
+                entry["next_fire"] or "-",
+                _when(entry["schedule"]),
+                _command_text(entry["argv"]),
+            )
+        )
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
     for row in rows:
         click.echo(
@@ -354,6 +362,13 @@ def cancel(
         _print_json(result)
     else:
         click.echo(f"cancelled {result['name']} in chat {result['chat']}")
+
+
+def _when(schedule: dict[str, Any]) -> str:
+    """A schedule's timing as ``list`` shows it: the cron and its zone, or the one instant."""
+    if schedule.get("cron"):
+        return f"{schedule['cron']} ({schedule.get('timezone') or 'UTC'})"
+    return str(schedule.get("at", ""))
 
 
 def _command_text(argv: list[str]) -> str:

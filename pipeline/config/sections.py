@@ -102,6 +102,9 @@ class KafkaConfig(Section):
     topic_prefix: str = Field(default=DEFAULT_PREFIX, pattern=r"^[A-Za-z0-9._-]{0,200}$")
     partitions: int = Field(default=DEFAULT_PARTITIONS, ge=1)
     replication_factor: int = Field(default=-1, ge=-1, description="-1: the broker's default")
+    min_insync_replicas: int | None = Field(
+        default=None, ge=1, description="None: replication - 1 from 3 replicas on"
+    )
     group_protocol: Literal["auto", "consumer", "classic"] = Field(
         default="classic",
         description="consumer groups: classic + range, KIP-848 (consumer), or auto (probe)",
@@ -116,8 +119,23 @@ class KafkaConfig(Section):
         default_factory=dict
     )
 
+    @model_validator(mode="after")
+    def _min_insync_fits(self) -> KafkaConfig:
+        wanted, replicas = self.min_insync_replicas, self.replication_factor
+        if wanted is not None and replicas > 0 and wanted > replicas:
+            raise ValueError(
+                f"min_insync_replicas {wanted} exceeds replication_factor {replicas}: "
+                "no write could ever be acknowledged"
+            )
+        return self
+
     def topology(self) -> Topology:
-        return Topology(self.topic_prefix, self.partitions, self.replication_factor)
+        return Topology(
+            self.topic_prefix,
+            self.partitions,
+            self.replication_factor,
+            min_insync_replicas=self.min_insync_replicas,
+        )
 
     def client_properties(self, environ: Mapping[str, str] | None = None) -> ClientProperties:
         """The passthrough properties with every ``*_env`` reference read from ``environ``
@@ -164,6 +182,7 @@ class AgentConfig(Section):
     run_as: UserName | None = None
     socket_path: Path | None = None  # with run_as; default /tmp/vigil-agent-<uid>/vigil.sock
     env: tuple[EnvName, ...] = ()
+    skill: Path | None = None  # VIGIL_SKILL of every run; default: the shipped agent-skill.md
 
 
 class RunConfig(Section):
@@ -181,6 +200,19 @@ class ApiConfig(Section):
     listen: Listen = "127.0.0.1:8088"
     max_body: int = Field(default=1 << 20, ge=1024, le=64 << 20)  # bytes of one request body
     max_scan: int = Field(default=10_000, ge=100, le=1_000_000)  # records one ledger read scans
+    # Requests per second one principal may make (API and console together), after a burst.
+    rate: float = Field(default=20.0, gt=0, le=100_000)
+    burst: int = Field(default=100, ge=1, le=1_000_000)
+    sign_in_per_minute: int = Field(default=10, ge=1, le=10_000)  # per client address
+    command_clients: int = Field(default=4, ge=1, le=64)  # concurrent command round trips
+    command_wait: Duration = timedelta(seconds=5)  # for a free command client, then 503
+    sessions_per_principal: int = Field(default=20, ge=1, le=10_000)  # console sign-ins kept
+    # The console cookie's Secure flag: "auto" sets it except on plain http to a loopback
+    # host from a loopback client (vigil dev); "always" sets it whatever the request says.
+    secure_cookie: Literal["auto", "always"] = "auto"
+    # The ledger index: each subject's newest notifications and delivery keys, all in all.
+    index_per_subject: int = Field(default=1_000, ge=10, le=1_000_000)
+    index_records: int = Field(default=200_000, ge=1_000, le=100_000_000)
 
 
 class OperatorConfig(Section):

@@ -11,6 +11,7 @@ from typing import Annotated, Literal
 from pydantic import (
     BeforeValidator,
     Field,
+    model_validator,
 )
 
 from pipeline.config.values import EnvName, Section, Url
@@ -32,7 +33,20 @@ class WebhookDestination(Section):
     kind: Literal["webhook"]
     url: Url
     secret_env: EnvName | None = None  # the HMAC signing secret's variable
+    unsigned: bool = False  # send without a signature: only when said so (fail closed)
     timeout: Duration = timedelta(seconds=10)
+
+    @model_validator(mode="after")
+    def _signed(self) -> WebhookDestination:
+        if self.secret_env is None and not self.unsigned:
+            raise ValueError(
+                "a webhook is signed: name its secret's variable in secret_env, or set "
+                "unsigned = true to send it without a signature (receivers cannot tell it is "
+                "vigil's)"
+            )
+        if self.secret_env is not None and self.unsigned:
+            raise ValueError("unsigned = true and a secret_env: choose one")
+        return self
 
 
 class InAppDestination(Section):

@@ -4,8 +4,9 @@ Owns :class:`AgentRunner`, which runs ``[agent] command`` as an ephemeral sessio
 new process per call, the prompt on stdin, the answer on stdout, a timeout that kills the whole
 process group, never inside a Kafka transaction (callers run it between two). The process gets
 an allowlisted environment (``isolation.allowlisted_env``: never vigil's secrets) plus
-``VIGIL_SOCKET``, ``VIGIL_CHAT_ID``, ``VIGIL_SESSION_ID`` and a per-run ``VIGIL_AGENT_TOKEN``
-from :class:`AgentTokens`; with ``[agent] run_as`` it runs under that user's uid. Requests
+``VIGIL_SOCKET``, ``VIGIL_CHAT_ID``, ``VIGIL_SESSION_ID``, ``VIGIL_SKILL`` (``skill``) and a
+per-run ``VIGIL_AGENT_TOKEN`` from :class:`AgentTokens`; with ``[agent] run_as`` it runs
+under that user's uid. Requests
 bearing the token — or coming from the run's process, its descendants (its process group or
 session survives a double fork) or, after the run, what it left behind — act with the agent
 role (DESIGN.md §10), bound to a session of their own. The command starts behind a gate — a
@@ -41,6 +42,7 @@ from pipeline.control.isolation import (
     allowlisted_env,
     process_info,
 )
+from pipeline.control.skill import ENV_SKILL
 from pipeline.rules.authz import Principal, Role
 from pipeline.rules.errors import ConfigError, VigilError
 
@@ -175,12 +177,15 @@ class AgentRunner:
         environ: Mapping[str, str] | None = None,
         pass_env: Sequence[str] = (),
         user: AgentUser | None = None,
+        skill: Path | None = None,
     ) -> None:
         self._command = list(command) if command else None
         self._timeout_s = timeout.total_seconds()
         self._socket_path = socket_path
         self._tokens = tokens
         self._environ = allowlisted_env(os.environ if environ is None else environ, pass_env)
+        if skill is not None:
+            self._environ[ENV_SKILL] = str(skill)
         self._user = user
 
     def ask(self, text: str, chat: str) -> str:

@@ -4,7 +4,8 @@
 (key: the subject, on Java's partition of it) and reads ``command-results`` — only the partition its
 request id hashes to, from the end it had before the command was sent, ``read_committed`` — until
 the record keyed by that request id arrives or the timeout passes (a clear
-:class:`BrokerError` naming the request and the likely cause). The CLI uses it today; the
+:class:`BrokerError` naming the request and the likely cause). Sending the command and finding
+the channel's end wait out a leader move (``pipeline.kafka.failover``). The CLI uses it today; the
 socket and HTTP adapters of the control-plane issue serve the same core.
 
 Commands carry their subject content sealed (DESIGN §10 "Erasure's reach"): before sending a
@@ -28,9 +29,11 @@ from typing import Any, Final
 
 from pipeline.clock import Clock, SystemClock
 from pipeline.crypto import KeyEncryptionKeys, KeyRing
-from pipeline.kafka.clients import Producer, Tail
+from pipeline.kafka.clients import Producer
+from pipeline.kafka.failover import FAILOVER_WAIT_S
 from pipeline.kafka.partitioner import partition_for
 from pipeline.kafka.serde import AvroCodec, default_codec
+from pipeline.kafka.tail import Tail
 from pipeline.kafka.topics import Topic, Topology
 from pipeline.records.command import encode_command
 from pipeline.records.command_result import decode_result
@@ -44,7 +47,6 @@ from pipeline.runtime.processing import Message
 __all__ = ["DEFAULT_TIMEOUT_S", "CommandClient", "new_request_id", "operator_principal"]
 
 DEFAULT_TIMEOUT_S: Final = 15.0
-_METADATA_TIMEOUT_S: Final = 10.0
 
 
 def new_request_id() -> str:
@@ -88,8 +90,10 @@ class CommandClient:
         self._codec = codec or default_codec()
         self._ring = KeyRing(keks or KeyEncryptionKeys.load(), self._codec, cache_size=4096)
         self._keys = FollowedKeys(bootstrap, topology, self._ring)
-        self._producer = Producer(bootstrap)
-        self._results = Tail(bootstrap, "vigil-cli", min(timeout_s, _METADATA_TIMEOUT_S))
+        # Producing a command and finding the result channel's end ride out a leader move
+        # (FAILOVER_WAIT_S); ``timeout_s`` is how long the answer may take once it is sent.
+        self._producer = Producer(bootstrap, {"message.timeout.ms": int(FAILOVER_WAIT_S * 1000)})
+        self._results = Tail(bootstrap, "vigil-cli", FAILOVER_WAIT_S)
         self._lock = threading.Lock()
 
     def __enter__(self) -> CommandClient:
@@ -201,7 +205,7 @@ class CommandClient:
         except ErasedError as exc:
             raise BrokerError(f"cannot send request {command.request_id}: {exc}") from exc
         self._producer.produce(topic, key, value, partition)
-        self._producer.flush(self._timeout_s, "commands")
+        self._producer.flush(FAILOVER_WAIT_S, "commands")
 
     def _result(self, msg: Message, command: Command) -> CommandResult:
         """The decoded result; a sealed one under a key not seen yet re-reads the keys once."""

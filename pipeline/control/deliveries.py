@@ -2,10 +2,11 @@
 console show them (DESIGN.md §9: ``GET /v1/deliveries``, ``vigil deliveries list|show``).
 
 Owns :func:`read_deliveries` (the newest record of each delivery key of one subject, filtered by
-state — ``dead`` names ``dead_letter`` — and watcher, newest first), :func:`read_delivery` (one
-key, read from its own partition only) and :func:`delivery_view` (the JSON a record is shown as:
-state, attempts, next attempt, last error, receiver status, reason and its categorical detail).
-Reads are bounded: at most ``max_scan`` of the newest records of each partition.
+state — ``dead`` names ``dead_letter`` — and watcher, newest first), :func:`read_delivery` (one key,
+read from its own partition only), :func:`matching` (the state and watcher filter, newest first: the
+API's index filters with it too) and :func:`delivery_view` (the JSON a record is shown as: state,
+attempts, next attempt, last error, receiver status, reason and its categorical detail). Reads are
+bounded: at most ``max_scan`` of the newest records of each partition.
 
 Left out: who may read (the callers authorize first: ``authz.may``), redelivering (a command:
 ``pipeline.rules.commands.redeliver``) and the outbox entries' sealed content (never shown here).
@@ -31,6 +32,7 @@ __all__ = [
     "DEFAULT_MAX_SCAN",
     "delivery_state_filter",
     "delivery_view",
+    "matching",
     "read_deliveries",
     "read_delivery",
 ]
@@ -116,14 +118,21 @@ def read_deliveries(
     codec = codec or default_codec()
     topic = topology.name(Topic.DELIVERY_STATE)
     found = _fold(scan(bootstrap, topic, tail=max_scan), codec, tenant_id, user_id)
-    records = [
+    return matching(found.values(), state, watcher_id)
+
+
+def matching(
+    records: Iterable[DeliveryRecord], state: DeliveryStatus | None, watcher_id: str | None
+) -> list[DeliveryRecord]:
+    """The records in ``state`` (None: any) of ``watcher_id`` (None: any), newest first."""
+    chosen = [
         r
-        for r in found.values()
+        for r in records
         if (state is None or r.state.status is state)
         and (watcher_id is None or r.watcher_id == watcher_id)
     ]
-    records.sort(key=lambda r: (r.state.updated_at, r.key), reverse=True)
-    return records
+    chosen.sort(key=lambda r: (r.state.updated_at, r.key), reverse=True)
+    return chosen
 
 
 def read_delivery(

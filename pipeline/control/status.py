@@ -4,7 +4,8 @@ budgets the signed-in subject used in the current window (DESIGN.md §9 ``/ui/``
 Owns :class:`StatusReader`: the four consumer groups of a deployment (``<prefix>command-processor``,
 ``<prefix>evaluator``, ``<prefix>ticker``, ``<prefix>delivery``) — a group with a member is a
 process ready — their summed read-committed lag (``pipeline.kafka.groups``), and the subject's
-budget usage summed over its watchers' current windows (``RedisBudgets.subject_usage``). Answers
+budget usage summed over its watchers' current windows (``RedisBudgets.subject_usage``: read from
+the subject's window index, never a scan of the Redis keyspace). Answers
 are cached for :data:`CACHE_S` (the groups once, budgets per subject), so a busy console costs
 the broker and Redis a few requests a second at most; a broker or Redis that does not answer
 shows as ``?``, never as an error page.

@@ -13,7 +13,8 @@ under the newest key-encryption key (:meth:`~KeyRing.rewrapped`).
 
 Thread-safe (one lock): delivery's ``in_app`` adapter seals on sender threads while the poll
 thread applies the table. Nothing here logs or prints key material: log lines name owners, key
-ids and KEK ids only.
+ids and KEK ids only. On the native path (``pipeline.rules.native``) a cipher is
+``vigil_native.Cipher``: the same envelope (``pipeline.crypto.envelope``), sealed in one call.
 
 Leaves out reading the topic (``pipeline.runtime``) and what records seal (``pipeline.records``).
 """
@@ -25,7 +26,7 @@ import os
 import threading
 from collections.abc import Iterable, Iterator
 from datetime import datetime
-from typing import Final, TypeVar
+from typing import Any, Final, TypeVar
 
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
@@ -36,6 +37,7 @@ from pipeline.records.data_key import DataKeyRecord, decode_data_key, encode_dat
 from pipeline.rules.data_keys import KeyOwner
 from pipeline.rules.errors import ConfigError, SerdeError
 from pipeline.rules.keys import encode_fields
+from pipeline.rules.native import NATIVE
 
 __all__ = ["DEFAULT_CACHE", "KeyRing", "wrap_context"]
 
@@ -86,7 +88,7 @@ class KeyRing:
         self._by_subject: dict[tuple[str, str], set[str]] = {}
         self._older: dict[tuple[str, str], set[str]] = {}  # wrapped under an older KEK
         self._raw: dict[bytes, bytes] = {}  # bounded: unwrapped keys by key id
-        self._aeads: dict[bytes, AESGCM] = {}  # bounded, smaller: their ciphers
+        self._aeads: dict[bytes, Any] = {}  # bounded, smaller: their ciphers (_aead)
         self._sealing: dict[KeyOwner, bytes] = {}  # bounded: owner → key id
         self._warned: set[bytes] = set()
         self._lock = threading.RLock()
@@ -196,7 +198,10 @@ class KeyRing:
                     f"the data key of {owner.topic_key} is wrapped under key-encryption key "
                     f"{kek_id!r}, which this process does not have: add it to the KEKs"
                 )
-        return seal(aead, key_id, plaintext, aad)
+        if type(aead) is AESGCM:
+            return seal(aead, key_id, plaintext, aad)
+        sealed: bytes = aead.seal(plaintext, aad)
+        return sealed
 
     def open(self, aad: bytes, sealed: bytes) -> bytes | None:
         key_id = key_id_of(sealed)
@@ -206,7 +211,10 @@ class KeyRing:
             aead = self._aead(key_id)
         if aead is None:
             return None
-        return open_sealed(aead, sealed, aad)
+        if type(aead) is AESGCM:
+            return open_sealed(aead, sealed, aad)
+        opened: bytes | None = aead.open(sealed, aad)
+        return opened
 
     def can_open(self, sealed: bytes) -> bool:
         """Whether the key ``sealed`` names is known here (no decryption)."""
@@ -219,14 +227,16 @@ class KeyRing:
             topic_key = None if key_id is None else self._by_id.get(key_id)
             return None if topic_key is None else self._records[topic_key].owner
 
-    def _aead(self, key_id: bytes) -> AESGCM | None:
+    def _aead(self, key_id: bytes) -> Any:
+        """The cipher of ``key_id`` (an ``AESGCM``, or a ``vigil_native.Cipher`` on the native
+        path), or None when it is not known or does not unwrap here."""
         found = self._aeads.get(key_id)
         if found is not None:
             return found
         key = self._raw.get(key_id) or self._unwrap(key_id)
         if key is None:
             return None
-        aead = AESGCM(key)
+        aead = AESGCM(key) if NATIVE is None else NATIVE.Cipher(key, key_id)
         _bounded_put(self._aeads, key_id, aead, min(self._cache_size, CIPHER_CACHE))
         return aead
 

@@ -11,6 +11,7 @@ Left out: the specs themselves (``pipeline.kafka.topics``) and printing (``pipel
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -25,6 +26,8 @@ from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, Config
 from confluent_kafka.admin._resource import ResourceType
 from confluent_kafka.cimpl import NewTopic
 
+from pipeline.kafka.durability import broker_settings, replication_refusal
+from pipeline.kafka.failover import FAILOVER_WAIT_S, ride_out
 from pipeline.kafka.failures import answer, translate
 from pipeline.kafka.properties import LOG, active
 from pipeline.kafka.topics import Topic, TopicSpec, Topology
@@ -73,6 +76,8 @@ class TopicStatus:
     expected_partitions: int
     actual_partitions: int | None  # None: the topic does not exist
     drifted_configs: Mapping[str, ConfigDrift] = field(default_factory=dict)
+    replicas: int | None = None  # the fewest replicas of any partition
+    min_insync: int | None = None  # its min.insync.replicas (the broker's default included)
 
     @property
     def state(self) -> TopicState:
@@ -108,6 +113,8 @@ class TopicStatus:
             "state": self.state.value,
             "expected_partitions": self.expected_partitions,
             "actual_partitions": self.actual_partitions,
+            "replicas": self.replicas,
+            "min_insync_replicas": self.min_insync,
             "drifted_configs": {
                 key: {"expected": d.expected, "actual": d.actual}
                 for key, d in sorted(self.drifted_configs.items())
@@ -133,17 +140,23 @@ def connect_admin(bootstrap_servers: str, extra: Mapping[str, Any] | None = None
     return AdminClient({**settings, **(extra or {})})
 
 
-def _partition_counts(admin: AdminClient) -> dict[str, int]:
-    """Partition count of every topic the broker reports without error."""
+def _layouts(admin: AdminClient) -> dict[str, tuple[int, int]]:
+    """(partition count, fewest replicas of a partition) of every topic the broker reports
+    without error."""
     try:
         metadata = admin.list_topics(timeout=_TIMEOUT_S)
     except KafkaException as exc:
         raise translate(exc, "listing topics") from exc
     return {
-        name: len(meta.partitions)
+        name: (len(meta.partitions), min(len(p.replicas) for p in meta.partitions.values()))
         for name, meta in metadata.topics.items()
         if meta.error is None and meta.partitions
     }
+
+
+def _partition_counts(admin: AdminClient) -> dict[str, int]:
+    """Partition count of every topic the broker reports without error."""
+    return {name: count for name, (count, _) in _layouts(admin).items()}
 
 
 def _configs(admin: AdminClient, names: Iterable[str]) -> dict[str, dict[str, str | None]]:
@@ -158,30 +171,45 @@ def _configs(admin: AdminClient, names: Iterable[str]) -> dict[str, dict[str, st
     return described
 
 
-def _drift(spec: TopicSpec, actual: Mapping[str, str | None]) -> dict[str, ConfigDrift]:
+def _drift(expected: Mapping[str, str], actual: Mapping[str, str | None]) -> dict[str, ConfigDrift]:
     return {
-        key: ConfigDrift(expected, actual.get(key))
-        for key, expected in spec.configs().items()
-        if actual.get(key) != expected
+        key: ConfigDrift(value, actual.get(key))
+        for key, value in expected.items()
+        if actual.get(key) != value
     }
 
 
 def describe(admin: AdminClient, topology: Topology) -> list[TopicStatus]:
-    """Every topic of ``topology`` as the broker has it, in spec order."""
-    counts = _partition_counts(admin)
+    """Every topic of ``topology`` as the broker has it, in spec order; a leader or
+    controller move is waited out (``pipeline.kafka.failover``)."""
+    deadline = time.monotonic() + FAILOVER_WAIT_S
+    return ride_out(lambda: _describe(admin, topology), "describing topics", deadline)
+
+
+def _describe(admin: AdminClient, topology: Topology) -> list[TopicStatus]:
+    layouts = _layouts(admin)
     configs = _configs(
-        admin, [topology.name(s.topic) for s in topology if topology.name(s.topic) in counts]
+        admin, [topology.name(s.topic) for s in topology if topology.name(s.topic) in layouts]
     )
     statuses = []
     for spec in topology:
         name = topology.name(spec.topic)
+        count, replicas = layouts.get(name, (None, None))
+        found = configs.get(name)
+        min_insync = (found or {}).get("min.insync.replicas")
         statuses.append(
             TopicStatus(
                 name=name,
                 topic=spec.topic,
                 expected_partitions=topology.partitions_for(spec.topic),
-                actual_partitions=counts.get(name),
-                drifted_configs=_drift(spec, configs[name]) if name in configs else {},
+                actual_partitions=count,
+                drifted_configs=(
+                    _drift(topology.configs(spec.topic, replicas or 0), found)
+                    if found is not None
+                    else {}
+                ),
+                replicas=replicas,
+                min_insync=int(min_insync) if min_insync and min_insync.isdigit() else None,
             )
         )
     return statuses
@@ -205,7 +233,7 @@ def _create(admin: AdminClient, topology: Topology, specs: list[TopicSpec]) -> l
             topology.name(spec.topic),
             num_partitions=topology.partitions_for(spec.topic),
             replication_factor=topology.replication_factor,
-            config=spec.configs(),
+            config=topology.configs(spec.topic, topology.replication_factor),
         )
         for spec in specs
     ]
@@ -241,6 +269,22 @@ def _reconfigure(admin: AdminClient, drifted: list[TopicStatus]) -> None:
             answer(future, f"setting configs of {resource.name}", _TIMEOUT_S)
 
 
+def _replication_resolved(admin: AdminClient, topology: Topology) -> Topology:
+    """``topology`` with replication -1 made the broker's default, so new topics get their
+    min ISR at creation; refused (:class:`TopologyError`) where that default would leave a
+    multi-broker cluster's topics on one replica (``pipeline.kafka.durability``)."""
+    if topology.replication_factor != -1:
+        return topology
+    settings = broker_settings(admin)
+    if settings is None:
+        return topology
+    refusal = replication_refusal(settings, topology.replication_factor)
+    if refusal is not None:
+        raise TopologyError(refusal)
+    default = settings.number("default.replication.factor")
+    return dataclasses.replace(topology, replication_factor=default) if default > 0 else topology
+
+
 def ensure_topics(admin: AdminClient, topology: Topology) -> EnsureReport:
     """Create missing topics and reset drifted configs; refuse a drifted partition count.
 
@@ -250,7 +294,9 @@ def ensure_topics(admin: AdminClient, topology: Topology) -> EnsureReport:
     statuses = describe(admin, topology)
     missing = [topology.spec(s.topic) for s in statuses if s.state is TopicState.MISSING]
     drifted = [s for s in statuses if s.drifted_configs]
-    created = _create(admin, topology, missing)
+    created = _create(
+        admin, _replication_resolved(admin, topology) if missing else topology, missing
+    )
     _reconfigure(admin, drifted)
     refused = [s for s in statuses if s.state is TopicState.PARTITIONS_DRIFTED]
     if refused:

@@ -5,9 +5,9 @@ Owns the settings every producer and consumer of vigil starts from (DESIGN §2, 
 :class:`Producer` that every non-transactional writer uses (the control plane's commands, the
 API's acknowledgements, the publisher SDK: created on first use, a delivery report per record,
 one flush that raises) and :func:`table_consumer` (a reader that ``assign()``\ s partitions and
-never joins a group). Error translation lives in ``pipeline.kafka.failures`` (its names are
-re-exported here for callers). Leaves out the stream runtime (``pipeline.runtime``) and topic
-specs (``topics``).
+never joins a group; ``pipeline.kafka.tail`` follows a reply channel with one). Error
+translation lives in ``pipeline.kafka.failures`` (its names are re-exported here for callers).
+Leaves out the stream runtime (``pipeline.runtime``) and topic specs (``topics``).
 """
 
 from __future__ import annotations
@@ -40,7 +40,6 @@ __all__ = [
     "BrokerFailure",
     "ErrorKind",
     "Producer",
-    "Tail",
     "classify",
     "consumer_config",
     "is_partition_eof",
@@ -274,52 +273,3 @@ def ready_batch(
     if limit <= 1:
         return [first]
     return [first, *consumer.consume(limit - 1, linger_s)]
-
-
-class Tail:
-    """Follows one partition from its end at the time of :meth:`follow`: a reply channel (the
-    command results a client waits for). No network until :meth:`follow`."""
-
-    def __init__(self, bootstrap: str, name: str, timeout_s: float) -> None:
-        self._bootstrap = bootstrap
-        self._name = name
-        self._timeout_s = timeout_s
-        self._consumer: confluent_kafka.Consumer | None = None
-
-    def follow(self, topic: str, partition: int, offset: int | None = None) -> int:
-        """Read ``topic[partition]`` from ``offset``, or from its current end; returns where
-        reading starts (follow from it again to read the same records again)."""
-        if self._consumer is None:
-            # A short fetch wait: the broker answers a connection's requests in order, so a
-            # fetch held for the default 500 ms would hold the next follow()'s offset query too.
-            self._consumer = table_consumer(
-                self._bootstrap,
-                self._name,
-                **{"enable.partition.eof": False, "fetch.wait.max.ms": 10},
-            )
-        tp = confluent_kafka.TopicPartition(topic, partition)
-        deadline = time.monotonic() + self._timeout_s
-        while offset is None:
-            try:
-                _, offset = self._consumer.get_watermark_offsets(tp, timeout=self._timeout_s)
-            except KafkaException as exc:
-                # Leadership moves (a new topic, a broker restart) answer "not leader" a while.
-                if time.monotonic() > deadline:
-                    raise translate(exc, f"find the end of {topic}[{partition}]") from exc
-                time.sleep(0.2)
-        self._consumer.assign([confluent_kafka.TopicPartition(topic, partition, offset)])
-        return offset
-
-    def poll(self, timeout_s: float) -> list[Message]:
-        """The records that arrived (errors skipped: a reply channel reads only records)."""
-        assert self._consumer is not None, "follow() a partition first"
-        try:
-            batch = ready_batch(self._consumer, 100, timeout_s)
-        except KafkaException as exc:
-            raise translate(exc, "read a reply channel") from exc
-        return [msg for msg in batch if msg.error() is None]
-
-    def close(self) -> None:
-        if self._consumer is not None:
-            self._consumer.close()
-            self._consumer = None

@@ -77,6 +77,9 @@ TRANSIENT_CODES: Final = frozenset(
         KafkaError.CONCURRENT_TRANSACTIONS,
         KafkaError.OFFSET_NOT_AVAILABLE,
         KafkaError.REBALANCE_IN_PROGRESS,
+        # A killed broker fenced and dropped from the cluster's metadata: librdkafka destroys
+        # its handle and fails what was waiting on it; the new leader answers when asked again.
+        KafkaError._DESTROY_BROKER,
     }
 )
 

@@ -3,12 +3,15 @@
 ``(murmur2(key) & 0x7fffffff) % N`` exactly as ``org.apache.kafka.common.utils.Utils.murmur2``,
 so Python and Java producers place a key alike (librdkafka's ``murmur2_random`` agrees for
 non-empty keys). Hand-written because no maintained Python package exposes Kafka's variant;
-it is a dozen lines and tested against Java's own vectors.
+it is a dozen lines and tested against Java's own vectors. The native path
+(``pipeline.rules.native``) hashes with ``vigil_native.murmur2``, held to this one.
 """
 
 from __future__ import annotations
 
 from struct import unpack_from
+
+from pipeline.rules.native import NATIVE
 
 __all__ = ["murmur2", "partition_for"]
 
@@ -44,4 +47,7 @@ def partition_for(key: bytes | str, partitions: int) -> int:
     if partitions <= 0:
         raise ValueError("a topic has at least one partition")
     raw = key.encode("utf-8") if isinstance(key, str) else key
-    return (murmur2(raw) & 0x7FFFFFFF) % partitions
+    return (_murmur2(raw) & 0x7FFFFFFF) % partitions
+
+
+_murmur2 = murmur2 if NATIVE is None else NATIVE.murmur2

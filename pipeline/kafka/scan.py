@@ -6,6 +6,9 @@ bounds — or only the newest ``tail`` offsets of them — partition by partitio
 end offsets taken when it starts so a busy topic cannot keep it reading) and
 :class:`Progress` (one self-overwriting line on stderr).
 
+A leader moving under a scan (a broker lost or restarted) is waited out up to
+:data:`~pipeline.kafka.failover.FAILOVER_WAIT_S`.
+
 Leaves out decoding records (callers) and what they mean (``pipeline.rules.replay``).
 """
 
@@ -18,11 +21,20 @@ import uuid
 from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 from typing import Final, TextIO
 
 from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 
-from pipeline.kafka.clients import is_partition_eof, ready_batch, table_consumer, translate
+from pipeline.kafka.clients import (
+    ErrorKind,
+    classify,
+    is_partition_eof,
+    ready_batch,
+    table_consumer,
+    translate,
+)
+from pipeline.kafka.failover import FAILOVER_WAIT_S, ride_out, topic_metadata
 from pipeline.rules.errors import BrokerError, ConfigError, DefinitionError
 from pipeline.rules.instants import parse_instant, utc
 
@@ -31,7 +43,8 @@ __all__ = ["Bound", "Progress", "partitions_of", "scan"]
 _OFFSETS: Final = re.compile(r"^[A-Za-z0-9._-]+:\d+:\d+(,[A-Za-z0-9._-]+:\d+:\d+)*$")
 _EARLIEST: Final = -2
 _META_TIMEOUT_S: Final = 10.0
-_IDLE_LIMIT_S: Final = 15.0
+_ASK_S: Final = 2.0  # one watermark request; a leader move is waited out by asking again
+_IDLE_LIMIT_S: Final = FAILOVER_WAIT_S  # a partition whose leader moves reads nothing a while
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,29 +118,33 @@ class Progress:
 
 
 def partitions_of(consumer: Consumer, topic: str) -> list[int]:
-    try:
-        metadata = consumer.list_topics(topic, timeout=_META_TIMEOUT_S).topics.get(topic)
-    except KafkaException as exc:
-        raise translate(exc, f"describe {topic}") from exc
-    if metadata is None or metadata.error is not None:
+    """``topic``'s partitions; a leader move is waited out (:data:`FAILOVER_WAIT_S`), and
+    "create the topics" said only when the broker does not know the topic."""
+
+    deadline = time.monotonic() + FAILOVER_WAIT_S
+    listed = partial(consumer.list_topics, timeout=_META_TIMEOUT_S)
+    metadata = topic_metadata(listed, topic, deadline)
+    if metadata is None:
         raise BrokerError(f"topic {topic} is missing: run `vigil topics create`")
     return sorted(metadata.partitions)
 
 
 def _watermarks(consumer: Consumer, topic: str, partition: int) -> tuple[int, int]:
     """A partition's low and high offsets; "not leader" (a topic just made, a broker moving
-    leadership) is retried until the metadata timeout, like the reply channel's."""
-    deadline = time.monotonic() + _META_TIMEOUT_S
-    while True:
-        try:
-            low, high = consumer.get_watermark_offsets(
-                TopicPartition(topic, partition), timeout=_META_TIMEOUT_S
-            )
-            return int(low), int(high)
-        except KafkaException as exc:
-            if time.monotonic() > deadline:
-                raise translate(exc, f"find the ends of {topic}[{partition}]") from exc
-            time.sleep(0.2)
+    leadership) is waited out (:data:`FAILOVER_WAIT_S`) with fresh metadata between tries."""
+    tp = TopicPartition(topic, partition)
+    asked = 0
+
+    def ask() -> tuple[int, int]:
+        nonlocal asked
+        asked += 1
+        if asked > 1:  # what moved: the client learns the new leader from fresh metadata
+            consumer.list_topics(topic, timeout=_ASK_S)
+        low, high = consumer.get_watermark_offsets(tp, timeout=_ASK_S)
+        return int(low), int(high)
+
+    what = f"find the ends of {topic}[{partition}]"
+    return ride_out(ask, what, time.monotonic() + FAILOVER_WAIT_S)
 
 
 def _start_offset(
@@ -238,6 +255,8 @@ def _drain(
                 continue
             error = msg.error()
             if error is not None:
+                if classify(error) is ErrorKind.RETRIABLE:  # a broker away: the client retries
+                    continue
                 raise BrokerError(f"reading {topic}: {error.str()}")
             if partition not in open_parts:
                 continue

@@ -15,18 +15,20 @@ every batch) and what to do with the answer (``pipeline.runtime.poison``).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping
 from typing import Final
 
 from fastavro.schema import to_parsing_canonical_form
 
 from pipeline.kafka.clients import Producer
+from pipeline.kafka.failover import FAILOVER_WAIT_S, ride_out
 from pipeline.kafka.partitioner import partition_for
 from pipeline.kafka.serde import AvroCodec, SchemaVersion
 
 __all__ = ["REGISTRATION_TIMEOUT_S", "SchemaCatalog", "register_schemas", "registration"]
 
-REGISTRATION_TIMEOUT_S: Final = 30.0
+REGISTRATION_TIMEOUT_S: Final = FAILOVER_WAIT_S
 
 
 def registration(version: SchemaVersion) -> tuple[str, bytes]:
@@ -41,17 +43,24 @@ def register_schemas(
     partitions: int,
     codec: AvroCodec,
     record_types: Iterable[str] | None = None,
+    timeout_s: float = REGISTRATION_TIMEOUT_S,
 ) -> int:
     """Register the schema this build writes for each of ``record_types`` (default: every
-    type it knows) and wait until the broker has them all; returns how many were sent.
-    Idempotent (same key, same value)."""
-    sent = 0
-    for record_type in sorted(codec.record_types if record_types is None else record_types):
-        key, value = registration(codec.newest(record_type))
-        producer.produce(topic, key, value, partition_for(key, partitions))
-        sent += 1
-    producer.flush(REGISTRATION_TIMEOUT_S, "schema registrations")
-    return sent
+    type it knows) and wait until the broker has them all; a leader moving meanwhile is waited
+    out up to ``timeout_s``, sending again what it failed (same key, same value: idempotent).
+    Returns how many registrations the broker acknowledged (one sent again counts again)."""
+    types = sorted(codec.record_types if record_types is None else record_types)
+    records = [registration(codec.newest(record_type)) for record_type in types]
+    before = producer.delivered
+    deadline = time.monotonic() + timeout_s
+
+    def send() -> None:
+        for key, value in records:
+            producer.produce(topic, key, value, partition_for(key, partitions))
+        producer.flush(max(0.1, deadline - time.monotonic()), "schema registrations")
+
+    ride_out(send, f"registering schemas in {topic}", deadline)
+    return producer.delivered - before
 
 
 class SchemaCatalog:

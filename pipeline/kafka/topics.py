@@ -278,13 +278,15 @@ class Topology:
 
     ``partitions`` applies to every topic; ``overrides`` may change single topics, but every
     topic of a co-partitioned group must keep one count (else :class:`ConfigError`).
-    ``replication_factor`` -1 takes the broker's ``default.replication.factor``.
+    ``replication_factor`` -1 takes the broker's ``default.replication.factor``;
+    ``min_insync_replicas`` None takes :meth:`min_insync`'s rule.
     """
 
     prefix: str = DEFAULT_PREFIX
     partitions: int = DEFAULT_PARTITIONS
     replication_factor: int = -1
     overrides: Mapping[Topic, int] = field(default_factory=dict)
+    min_insync_replicas: int | None = None
 
     def __post_init__(self) -> None:
         counts = [self.partitions, *self.overrides.values()]
@@ -306,6 +308,24 @@ class Topology:
 
     def spec(self, topic: Topic) -> TopicSpec:
         return SPECS[topic]
+
+    def min_insync(self, replicas: int) -> int | None:
+        """The ``min.insync.replicas`` of a topic with ``replicas`` replicas (DESIGN §10
+        "Replicated safely"): as configured, else replicas − 1 from three replicas on, so an
+        acknowledged write outlives any one broker and one broker down stalls nothing; None
+        (fewer replicas, nothing configured) leaves the broker's default."""
+        if self.min_insync_replicas is not None:
+            return self.min_insync_replicas
+        return replicas - 1 if replicas >= 3 else None
+
+    def configs(self, topic: Topic, replicas: int) -> dict[str, str]:
+        """The broker configs vigil sets on ``topic`` (and checks for drift) when it has
+        ``replicas`` replicas: its spec's, and :meth:`min_insync`."""
+        configs = SPECS[topic].configs()
+        wanted = self.min_insync(replicas)
+        if wanted is not None:
+            configs["min.insync.replicas"] = str(wanted)
+        return configs
 
     def topic_of(self, name: str) -> Topic | None:
         """The topic a full name belongs to, or None when it is not one of ours."""

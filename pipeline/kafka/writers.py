@@ -19,6 +19,9 @@ Instants and longs past one byte are remembered encoded, by value (bounded maps,
 when full): a batch writes the same ``now``, ``observed_at`` and durations into record after
 record. A value is looked up only after its type check, so a ``bool`` or ``float`` equal to a
 remembered ``int`` never borrows its bytes.
+
+On the native path (``pipeline.rules.native``) a prepared writer is ``vigil_native.Writer``:
+the same schemas, the same rules, the same bytes (a property holds the two to each other).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from datetime import datetime
 from typing import Any, Final
 
 from pipeline.rules.instants import to_epoch_micros
+from pipeline.rules.native import NATIVE
 
 __all__ = ["Writer", "prepare"]
 
@@ -233,6 +237,12 @@ def prepare(parsed: Any) -> Writer | None:
     module does not write (fastavro writes every value of it)."""
     if not isinstance(parsed, dict) or parsed.get("type") != "record":
         return None
+    if NATIVE is not None:
+        try:
+            native: Writer = NATIVE.Writer(parsed)
+            return native
+        except ValueError:  # a type it does not write: neither does the Python form
+            return None
     src = _Source()
     src.add(0, "def write(value, out):")
     try:

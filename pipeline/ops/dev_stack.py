@@ -1,9 +1,6 @@
 """What ``vigil dev`` runs: its servers, its configuration, its processes and its demo.
 
-Owns :class:`DevPorts` (the defaults when they are free, free ones otherwise),
-:class:`Servers` (the broker through ``deploy/kafka/kafka.sh`` — Apache Kafka when Java is
-present, Tansu otherwise — and Redis through ``deploy/redis/redis.sh``, both with their data in
-the state directory, stopped by the same scripts), :func:`write_config` (one ``vigil.toml``
+Owns :func:`write_config` (one ``vigil.toml``
 plus one per process that differ only in ``[metrics] listen``; ``[privacy]`` points at a
 key-encryption key file in the state directory, generated on first use — ``$VIGIL_MASTER_KEYS``,
 when set, takes precedence, in the processes and the CLI alike), :func:`services` (the
@@ -11,7 +8,8 @@ supervised group), :func:`not_ready` (which processes' ``/readyz`` do not say re
 why) and :class:`Demo` (grants, an event watcher with a ``log`` destination, a
 schedule that sends to the console chat, and a stream of events).
 
-Leaves out supervision (``pipeline.ops.supervisor``) and the terminal (``pipeline.cli.dev_cmd``).
+Leaves out its ports and servers (``pipeline.ops.dev_servers``), supervision
+(``pipeline.ops.supervisor``) and the terminal (``pipeline.cli.dev_cmd``).
 """
 
 from __future__ import annotations
@@ -20,18 +18,23 @@ import hashlib
 import json
 import os
 import secrets
-import shutil
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final
 
 from pipeline.crypto import generate_kek_text
+from pipeline.ops.dev_servers import (
+    BROKERS,
+    METRIC_PROCESSES,
+    DevPorts,
+    Servers,
+    default_broker,
+    port_free,
+)
 from pipeline.ops.doctor import Status, process_ready
 from pipeline.ops.health import address_file
 from pipeline.ops.supervisor import Service
@@ -57,9 +60,7 @@ __all__ = [
     "write_config",
 ]
 
-ROOT: Final = Path(__file__).resolve().parents[2]
 VIGIL: Final = (sys.executable, "-m", "pipeline.cli.main")
-METRIC_PROCESSES: Final = ("command-processor", "evaluator", "ticker", "delivery")
 PROCESSES: Final = (*METRIC_PROCESSES, "daemon", "api")
 NAMESPACE: Final = DEFAULT_NAMESPACE  # what topic_prefix "vigil." names
 INSTANCE: Final = "dev"
@@ -67,143 +68,6 @@ DEMO_SOURCE: Final = "demo.builds"
 DEMO_TYPE: Final = "build.finished"
 DEMO_WATCHER: Final = "demo-build-failed"
 _PURPOSE: Final = "demo.alert"
-
-
-def port_free(port: int) -> bool:
-    """Whether ``port`` can be bound on 127.0.0.1 now (a port in TIME_WAIT counts as free)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def _any_free() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _pick(wanted: int | None, default: int, taken: set[int]) -> int:
-    """``wanted`` as given; else the default when it is free; else any free port."""
-    if wanted:
-        port = wanted
-    elif default and default not in taken and port_free(default):
-        port = default
-    else:
-        port = _any_free()
-        while port in taken:
-            port = _any_free()
-    taken.add(port)
-    return port
-
-
-@dataclass(frozen=True, slots=True)
-class DevPorts:
-    kafka: int
-    controller: int
-    redis: int
-    api: int
-    metrics: dict[str, int]
-
-    @classmethod
-    def choose(cls, kafka: int | None = None, redis: int | None = None) -> DevPorts:
-        taken: set[int] = set()
-        k = _pick(kafka, 9092, taken)
-        # A stack on the usual broker port takes the usual ports when free; any other (a second
-        # stack, one whose ports were chosen) takes free ones for everything, so two stacks
-        # started at once never both find 9464 free and then fight over it.
-        usual = k == 9092
-        c = _pick(None, 9093 if usual else 0, taken)
-        r = _pick(redis, 6379, taken)
-        a = _pick(None, 8088 if usual else 0, taken)
-        metrics = {
-            name: _pick(None, 9464 + i if usual else 0, taken)
-            for i, name in enumerate(METRIC_PROCESSES)
-        }
-        return cls(k, c, r, a, metrics)
-
-
-BROKERS: Final = ("kafka", "tansu")
-
-
-def default_broker() -> str:
-    """Apache Kafka when a Java runtime is on PATH, else Tansu (no JVM; memory only)."""
-    return "kafka" if shutil.which("java") else "tansu"
-
-
-class Servers:
-    """The broker and Redis for one state directory, started and stopped by deploy/ scripts."""
-
-    def __init__(self, state: Path, ports: DevPorts, log: Path, broker: str | None = None) -> None:
-        self._state = state
-        self._ports = ports
-        self._log = log
-        self.broker = broker or default_broker()
-        self.started: list[str] = []
-
-    def _env(self) -> dict[str, str]:
-        return {
-            **os.environ,
-            "VIGIL_STATE": str(self._state),
-            "VIGIL_BROKER": self.broker,
-            "VIGIL_PYTHON": sys.executable,
-            "KAFKA_PORT": str(self._ports.kafka),
-            "KAFKA_CONTROLLER_PORT": str(self._ports.controller),
-            "KAFKA_DATA_DIR": str(self._state / "kafka"),
-            "REDIS_PORT": str(self._ports.redis),
-            "REDIS_DIR": str(self._state / "redis"),
-        }
-
-    def _script(self, name: str, verb: str) -> str:
-        script = ROOT / "deploy" / name / f"{name}.sh"
-        if not script.is_file():
-            raise ConfigError(f"vigil dev needs the source tree's {script}: run it from a clone")
-        with self._log.open("ab") as log:
-            done = subprocess.run(
-                ["bash", str(script), verb],
-                env=self._env(),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=log,
-                timeout=600,
-            )
-        out = done.stdout.decode("utf-8", "replace").strip()
-        if done.returncode != 0:
-            raise ConfigError(f"{name}.sh {verb} failed ({out or 'see ' + str(self._log)})")
-        return out
-
-    def stop_commands(self) -> list[list[str]]:
-        """The commands that stop both servers, with this stack's settings (for the guard)."""
-        env = self._env()
-        settings = [
-            f"{k}={env[k]}"
-            for k in ("VIGIL_STATE", "VIGIL_BROKER", "VIGIL_PYTHON", "KAFKA_PORT",
-                      "KAFKA_CONTROLLER_PORT", "KAFKA_DATA_DIR", "REDIS_PORT", "REDIS_DIR")
-        ]  # fmt: skip
-        return [
-            ["env", *settings, "bash", str(ROOT / "deploy" / name / f"{name}.sh"), "stop"]
-            for name in ("redis", "kafka")
-        ]
-
-    def start(self) -> list[str]:
-        """Start both; returns the scripts' one-line reports."""
-        lines = []
-        for name in ("kafka", "redis"):
-            lines.append(self._script(name, "start"))
-            self.started.append(name)
-        return lines
-
-    def stop(self) -> None:
-        """Stop what this object started, Redis first; errors are reported, not raised."""
-        for name in reversed(self.started):
-            try:
-                self._script(name, "stop")
-            except (ConfigError, subprocess.TimeoutExpired) as exc:
-                print(f"vigil dev: stopping {name}: {exc}", file=sys.stderr)
-        self.started.clear()
 
 
 def dev_master_keys(state: Path) -> Path:
@@ -222,8 +86,8 @@ def write_config(state: Path, ports: DevPorts, token: str, partitions: int) -> P
     """``state/vigil.toml`` and one ``state/conf/<process>.toml`` per process."""
     keys = dev_master_keys(state)
     base = (
-        f'[kafka]\nbootstrap_servers = "127.0.0.1:{ports.kafka}"\ntopic_prefix = "vigil."\n'
-        f"partitions = {partitions}\nreplication_factor = 1\n"
+        f'[kafka]\nbootstrap_servers = "{ports.bootstrap}"\ntopic_prefix = "vigil."\n'
+        f"partitions = {partitions}\nreplication_factor = {replication(ports.brokers)}\n"
         # KIP-848 where the broker serves it (Kafka 4.x), classic + range on Tansu.
         'group_protocol = "auto"\n\n'
         f'[redis]\nurl = "redis://127.0.0.1:{ports.redis}/0"\n\n'
@@ -249,6 +113,11 @@ def write_config(state: Path, ports: DevPorts, token: str, partitions: int) -> P
     for name in PROCESSES:
         (state / "conf" / f"{name}.toml").write_text(base + metrics, encoding="utf-8")
     return main
+
+
+def replication(brokers: int) -> int:
+    """The replication factor of a dev stack's topics on ``brokers`` brokers (3 at most)."""
+    return min(3, brokers)
 
 
 def addresses(state: Path) -> dict[str, Path]:

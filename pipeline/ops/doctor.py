@@ -2,10 +2,12 @@
 
 Owns :func:`diagnose`, which runs every check in order and returns one :class:`Finding` each —
 the configuration and where it came from; the broker (cluster id, brokers) and Redis (version)
-answer; every topic exists with its partition count and configs; each process of this namespace
-that wrote its address in the state directory answers ``/readyz``; and this host's clock is
-within :data:`MAX_SKEW_S` of the broker's. A check that cannot run because an earlier one
-failed says so instead of waiting out another timeout. No check raises: a failure is a finding.
+answer; every topic exists with its partition count and configs; nothing on the cluster would
+lose acknowledged data or stall transactions (``pipeline.kafka.durability``); each process of
+this namespace that wrote its address in the state directory answers ``/readyz`` (and which hot
+path it runs, native or python); and this host's clock is within :data:`MAX_SKEW_S` of the
+broker's. A check that cannot run because an earlier one failed says so instead of waiting out
+another timeout. No check raises: a failure is a finding.
 
 Leaves out printing (``pipeline.cli.doctor_cmd``).
 """
@@ -22,7 +24,9 @@ from pathlib import Path
 from typing import Final
 
 from pipeline.config import ENV_PREFIX, VigilConfig, config_file, env_overrides
+from pipeline.kafka import durability
 from pipeline.kafka.admin import connect_admin, describe
+from pipeline.kafka.durability import broker_settings
 from pipeline.kafka.reach import probe_broker
 from pipeline.kafka.skew import broker_clock_skew
 from pipeline.ops.health import state_dir
@@ -65,6 +69,10 @@ def diagnose(
     findings.append(_redis(config))
     topics = _topics(config) if broker.status is Status.PASS else None
     findings.append(topics or Finding("topics", Status.SKIP, "the broker does not answer"))
+    if broker.status is Status.PASS:
+        findings.extend(_cluster(config))
+    else:
+        findings.append(Finding("cluster", Status.SKIP, "the broker does not answer"))
     findings.extend(_processes(config, environ))
     if topics is not None and topics.status is Status.PASS:  # it writes to <prefix>doctor
         findings.append(_skew(config))
@@ -135,6 +143,31 @@ def _topics(config: VigilConfig) -> Finding:
     )
 
 
+def _cluster(config: VigilConfig) -> list[Finding]:
+    """What would lose acknowledged data or stall transactions on this cluster, a finding
+    per line (``pipeline.kafka.durability``)."""
+    admin = connect_admin(config.kafka.bootstrap_servers)
+    try:
+        settings = broker_settings(admin)
+        if settings is None:
+            return [Finding("cluster", Status.SKIP, "the cluster does not describe its configs")]
+        lines = durability.findings(settings, describe(admin, config.kafka.topology()))
+    except VigilError as exc:
+        return [Finding("cluster", Status.FAIL, str(exc))]
+    if lines:
+        return [Finding("cluster", Status.FAIL, line) for line in lines]
+    if settings.brokers < 2:
+        return [Finding("cluster", Status.PASS, "one broker: nothing is replicated (development)")]
+    return [
+        Finding(
+            "cluster",
+            Status.PASS,
+            f"{settings.brokers} brokers: vigil's topics, the transaction state log and the "
+            "offsets topic outlive one broker's loss; unclean leader election off",
+        )
+    ]
+
+
 def _processes(config: VigilConfig, environ: Mapping[str, str] | None) -> list[Finding]:
     run = state_dir(environ, config.instance.state_dir) / "run"
     namespace = config.namespace.name
@@ -161,7 +194,8 @@ def process_ready(path: Path, namespace: str) -> Finding:
     try:
         with urllib.request.urlopen(f"{url}/readyz", timeout=_HTTP_TIMEOUT_S) as response:
             body = json.loads(response.read(65536))
-        return Finding(f"process {name}", Status.PASS, f"ready ({url})")
+        hot = body.get("hot_path", "unknown") if isinstance(body, dict) else "unknown"
+        return Finding(f"process {name}", Status.PASS, f"ready ({url}), {hot} hot path")
     except urllib.error.HTTPError as exc:
         try:
             body = json.loads(exc.read(65536))

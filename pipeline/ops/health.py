@@ -5,10 +5,12 @@ while the process runs (liveness); ``/readyz`` answers 200 ``{"status": "ready"}
 registered :class:`Check` passes, else 503 with each failing check's problem — for a stream
 process: the broker answers, Redis answers (the processes that spend budgets), the member has
 joined its group (``assigned``) and the group is caught up (its lag at most ``max_lag``
-records). A process that has not run its checks yet says ``starting``. Checks run in a
-background thread every ``ttl_s`` seconds; a probe reads their last answers and never waits.
-Another thread measures every registered group's lag (``vigil_consumer_group_lag``), for the
-caught-up check and for dashboards: consumer lag for every group, whichever process it is.
+records). A process that has not run its checks yet says ``starting``. ``/readyz`` and
+``vigil_hot_path_info`` name the hot path the process runs (``pipeline.rules.native``).
+Checks run in a background thread every ``ttl_s`` seconds; a probe reads their last answers
+and never waits. Another thread measures every registered group's lag
+(``vigil_consumer_group_lag``), for the caught-up check and for dashboards: consumer lag for
+every group, whichever process it is.
 
 Where a process listens: :func:`listen_address` (each process its own default port), and the
 address file it writes in the state directory (:func:`address_file`) so ``vigil doctor`` finds
@@ -42,6 +44,7 @@ from prometheus_client import (
 from pipeline.kafka.admin import connect_admin
 from pipeline.kafka.lag import group_lag
 from pipeline.rules.errors import VigilError
+from pipeline.rules.native import path_name
 from pipeline.runtime.metrics import per_registry
 
 __all__ = [
@@ -135,6 +138,7 @@ class HealthServer:
         self._bootstrap = bootstrap
         self._stop = threading.Event()
         self._lag = _lag_gauge(metrics_registry)
+        _hot_path_gauge(metrics_registry).labels(path_name()).set(1)
         self._server = ThreadingHTTPServer((host, port), self._handler())
         self._server.daemon_threads = True
         self._threads = [
@@ -248,7 +252,8 @@ class HealthServer:
                 elif path == "/readyz":
                     ready, checks = server.readiness()
                     status = "ready" if ready else _overall(checks)
-                    self._json(200 if ready else 503, {"status": status, "checks": checks})
+                    body = {"status": status, "checks": checks, "hot_path": path_name()}
+                    self._json(200 if ready else 503, body)
                 else:
                     self._json(404, {"error": {"code": "not_found", "message": path[:100]}})
 
@@ -287,3 +292,15 @@ def _create_lag_gauge(metrics_registry: CollectorRegistry) -> Gauge:
 
 
 _lag_gauge = per_registry(_create_lag_gauge)
+
+
+def _create_hot_path_gauge(metrics_registry: CollectorRegistry) -> Gauge:
+    return Gauge(
+        "vigil_hot_path_info",
+        "1 for the hot path this process runs: native (vigil_native) or python.",
+        ["path"],
+        registry=metrics_registry,
+    )
+
+
+_hot_path_gauge = per_registry(_create_hot_path_gauge)

@@ -1,11 +1,12 @@
-"""The ``event`` record (``schemas/event.v1.avsc``): what an upstream service publishes, and the
+"""The ``event`` record (``schemas/event.v2.avsc``): what an upstream service publishes, and the
 evidence the evaluator reads from it.
 
 :func:`event_record` checks one event (ids non-empty and bounded, a payload RFC 8785 can
-canonicalize and at most :data:`MAX_PAYLOAD_BYTES`, an aware ``observed_at``) and builds its
-Avro value; :func:`evidence_from_event` reads a decoded value back as
-:class:`~pipeline.rules.evidence.Evidence`. :class:`SharedEvidence` computes the evidence digest
-once however many watchers an input reaches (ticks use it too).
+canonicalize and at most :data:`MAX_PAYLOAD_BYTES`, an aware ``observed_at``, the publishing
+tenant when one is named — set by the edge, never read from the payload) and builds its Avro
+value; :func:`event_tenant` reads that tenant back; :func:`evidence_from_event` reads a decoded
+value back as :class:`~pipeline.rules.evidence.Evidence`. :class:`SharedEvidence` computes the
+evidence digest once however many watchers an input reaches (ticks use it too).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ __all__ = [
     "checked_instant",
     "event_line",
     "event_record",
+    "event_tenant",
     "evidence_from_event",
     "line_record",
     "payload_object",
@@ -68,8 +70,11 @@ def event_record(
     observed_at: datetime,
     cursor: str | None = None,
     envelope_id: str | None = None,
+    tenant_id: str | None = None,
 ) -> dict[str, Any]:
     """The Avro ``event`` value of one event, or :class:`DefinitionError` naming the field.
+    ``tenant_id`` is the publisher's tenant as the publishing edge knows it (DESIGN.md §10
+    "Publishers belong to a tenant"), None when it names none.
     The payload is held to what every reader takes (:func:`payload_object`): a JSON object
     within the bounds of DESIGN.md §10, so an event accepted here is never dead-lettered there."""
     if not isinstance(observed_at, datetime) or observed_at.utcoffset() is None:
@@ -88,11 +93,15 @@ def event_record(
         "cursor": _text(cursor, "cursor", MAX_CURSOR_BYTES, optional=True),
         "observed_at": utc(observed_at),
         "payload": body.decode("utf-8"),
+        "tenant_id": _text(tenant_id, "tenant_id", MAX_ID_BYTES, optional=True),
     }
 
 
-def line_record(line: EventLine, observed_at: datetime) -> dict[str, Any]:
-    """:func:`event_record` of an event as a publisher wrote it (:func:`event_line`)."""
+def line_record(
+    line: EventLine, observed_at: datetime, tenant_id: str | None = None
+) -> dict[str, Any]:
+    """:func:`event_record` of an event as a publisher wrote it (:func:`event_line`), for the
+    publisher's ``tenant_id`` (never a field of the line: the edge sets it)."""
     return event_record(
         line.source_id,
         line.event_type,
@@ -101,6 +110,7 @@ def line_record(line: EventLine, observed_at: datetime) -> dict[str, Any]:
         observed_at,
         line.cursor,
         line.envelope_id,
+        tenant_id,
     )
 
 
@@ -154,6 +164,13 @@ def _field(value: Mapping[str, Any], name: str, limit: int, *, optional: bool = 
         return _text(value.get(name), name, limit, optional=optional)
     except DefinitionError as exc:
         raise SerdeError(str(exc)) from None
+
+
+def event_tenant(value: Mapping[str, Any]) -> str | None:
+    """The publishing tenant a decoded ``event`` value carries (None: a v1 record, or one whose
+    publisher named none; a value no publisher could have written is :class:`SerdeError`)."""
+    tenant: str | None = _field(value, "tenant_id", MAX_ID_BYTES, optional=True)
+    return tenant
 
 
 def evidence_from_event(value: Mapping[str, Any], position: str) -> Evidence:

@@ -1,8 +1,9 @@
 """Budget counters in Redis: one Lua script per charge, idempotent per token and window.
 
 Owns the key layout, the charge (``budget_charge.lua``: read the window's counters, refuse or
-take the whole increment, remember the reply under the caller's token), a batch of charges in
-one round trip, reading usage, and erasing every budget key of one subject. Redis failures
+take the whole increment, remember the reply under the caller's token, file a new window in its
+subject's window index), a batch of charges in one round trip, reading usage (a subject's from
+its index: no keyspace scan), and erasing every budget key of one subject. Redis failures
 become ``BudgetStoreError``: the caller defers and never runs unbudgeted.
 
 One charge, single or batched: :meth:`RedisBudgets.charge_many` sends a whole batch (the
@@ -16,12 +17,14 @@ and reads one delimited reply. Only the dimensions a charge increments travel an
 and ``remaining`` of a verdict covers those dimensions. Each charge is atomic and idempotent on
 its own; a batch need not be atomic as a whole.
 
-Key layout: ``<prefix>{<hex(subject)>}:<hex(watcher_id)>:<window seconds>:<window start>``,
-one hash per scope and window, where ``<prefix>`` is the deployment namespace's
-(``<namespace>:budget:``, DESIGN §10) and ``subject`` is the canonical JSON array
-``["<tenant_id>","<user_id>"]`` (DESIGN §2). Hex has no ``:``, braces and no glob characters, so
-``<prefix>{<hex(subject)>}:*`` matches that subject's keys and no other's. The braces are a
-Redis Cluster hash tag: every key of one subject lives in one slot.
+Key layout: ``<prefix>{<hex(subject)>}:<hex(watcher_id)>:<window seconds>:<window start>``, one hash
+per scope and window, where ``<prefix>`` is the deployment namespace's (``<namespace>:budget:``,
+DESIGN §10) and ``subject`` is the canonical JSON array ``["<tenant_id>","<user_id>"]`` (DESIGN §2).
+Hex has no ``:``, braces and no glob characters, so ``<prefix>{<hex(subject)>}:*`` matches that
+subject's keys and no other's. The braces are a Redis Cluster hash tag: every key of one subject
+lives in one slot. ``<prefix>{<hex(subject)>}:windows`` (no hex id is ``windows``) is the subject's
+window index: its window hashes scored by window end, entries of ended windows dropped as new
+windows are filed.
 
 On a Redis Cluster a batch is split by hash slot and sent as one call per slot (each charge
 still one script run on one slot): every key of a subject carries the subject as its hash tag,
@@ -74,8 +77,9 @@ EXPIRY_GRACE = timedelta(minutes=5)
 
 _MS = timedelta(milliseconds=1)
 _SCRIPT = files("pipeline.redis").joinpath("budget_charge.lua").read_text(encoding="utf-8")
-# The single-charge script as a function of its own KEYS and ARGV, called once per charge.
-# Every argument travels as a string, as ARGV does (amounts must stay exact decimal text).
+# The single-charge script as a function of its own KEYS and ARGV, called once per charge with
+# two keys (its window's hash, its subject's window index). Every argument travels as a string,
+# as ARGV does (amounts must stay exact decimal text).
 # Each reply is "verdict:exhausted:used:used…"; replies are joined by ",".
 _BATCH_SCRIPT = f"""
 local function charge_one(KEYS, ARGV)
@@ -84,8 +88,8 @@ end
 
 local specs = cjson.decode(ARGV[1])
 local replies = {{}}
-for i = 1, #KEYS do
-  replies[i] = table.concat(charge_one({{KEYS[i]}}, specs[i]), ":")
+for i = 1, #specs do
+  replies[i] = table.concat(charge_one({{KEYS[2 * i - 1], KEYS[2 * i]}}, specs[i]), ":")
 end
 return table.concat(replies, ",")
 """
@@ -182,17 +186,23 @@ class RedisBudgets:
         if not charges:
             return []
         now = utc(now)
-        prepared: dict[int, tuple[dict[BudgetScope, str], str]] = {}
+        now_text = str(int(now.timestamp()))
+        prepared: dict[int, tuple[dict[BudgetScope, str], str, str]] = {}
         keys: list[str] = []
         specs: list[list[str]] = []
         for charge in charges:
             caps = charge.caps
             found = prepared.get(id(caps))
             if found is None:
-                lives = (window_end(now, caps.window) + EXPIRY_GRACE - now) // _MS
-                found = prepared[id(caps)] = (self._window_keys(caps, now), str(lives))
-            window_keys, lives_text = found
-            spec = [charge.token, lives_text]
+                end = window_end(now, caps.window)
+                lives = (end + EXPIRY_GRACE - now) // _MS
+                found = prepared[id(caps)] = (
+                    self._window_keys(caps, now),
+                    str(lives),
+                    str(int(end.timestamp())),
+                )
+            window_keys, lives_text, end_text = found
+            spec = [charge.token, lives_text, end_text, now_text]
             for dimension, amount in _checked(charge.increment).items():
                 cap = caps.cap(dimension)
                 spec += (dimension.value, "-1" if cap is None else str(cap), str(amount))
@@ -226,7 +236,17 @@ class RedisBudgets:
 
     def _call(self, keys: list[str], specs: list[list[str]]) -> list[str]:
         payload = json.dumps(specs, ensure_ascii=False, separators=(",", ":"))
-        return _text(self._batch(keys=keys, args=[payload])).split(",")
+        both = [k for key in keys for k in (key, self._index_key(key))]
+        return _text(self._batch(keys=both, args=[payload])).split(",")
+
+    def _index_key(self, window_key: str) -> str:
+        """The window index of the subject a window key belongs to (the same hash tag, so the
+        same slot on a Redis Cluster)."""
+        return window_key[: window_key.index("}:") + 2] + "windows"
+
+    def index_key(self, tenant_id: str, user_id: str) -> str:
+        """The sorted set of a subject's window hashes, scored by window end."""
+        return f"{self.subject_prefix(tenant_id, user_id)}windows"
 
     def _window_keys(self, caps: BudgetCaps, now: datetime) -> dict[BudgetScope, str]:
         """The keys of ``now``'s window of this length, by scope, kept for the rest of it."""
@@ -248,17 +268,18 @@ class RedisBudgets:
         self, tenant_id: str, user_id: str, now: datetime, *, max_keys: int = 10_000
     ) -> dict[Dimension, int]:
         """What the subject's watchers have used in the windows that hold ``now``, summed per
-        dimension (at most ``max_keys`` window keys read: a bounded figure for a status line)."""
+        dimension: the windows its index files as not yet ended (at most ``max_keys``; a bounded
+        figure for a status line), never a scan of the keyspace."""
         now_s = utc(now).timestamp()
-        pattern = f"{self.subject_prefix(tenant_id, user_id)}*"
         fields = [f"c:{d.value}" for d in Dimension]
         totals = dict.fromkeys(Dimension, 0)
+        index = self.index_key(tenant_id, user_id)
         with _translated("read a subject's budget usage"):
-            current: list[bytes | str] = []
-            for n, key in enumerate(self._client.scan_iter(match=pattern, count=_ERASE_BATCH)):
-                if n >= max_keys:
-                    break
-                parts = _text(key).rsplit(":", 2)  # …:<window seconds>:<window start>
+            found = self._client.zrangebyscore(index, now_s, "+inf", start=0, num=max_keys)
+            current: list[str] = []
+            for item in found:
+                key = _text(item) if isinstance(item, bytes | str) else ""
+                parts = key.rsplit(":", 2)  # …:<window seconds>:<window start>
                 try:
                     length, begin = int(parts[-2]), int(parts[-1])
                 except (ValueError, IndexError):

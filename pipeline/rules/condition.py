@@ -40,6 +40,7 @@ from typing import Any, Final
 
 from pipeline.rules.errors import DefinitionError
 from pipeline.rules.keys import canonical_json
+from pipeline.rules.native import NATIVE
 from pipeline.rules.paths import MISSING, Path, format_path, parse_path, resolve
 
 __all__ = [
@@ -320,7 +321,11 @@ def _compare(cond: Compare, value: Any) -> bool:
 
 
 def compile_condition(cond: Condition) -> Predicate:
-    """``cond`` as fast closures (``condition_compile``); compile once per version."""
+    """``cond`` as a fast predicate, compiled once per version: ``vigil_native.Condition`` on
+    the native path (``pipeline.rules.native``), else closures (``condition_compile``)."""
+    if NATIVE is not None:
+        predicate: Predicate = NATIVE.Condition(condition_to_json(cond))
+        return predicate
     from pipeline.rules.condition_compile import compile_tree  # the compiler imports the AST
 
     return compile_tree(cond)

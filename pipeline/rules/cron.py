@@ -33,6 +33,7 @@ from pipeline.rules.zones import load_zone
 
 __all__ = [
     "CADENCE_MINUTES",
+    "MAX_CRON_CHARS",
     "CronSchedule",
     "DuePlan",
     "MissedPolicy",
@@ -45,6 +46,9 @@ __all__ = [
 ]
 
 CADENCE_MINUTES = frozenset({1, 5, 15, 60})
+MAX_CRON_CHARS = 256
+"""The longest cron text read: checked before any split, pattern or croniter sees it (a list of
+every minute, ``0,1,…,59``, is 170 characters)."""
 MAX_BOUNDED = 100
 MAX_MISSED_SCAN = 1_440
 """Missed instants looked at per plan, newest first: a policy fires at most 100 of them, and
@@ -83,6 +87,8 @@ class CronSchedule:
 def _validated(expr: str, field: str) -> str:
     if not isinstance(expr, str):
         raise DefinitionError(f"cron must be text, got {type(expr).__name__}", field)
+    if len(expr) > MAX_CRON_CHARS:
+        raise DefinitionError(f"cron is longer than {MAX_CRON_CHARS} characters", field)
     parts = expr.split()
     if len(parts) != 5:
         raise DefinitionError(

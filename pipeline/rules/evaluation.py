@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import NamedTuple
 
+from pipeline.rules import schedules
 from pipeline.rules.authz import Action, AuthzDecision, Grant, authorize
 from pipeline.rules.budgets import BudgetVerdict
 from pipeline.rules.definition import Mode, WatcherDefinition
@@ -110,6 +111,9 @@ def evaluate(
         definition, state, evidence, grants, now, budget, evaluators, authorization, deadline
     )
     step = _final_at_deadline(deadline, evidence, now, step)
+    close = None if step.close else schedules.one_shot_close(definition, evidence, step.reason)
+    if close is not None:  # a one-shot's own fire is its last: whatever came of it, it closes
+        step = step._replace(close=close, note=schedules.CLOSED_NOTE)
     duplicate = step.reason is Reason.CONDITION_TRUE and state.applied(key)
     identity = trigger_json(trigger)
     digest = evidence.digest()
@@ -166,9 +170,12 @@ def _decide(
     unavailable = Outcome.UNAVAILABLE
     if not _source_matches(definition, evidence):
         return _Step(unavailable, Reason.SOURCE_MISMATCH, authz=decision)
-    fresh = freshness(evidence, source.max_age, now)
+    if schedules.is_missed_occurrence(definition, evidence):
+        return _Step(Outcome.NONE, Reason.MISSED, authz=decision, note=schedules.MISSED_NOTE)
+    fresh = freshness(evidence, schedules.fire_max_age(definition, evidence), now)
     if fresh is Freshness.STALE:
-        return _Step(unavailable, Reason.STALE, authz=decision)
+        note = schedules.STALE_NOTE if isinstance(source, ScheduleSource) else ""
+        return _Step(unavailable, Reason.STALE, authz=decision, note=note)
     if fresh is Freshness.FUTURE_SKEW:
         return _Step(unavailable, Reason.FUTURE_SKEW, authz=decision)
 
@@ -218,17 +225,11 @@ def _judge(
         close: CloseReason | None = CloseReason.TERMINAL_UNSATISFIED
     elif holds:
         outcome, reason = Outcome.SATISFIED, Reason.CONDITION_TRUE
-        closes = definition.mode is Mode.ONCE or _one_shot(definition)
+        closes = definition.mode is Mode.ONCE or schedules.is_one_shot(definition)
         close = CloseReason.SATISFIED if closes else None
     else:
         outcome, reason, close = Outcome.PENDING, Reason.CONDITION_FALSE, None
     return _Step(outcome, reason, close=close, authz=decision, budget=verdict, keep_payload=True)
-
-
-def _one_shot(definition: WatcherDefinition) -> bool:
-    """A one-shot schedule (``at``) is done once it fired."""
-    source = definition.source
-    return isinstance(source, ScheduleSource) and source.at is not None
 
 
 def _evidence_instant(evidence: Evidence, now: datetime) -> datetime:

@@ -1,8 +1,9 @@
 """Freshness and source matching: is this evidence the watcher's, and is it recent enough?
 
-Fresh iff ``now - max_age <= observed_at <= now + 30 s`` (DESIGN.md §3). Evidence matches a
-source when kind and source id agree (events: the event type too) and a tick names this
-watcher. Authorization and what a mismatch does to the checkpoint are ``evaluation``'s.
+Fresh iff ``now - max_age <= observed_at <= now + 30 s`` (DESIGN.md §3); without a ``max_age``
+(a one-shot schedule's fire, ``pipeline.rules.schedules``) only the future bound holds. Evidence
+matches a source when kind and source id agree (events: the event type too) and a tick names
+this watcher. Authorization and what a mismatch does to the checkpoint are ``evaluation``'s.
 """
 
 from __future__ import annotations
@@ -25,10 +26,10 @@ class Freshness(StrEnum):
     FUTURE_SKEW = "future_skew"
 
 
-def freshness(evidence: Evidence, max_age: timedelta, now: datetime) -> Freshness:
+def freshness(evidence: Evidence, max_age: timedelta | None, now: datetime) -> Freshness:
     """Judge ``evidence.observed_at`` against ``now``; both bounds are inclusive."""
     now = utc(now)
-    if evidence.observed_at < now - max_age:
+    if max_age is not None and evidence.observed_at < now - max_age:
         return Freshness.STALE
     if evidence.observed_at > now + FUTURE_SKEW:
         return Freshness.FUTURE_SKEW

@@ -7,6 +7,11 @@ the trigger kind and the trigger identity. Envelope ids, cursors, observation ti
 payloads never take part, so the same evidence seen twice yields the same key. The evidence
 digest is the opposite: it covers everything, for audit, and is never used to dedupe.
 
+On the native path (``pipeline.rules.native``) canonical JSON, length-prefixed fields, the
+delivery key and the evidence digest are written by ``vigil_native`` when a value is of the
+subset it writes; it answers None otherwise and the code here decides, as it does everywhere
+on the Python path.
+
 What it leaves out: building evidence records and deciding which trigger a piece of
 evidence has (models and evaluation do that); this module only encodes what it is given.
 """
@@ -25,6 +30,7 @@ import rfc8785
 
 from pipeline.rules.errors import DefinitionError
 from pipeline.rules.instants import rfc3339_micros, rfc3339_seconds
+from pipeline.rules.native import NATIVE
 
 __all__ = [
     "DELIVERY_KEY_V1",
@@ -90,6 +96,8 @@ def canonical_json(value: Any, field: str | None = None) -> bytes:
     string escaper of ``json`` (the escapes RFC 8785 prescribes), at a small fraction of
     ``rfc8785``'s cost; floats (ECMAScript number form) and everything else go to ``rfc8785``.
     """
+    if NATIVE is not None and (native := NATIVE.canonical_json(value)) is not None:
+        return bytes(native)
     try:
         return _plain(value).encode("utf-8")
     except (_NotPlain, RecursionError, UnicodeEncodeError, TypeError):
@@ -134,6 +142,8 @@ def _plain(value: Any) -> str:
 
 def encode_fields(fields: Sequence[str]) -> bytes:
     """Each field as UTF-8 preceded by its byte length (4-byte big-endian unsigned)."""
+    if NATIVE is not None and (native := NATIVE.encode_fields(fields)) is not None:
+        return bytes(native)
     parts: list[bytes] = []
     try:
         for text in fields:
@@ -248,6 +258,10 @@ def delivery_key_prefix(
 
 def delivery_key_from(prefix: bytes, trigger: Trigger) -> str:
     """Delivery key v1 of ``trigger`` for the watcher version whose ``prefix`` this is."""
+    if NATIVE is not None:
+        native: str | None = NATIVE.delivery_key_from(prefix, trigger_fields(trigger))
+        if native is not None:
+            return native
     return hashlib.sha256(prefix + encode_fields(trigger_fields(trigger))).hexdigest()
 
 
@@ -314,6 +328,11 @@ def evidence_digest_of(
     """:func:`evidence_digest` of the nine fields given one by one, instants as RFC 3339 text:
     the same digest, written without building and sorting the outer object (once per input on
     the evaluator's hot path). Anything outside the plain subset goes the general way."""
+    if NATIVE is not None:
+        fields = (source_kind, source_id, event_type, event_id, envelope_id, cursor)
+        native: str | None = NATIVE.evidence_digest_of(*fields, observed_at, scheduled_at, payload)
+        if native is not None:
+            return native
     given: tuple[Any, ...] = (cursor, envelope_id, event_id, event_type, observed_at)
     given += (payload, scheduled_at, source_id, source_kind)  # in _DIGEST_ORDER
     q = _quote  # text fields are strings or None nearly always: written without _plain's walk

@@ -11,7 +11,7 @@ dispatch states are ``dispatch``'s. An entry read back without its data key is `
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from pipeline.rules.backoff import RetryPolicy
@@ -21,9 +21,10 @@ from pipeline.rules.evidence import Evidence, trigger_json
 from pipeline.rules.message import MessageFields, default_message, render
 from pipeline.rules.outcomes import Outcome
 from pipeline.rules.quiet_hours import QuietHours
+from pipeline.rules.schedules import fire_late, sent_late_by
 from pipeline.rules.sources import ScheduleSource
 
-__all__ = ["OutboxEntry", "build_entry", "message_of"]
+__all__ = ["OutboxEntry", "as_sent", "build_entry", "message_of"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -99,7 +100,7 @@ def build_entry(
         evidence_digest=evidence.digest() if digest is None else digest,
         evidence_observed_at=evidence.observed_at,
         due_at=due_at,
-        late=evidence.late,
+        late=is_schedule and fire_late(evidence, now),
         created_at=now,
         retry=definition.retry,
         quiet_hours=delivery.quiet_hours,
@@ -130,3 +131,14 @@ def message_of(
     )
     template = definition.delivery.template
     return default_message(fields) if template is None else render(template, fields)
+
+
+def as_sent(entry: OutboxEntry, claimed_at: datetime) -> OutboxEntry:
+    """The entry as its destination reads it when claimed at ``claimed_at``: a schedule's fire
+    decided on time but claimed past its grace (delivery was down or deferred it) is ``late``
+    (``pipeline.rules.schedules.sent_late_by``); any other entry is itself."""
+    if entry.late or entry.schedule_time is None:
+        return entry
+    if sent_late_by(entry.due_at, entry.created_at, False, claimed_at) is None:
+        return entry
+    return replace(entry, late=True)

@@ -26,6 +26,7 @@ class Reason(StrEnum):
     EXPIRED = "expired"
     AUTHORIZATION_DENIED = "authorization_denied"
     SOURCE_MISMATCH = "source_mismatch"
+    MISSED = "missed"  # a cron schedule's occurrence due while nothing ran: skipped, recorded
     STALE = "stale"
     FUTURE_SKEW = "future_skew"
     BUDGET_EXHAUSTED = "budget_exhausted"

@@ -1,15 +1,13 @@
-"""Replay: re-derive recorded decisions from their inputs and report what differs (DESIGN.md §2,
-§6, §10).
-
-Owns :func:`replay`, a pure function over a :class:`History` (definition versions, input
+"""Replay: re-derive recorded decisions from their inputs and report what differs (DESIGN §2, §6,
+§10). Owns :func:`replay`, a pure function over a :class:`History` (definition versions, input
 evidence by position, receipts in log order, the outbox's latest records). Each receipt in the
-range is evaluated again by :func:`pipeline.rules.evaluation.evaluate` with the receipt's evaluation
-time (or the input's arrival, :attr:`ReplayClock.ARRIVAL`), and with what replay cannot
-recompute taken as recorded: the authorization and budget verdicts, the lifecycle status the
-command processor set (a ``not_active`` receipt was evaluated while paused) and whether the
-pinned evaluator was registered. Conditions, freshness, expiry, dedupe and keys are recomputed.
-A replacement definition (``override``) answers "what would this have fired?"; a ``regrant``
-decides chosen receipts with another authorization instead of the recorded one (recovery).
+range is evaluated again by :func:`pipeline.rules.evaluation.evaluate` at the receipt's evaluation
+time (or the input's arrival, :attr:`ReplayClock.ARRIVAL`), with what replay cannot recompute
+taken as recorded: the authorization and budget verdicts, the lifecycle status the command
+processor set (a ``not_active`` receipt was evaluated while paused) and whether the pinned
+evaluator was registered. Conditions, freshness, expiry, dedupe, keys, late flags and messages
+are recomputed. A replacement definition (``override``) answers "what would this have fired?"; a
+``regrant`` decides chosen receipts with another authorization instead of the recorded one.
 
 Leaves out reading Kafka (``pipeline.ops.replay_reader``) and printing (``pipeline.cli``).
 Inputs that no watcher evaluated have no receipt and are not replayed; neither are inputs a
@@ -124,6 +122,7 @@ class Decision:
     reason: Reason
     delivery_key: str | None
     evidence_digest: str
+    late: bool = False  # the outbox entry's late flag (a schedule fire decided past its grace)
     message: str | None = None  # the replayed entry's rendered message (a receipt has none)
 
     @classmethod
@@ -232,6 +231,7 @@ def replay(
             evaluation.reason,
             None if evaluation.outbox is None else evaluation.outbox.delivery_key,
             evaluation.receipt.evidence_digest,
+            evaluation.outbox is not None and evaluation.outbox.late,
             None if evaluation.outbox is None else evaluation.outbox.message,
         )
         report.replayed += 1
@@ -372,6 +372,7 @@ def _compare(
     if entry is not None and (
         entry.evidence_digest != decision.evidence_digest
         or entry.watcher_version != receipt.watcher_version
+        or entry.late != decision.late
         or entry.message not in (None, decision.message)  # None: written before messages
     ):
         return _difference(DifferenceKind.OUTBOX_MISMATCH, receipt, decision)

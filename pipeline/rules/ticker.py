@@ -11,7 +11,9 @@ Rules (DESIGN.md §3, §5, §8, §10, §11):
   watcher's missed-run policy and the backfill horizon ``now - delivery_retention``; a
   ``once`` watch gets one final poll *at* its deadline (unless a cron instant already is it);
 - *schedule* watchers: a one-shot ``at`` fires exactly once, flagged late past the grace,
-  whatever the horizon; a cron schedule skips what it missed and resumes at its next instant;
+  whatever the horizon; a cron schedule fires none of what it missed and resumes at its next
+  instant, but ticks the newest missed ones (up to 100) ``late``, so each is a ``missed``
+  receipt instead of a silent gap (``pipeline.rules.schedules``);
 - every watcher with a deadline gets one *expiry* tick at it, paused ones included;
 - a paused watcher's instants are not missed, they are skipped: on resume it starts afresh;
 - nothing is enumerated past the deadline.
@@ -28,7 +30,14 @@ from enum import StrEnum
 from functools import lru_cache
 from typing import Final, NamedTuple
 
-from pipeline.rules.cron import CronSchedule, MissedPolicy, OneShot, one_shot_status, plan_due
+from pipeline.rules.cron import (
+    MAX_BOUNDED,
+    CronSchedule,
+    MissedPolicy,
+    OneShot,
+    one_shot_status,
+    plan_due,
+)
 from pipeline.rules.definition import Mode, WatcherDefinition
 from pipeline.rules.errors import DefinitionError
 from pipeline.rules.instants import utc
@@ -46,6 +55,7 @@ __all__ = [
 
 DEFAULT_GRACE: Final = timedelta(seconds=5)
 _SKIP: Final = MissedPolicy("skip")
+_RECORDED: Final = MissedPolicy("bounded", MAX_BOUNDED)  # a cron schedule's missed, to record
 
 
 class TickKind(StrEnum):
@@ -75,7 +85,7 @@ class DueTick:
 
     kind: TickKind
     scheduled_at: datetime
-    late: bool = False
+    late: bool = False  # past its grace: a one-shot fires late, a cron occurrence was missed
     final: bool = False  # the final evaluation at a once watch's deadline
 
     @property
@@ -145,18 +155,15 @@ def _start(
 ) -> _Draft:
     """The memory to plan from: this version's, or a fresh one that backfills nothing twice."""
     if memory is not None and memory.version == version:
-        through = memory.enumerated_through
+        through, one_shot_done = memory.enumerated_through, memory.one_shot_done
         if memory.status is not WatcherStatus.ACTIVE and status is WatcherStatus.ACTIVE:
-            # Resumed (or approved): the paused or proposed time was never due.
+            # Resumed (or approved): the paused or proposed time was never due. A one-shot
+            # still live has not fired (its fire closes it: a pause caught its tick), so it
+            # fires now, late; the same instant, the same delivery key, never twice.
             base = now if memory.status is WatcherStatus.PAUSED else (activated_at or now)
-            through = min(utc(base), now)
+            through, one_shot_done = min(utc(base), now), False
         return _Draft(
-            version,
-            status,
-            through,
-            memory.final_done,
-            memory.expiry_done,
-            memory.one_shot_done,
+            version, status, through, memory.final_done, memory.expiry_done, one_shot_done
         )
     if memory is not None:  # a new version continues where the old one's ticks stopped
         base = memory.enumerated_through
@@ -326,7 +333,7 @@ def _active(draft: _Draft, shape: _Shape, now: datetime, grace: timedelta) -> No
     elif shape.kind == "cron":
         assert shape.sched is not None
         kind = TickKind.SCHEDULE
-        checks.append(_cron(draft, shape.sched, _SKIP, until, now, grace, None, kind))
+        checks.append(_cron(draft, shape.sched, _RECORDED, until, now, grace, None, kind))
 
     through = _whole_seconds(until)
     if through > draft.enumerated_through:
@@ -360,6 +367,13 @@ def _cron(
         # Past the deadline: an instant is on time only if the ticker saw it within the grace.
         grace = grace - (now - until)
     plan = plan_due(sched, last, until, policy, grace=grace, horizon=horizon)
+    if kind is TickKind.SCHEDULE:
+        # A cron schedule skips every missed instant: the ones ``policy`` keeps are ticked
+        # ``late`` (recorded as missed, never fired), the rest only counted.
+        kept = plan.missed - plan.dropped
+        draft.ticks.extend(DueTick(kind, at, late=n < kept) for n, at in enumerate(plan.fire))
+        draft.missed, draft.dropped, draft.policy = plan.missed, plan.missed, _SKIP.kind
+        return plan.next_fire
     draft.ticks.extend(DueTick(kind, at) for at in plan.fire)
     draft.missed, draft.dropped, draft.policy = plan.missed, plan.dropped, policy.kind
     return plan.next_fire

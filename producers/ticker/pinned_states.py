@@ -4,7 +4,8 @@ Owns :class:`PinnedStates`, the ticker's decoder and processor for ``events`` (o
 pinned evaluator's type — ``workflow.run.status``, ``agent.session.state`` — are decoded; every
 other record is not the ticker's to judge and the evaluator dead-letters what does not decode)
 and the :class:`~producers.ticker.tools.pinned.StateLookup` the evaluators read. The latest state
-per ``(event type, tenant, id)`` is written to the owned ``ticker-state`` table of the event's
+per ``(event type, tenant, id)`` — the tenant the event's record carries, never its payload's —
+is written to the owned ``ticker-state`` table of the event's
 partition, in the transaction that commits the event's offset, so a restart restores it; an older
 observation never replaces a newer one. Where this table lives and why is explained in
 ``producers.ticker.tools.pinned``.
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 from pipeline.kafka.partitioner import partition_for
 from pipeline.kafka.serde import AvroCodec
-from pipeline.records.event import EVENT, payload_object
+from pipeline.records.event import EVENT, event_tenant, payload_object
 from pipeline.records.ticker_state import PinnedState, decode_ticker_state, encode_pinned, state_key
 from pipeline.rules.errors import SerdeError, UnknownSchemaError
 from pipeline.runtime.app import InputRecord, ProcessContext
@@ -54,10 +55,12 @@ class PinnedStates:
             return None
         try:
             payload = payload_object(value["payload"])
+            tenant_id = event_tenant(value)  # the publisher's, set by its edge
         except SerdeError:
             return None
         return state_from_event(
             value["event_type"],
+            tenant_id,
             value["source_id"],
             value["event_id"],
             value["observed_at"],

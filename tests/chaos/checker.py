@@ -32,8 +32,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-import redis
-
 from pipeline.crypto import KeyRing
 from pipeline.kafka.serde import default_codec
 from pipeline.kafka.topics import Topic, Topology
@@ -42,6 +40,7 @@ from pipeline.records.delivery_state import DeliveryRecord, decode_record
 from pipeline.records.outbox_entry import decode_outbox_entry
 from pipeline.records.receipt import decode_receipt
 from pipeline.records.registry_entry import decode_entry
+from pipeline.redis.connect import connect
 from pipeline.rules.budgets import BudgetVerdict, offset_token
 from pipeline.rules.commands import CommandResult, RegistryEntry
 from pipeline.rules.keys import watcher_key
@@ -54,6 +53,10 @@ from tests.receiver import Receiver
 __all__ = ["Checker", "Expectation", "TickPlan", "Verdict"]
 
 _LIST = 8  # examples listed per problem
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,11 +251,12 @@ class Checker:
         return tokens
 
     def budget_windows(self) -> dict[str, dict[str, str]]:
-        client = redis.Redis.from_url(self.redis_url, decode_responses=True)
+        client = connect(self.redis_url)  # vigil's own: a Sentinel URL finds the primary
         try:
             windows: dict[str, dict[str, str]] = {}
             for key in client.scan_iter(match=f"{self.budget_prefix}*", count=1000):
-                windows[str(key)] = {str(k): str(v) for k, v in client.hgetall(key).items()}
+                fields = client.hgetall(key).items()
+                windows[_text(key)] = {_text(k): _text(v) for k, v in fields}
             return windows
         finally:
             client.close()

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.chaos.servers import OwnKafka, OwnRedis, ServerError, worker_ports
+from tests.chaos.servers import OwnKafka, OwnKafkaCluster, OwnRedis, ServerError, worker_ports
 from tests.chaos.stack import BOT_TOKEN, SECRET, Stack
 from tests.receiver import Receiver
 
@@ -32,6 +32,19 @@ def kafka(tmp_path: Path) -> Iterator[OwnKafka]:
             server.resume()  # a test that failed while the broker was stopped (SIGSTOP)
         with contextlib.suppress(ServerError):
             server.stop()
+
+
+@pytest.fixture
+def kafka_cluster(tmp_path: Path) -> Iterator[OwnKafkaCluster]:
+    """Three KRaft nodes of ``kafka.sh cluster-start`` on the lane's second set of ports."""
+    port, _, _ = worker_ports(1)
+    cluster = OwnKafkaCluster(port, tmp_path / "kafka-cluster")
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        with contextlib.suppress(ServerError):
+            cluster.stop()
 
 
 @pytest.fixture
@@ -59,15 +72,31 @@ def deploy(
 ) -> Iterator[Callable[..., Stack]]:
     """``deploy(**Stack options)``: the topics created, no process started yet; every process
     is stopped at the end (before the servers are)."""
+    yield from _deployments(tmp_path, kafka.bootstrap, redis_server, receiver)
+
+
+@pytest.fixture
+def deploy_on_cluster(
+    tmp_path: Path, kafka_cluster: OwnKafkaCluster, redis_server: OwnRedis, receiver: Receiver
+) -> Iterator[Callable[..., Stack]]:
+    """``deploy`` on :func:`kafka_cluster`, its topics replicated 3 (min ISR 2)."""
+    yield from _deployments(
+        tmp_path, kafka_cluster.bootstrap, redis_server, receiver, replication=3
+    )
+
+
+def _deployments(
+    tmp_path: Path, bootstrap: str, redis_server: OwnRedis, receiver: Receiver, **defaults: Any
+) -> Iterator[Callable[..., Stack]]:
     made: list[Stack] = []
 
     def make(**options: Any) -> Stack:
         stack = Stack(
             tmp_path / f"stack{len(made)}",
-            bootstrap=kafka.bootstrap,
+            bootstrap=bootstrap,
             redis_url=redis_server.url,
             receiver_url=receiver.url,
-            **options,
+            **{**defaults, **options},
         )
         made.append(stack)
         stack.create_topics()

@@ -11,6 +11,10 @@ ports and a temporary data directory; :meth:`OwnKafka.stall` and :meth:`OwnKafka
 SIGSTOP / SIGCONT to this broker's own pid (read from its pid file), never to anything found by
 name.
 
+:class:`OwnKafkaCluster` is ``kafka.sh cluster-start``'s three KRaft nodes on the lane's second
+set of ports, killed, stopped and started node by node; :class:`OwnRedisSentinel` a primary, its
+replica and one Sentinel (Debian's ``redis-sentinel``) on the third.
+
 Left out: vigil's processes (``tests.chaos.stack``).
 """
 
@@ -22,13 +26,24 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Final
 
+import redis
+
 from pipeline.ops.dev_stack import port_free
 
-__all__ = ["OwnKafka", "OwnRedis", "OwnRedisCluster", "ServerError", "worker_ports"]
+__all__ = [
+    "OwnKafka",
+    "OwnKafkaCluster",
+    "OwnRedis",
+    "OwnRedisCluster",
+    "OwnRedisSentinel",
+    "ServerError",
+    "worker_ports",
+]
 
 ROOT: Final = Path(__file__).resolve().parents[2]
 KAFKA_SH: Final = ROOT / "deploy" / "kafka" / "kafka.sh"
@@ -84,7 +99,7 @@ def _lane_free(lane: int) -> bool:
 
 def _run(script: Path, verb: str, env: dict[str, str], timeout: float) -> str:
     done = subprocess.run(
-        ["bash", str(script), verb],
+        ["bash", str(script), *verb.split()],
         env={**os.environ, **env},
         stdin=subprocess.DEVNULL,
         capture_output=True,
@@ -151,6 +166,55 @@ class OwnKafka:
 
 
 @dataclass
+class OwnKafkaCluster:
+    """``nodes`` combined KRaft nodes of the project's ``kafka.sh cluster-start``: node *i*
+    on ``first_port + 2(i-1)`` (its controller on the next port), data under ``data_dir``."""
+
+    first_port: int
+    data_dir: Path
+    nodes: int = 3
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(f"127.0.0.1:{self.port(node)}" for node in range(1, self.nodes + 1))
+
+    def port(self, node: int) -> int:
+        return self.first_port + 2 * (node - 1)
+
+    def _env(self) -> dict[str, str]:
+        return {
+            "VIGIL_PYTHON": sys.executable,
+            "KAFKA_CLUSTER_PORT": str(self.first_port),
+            "KAFKA_CLUSTER_DIR": str(self.data_dir),
+            "KAFKA_START_TIMEOUT": "120",
+        }
+
+    def _run(self, *args: str, timeout: float = 300) -> str:
+        return _run(KAFKA_SH, " ".join(args), self._env(), timeout)
+
+    def start(self) -> str:
+        return self._run("cluster-start", str(self.nodes))
+
+    def stop(self) -> str:
+        return self._run("cluster-stop")
+
+    def kill(self, node: int) -> str:
+        """SIGKILL one node: a crash, no controlled shutdown."""
+        return self._run("kill", str(node))
+
+    def stop_node(self, node: int) -> str:
+        """Stop one node cleanly (its leadership moves first)."""
+        return self._run("stop", str(node), timeout=120)
+
+    def start_node(self, node: int) -> str:
+        return self._run("start", str(node))
+
+    def controller(self) -> int:
+        """The node that is the active controller now."""
+        return int(self._run("controller", timeout=60))
+
+
+@dataclass
 class OwnRedis:
     """A redis-server of the project's ``redis.sh`` on this test's own port, with the script's
     default append-only file, so a restart keeps counters and idempotency tokens."""
@@ -204,3 +268,96 @@ class OwnRedisCluster:
 
     def stop(self) -> str:
         return _run(REDIS_SH, "cluster-stop", self._env(), 120)
+
+
+@dataclass
+class OwnRedisSentinel:
+    """A Redis primary, its asynchronous replica and one Sentinel watching them (quorum 1, a
+    primary down after 1 s), each a process of its own under ``data_dir``: the smallest
+    deployment whose primary fails over. No append-only file: what the replica had is all that
+    survives a primary's death."""
+
+    primary_port: int
+    replica_port: int
+    sentinel_port: int
+    data_dir: Path
+    service: str = "vigil"
+    _procs: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        """vigil's ``[redis] url`` for it: through the Sentinel, to whichever is primary."""
+        return f"redis+sentinel://127.0.0.1:{self.sentinel_port}/{self.service}/0"
+
+    def _server(self, port: int, *extra: str) -> None:
+        folder = self.data_dir / str(port)
+        folder.mkdir(parents=True, exist_ok=True)
+        args = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", str(folder)]
+        args += ["--save", "", "--appendonly", "no", *extra]
+        self._spawn(port, args, folder)
+
+    def _spawn(self, port: int, args: list[str], folder: Path) -> None:
+        with (folder / "log").open("ab") as log:
+            self._procs[port] = subprocess.Popen(
+                args, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
+            )
+        _wait_answers(port)
+
+    def start(self) -> None:
+        self._server(self.primary_port)
+        self._server(self.replica_port, "--replicaof", "127.0.0.1", str(self.primary_port))
+        folder = self.data_dir / str(self.sentinel_port)
+        folder.mkdir(parents=True, exist_ok=True)
+        config = folder / "sentinel.conf"  # Sentinel rewrites its own file: ours to give
+        config.write_text(
+            f"port {self.sentinel_port}\nbind 127.0.0.1\ndir {folder}\n"
+            f"sentinel monitor {self.service} 127.0.0.1 {self.primary_port} 1\n"
+            f"sentinel down-after-milliseconds {self.service} 1000\n"
+            f"sentinel failover-timeout {self.service} 10000\n",
+            encoding="utf-8",
+        )
+        self._spawn(self.sentinel_port, ["redis-sentinel", str(config)], folder)
+
+    def primary(self) -> int:
+        """The port Sentinel names as primary now."""
+        client = redis.Redis(port=self.sentinel_port, decode_responses=True, socket_timeout=2)
+        try:
+            host = client.execute_command(  # type: ignore[no-untyped-call]
+                "SENTINEL", "get-master-addr-by-name", self.service
+            )
+        finally:
+            client.close()
+        return int(host[1])
+
+    def kill(self, port: int) -> None:
+        """SIGKILL the server on ``port``: whatever it had not yet replicated is gone."""
+        proc = self._procs.pop(port)
+        proc.kill()
+        proc.wait(30)
+
+    def stop(self) -> None:
+        for proc in self._procs.values():
+            proc.terminate()
+        for proc in self._procs.values():
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+        self._procs.clear()
+
+
+def _wait_answers(port: int, timeout_s: float = 20.0) -> None:
+    client = redis.Redis(port=port, socket_timeout=1, socket_connect_timeout=1)
+    deadline = time.monotonic() + timeout_s
+    try:
+        while True:
+            try:
+                if client.ping():
+                    return
+            except redis.RedisError:
+                if time.monotonic() > deadline:
+                    raise ServerError(f"nothing answers PING on 127.0.0.1:{port}") from None
+                time.sleep(0.1)
+    finally:
+        client.close()

@@ -14,7 +14,8 @@ others (``[instance] namespace``). ``clock_rate`` sets ``VIGIL_TEST_CLOCK_RATE``
 ``VIGIL_TEST_CLOCK_ANCHOR`` for every process: their clocks run that many times faster than the
 wall clock from a shared anchor (the knob is test-only; ``pipeline.clock.clock_from_env``), so
 minutes of cron ticks take seconds. ``args`` adds command-line options per process
-(``{"ticker": ["--static-membership"]}``).
+(``{"ticker": ["--static-membership"]}``). ``evaluator#2`` names a second member of a stage's
+group (its own instance id); ``replication`` the topics' replication factor (a cluster's 3).
 
 Left out: the servers (``tests.chaos.servers``) and what is checked (``tests.chaos.checker``).
 """
@@ -65,19 +66,20 @@ class Stack:
         args: Mapping[str, Iterable[str]] | None = None,
         topic_prefix: str = "vigil.",
         namespace: str | None = None,
+        replication: int = 1,
     ) -> None:
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
         self.bootstrap = bootstrap
         self.redis_url = redis_url
-        self.topology = Topology(topic_prefix, partitions, replication_factor=1)
+        self.topology = Topology(topic_prefix, partitions, replication_factor=replication)
         self.config = root / "vigil.toml"
         instance = '[instance]\nid = "chaos"\n' + (
             "" if namespace is None else f'namespace = "{namespace}"\n'
         )
         self.config.write_text(
             f'[kafka]\nbootstrap_servers = "{bootstrap}"\ntopic_prefix = "{topic_prefix}"\n'
-            f"partitions = {partitions}\nreplication_factor = 1\n\n"
+            f"partitions = {partitions}\nreplication_factor = {replication}\n\n"
             f'[redis]\nurl = "{redis_url}"\n\n'
             f"{instance}\n"
             f'[destinations.{HOOK}]\nkind = "webhook"\nurl = "{receiver_url}/hook"\n'
@@ -109,6 +111,7 @@ class Stack:
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.kills: dict[str, int] = {}
         self.unexpected: dict[str, int] = {}  # processes that exited on their own, by code
+        self._down: set[str] = set()  # killed by the test and not started again yet
 
     def now(self) -> datetime:
         """The deployment's clock (scaled when ``clock_rate`` is set)."""
@@ -135,7 +138,12 @@ class Stack:
     # -- processes -----------------------------------------------------------------------
 
     def start(self, name: str) -> None:
-        args = [*VIGIL, name, "--no-metrics", *self._args.get(name, ())]
+        """Start ``name``: a process of :data:`PIPELINE`, or ``<process>#<n>``, a further member
+        of its group (instance id ``chaos-<n>``)."""
+        kind, _, member = name.partition("#")
+        instance = ["--instance", f"chaos-{member}"] if member else []
+        args = [*VIGIL, kind, "--no-metrics", *instance, *self._args.get(kind, ())]
+        self._down.discard(name)
         with (self.root / f"{name}.log").open("ab") as log:
             self.procs[name] = subprocess.Popen(
                 args, env=self.env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT
@@ -151,6 +159,7 @@ class Stack:
         proc.send_signal(signal.SIGKILL)
         proc.wait(30)
         self.kills[name] = self.kills.get(name, 0) + 1
+        self._down.add(name)
 
     def alive(self, name: str) -> bool:
         proc = self.procs.get(name)
@@ -160,7 +169,7 @@ class Stack:
         """Record every process that exited although nobody stopped it (it did not recover)."""
         for name, proc in self.procs.items():
             code = proc.poll()
-            if code is not None and name not in self.unexpected:
+            if code is not None and name not in self.unexpected and name not in self._down:
                 self.unexpected[name] = code
 
     def stop_all(self, timeout_s: float = 60.0) -> dict[str, int | None]:

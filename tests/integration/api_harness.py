@@ -72,6 +72,9 @@ def config_data(bootstrap: str, prefix: str) -> dict[str, Any]:
         "subject": {"tenant_id": TENANT, "user_id": USER, "timezone": "UTC"},
         "chats": {"me": {"kind": "console"}},
         "principals": principals_table(),
+        # The property runs fire thousands of requests as one principal: no rate limit here
+        # (test_api_edge holds the limit itself).
+        "api": {"rate": 100_000, "burst": 1_000_000, "sign_in_per_minute": 10_000},
     }
 
 
@@ -242,6 +245,10 @@ def running_plane(bootstrap: str, tmp: Path) -> Iterator[Plane]:
             httpx.Client(base_url=url, timeout=60) as http,
         ):
             plane = Plane(url, bootstrap, topology, config, path, http)
+            deadline = time.monotonic() + 60  # ready once the ledger index has read the log
+            while http.get("/readyz").status_code != 200:
+                assert time.monotonic() < deadline, "the API did not get ready"
+                time.sleep(0.1)
             plane.grant(
                 tenant_id=TENANT,
                 user_id=USER,

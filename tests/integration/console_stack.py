@@ -81,6 +81,7 @@ class ConsoleStack(Stack):
                 "chats": {"me": {"kind": "console"}},
                 "redis": {"url": redis_url},
                 "principals": principals_table(),
+                "api": {"rate": 100_000, "burst": 1_000_000, "sign_in_per_minute": 10_000},
             }
         )
         services, close = build_services(config, pool_size=2, clock=self.clock, keks=self.keks)

@@ -188,7 +188,12 @@ class Stack:
                 },
                 "destinations": {
                     "inbox": {"kind": "in_app"},
-                    "hook": {"kind": "webhook", "url": self.receiver.hook_url, "timeout": "2s"},
+                    "hook": {
+                        "kind": "webhook",
+                        "url": self.receiver.hook_url,
+                        "timeout": "2s",
+                        "unsigned": True,
+                    },
                 },
             }
         )
@@ -259,9 +264,18 @@ class Stack:
     # -- inputs --------------------------------------------------------------------------
 
     def publish(
-        self, source_id: str, event_type: str, event_id: str, payload: dict[str, Any]
+        self,
+        source_id: str,
+        event_type: str,
+        event_id: str,
+        payload: dict[str, Any],
+        *,
+        tenant_id: str | None = None,
     ) -> None:
-        record = event_record(source_id, event_type, event_id, payload, self.clock.now())
+        """One event, as a publisher of ``tenant_id`` (None: one that names no tenant)."""
+        record = event_record(
+            source_id, event_type, event_id, payload, self.clock.now(), tenant_id=tenant_id
+        )
         value = default_codec().encode("event", record)
         partition = partition_for(source_id, PARTITIONS)
         self.producer.produce(self.topology.name(Topic.EVENTS), value, source_id, partition)

@@ -35,6 +35,7 @@ from pipeline.config import parse_config
 from pipeline.kafka.clients import producer_config, table_consumer_config
 from pipeline.kafka.serde import default_codec
 from pipeline.rules.data_keys import subject_owner
+from pipeline.rules.instants import rfc3339_seconds
 from pipeline.rules.keys import subject_key
 from pipeline.rules.outbox import OutboxEntry
 from pipeline.rules.outcomes import ErrorCode, Outcome
@@ -280,12 +281,13 @@ def test_chat_posts_chat_id_and_text_to_the_bot_send_message_endpoint(
     assert "idempotency-key" not in request.headers
 
 
-def test_chat_late_one_shot_text_says_late_and_when_it_was_due(
-    chats: AdapterRegistry, receiver: Receiver
+def test_chat_late_one_shot_text_says_late_when_it_was_due_and_how_late_it_is_sent(
+    chats: AdapterRegistry, receiver: Receiver, clock: ManualClock
 ) -> None:
-    chats.send(delivery(target="phone", verb="send", text="hi", late=True))
+    due = clock.now() - timedelta(minutes=6, seconds=12)
+    chats.send(delivery(target="phone", verb="send", text="hi", due_at=due, late=True))
     (message,) = receiver.messages()
-    assert message["text"] == "hi\n(late: this was due at 2026-11-29T08:00:00Z)"
+    assert message["text"] == f"hi\n(late: due at {rfc3339_seconds(due)}, late by 6m12s)"
 
 
 def test_a_notify_reaches_the_chat_and_the_webhook_as_one_message_escaped_alike(

@@ -59,7 +59,7 @@ def csrf_of(html: str) -> str:
 
 def signed_in(stack: ConsoleStack, who: str) -> tuple[TestClient, str]:
     """A browser-like client signed in as ``who``, and its session's CSRF token."""
-    client = TestClient(stack.app, follow_redirects=False)
+    client = TestClient(stack.app, base_url="https://testserver", follow_redirects=False)
     form = client.get("/ui/sign-in")
     done = client.post("/ui/sign-in", data={"token": token_of(who), "csrf": csrf_of(form.text)})
     assert done.status_code == 303 and done.headers["location"] == "/ui/watches", done.text
@@ -71,7 +71,7 @@ def signed_in(stack: ConsoleStack, who: str) -> tuple[TestClient, str]:
 def test_sign_in_sets_an_httponly_samesite_strict_cookie_and_every_page_has_a_strict_csp(
     stack: ConsoleStack,
 ) -> None:
-    client = TestClient(stack.app, follow_redirects=False)
+    client = TestClient(stack.app, base_url="https://testserver", follow_redirects=False)
     away = client.get("/ui/watches")
     assert away.status_code == 303 and away.headers["location"] == "/ui/sign-in"
     form = client.get("/ui/sign-in")
@@ -86,6 +86,7 @@ def test_sign_in_sets_an_httponly_samesite_strict_cookie_and_every_page_has_a_st
         v for k, v in done.headers.multi_items() if k == "set-cookie" and "vigil_session=" in v
     )
     assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/ui" in cookie
+    assert "Secure" in cookie, "not plain http between loopback addresses: Secure"
     assert token_of("owner") not in cookie, "the bearer token is never the cookie"
     for path in ("/ui/watches", "/ui/proposals", "/ui/deliveries"):
         page = client.get(path)

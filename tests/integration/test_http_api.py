@@ -296,10 +296,9 @@ def test_the_ledger_dedupes_skips_wakes_and_acknowledges_once(plane: Plane) -> N
     assert [n["delivery_key"] for n in unacked["notifications"]] == [second]
     assert error_of(plane.call("POST", f"/v1/notifications/{'c' * 64}:ack")) == (404, "not_found")
     assert error_of(plane.call("GET", "/v1/notifications", "agent")) == (403, "denied")
-    assert plane.call("GET", "/v1/notifications", "stranger").json() == {
-        "notifications": [],
-        "erased": 0,
-    }
+    no_grant = plane.call("GET", "/v1/notifications", "stranger")
+    assert error_of(no_grant) == (403, "denied"), "a subject no grant covers reads no ledger"
+    assert error_of(plane.call("GET", "/v1/deliveries", "stranger")) == (403, "denied")
 
 
 # --- grants and schedules ---------------------------------------------------------------------

@@ -28,6 +28,8 @@ pytestmark = pytest.mark.integration
 
 T0 = datetime(2026, 3, 8, 12, 0, 5, tzinfo=UTC)
 MINUTE = timedelta(minutes=1)
+HOUR = timedelta(hours=1)
+MS = timedelta(milliseconds=1)
 D, A = Dimension.DELIVERIES, Dimension.ATTEMPTS
 
 
@@ -194,13 +196,35 @@ def test_erase_subject_removes_exactly_that_subjects_keys(
     for n, scope in enumerate(erased + kept):
         budgets.charge(scope, caps, {D: 1}, f"e{n}", T0)
         budgets.charge(scope, caps, {D: 1}, f"f{n}", T0 + MINUTE)
-    assert budgets.erase_subject("t", "ab") == 4
+    assert budgets.erase_subject("t", "ab") == 5  # four window hashes and the window index
     for scope in erased:
         assert budgets.usage(scope, caps, T0)[D] == 0
     for scope in kept:
         assert budgets.usage(scope, caps, T0)[D] == 1
         assert budgets.usage(scope, caps, T0 + MINUTE)[D] == 1
     assert budgets.erase_subject("t", "ab") == 0
+
+
+def test_a_subjects_usage_is_read_from_its_window_index_without_a_keyspace_scan(
+    budgets: RedisBudgets, client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    minute, hour = BudgetCaps(window=MINUTE, deliveries=50), BudgetCaps(window=HOUR, deliveries=50)
+    for n in range(3):
+        budgets.charge(BudgetScope("t", "idx", f"w{n}"), minute, {D: n + 1}, f"m{n}", T0)
+    budgets.charge(BudgetScope("t", "idx", "w-hour"), hour, {D: 7}, "h", T0)
+    budgets.charge(BudgetScope("t", "other", "w0"), minute, {D: 9}, "o", T0)
+
+    def no_scan(*_: object, **__: object) -> None:
+        raise AssertionError("the keyspace was scanned")
+
+    monkeypatch.setattr(client, "scan_iter", no_scan)
+    monkeypatch.setattr(client, "scan", no_scan)
+    assert budgets.subject_usage("t", "idx", T0)[D] == 1 + 2 + 3 + 7
+    budgets.charge(BudgetScope("t", "idx", "w0"), minute, {D: 4}, "later", T0 + MINUTE)
+    assert budgets.subject_usage("t", "idx", T0 + MINUTE)[D] == 4 + 7
+    index = client.zrange(budgets.index_key("t", "idx"), 0, -1)
+    assert len(index) == 2, "ended windows leave the index as new ones are filed"
+    assert 0 < client.pttl(budgets.index_key("t", "idx")) <= (HOUR + EXPIRY_GRACE) // MS
 
 
 def _unused_port() -> int:

@@ -118,14 +118,24 @@ def test_cron_schedule_fires_once_across_fall_back_and_spring_forward(
         )
     ticks = deployment.ticks()
     assert {t["kind"] for t in ticks} == {"schedule"}
-    assert not any(t["late"] for t in ticks)
+    # The months the walk jumps over were missed: the newest 100 days of each are ticked late
+    # (recorded as missed, never fired); the walked nights fire on time.
+    jumped = (datetime(2026, 3, 8, 12, 0, tzinfo=UTC), datetime(2026, 10, 31, 20, 0, tzinfo=UTC))
+    late = [t for t in ticks if t["late"]]
+    assert len(late) == 2 * 100
+    assert all(jumped[0] < t["scheduled_at"] < jumped[1] for t in late)
+
+    def on_time(name: str) -> list[datetime]:
+        watcher_id = f"schedule:me:{name}"
+        return [t["scheduled_at"] for t in ticks if t["watcher_id"] == watcher_id and not t["late"]]
+
     # 02:30 does not exist on 8 March: it fires once, at 03:00 EDT (07:00Z).
-    assert deployment.ticks_of("schedule:me:two-thirty") == [
+    assert on_time("two-thirty") == [
         datetime(2026, 3, 8, 7, 0, tzinfo=UTC),
         datetime(2026, 11, 1, 7, 30, tzinfo=UTC),
     ]
     # 01:30 happens twice on 1 November: it fires once, at the first (EDT, 05:30Z).
-    assert deployment.ticks_of("schedule:me:one-thirty") == [
+    assert on_time("one-thirty") == [
         datetime(2026, 3, 8, 6, 30, tzinfo=UTC),
         datetime(2026, 11, 1, 5, 30, tzinfo=UTC),
     ]
@@ -152,6 +162,24 @@ def test_one_shot_missed_while_down_fires_late_exactly_once(
     assert tick["late"] is True and tick["kind"] == "schedule"
     assert tick["scheduled_at"] == datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
     assert tick["observed_at"] == clock.now()
+
+
+def test_cron_schedule_down_for_hours_ticks_each_missed_occurrence_late_and_fires_none(
+    deployment: Deployment, unique_name: Callable[[str], str]
+) -> None:
+    """Missed fires never pile up and are never a silent gap: each is a late tick, which the
+    evaluator records as ``missed``; the schedule resumes at its next occurrence."""
+    deployment.watcher(schedule_definition("hourly", "0 * * * *"), T0)
+    group = unique_name("ticker")
+    clock = ManualClock(T0 + timedelta(hours=3, seconds=30))  # the ticker was down 3 hours
+    with deployment.ticker(clock, group) as ticker:
+        settle(ticker, lambda: len(deployment.ticks()) >= 3)
+        clock.set(T0 + timedelta(hours=4))
+        settle(ticker, lambda: len(deployment.ticks()) >= 4)
+    ticks = deployment.ticks()
+    hours = [T0 + timedelta(hours=n) for n in (1, 2, 3, 4)]
+    assert [t["scheduled_at"] for t in ticks] == hours
+    assert [t["late"] for t in ticks] == [True, True, True, False]
 
 
 # --- agent watches on a pinned evaluator, through the evaluator --------------------------------

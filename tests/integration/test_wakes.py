@@ -171,7 +171,7 @@ def test_a_wake_follows_its_durable_notification_and_only_its_subject_sees_it(ap
         thread.start()
     assert mine.opened.wait(30) and theirs.opened.wait(30)
     payload = {"tenant_id": TENANT, "run_id": RUN, "status": "succeeded"}
-    stack.publish(f"run:{RUN}", "workflow.run.status", "e-1", payload)
+    stack.publish(f"run:{RUN}", "workflow.run.status", "e-1", payload, tenant_id=TENANT)
     agent = agent_principal(TENANT, OWNER, SESSION)
     proposal = stack.client.command(CommandVerb.PROPOSE, agent, TENANT, OWNER,
                                     definition=_agent_watch())  # fmt: skip

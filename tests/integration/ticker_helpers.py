@@ -142,10 +142,13 @@ class Deployment:
         self.send(Topic.GRANTS, grant.grant_id, value, grant.grant_id)
 
     def run_state(self, run_id: str, status: str, observed_at: datetime, event_id: str) -> None:
-        """A ``workflow.run.status`` event, as an upstream workflow engine publishes it."""
+        """A ``workflow.run.status`` event, as an upstream workflow engine of the tenant
+        publishes it (the record carries its tenant)."""
         source_id = f"run:{run_id}"
         payload = {"tenant_id": TENANT, "run_id": run_id, "status": status}
-        record = event_record(source_id, "workflow.run.status", event_id, payload, observed_at)
+        record = event_record(
+            source_id, "workflow.run.status", event_id, payload, observed_at, tenant_id=TENANT
+        )
         self.send(Topic.EVENTS, source_id, CODEC.encode("event", record), source_id)
 
     def ticker(self, clock: ManualClock, group: str, **options: Any) -> PollTicker:

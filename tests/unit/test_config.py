@@ -60,6 +60,12 @@ def test_config_is_frozen() -> None:
     [
         ({"destinations": {"ops-hook": {"kind": "webhook", "url": "ftp://x"}}}, f"{HOOK}.url"),
         ({"destinations": {"ops-hook": {"kind": "webhook"}}}, f"{HOOK}.url"),
+        ({"destinations": {"ops-hook": {"kind": "webhook", "url": "http://h"}}}, f"{HOOK}.webhook"),
+        (
+            {"destinations": {"ops-hook": {"kind": "webhook", "url": "http://h/x",
+                                           "secret_env": "S", "unsigned": True}}},
+            f"{HOOK}.webhook",
+        ),
         ({"destinations": {"ops-hook": {"kind": "carrier-pigeon"}}}, "destinations.ops-hook"),
         ({"kafka": {"bootstrap_server": "x"}}, "kafka.bootstrap_server"),
         ({"kafka": {"partitions": 0}}, "kafka.partitions"),
@@ -76,6 +82,11 @@ def test_config_is_frozen() -> None:
                                     "tenant_id": "t", "user_id": "u"}}},
             "principals.bot",
         ),
+        (
+            {"principals": {"ci": {"token_sha256": TOKEN_DIGEST, "role": "publisher",
+                                   "user_id": "ci", "sources": ["ci.pipeline"]}}},
+            "principals.ci.tenant_id",
+        ),
     ],
 )  # fmt: skip
 def test_invalid_value_error_names_its_key(data: dict[str, Any], key: str) -> None:
@@ -83,6 +94,12 @@ def test_invalid_value_error_names_its_key(data: dict[str, Any], key: str) -> No
         parse_config(data)
     lines = str(caught.value).splitlines()[1:]
     assert any(line.strip().startswith(f"{key}:") for line in lines), str(caught.value)
+
+
+def test_a_webhook_goes_unsigned_only_when_its_configuration_says_so() -> None:
+    hook = {"kind": "webhook", "url": "http://h/x", "unsigned": True}
+    config = parse_config({"destinations": {"ops-hook": hook}})
+    assert config.destinations["ops-hook"].unsigned is True  # type: ignore[union-attr]
 
 
 def test_token_that_is_not_a_digest_is_refused_without_echoing_it() -> None:

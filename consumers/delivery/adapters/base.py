@@ -22,11 +22,12 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from pipeline.http import Reply, classify_status, parse_retry_after
-from pipeline.rules.instants import rfc3339_micros, rfc3339_seconds
+from pipeline.rules.instants import rfc3339_micros
 from pipeline.rules.keys import canonical_json
 from pipeline.rules.message import Channel, for_channel
 from pipeline.rules.outbox import OutboxEntry
 from pipeline.rules.outcomes import ErrorCode
+from pipeline.rules.schedules import late_note, sent_late_by
 
 __all__ = [
     "Adapter",
@@ -141,16 +142,17 @@ class Adapter(Protocol):
     def close(self) -> None: ...
 
 
-def message_text(entry: OutboxEntry, channel: Channel) -> str:
+def message_text(entry: OutboxEntry, channel: Channel, at: datetime | None = None) -> str:
     """What a person reads, escaped for ``channel``: the text (``send``, ``prompt``) or the
     rendered message (``notify``; an entry from before messages: the watcher and its outcome).
-    In a chat, where the text is all there is, a late one adds when it was due (the ledger,
-    webhooks and logs carry ``late`` and ``due_at`` beside it)."""
+    In a chat, where the text is all there is, a late one adds when it was due and how late it
+    is ``at`` (sent), when known (the ledger, webhooks and logs carry ``late`` and ``due_at``)."""
     text = entry.text if entry.text is not None else entry.message
     if text is None:
         text = f"{entry.watcher_id}: {entry.outcome.value}"
     if entry.late and channel is Channel.CHAT:
-        text = f"{text}\n(late: this was due at {rfc3339_seconds(entry.due_at)})"
+        late = None if at is None else sent_late_by(entry.due_at, entry.created_at, True, at)
+        text = f"{text}\n(late: {late_note(entry.due_at, late)})"
     return for_channel(text, channel)
 
 

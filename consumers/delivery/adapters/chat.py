@@ -90,7 +90,10 @@ class ChatAdapter:
 
     def send(self, entry: OutboxEntry) -> SendResult:
         body = json.dumps(
-            {"chat_id": self._chat_id, "text": message_text(entry, Channel.CHAT)},
+            {
+                "chat_id": self._chat_id,
+                "text": message_text(entry, Channel.CHAT, self._clock.now()),
+            },
             ensure_ascii=False,
         ).encode("utf-8", errors="replace")
         reply = post(

@@ -163,7 +163,7 @@ def build_adapters(
                     clock=clock,
                 )
             elif isinstance(chat, ConsoleChat):
-                adapters[name] = ConsoleAdapter(stdout)
+                adapters[name] = ConsoleAdapter(stdout, clock=clock)
     except BaseException:
         client.close()
         raise

@@ -1,16 +1,16 @@
 """The HTTP API: a thin FastAPI adapter over the control plane (DESIGN.md §9, seed 003).
 
-Owns :func:`create_app`: the edge guard (``guard``: authentication before any body is read, a 1 MiB
-body bound), the routes of DESIGN.md §9's table (``watches``, ``ledger``, ``grants``,
-``deliveries``) and the wake stream (``wakes``), the console under ``/ui/`` (``console``:
-server-rendered, cookie sessions, CSRF, strict CSP), the probes (``/healthz``; ``/readyz``: the
-broker answers and the topics exist — one shared client, its answer cached for seconds), the served
-OpenAPI document, and one error shape for every refusal — ``{"error": {"code", "message",
-"field"}}`` — whether a route refused, a parameter failed validation (422 ``invalid``; the protocol
-header's failure is 400 ``protocol_version``) or no route matched (404 ``not_found``). Every
-``/v1`` request names ``Vigil-Protocol-Version: 1`` and bears a configured principal's token; the
-routes assert that principal on commands and the command processor decides, so HTTP, MCP, the
-socket and the CLI govern alike.
+Owns :func:`create_app`: the edge guard (``guard``: authentication before any body is read, the
+caller's request rate, a 1 MiB body bound), the routes of DESIGN.md §9's table (``watches``,
+``ledger``, ``grants``, ``deliveries``) and the wake stream (``wakes``), the console under
+``/ui/`` (``console``: server-rendered, cookie sessions, CSRF, strict CSP), the probes
+(``/healthz``; ``/readyz``: the broker answers and the topics exist — one shared client, its
+answer cached for seconds), the served OpenAPI document, and one error shape for every refusal —
+``{"error": {"code", "message", "field"}}`` — whether a route refused, a parameter failed
+validation (422 ``invalid``; the protocol header's failure is 400 ``protocol_version``) or no
+route matched (404 ``not_found``). Every ``/v1`` request names ``Vigil-Protocol-Version: 1`` and
+bears a configured principal's token; the routes assert that principal on commands and the
+command processor decides, so HTTP, MCP, the socket and the CLI govern alike.
 
 Watch routes act on the caller's own subject; a manager names another user of its tenant with
 ``?user_id=``, an operator any subject with ``?tenant_id=&user_id=``.
@@ -60,7 +60,9 @@ def create_app(services: ApiServices) -> FastAPI:
         redoc_url=None,
     )
     app.state.services = services
-    app.add_middleware(EdgeGuard, tokens=services.tokens, max_body=services.max_body)
+    app.add_middleware(
+        EdgeGuard, tokens=services.tokens, max_body=services.max_body, limiter=services.limiter
+    )
     _install_error_handlers(app)
     modules = (http_watches, http_ledger, http_wakes, http_grants, http_events, http_deliveries)
     for module in modules:
@@ -89,8 +91,7 @@ def create_app(services: ApiServices) -> FastAPI:
 def _install_error_handlers(app: FastAPI) -> None:
     def refused(_request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, ApiError)
-        headers = {"WWW-Authenticate": "Bearer"} if exc.code is ApiCode.UNAUTHENTICATED else None
-        return JSONResponse(exc.body(), status_code=exc.status, headers=headers)
+        return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers() or None)
 
     def invalid(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)

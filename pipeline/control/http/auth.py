@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -46,8 +47,9 @@ _SCHEME: Final = "bearer"
 
 class ApiCode(StrEnum):
     """The closed set of API error codes (DESIGN.md §9), plus ``too_large`` for a body over the
-    bound (413, DESIGN.md §10) and ``unavailable`` for a broker or command processor that does
-    not answer (a 503, never a guess)."""
+    bound (413, DESIGN.md §10), ``rate_limited`` for a caller over its request rate (429, with
+    ``Retry-After``) and ``unavailable`` for a broker or command processor that does not answer,
+    or every command client busy past the wait (a 503, never a guess)."""
 
     INVALID = "invalid"
     PROTOCOL_VERSION = "protocol_version"
@@ -58,6 +60,7 @@ class ApiCode(StrEnum):
     STALE_REVISION = "stale_revision"
     CAP_REACHED = "cap_reached"
     TOO_LARGE = "too_large"
+    RATE_LIMITED = "rate_limited"
     UNAVAILABLE = "unavailable"
 
 
@@ -71,6 +74,7 @@ _STATUS: Final[dict[ApiCode, int]] = {
     ApiCode.STALE_REVISION: 409,
     ApiCode.CAP_REACHED: 409,
     ApiCode.TOO_LARGE: 413,
+    ApiCode.RATE_LIMITED: 429,
     ApiCode.UNAVAILABLE: 503,
 }
 
@@ -90,13 +94,32 @@ def status_of(code: ApiCode) -> int:
 
 class ApiError(VigilError):
     """A refusal on its way to the caller. Raised by routes, rendered by the app's handler;
-    it never leaves the HTTP edge (``VigilError`` subclasses elsewhere are translated into it)."""
+    it never leaves the HTTP edge (``VigilError`` subclasses elsewhere are translated into it).
+    ``retry_after`` (seconds) becomes the ``Retry-After`` header of a 429 or 503."""
 
-    def __init__(self, code: ApiCode, message: str, field: str | None = None) -> None:
+    def __init__(
+        self,
+        code: ApiCode,
+        message: str,
+        field: str | None = None,
+        *,
+        retry_after: float | None = None,
+    ) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
         self.field = field
+        self.retry_after = retry_after
+
+    def headers(self) -> dict[str, str]:
+        """The headers the refusal carries: ``WWW-Authenticate`` on a 401, ``Retry-After``
+        when the caller is told when to come back."""
+        headers: dict[str, str] = {}
+        if self.code is ApiCode.UNAUTHENTICATED:
+            headers["WWW-Authenticate"] = "Bearer"
+        if self.retry_after is not None:
+            headers["Retry-After"] = str(max(1, math.ceil(self.retry_after)))
+        return headers
 
     @property
     def status(self) -> int:

@@ -1,17 +1,15 @@
-"""The HTTP API's Kafka edge: command round trips in parallel, receipts, the in-app ledger.
+"""The HTTP API's reads of the log: receipts, lifecycle records, the in-app ledger, deliveries.
 
-Owns :class:`ClientPool` (several :class:`~pipeline.control.client.CommandClient` s, so
-concurrent requests reach the command processor concurrently — one client serializes its round
-trips), :class:`LedgerStore` (reads the newest ``max_scan`` records of a partition of
-``receipts``, ``lifecycle`` or ``notifications`` — never a whole partition — and folds them: a
-watcher's receipts newest first; the newest receipt of each of a subject's watchers (the
-console's last outcomes and last fires); a watcher's lifecycle records still in the compacted
-log; a subject's ledger deduped on delivery key, ``wake`` records skipped,
-acknowledgements applied; a subject's deliveries from ``delivery-state``,
-``pipeline.control.deliveries``), the acknowledgement record (kind ``ack`` on
-``notifications``, keyed by subject like its notification, so it lives and is erased exactly
-as long as the ledger does) and the readiness probe (one shared producer's metadata, its
-answer cached for :data:`READY_CACHE_S` so probes cost nothing).
+Owns :class:`LedgerStore` (reads the newest ``max_scan`` records of a partition of ``receipts`` or
+``lifecycle`` — never a whole partition, each read counted in ``vigil_api_log_scans_total`` — and
+folds them: a watcher's receipts newest first; the newest receipt of each of a subject's watchers
+(the console's last outcomes and last fires); a watcher's lifecycle records still in the compacted
+log; and from the ledger index (``index``: each subject's own newest records, no scan per request) a
+subject's ledger deduped on delivery key, ``wake`` records skipped, acknowledgements applied, and
+its deliveries, ``pipeline.control.deliveries``), the acknowledgement record (kind ``ack`` on
+``notifications``, keyed by subject like its notification, so it lives and is erased exactly as long
+as the ledger does) and the readiness probe (one shared producer's metadata, its answer cached for
+:data:`READY_CACHE_S` so probes cost nothing).
 
 Sealed fields are opened with the subject's data keys read afresh for every request
 (:class:`~pipeline.runtime.keys.FollowedKeys`: the subject's ``keys`` partition read on from
@@ -20,28 +18,24 @@ showing: a receipt or notification that no longer opens is left out and counted 
 (DESIGN §10), never shown. Records past their ``retain_until`` (the watcher's evidence or
 delivery retention) are left out too, whatever the topic still holds.
 
-Left out: who may read what (the routes check with the command processor or ``authz.may``
-first) and the record schemas (``schemas/``).
+Left out: command round trips (``pool``), who may read what (the routes check with the command
+processor or ``authz.may`` first) and the record schemas (``schemas/``).
 """
 
 from __future__ import annotations
 
-import queue
 import threading
 import time
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Collection, Iterable, Iterator
 from datetime import datetime
 from typing import Any, Final
 
+from prometheus_client import REGISTRY, CollectorRegistry
+
 from pipeline.clock import Clock
-from pipeline.control.client import CommandClient
-from pipeline.control.deliveries import (
-    delivery_state_filter,
-    delivery_view,
-    read_deliveries,
-    read_delivery,
-)
+from pipeline.control.deliveries import delivery_state_filter, delivery_view, matching
+from pipeline.control.http.index import DEFAULT_MAX_RECORDS, DEFAULT_PER_SUBJECT, LedgerIndex
+from pipeline.control.http.metrics import api_metrics
 from pipeline.crypto import KeyEncryptionKeys, KeyRing
 from pipeline.kafka.clients import Producer
 from pipeline.kafka.partitioner import partition_for
@@ -55,63 +49,20 @@ from pipeline.records.notification import (
     encode_notification,
 )
 from pipeline.records.receipt import decode_receipt
-from pipeline.rules.authz import Principal
-from pipeline.rules.commands.model import Command, CommandResult, CommandVerb
 from pipeline.rules.errors import BrokerError, SerdeError
 from pipeline.rules.instants import rfc3339_micros, utc
 from pipeline.rules.keys import subject_key, watcher_key
 from pipeline.rules.receipts import Receipt
 from pipeline.rules.retention import retained
 from pipeline.runtime.keys import FollowedKeys
+from pipeline.runtime.processing import Message
 
-__all__ = ["DEFAULT_MAX_SCAN", "READY_CACHE_S", "ClientPool", "LedgerStore"]
+__all__ = ["DEFAULT_MAX_SCAN", "READY_CACHE_S", "LedgerStore"]
 
 _READ_TIMEOUT_S: Final = 15.0
 _READY_TIMEOUT_S: Final = 3.0
 READY_CACHE_S: Final = 2.0
 DEFAULT_MAX_SCAN: Final = 10_000
-
-
-class ClientPool:
-    """``size`` command clients; each request borrows one (the ``CommandPort`` of dispatch)."""
-
-    def __init__(
-        self,
-        bootstrap: str,
-        topology: Topology,
-        *,
-        size: int = 4,
-        timeout_s: float = 15.0,
-        keks: KeyEncryptionKeys | None = None,
-    ) -> None:
-        keks = keks or KeyEncryptionKeys.load()
-        self._clients = [
-            CommandClient(bootstrap, topology, timeout_s=timeout_s, keks=keks) for _ in range(size)
-        ]
-        self._free: queue.Queue[CommandClient] = queue.Queue()
-        for client in self._clients:
-            self._free.put(client)
-
-    def command(
-        self, verb: CommandVerb, principal: Principal, tenant_id: str, user_id: str, **fields: Any
-    ) -> Command:
-        return self._clients[0].command(verb, principal, tenant_id, user_id, **fields)
-
-    def send(self, command: Command) -> CommandResult:
-        with self._borrow() as client:
-            return client.send(command)
-
-    @contextmanager
-    def _borrow(self) -> Iterator[CommandClient]:
-        client = self._free.get()
-        try:
-            yield client
-        finally:
-            self._free.put(client)
-
-    def close(self) -> None:
-        for client in self._clients:
-            client.close()
 
 
 class LedgerStore:
@@ -126,7 +77,11 @@ class LedgerStore:
         codec: AvroCodec | None = None,
         max_scan: int = DEFAULT_MAX_SCAN,
         keks: KeyEncryptionKeys | None = None,
+        per_subject: int = DEFAULT_PER_SUBJECT,
+        max_records: int = DEFAULT_MAX_RECORDS,
+        metrics: CollectorRegistry = REGISTRY,
     ) -> None:
+        self._scans = api_metrics(metrics).scans
         self._bootstrap = bootstrap
         self._topology = topology
         self._clock = clock
@@ -138,6 +93,13 @@ class LedgerStore:
         self._ready_lock = threading.Lock()
         ring = KeyRing(self._keks, self._codec, cache_size=4096)
         self._keys = FollowedKeys(bootstrap, topology, ring)
+        self._index = LedgerIndex(
+            bootstrap,
+            topology,
+            self._codec,
+            per_subject=per_subject,
+            max_records=max_records,
+        )
 
     # -- receipts ---------------------------------------------------------------------------
 
@@ -153,7 +115,7 @@ class LedgerStore:
         now = self._clock.now()
         found: list[Receipt] = []
         erased = 0
-        for msg in scan(self._bootstrap, topic, partitions=(partition,), tail=self._max_scan):
+        for msg in self._scan(topic, (partition,)):
             raw = msg.value()
             if msg.key() != wanted or raw is None:
                 continue
@@ -188,7 +150,7 @@ class LedgerStore:
         ring = self._ring(tenant_id, user_id)
         now = self._clock.now()
         newest: dict[str, Receipt] = {}
-        for msg in scan(self._bootstrap, topic, partitions=partitions, tail=self._max_scan):
+        for msg in self._scan(topic, partitions):
             raw, key = msg.value(), msg.key() or b""
             if raw is None or not key.startswith(mine):
                 continue
@@ -213,7 +175,7 @@ class LedgerStore:
         partition = partition_for(key, self._topology.partitions_for(Topic.LIFECYCLE))
         wanted = key.encode("utf-8")
         found: list[dict[str, Any]] = []
-        for msg in scan(self._bootstrap, topic, partitions=(partition,), tail=self._max_scan):
+        for msg in self._scan(topic, (partition,)):
             raw = msg.value()
             if msg.key() != wanted or raw is None:
                 continue
@@ -242,16 +204,17 @@ class LedgerStore:
 
     def notifications(self, tenant_id: str, user_id: str) -> tuple[list[dict[str, Any]], int]:
         """The subject's notifications, newest first: one per delivery key, with ``acked_at``;
-        and how many were left out as erased."""
+        and how many were left out as erased. Read from the index (the subject's newest
+        records), never from a scan of its partition."""
         subject = subject_key(tenant_id, user_id)
+        _, partition = self._ledger_partition(subject)
+        raws = self._index.notifications(subject, partition, _READ_TIMEOUT_S)
         ring = self._ring(tenant_id, user_id)
         now = self._clock.now()
         notes: dict[str, dict[str, Any]] = {}
         acks: dict[str, str] = {}
         erased: set[str] = set()
-        for key, raw in self._read(*self._ledger_partition(subject)):
-            if key != subject or raw is None:
-                continue
+        for raw in raws:
             try:
                 value = decode_notification(self._codec, ring, raw)
             except (SerdeError, ValueError):
@@ -302,30 +265,17 @@ class LedgerStore:
     def deliveries(
         self, tenant_id: str, user_id: str, state: str | None, watcher_id: str | None
     ) -> list[dict[str, Any]]:
-        """The subject's deliveries (``state`` a status or ``dead``), newest first."""
-        records = read_deliveries(
-            self._bootstrap,
-            self._topology,
-            tenant_id,
-            user_id,
-            state=delivery_state_filter(state),
-            watcher_id=watcher_id,
-            codec=self._codec,
-            max_scan=self._max_scan,
-        )
-        return [delivery_view(r) for r in records]
+        """The subject's deliveries (``state`` a status or ``dead``), newest first, from the
+        index (the subject's newest delivery keys)."""
+        records = self._index.deliveries(tenant_id, user_id, _READ_TIMEOUT_S)
+        chosen = matching(records, delivery_state_filter(state), watcher_id)
+        return [delivery_view(r) for r in chosen]
 
     def delivery(self, tenant_id: str, user_id: str, delivery_key: str) -> dict[str, Any] | None:
         """One of the subject's deliveries; None for a missing or another subject's key."""
-        record = read_delivery(
-            self._bootstrap,
-            self._topology,
-            tenant_id,
-            user_id,
-            delivery_key,
-            codec=self._codec,
-            max_scan=self._max_scan,
-        )
+        count = self._topology.partitions_for(Topic.DELIVERY_STATE)
+        partition = partition_for(delivery_key, count)
+        record = self._index.delivery(tenant_id, user_id, delivery_key, partition, _READ_TIMEOUT_S)
         return None if record is None else delivery_view(record)
 
     def _ring(self, tenant_id: str, user_id: str) -> KeyRing:
@@ -335,13 +285,14 @@ class LedgerStore:
     # -- readiness --------------------------------------------------------------------------
 
     def ready(self) -> str | None:
-        """None when the broker answers and the command topic exists; else what is wrong. One
-        metadata request per :data:`READY_CACHE_S` at most, however often it is probed."""
+        """None when the broker answers, the command topic exists and the ledger index has read
+        the log once; else what is wrong. One metadata request per :data:`READY_CACHE_S` at
+        most, however often it is probed."""
         with self._ready_lock:
             cached = self._ready
             if cached is not None and time.monotonic() - cached[0] < READY_CACHE_S:
                 return cached[1]
-            answer = self._probe()
+            answer = self._probe() or self._index.ready()
             self._ready = (time.monotonic(), answer)
             return answer
 
@@ -362,16 +313,17 @@ class LedgerStore:
         topic = self._topology.name(Topic.NOTIFICATIONS)
         return topic, partition_for(subject, self._topology.partitions_for(Topic.NOTIFICATIONS))
 
-    def _read(self, topic: str, partition: int) -> Iterator[tuple[str, bytes | None]]:
-        """The newest ``max_scan`` committed records of one partition: key and raw value."""
-        for msg in scan(self._bootstrap, topic, partitions=(partition,), tail=self._max_scan):
-            yield (msg.key() or b"").decode("utf-8", "replace"), msg.value()
+    def _scan(self, topic: str, partitions: Collection[int]) -> Iterator[Message]:
+        """The newest ``max_scan`` committed records of ``partitions``, counted as one read."""
+        self._scans.labels(topic.removeprefix(self._topology.prefix)).inc()
+        return scan(self._bootstrap, topic, partitions=partitions, tail=self._max_scan)
 
     def _produce(self, topic: str, partition: int, key: str, value: bytes) -> None:
         self._producer.produce(topic, key, value, partition)
         self._producer.flush(_READ_TIMEOUT_S, "acknowledgements")
 
     def close(self) -> None:
+        self._index.close()
         self._producer.close(_READ_TIMEOUT_S)
 
 

@@ -1,9 +1,9 @@
 """What every HTTP route shares: the services behind the API, the caller, one command round trip.
 
 Owns :class:`ApiServices` (the ports the routes use: tokens, the command processor, the ledger, the
-dispatch core for schedules, the body bound, the console's status header), the :data:`Caller`
-dependency (the principal the edge guard authenticated — ``Vigil-Protocol-Version: 1`` and a
-configured bearer token, checked in that order, 400 then 401, before the body is read),
+dispatch core for schedules, the body bound, the console's status header, the rate limits), the
+:data:`Caller` dependency (the principal the edge guard authenticated — ``Vigil-Protocol-Version:
+1`` and a configured bearer token, checked in that order, 400 then 401, before the body is read),
 :func:`run_command` (a command asserted by the caller and decided by the command processor; its
 refusal becomes the API error of the same code), :func:`subject_of` (the caller's own subject unless
 a manager or operator names another — the processor decides whether it may), and the parameter types
@@ -32,7 +32,9 @@ from pipeline.control.http.auth import (
     from_command_error,
 )
 from pipeline.control.http.guard import DEFAULT_MAX_BODY, PRINCIPAL
+from pipeline.control.http.limits import RateLimiter
 from pipeline.control.http.models import REF_PATTERN, ErrorBody
+from pipeline.control.http.pool import PoolBusyError
 from pipeline.control.http.wake_reader import StreamSlots, WakesPort
 from pipeline.control.verbs import VerbResponse
 from pipeline.records.event import EventLine
@@ -98,10 +100,13 @@ class SchedulePort(Protocol):
 
 class EventsPort(Protocol):
     """The publisher SDK's seam (``producers.publish``, wired by ``vigil api``): each event
-    checked and placed as the SDK does, the batch flushed; per event ``None`` (accepted) or why
-    it was refused. A broker that does not acknowledge raises :class:`BrokerError`."""
+    checked and placed as the SDK does, carrying ``tenant_id`` (the publisher principal's), the
+    batch flushed; per event ``None`` (accepted) or why it was refused. A broker that does not
+    acknowledge raises :class:`BrokerError`."""
 
-    def publish(self, events: Sequence[tuple[EventLine, datetime]]) -> list[str | None]: ...
+    def publish(
+        self, events: Sequence[tuple[EventLine, datetime]], tenant_id: str
+    ) -> list[str | None]: ...
 
 
 class StatusPort(Protocol):
@@ -123,6 +128,10 @@ class ApiServices:
     status: StatusPort | None = None  # the console's header (None: not shown)
     chats: tuple[str, ...] = ()  # the configured chats, whose schedules the console shows
     clock: Clock = field(default_factory=SystemClock)  # the console's "now" (next polls)
+    limiter: RateLimiter | None = None  # requests per principal, /v1 and /ui (None: unlimited)
+    sign_ins: RateLimiter | None = None  # console sign-in attempts per client address
+    sessions_per_principal: int = 20  # console sessions one principal keeps
+    secure_cookie: str = "auto"  # [api] secure_cookie
     wakes: WakesPort | None = None  # GET /v1/ledger/wakes (None: not served)
     wake_slots: StreamSlots = field(default_factory=StreamSlots)  # its open streams, bounded
 
@@ -166,9 +175,10 @@ UserQ = Annotated[
 
 
 def documented(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    """The error responses of a ``/v1`` route: always 400, 401, 413, 422, 503, plus
+    """The error responses of a ``/v1`` route: always 400, 401, 413, 422, 429, 503, plus
     ``statuses``."""
-    return {status: {"model": ErrorBody} for status in (400, 401, 413, 422, 503, *statuses)}
+    always = (400, 401, 413, 422, 429, 503)
+    return {status: {"model": ErrorBody} for status in (*always, *statuses)}
 
 
 def subject_of(who: Principal, tenant_id: str | None, user_id: str | None) -> tuple[str, str]:
@@ -193,6 +203,8 @@ def run_command(
         raise invalid(exc) from None
     except SerdeError as exc:  # a value no command record can carry
         raise ApiError(ApiCode.INVALID, str(exc)) from None
+    except PoolBusyError as exc:  # every command client busy: come back shortly
+        raise ApiError(ApiCode.UNAVAILABLE, str(exc), retry_after=exc.wait_s) from None
     except BrokerError as exc:
         raise ApiError(ApiCode.UNAVAILABLE, str(exc)) from None
     if result.error is not None:

@@ -3,7 +3,10 @@
 ``GET /v1/deliveries`` (filters ``state`` — a delivery state, or ``dead`` for dead letters — and
 ``watcher_id``) and ``GET /v1/deliveries/{key}`` read ``delivery-state`` for owners, managers and
 operators (``authz.may``, verb ``evaluations``: agents and scoped chats read none); another
-subject's key is "not found", word for word the answer for a missing one.
+subject's key is "not found", word for word the answer for a missing one. The subject's grants
+are checked too, by the command processor (:func:`granted`): a list needs a grant that lets the
+subject manage watchers (``list``), one delivery a grant that covers its watcher (``show``), so a
+revoked grant reads nothing; operators act for any subject by role.
 ``POST /v1/deliveries/{key}:redeliver`` is a ``redeliver`` command: the command processor
 rechecks role and grants, and delivery — which alone holds the state — sends a dead-lettered or
 suppressed entry again under the same key with a fresh attempt count (budgets rechecked there).
@@ -18,6 +21,7 @@ from fastapi import APIRouter, Path, Query
 
 from pipeline.control.http.auth import ApiCode, ApiError
 from pipeline.control.http.common import (
+    ApiServices,
     Caller,
     Services,
     TenantQ,
@@ -33,10 +37,10 @@ from pipeline.control.http.models import (
     DeliveryView,
     RedeliverView,
 )
-from pipeline.rules.authz import DenyReason, Principal, Subject, Verb, may
+from pipeline.rules.authz import DenyReason, Principal, Role, Subject, Verb, may
 from pipeline.rules.commands.model import CommandVerb
 
-__all__ = ["DELIVERY_KEY_PATTERN", "router"]
+__all__ = ["DELIVERY_KEY_PATTERN", "granted", "may_read", "read_one", "router"]
 
 router = APIRouter()
 
@@ -60,12 +64,32 @@ def may_read(who: Principal, tenant_id: str, user_id: str, key: str | None = Non
     raise ApiError(ApiCode.DENIED, decision.detail)
 
 
-def read_one(services: Services, who: Principal, tenant: str, user: str, key: str) -> Any:
-    """One delivery the caller may read, or 404."""
+def granted(
+    services: ApiServices, who: Principal, tenant: str, user: str, watcher_id: str | None = None
+) -> None:
+    """The subject's grants let it manage what it reads, as the command processor decides:
+    ``show`` of ``watcher_id``'s watcher, or ``list`` (a grant to manage anything) without one;
+    its refusal as the API error. Operators act for any subject by role alone."""
+    if who.role is Role.OPERATOR:
+        return
+    if watcher_id is None:
+        run_command(services, CommandVerb.LIST, who, tenant, user, offset=0, limit=0)
+    else:
+        run_command(services, CommandVerb.SHOW, who, tenant, user, watcher_id=watcher_id)
+
+
+def read_one(services: ApiServices, who: Principal, tenant: str, user: str, key: str) -> Any:
+    """One delivery the caller may read (role, then the grant of its watcher), or 404."""
     may_read(who, tenant, user, key)
     found = guarded(lambda: services.ledger.delivery(tenant, user, key))
     if found is None:
         raise ApiError(ApiCode.NOT_FOUND, f"no delivery {key}", "delivery_key")
+    try:
+        granted(services, who, tenant, user, found["watcher_id"])
+    except ApiError as exc:
+        if exc.code is ApiCode.NOT_FOUND:  # its watcher is gone from the registry
+            raise ApiError(ApiCode.NOT_FOUND, f"no delivery {key}", "delivery_key") from None
+        raise
     return found
 
 
@@ -88,6 +112,7 @@ def deliveries(
 ) -> DeliveryList:
     tenant, user = subject_of(who, tenant_id, user_id)
     may_read(who, tenant, user)
+    granted(services, who, tenant, user)
     found = guarded(lambda: services.ledger.deliveries(tenant, user, state, watcher_id))
     return DeliveryList.model_validate({"deliveries": found[:limit]})
 

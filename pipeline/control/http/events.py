@@ -5,7 +5,10 @@ Only a ``publisher`` principal may call it (any other role: 403 ``denied``), and
 source ids its ``[principals.NAME] sources`` lists. A body is ``{"events": [...]}`` (1 to
 :data:`MAX_BATCH`); each item is answered in order — ``accepted``, or ``rejected`` with the code
 (``invalid``: its shape or a value, naming the field; ``denied``: a source outside the
-publisher's scope) and a message. Accepted items are checked, encoded and placed exactly as the
+publisher's scope) and a message. Every accepted event carries the publisher principal's tenant
+(``[principals.NAME] tenant_id``) on its record — never a tenant from the payload — which is the
+one pinned evaluators match a watch to (DESIGN.md §10 "Publishers belong to a tenant"). Accepted
+items are checked, encoded and placed exactly as the
 SDK does (``producers.publish``) and acknowledged by the broker before the answer; a broker that
 does not acknowledge is 503 ``unavailable`` for the batch (publishing it again is harmless: the
 trigger identity ``(event_type, event_id)`` dedupes).
@@ -82,7 +85,8 @@ def publish_events(body: EventBatch, who: Caller, services: Services) -> EventAn
         answers.append(None)
         accepted.append((index, parsed))
     try:
-        verdicts = services.events.publish([event for _, event in accepted]) if accepted else []
+        events = [event for _, event in accepted]
+        verdicts = services.events.publish(events, who.tenant_id) if accepted else []
     except BrokerError as exc:
         raise ApiError(ApiCode.UNAVAILABLE, f"events not acknowledged: {exc}") from None
     for (index, (line, _)), problem in zip(accepted, verdicts, strict=True):

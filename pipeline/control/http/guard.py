@@ -1,7 +1,9 @@
 """The HTTP API's front door: who is calling, before anything reads what they sent (DESIGN.md §10).
 
 Owns :class:`EdgeGuard`, a plain ASGI middleware in front of every ``/v1`` route: it checks
-``Vigil-Protocol-Version: 1`` (400) and the bearer token (401) from the headers alone, then reads
+``Vigil-Protocol-Version: 1`` (400) and the bearer token (401) from the headers alone, spends one
+request of that principal's rate (``limits.RateLimiter``; over it: 429 ``rate_limited`` with
+``Retry-After``, so every ``/v1`` route is limited by construction), then reads
 the body — at most ``max_body`` bytes (default 1 MiB; a larger ``Content-Length`` or stream is
 413 ``too_large``, and nothing past the bound is buffered) — and hands the app the authenticated
 principal (``scope["state"]["principal"]``) and the buffered body. So an unauthenticated caller
@@ -27,6 +29,8 @@ from pipeline.control.http.auth import (
     TokenDirectory,
     check_protocol,
 )
+from pipeline.control.http.limits import RateLimiter
+from pipeline.rules.authz import Principal
 
 __all__ = ["DEFAULT_MAX_BODY", "PRINCIPAL", "EdgeGuard"]
 
@@ -40,11 +44,17 @@ class EdgeGuard:
     """Authenticate, then bound and buffer the body, for every ``/v1`` request."""
 
     def __init__(
-        self, app: ASGIApp, *, tokens: TokenDirectory, max_body: int = DEFAULT_MAX_BODY
+        self,
+        app: ASGIApp,
+        *,
+        tokens: TokenDirectory,
+        max_body: int = DEFAULT_MAX_BODY,
+        limiter: RateLimiter | None = None,
     ) -> None:
         self.app = app
         self._tokens = tokens
         self._max_body = max_body
+        self._limiter = limiter
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or not str(scope.get("path", "")).startswith(_GUARDED):
@@ -55,6 +65,7 @@ class EdgeGuard:
         try:
             check_protocol(headers.get(PROTOCOL_HEADER))
             principal = self._tokens.authenticate(headers.get("authorization"))
+            self._check_rate(principal)
             self._check_length(declared)
         except ApiError as refusal:
             drained = refusal.code is not ApiCode.TOO_LARGE or await _drain(receive, declared)
@@ -67,6 +78,15 @@ class EdgeGuard:
             return
         scope.setdefault("state", {})[PRINCIPAL] = principal
         await self.app(scope, _replay(body, receive), send)
+
+    def _check_rate(self, principal: Principal) -> None:
+        wait = None if self._limiter is None else self._limiter.take(principal.name)
+        if wait is not None:
+            raise ApiError(
+                ApiCode.RATE_LIMITED,
+                f"too many requests from {principal.name}: retry after the Retry-After seconds",
+                retry_after=wait,
+            )
 
     def _check_length(self, declared: str | None) -> None:
         if declared is None:
@@ -130,8 +150,8 @@ def _replay(body: bytes, receive: Receive) -> Receive:
 async def _refuse(refusal: ApiError, send: Send, *, close: bool) -> None:
     """The refusal as plain ASGI messages (nothing here waits on the client)."""
     headers = [(b"content-type", b"application/json")]
-    if refusal.code is ApiCode.UNAUTHENTICATED:
-        headers.append((b"www-authenticate", b"Bearer"))
+    for name, value in refusal.headers().items():
+        headers.append((name.lower().encode("ascii"), value.encode("ascii")))
     if close:
         headers.append((b"connection", b"close"))  # the rest of the body is never read
     body = json.dumps(refusal.body(), separators=(",", ":")).encode("utf-8")

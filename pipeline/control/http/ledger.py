@@ -1,7 +1,9 @@
 """The in-app ledger routes: a user's notifications, and acknowledging one (DESIGN.md §9).
 
 The ledger belongs to the caller's own subject; roles that may inspect (user, manager,
-operator) read it, session-bound ones (agent, scoped chat) may not. Notifications are deduped on
+operator) read it, session-bound ones (agent, scoped chat) may not, and only while a grant lets
+the subject manage watchers (``deliveries.granted``: the command processor decides; a revoked
+grant reads nothing). Notifications are deduped on
 delivery key and ``wake`` records skipped by the reader (``backend``); an acknowledgement is
 idempotent, and one of a notification the caller does not have is 404.
 
@@ -13,7 +15,8 @@ from typing import Annotated, Final
 from fastapi import APIRouter, Path, Query
 
 from pipeline.control.http.auth import ApiCode, ApiError
-from pipeline.control.http.common import Caller, Services, documented, guarded
+from pipeline.control.http.common import ApiServices, Caller, Services, documented, guarded
+from pipeline.control.http.deliveries import granted
 from pipeline.control.http.models import AckView, NotificationList
 from pipeline.rules.authz import Principal, Subject, Verb, may
 
@@ -24,10 +27,11 @@ router = APIRouter()
 _DELIVERY_KEY: Final = r"^[0-9a-f]{64}$"
 
 
-def _owner(who: Principal) -> tuple[str, str]:
+def _owner(services: ApiServices, who: Principal) -> tuple[str, str]:
     decision = may(who, Verb.SHOW, Subject(who.tenant_id, who.user_id))
     if not decision.allowed:
         raise ApiError(ApiCode.DENIED, decision.detail)
+    granted(services, who, who.tenant_id, who.user_id)
     return who.tenant_id, who.user_id
 
 
@@ -43,7 +47,7 @@ def notifications(
     unacked: bool = False,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> NotificationList:
-    tenant, user = _owner(who)
+    tenant, user = _owner(services, who)
     found, erased = guarded(lambda: services.ledger.notifications(tenant, user))
     if unacked:
         found = [n for n in found if n["acked_at"] is None]
@@ -59,7 +63,7 @@ def notifications(
 def ack(
     delivery_key: Annotated[str, Path(pattern=_DELIVERY_KEY)], who: Caller, services: Services
 ) -> AckView:
-    tenant, user = _owner(who)
+    tenant, user = _owner(services, who)
     done = guarded(lambda: services.ledger.ack(tenant, user, delivery_key))
     if done is None:
         raise ApiError(ApiCode.NOT_FOUND, f"no notification {delivery_key}", "delivery_key")

@@ -1,4 +1,6 @@
-"""What the HTTP API counts: requests by method, route template and status, and their latency.
+"""What the HTTP API counts: requests by method, route template and status, their latency, and
+the reads of the log it starts (``vigil_api_log_scans_total{topic}``: receipts and lifecycle
+records; the ledger and deliveries come from the index and start none).
 
 Owns :class:`RequestMetrics`, a plain ASGI middleware (no body buffering) that labels each
 request by its route's template (``/v1/watches/{watcher_id}``, never the raw path, so label
@@ -24,6 +26,7 @@ __all__ = ["ApiMetrics", "RequestMetrics", "api_metrics"]
 class ApiMetrics:
     requests: Counter  # labels: method, route, status
     seconds: Histogram  # labels: method, route
+    scans: Counter  # labels: topic
 
 
 def _create(metrics_registry: CollectorRegistry) -> ApiMetrics:
@@ -38,6 +41,12 @@ def _create(metrics_registry: CollectorRegistry) -> ApiMetrics:
             "vigil_api_request_seconds",
             "HTTP API request latency by method and route template.",
             ["method", "route"],
+            registry=metrics_registry,
+        ),
+        scans=Counter(
+            "vigil_api_log_scans",
+            "Reads of a topic's partitions the API started for a request, by topic.",
+            ["topic"],
             registry=metrics_registry,
         ),
     )

@@ -21,9 +21,9 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Final, Protocol
 
-from pipeline.kafka.clients import Tail
 from pipeline.kafka.partitioner import partition_for
 from pipeline.kafka.serde import AvroCodec, default_codec
+from pipeline.kafka.tail import Tail
 from pipeline.kafka.topics import Topic, Topology
 from pipeline.records.notification import NOTIFICATION, NotificationKind
 from pipeline.rules.errors import SerdeError

@@ -2,22 +2,25 @@
 ``agent.session.state@v1`` (seed 003), over the latest state of one run or one session.
 
 Where the state lives: upstream services publish the state of a run or a session as ordinary
-events on ``events`` — event type ``workflow.run.status`` (payload ``{"tenant_id", "run_id",
-"status", ...}``) or ``agent.session.state`` (payload ``{"tenant_id", "session_id", "state",
-...}``) — with ``source_id`` ``run:<run_id>`` or ``session:<session_id>``. The poll ticker reads
-those events from the ``events`` partitions it is assigned and keeps the latest per
+events on ``events`` — event type ``workflow.run.status`` (payload ``{"run_id", "status", ...}``)
+or ``agent.session.state`` (payload ``{"session_id", "state", ...}``) — with ``source_id``
+``run:<run_id>`` or ``session:<session_id>``. The tenant of a state is the event record's own
+``tenant_id``: the publisher's, set by the edge that authenticated it (``POST /v1/events``: the
+publisher principal's; the SDK: the one its Kafka-credentialed caller names), never the
+payload's (DESIGN.md §10 "Publishers belong to a tenant"); an event without one feeds no
+evaluator, and a payload that names another tenant than its record is no state. The poll ticker
+reads those events from the ``events`` partitions it is assigned and keeps the latest per
 ``(evaluator, tenant_id, id)`` in its own compacted ``ticker-state`` (key
 ``["<event type>","<tenant_id>","<id>"]``), in the transaction that commits the events' offsets.
 An agent watch on run ``r-81`` uses ``source_id`` ``run:r-81``, so the watch, its state events,
 its ticks and its state all live in one partition: no remote lookup, and a restart restores it.
 
 An evaluator answers the stored payload as the evidence; it looks only inside the watch's own
-tenant (another tenant's run of the same id is invisible) and checks the payload's own subject
-against the watch's — its ``tenant_id``, and its ``user_id`` when it names one (else
-``rejected``) — a session watch reads only its owning session, and a watch whose ``source_id``
-breaks the convention is ``rejected``. Events carry no authenticated publisher, so who may write
-``events`` at all is the broker's ACLs' and the publishing edge's to decide. No state yet is
-``unavailable`` (no truth claim; the next cadence retries).
+tenant (another tenant's run of the same id is invisible: a publisher of tenant A cannot satisfy
+tenant B's watch) and checks the payload's ``user_id``, when it names one, against the watch's
+(else ``rejected``) — a session watch reads only its owning session, and a watch whose
+``source_id`` breaks the convention is ``rejected``. No state yet is ``unavailable`` (no truth
+claim; the next cadence retries).
 
 Left out: the table itself (``producers.ticker.loop`` holds it; this module reads it through
 :class:`StateLookup`) and the condition (the watcher's own, evaluated by
@@ -88,19 +91,22 @@ def _text(value: object) -> str | None:
 
 def state_from_event(
     event_type: str,
+    tenant_id: str | None,
     source_id: str,
     event_id: str,
     observed_at: datetime,
     payload: Mapping[str, Any],
 ) -> PinnedState | None:
-    """The state an event reports, or ``None`` when it does not feed a pinned evaluator (another
-    type, a missing tenant, id or state, or a ``source_id`` off the convention)."""
+    """The state an event of the publisher's ``tenant_id`` (its record's) reports, or ``None``
+    when it does not feed a pinned evaluator (another type; no tenant on the record; a payload
+    naming another tenant; a missing id or state; a ``source_id`` off the convention)."""
     spec = PINNED.get(event_type)
-    if spec is None:
+    if spec is None or tenant_id is None or _text(tenant_id) is None:
         return None
-    tenant_id = _text(payload.get("tenant_id"))
+    if payload.get("tenant_id", tenant_id) != tenant_id:
+        return None  # the payload claims a tenant its publisher does not belong to
     subject_id = _text(payload.get(spec.id_field))
-    if tenant_id is None or subject_id is None or _text(payload.get(spec.state_field)) is None:
+    if subject_id is None or _text(payload.get(spec.state_field)) is None:
         return None
     if source_id != spec.source_prefix + subject_id:
         return None
@@ -146,9 +152,9 @@ class PinnedEvaluator:
 
 
 def _same_subject(payload: Mapping[str, Any], request: ToolRequest) -> bool:
-    """The payload's own subject is the watch's: its ``tenant_id`` (always present in a stored
-    state) and, when it names one, its ``user_id``. Checked on the payload the watch would see,
-    not only on the key it was stored under."""
-    if payload.get("tenant_id") != request.tenant_id:
+    """The payload's own subject, where it names one, is the watch's: its ``tenant_id`` and its
+    ``user_id``. Checked on the payload the watch would see, beside the record's tenant the
+    state was stored under."""
+    if payload.get("tenant_id", request.tenant_id) != request.tenant_id:
         return False
     return "user_id" not in payload or payload["user_id"] == request.user_id

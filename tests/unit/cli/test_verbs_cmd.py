@@ -152,3 +152,41 @@ def test_list_json_prints_the_entries(daemon: tuple[Path, Recorder]) -> None:
     result = _invoke(["list", "--socket", str(path), "--json"])
     assert result.exit_code == 0
     assert json.loads(result.output) == [entry]
+
+
+def test_list_prints_a_table_with_one_row_per_live_schedule(daemon: tuple[Path, Recorder]) -> None:
+    path, recorder = daemon
+    entries: list[dict[str, Any]] = [
+        {
+            "name": "stretch",
+            "chat": "me",
+            "schedule": {"at": "2026-12-01T07:00:00Z"},
+            "argv": ["send", "stand up and stretch"],
+            "created_at": "2026-11-30T07:00:00Z",
+            "next_fire": "2026-12-01T07:00:00Z",
+        },
+        {
+            "name": "digest",
+            "chat": "me",
+            "schedule": {"cron": "0 8 * * *", "timezone": "Europe/Berlin"},
+            "argv": ["prompt", "morning digest"],
+            "created_at": "2026-11-30T07:00:00Z",
+            "next_fire": "2026-12-02T07:00:00Z",
+        },
+    ]
+    recorder.reply = VerbResponse.success(chat="me", schedules=entries)
+    result = _invoke(["list", "--socket", str(path)])
+    assert result.exit_code == 0
+    header, *rows = result.output.splitlines()
+    assert header.split() == ["NAME", "NEXT", "FIRE", "WHEN", "COMMAND"]
+    columns = [header.index(title) for title in ("NEXT FIRE", "WHEN", "COMMAND")]
+    assert len(rows) == 2
+    for row, entry, when in zip(
+        rows, entries, ["2026-12-01T07:00:00Z", "0 8 * * * (Europe/Berlin)"], strict=True
+    ):
+        assert row[: columns[0]].strip() == entry["name"]
+        assert row[columns[0] : columns[1]].strip() == entry["next_fire"]
+        assert row[columns[1] : columns[2]].strip() == when
+        assert row[columns[2] :] == f'{entry["argv"][0]} "{entry["argv"][1]}"'
+    recorder.reply = VerbResponse.success(chat="me", schedules=[])
+    assert _invoke(["list", "--socket", str(path)]).output == "no schedules in chat me\n"

@@ -4,7 +4,9 @@ Real HTTP listeners on 127.0.0.1 (port 0); no broker."""
 
 from __future__ import annotations
 
+import json
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -14,7 +16,9 @@ from prometheus_client import CollectorRegistry
 from pipeline.cli.process import await_app, watch_app
 from pipeline.kafka.topics import Topology
 from pipeline.ops.dev_stack import PROCESSES, addresses, not_ready
+from pipeline.ops.doctor import process_ready
 from pipeline.ops.health import HealthServer
+from pipeline.rules.native import path_name
 
 
 @pytest.fixture
@@ -104,3 +108,19 @@ def test_vigil_dev_is_done_waiting_when_every_process_is_ready(
     assert not_ready(tmp_path) == []
     servers[0].close()  # a process that stops answering is waited for again
     assert not_ready(tmp_path)[0].startswith("command-processor: does not answer")
+
+
+def test_every_process_names_its_hot_path_on_readyz_metrics_and_in_doctor(
+    tmp_path: Path, servers: list[HealthServer]
+) -> None:
+    server = _serve(servers, broker=None)
+    _settled(server)
+    with urllib.request.urlopen(f"{server.url}/readyz", timeout=5) as response:
+        assert json.loads(response.read())["hot_path"] == path_name()
+    with urllib.request.urlopen(f"{server.url}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    assert f'vigil_hot_path_info{{path="{path_name()}"}} 1.0' in text
+    where = tmp_path / "ns.evaluator.a.url"
+    where.write_text(server.url + "\n")
+    finding = process_ready(where, "ns")
+    assert finding.detail == f"ready ({server.url}), {path_name()} hot path"

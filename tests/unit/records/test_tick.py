@@ -91,7 +91,7 @@ def test_memory_and_pinned_state_round_trip_through_ticker_state() -> None:
     data = encode_memory(CODEC, ("acme", "u-1", "w-1"), "run:r-1", memory, SEEN)
     assert decode_ticker_state(CODEC, data) == memory
     payload = {"tenant_id": "acme", "run_id": "r-1", "status": "failed"}
-    state = state_from_event("workflow.run.status", "run:r-1", "e-9", SEEN, payload)
+    state = state_from_event("workflow.run.status", "acme", "run:r-1", "e-9", SEEN, payload)
     assert state is not None
     assert decode_ticker_state(CODEC, encode_pinned(CODEC, state)) == state
 

@@ -350,3 +350,23 @@ def test_cadence_cron_with_other_value_raises_naming_cadence(minutes: int) -> No
     with pytest.raises(DefinitionError) as caught:
         cadence_cron(minutes)
     assert caught.value.field == "cadence"
+
+
+def test_cron_text_past_the_bound_is_refused_before_it_is_split_or_parsed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import croniter
+
+    import pipeline.rules.cron as cron
+
+    def never(*_: Any) -> bool:
+        raise AssertionError("croniter saw text past the bound")
+
+    monkeypatch.setattr(croniter.croniter, "is_valid", never)
+    every_minute = ",".join(str(m) for m in range(60)) + " * * * *"
+    long_text = "*/5 " + " " * 1_000_000 + "* * * *"
+    for text in (long_text, "1," * 200_000 + "1 * * * *"):
+        with pytest.raises(DefinitionError, match=f"longer than {cron.MAX_CRON_CHARS}"):
+            CronSchedule.parse(text, "UTC")
+    monkeypatch.undo()
+    assert CronSchedule.parse(every_minute, "UTC").expr == every_minute

@@ -20,6 +20,7 @@ from tests.unit.rules.test_evaluation import (
     run_event,
     state,
 )
+from tests.unit.rules.test_schedules import cron, fire
 
 pytestmark = pytest.mark.unit
 
@@ -28,6 +29,7 @@ CASES: dict[str, Callable[[], Evaluation]] = {
     "past expiry": lambda: run_event(defn=event_definition(expires_at="2026-01-01T00:00:00Z")),
     "no grant": lambda: run_event(grants=[]),
     "wrong event type": lambda: run_event(ev=event(event_type="build.started")),
+    "cron occurrence missed": lambda: run_event(cron(), ev=fire(cron(), late=True)),
     "old event": lambda: run_event(ev=event(observed_at=NOW - timedelta(hours=1))),
     "event from the future": lambda: run_event(ev=event(observed_at=NOW + timedelta(minutes=1))),
     "budget spent": lambda: run_event(budget=recorded_budget(BudgetVerdict.EXHAUSTED)),

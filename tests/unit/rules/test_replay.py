@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import dataclasses
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -292,12 +292,55 @@ def test_replay_renders_each_message_again_and_reports_an_entry_whose_message_di
     first = rec.receipts[0].delivery_key or ""
     entry = rec.outbox[first]
     assert entry is not None
-    rec.outbox[first] = dataclasses.replace(entry, message="b-0 on main")
+    rec.outbox[first] = replace(entry, message="b-0 on main")
     second = rec.outbox[rec.receipts[1].delivery_key or ""]
     assert second is not None
-    rec.outbox[second.delivery_key] = dataclasses.replace(second, message=None)
+    rec.outbox[second.delivery_key] = replace(second, message=None)
     (found,) = replay(rec.history()).differences  # None: an entry from before messages
     assert (found.position, found.kind) == (
         rec.receipts[0].position,
         DifferenceKind.OUTBOX_MISMATCH,
     )
+
+
+def schedule_fire(n: int, at: datetime, *, late: bool = False) -> Evidence:
+    """A schedule tick of the watcher, made on time (``late``: by a ticker that was down)."""
+    return Evidence(
+        source_kind=EvidenceKind.SCHEDULE,
+        source_id="ci.pipeline",
+        observed_at=at,
+        scheduled_at=at,
+        late=late,
+        watcher_key=(TENANT, USER, WATCHER),
+        position=f"vigil.ticks:0:{n}",
+    )
+
+
+def schedule_definition(source: dict[str, Any]) -> WatcherDefinition:
+    body = {
+        "watcher_id": WATCHER,
+        "purpose": "ops.alert",
+        "source": {"kind": "schedule", "source_id": "ci.pipeline", **source},
+        "delivery": {"target": "ops-hook", "verb": "send", "text": "stretch"},
+    }
+    return WatcherDefinition.from_json(body, tenant_id=TENANT, user_id=USER).with_version(1)
+
+
+def test_replay_reproduces_late_flags_of_schedule_fires_and_reports_a_changed_one() -> None:
+    rec = Recorder(schedule_definition({"at": "2026-11-29T12:00:00Z"}))
+    rec.run(schedule_fire(0, T0), delay=timedelta(minutes=7))  # the evaluator was down
+    later = Recorder(schedule_definition({"cron": "* * * * *", "timezone": "UTC"}))
+    later.run(schedule_fire(1, T0), delay=timedelta(seconds=1))  # on time
+    later.run(schedule_fire(2, T0 + timedelta(minutes=1)), delay=timedelta(minutes=2))  # late
+    later.run(schedule_fire(3, T0 + timedelta(minutes=2), late=True))  # missed: recorded only
+    entries = [*rec.outbox.values(), *later.outbox.values()]
+    assert [e.late for e in entries if e is not None] == [True, False, True]
+    assert [r.reason for r in later.receipts][-1] is Reason.MISSED
+    assert replay(rec.history()).differences == []
+    assert replay(later.history()).differences == []
+    key = next(iter(rec.outbox))
+    entry = rec.outbox[key]
+    assert entry is not None
+    rec.outbox[key] = replace(entry, late=False)
+    kinds = [d.kind for d in replay(rec.history()).differences]
+    assert kinds == [DifferenceKind.OUTBOX_MISMATCH]

@@ -265,11 +265,26 @@ def test_one_shot_missed_during_downtime_fires_late_with_its_due_instant() -> No
     assert plan.ticks == (DueTick(TickKind.SCHEDULE, at("2026-11-29T12:00:00Z"), late=True),)
 
 
-def test_cron_schedule_skips_missed_and_resumes_at_next_occurrence() -> None:
+def test_cron_schedule_skips_missed_ticks_them_late_and_resumes_at_next_occurrence() -> None:
     definition = schedule({"cron": "0 8 * * *", "timezone": "Europe/Berlin"})
     plan = plan_watcher(definition, ACTIVE, T0, memory(T0), at("2026-12-03T12:00:00Z"))
-    assert plan.ticks == () and plan.dropped == 4  # 30 Nov to 3 Dec, 08:00 Berlin
+    missed = [at(f"2026-{d}T07:00:00Z") for d in ("11-30", "12-01", "12-02", "12-03")]
+    # Each missed occurrence is ticked late, to be recorded as missed: none fires.
+    assert plan.ticks == tuple(DueTick(TickKind.SCHEDULE, m, late=True) for m in missed)
+    assert (plan.missed, plan.dropped, plan.policy) == (4, 4, "skip")
     assert plan.next_check == at("2026-12-04T07:00:00Z")
+    again = plan_watcher(definition, ACTIVE, T0, plan.memory, at("2026-12-04T07:00:01Z"))
+    assert again.ticks == (DueTick(TickKind.SCHEDULE, at("2026-12-04T07:00:00Z")),)
+
+
+def test_cron_schedule_ticks_at_most_the_newest_hundred_missed_occurrences() -> None:
+    definition = schedule({"cron": "* * * * *", "timezone": "UTC"})
+    now = T0 + timedelta(hours=5)
+    plan = plan_watcher(definition, ACTIVE, T0, memory(T0), now)
+    late = [t.scheduled_at for t in plan.ticks if t.late]
+    assert len(late) == 100 and late[-1] == now - timedelta(minutes=1)
+    assert [t.scheduled_at for t in plan.ticks if not t.late] == [now]
+    assert (plan.missed, plan.dropped) == (299, 299)
 
 
 @pytest.mark.parametrize(
@@ -319,3 +334,15 @@ def test_plan_new_version_continues_where_the_old_version_stopped() -> None:
     plan = plan_watcher(v2, ACTIVE, T0, old, T0 + timedelta(minutes=4, seconds=1))
     assert instants(plan) == [T0 + timedelta(minutes=4)]
     assert plan.memory.version == 2 and plan.persist
+
+
+def test_one_shot_whose_fire_a_pause_caught_fires_again_late_on_resume() -> None:
+    """Its tick reached a paused watcher (``not_active``): still live, so it has not fired."""
+    definition = schedule({"at": "2026-11-29T12:00:00Z"})
+    due = at("2026-11-29T12:00:00Z")
+    fired = plan_watcher(definition, ACTIVE, T0, memory(T0), due)
+    assert fired.memory.one_shot_done
+    paused = plan_watcher(definition, WatcherStatus.PAUSED, T0, fired.memory, due + timedelta(1))
+    resumed = plan_watcher(definition, ACTIVE, T0, paused.memory, due + timedelta(2))
+    assert resumed.ticks == (DueTick(TickKind.SCHEDULE, due, late=True),)
+    assert resumed.memory.one_shot_done

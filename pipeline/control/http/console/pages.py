@@ -7,11 +7,12 @@ processor decides (so roles, grants and the cap hold exactly as over ``/v1``; an
 watcher or delivery is "not found", a 404 page), reads of receipts and deliveries come after
 the same checks the API makes. Agents (and scoped chats) see no proposals page and cannot
 approve: the page is a 404 for them and the processor refuses the command anyway. Lists are
-filtered and paginated on the server (:data:`PAGE_SIZE` rows). A page's reads of the log run
-beside its command round trip, never after it, and are shown only once the command answered:
-the watches list's last outcomes (one read, not one per row), a watcher's lifecycle records,
-deliveries and — when its source is known from an earlier page (:class:`KnownSources`, a hint
-the answer checks) — its receipts.
+filtered and paginated on the server (:data:`PAGE_SIZE` rows). No page reads the log for a role
+that may not read it (checked first, ``authz.may``). The watches list's last outcomes are read
+once the ``list`` answered, from the listed rows' partitions only (one read, not one per row); a
+watcher page's reads run beside its ``show`` round trip and are shown only once it answered:
+lifecycle records, deliveries and — when its source is known from an earlier page
+(:class:`KnownSources`, a hint the answer checks) — its receipts.
 
 A ``GET`` without a session goes to the sign-in page; a ``POST`` without a session or without
 its session's CSRF token is refused (403) before anything is decided. Bodies are URL-encoded
@@ -21,6 +22,7 @@ and templates (``render``), the API routes (``pipeline.control.http``).
 
 from __future__ import annotations
 
+import math
 import secrets
 import time
 from collections.abc import Callable
@@ -42,15 +44,16 @@ from pipeline.control.http.console.sessions import (
     SESSION_COOKIE,
     SIGN_IN_COOKIE,
     Session,
+    SessionsFullError,
     SessionStore,
     same_token,
     secure_headers,
     set_cookie,
 )
 from pipeline.control.http.console.sources import KnownSources
-from pipeline.control.http.deliveries import may_read, read_one
+from pipeline.control.http.deliveries import granted, may_read, read_one
 from pipeline.control.schedules import next_look
-from pipeline.rules.authz import Principal, Role
+from pipeline.rules.authz import Principal, Role, Subject, Verb, may
 from pipeline.rules.commands.context import AGENT_CAP
 from pipeline.rules.commands.model import CommandVerb
 
@@ -77,10 +80,11 @@ class _SignIn(Exception):
 
 
 class _Refused(Exception):
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, retry_after: float | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        self.retry_after = retry_after
 
 
 def _page_number(request: Request) -> int:
@@ -114,7 +118,7 @@ class Console:
         status: StatusPort | None = None,
     ) -> None:
         self.services = services
-        self.sessions = sessions or SessionStore()
+        self.sessions = sessions or SessionStore(per_principal=services.sessions_per_principal)
         self.status = status
         self.pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="console-read")
         self.sources = KnownSources()
@@ -152,16 +156,35 @@ class Console:
         )
         return secure_headers(response)
 
-    def error(self, session: Session | None, status: int, message: str) -> HTMLResponse:
-        return self.render("error.html", session, status, code=status, message=message)
+    def error(
+        self, session: Session | None, status: int, message: str, retry_after: float | None = None
+    ) -> HTMLResponse:
+        response = self.render("error.html", session, status, code=status, message=message)
+        if retry_after is not None:
+            response.headers["Retry-After"] = str(max(1, math.ceil(retry_after)))
+        return response
+
+    def refused(self, session: Session | None, refused: _Refused | ApiError) -> HTMLResponse:
+        """A refusal as its error page (with ``Retry-After`` when it says when to come back)."""
+        status = refused.status
+        return self.error(session, status, refused.message, refused.retry_after)
 
     # -- sessions and forms ----------------------------------------------------------------
 
     def session(self, request: Request) -> Session:
+        """The request's session, its principal's request spent (429 past its rate)."""
         found = self.sessions.get(request.cookies.get(SESSION_COOKIE))
         if found is None:
             raise _SignIn()
+        self.spend(found.principal)
         return found
+
+    def spend(self, who: Principal) -> None:
+        """One request of ``who``'s rate, shared with its ``/v1`` requests (else 429)."""
+        limiter = self.services.limiter
+        wait = None if limiter is None else limiter.take(who.name)
+        if wait is not None:
+            raise _Refused(429, "too many requests: wait a moment and reload", wait)
 
     async def form(self, request: Request) -> dict[str, str]:
         """A URL-encoded form of at most :data:`MAX_FORM` bytes (else refused)."""
@@ -184,6 +207,7 @@ class Console:
         session = self.sessions.get(request.cookies.get(SESSION_COOKIE))
         if session is None:
             raise _Refused(403, "sign in first")
+        self.spend(session.principal)
         form = await self.form(request)
         if not same_token(form.get("csrf"), session.csrf):
             raise _Refused(403, "the form's CSRF token is missing or wrong: reload the page")
@@ -240,12 +264,9 @@ def _guard(console: Console, request: Request, action: Callable[[], Response]) -
         return action()
     except _SignIn:
         return secure_headers(RedirectResponse("/ui/sign-in", status_code=303))
-    except _Refused as refused:
+    except (_Refused, ApiError) as refused:
         session = console.sessions.get(request.cookies.get(SESSION_COOKIE))
-        return console.error(session, refused.status, refused.message)
-    except ApiError as exc:
-        session = console.sessions.get(request.cookies.get(SESSION_COOKIE))
-        return console.error(session, exc.status, exc.message)
+        return console.refused(session, refused)
 
 
 def _routes(router: APIRouter, console: Console) -> None:
@@ -269,15 +290,16 @@ def _routes(router: APIRouter, console: Console) -> None:
     def sign_in_form(request: Request) -> Response:
         token = secrets.token_urlsafe(32)
         response = console.render("sign_in.html", None, sign_in_csrf=token, failed=False)
-        set_cookie(response, request, SIGN_IN_COOKIE, token, 600)
+        set_cookie(response, request, SIGN_IN_COOKIE, token, 600, services.secure_cookie)
         return response
 
     @router.post("/ui/sign-in")
     async def sign_in(request: Request) -> Response:
         try:
+            _throttle_sign_in(services, request)
             form = await console.form(request)
         except _Refused as refused:
-            return console.error(None, refused.status, refused.message)
+            return console.refused(None, refused)
         if not same_token(form.get("csrf"), request.cookies.get(SIGN_IN_COOKIE)):
             return console.error(None, 403, "the form's CSRF token is missing or wrong: reload")
         try:
@@ -286,9 +308,12 @@ def _routes(router: APIRouter, console: Console) -> None:
             return console.render(
                 "sign_in.html", None, 401, sign_in_csrf=form.get("csrf"), failed=True
             )
-        session = console.sessions.open(principal)
+        try:
+            session = console.sessions.open(principal)
+        except SessionsFullError as exc:
+            return console.error(None, 503, str(exc), 60.0)
         response = secure_headers(RedirectResponse("/ui/watches", status_code=303))
-        set_cookie(response, request, SESSION_COOKIE, session.sid, 8 * 3600)
+        set_cookie(response, request, SESSION_COOKIE, session.sid, 8 * 3600, services.secure_cookie)
         response.delete_cookie(SIGN_IN_COOKIE, path="/ui")
         return response
 
@@ -297,7 +322,7 @@ def _routes(router: APIRouter, console: Console) -> None:
         try:
             session, _ = await console.posted(request)
         except _Refused as refused:
-            return console.error(None, refused.status, refused.message)
+            return console.refused(None, refused)
         console.sessions.close(session.sid)
         response = secure_headers(RedirectResponse("/ui/sign-in", status_code=303))
         response.delete_cookie(SESSION_COOKIE, path="/ui")
@@ -315,31 +340,28 @@ def _routes(router: APIRouter, console: Console) -> None:
             chat = _query(request, "session")
             notice = None
             page_number = _page_number(request)
-            # Each row's last outcome is its newest receipt: one read of the receipts the
-            # rows can be on, beside the ``list`` round trip (shown only for the rows listed).
-            outcomes = console.pool.submit(
-                services.ledger.latest,
-                who.tenant_id,
-                who.user_id,
-                None if source is None else [source],
-            )
             try:
                 shown, total = console.page_of(
                     who, page_number, state=state, session_id=chat, source_id=source
                 )
             except ApiError as exc:
-                outcomes.cancel()
                 if exc.code is not ApiCode.DENIED:
                     raise
                 shown, total = [], 0
                 notice = exc.message  # no grant to manage anything: nothing to list
-            else:
-                now = services.clock.now()
-                last: dict[str, dict[str, Any]] = guarded(partial(outcomes.result, _READ_TIMEOUT_S))
-                for row in shown:
-                    live = row.get("status") == "active"
-                    row["next_look"] = next_look(row.get("definition") or {}, now) if live else None
-                    row["last"] = last.get(row.get("watcher_id", ""))
+            # Each row's last outcome is its newest receipt: read once the command processor
+            # listed the rows (authorized: no read before), from their sources' partitions
+            # only, and only by a role that may read receipts at all.
+            sources = {str(row.get("source_id", "")) for row in shown}
+            last: dict[str, dict[str, Any]] = {}
+            if shown and _may(who, Verb.EVALUATIONS):
+                read = services.ledger.latest
+                last = guarded(partial(read, who.tenant_id, who.user_id, sorted(sources)))
+            now = services.clock.now()
+            for row in shown:
+                live = row.get("status") == "active"
+                row["next_look"] = next_look(row.get("definition") or {}, now) if live else None
+                row["last"] = last.get(row.get("watcher_id", ""))
             pages = max(1, -(-total // PAGE_SIZE))
             filters = {k: v for k, v in (("state", state), ("source", source), ("session", chat))}
             return console.render(
@@ -367,18 +389,21 @@ def _routes(router: APIRouter, console: Console) -> None:
             if len(watcher_id) > 200:
                 raise ApiError(ApiCode.NOT_FOUND, "no such watcher")
             tenant, user = who.tenant_id, who.user_id
+            if not _may(who, Verb.SHOW):
+                raise ApiError(ApiCode.NOT_FOUND, "no such watcher")  # before any read
             # The watcher's deliveries, and its receipts when its source (their partition) is
             # known from an earlier page, are read while the command processor answers ``show``
-            # (they are the subject's own, filtered by subject; shown only once it answered).
+            # (they are the subject's own, filtered by subject; shown only once it answered),
+            # by a role that may read them (checked first: no read starts before that).
+            receipts = _may(who, Verb.EVALUATIONS)
             reading = None
-            if who.role not in _NO_PROPOSALS:
-                may_read(who, tenant, user)
+            if receipts:
                 reading = console.pool.submit(
                     services.ledger.deliveries, tenant, user, None, watcher_id
                 )
             guess = console.sources.get((tenant, user, watcher_id))
             early = None
-            if guess is not None:
+            if guess is not None and receipts:
                 early = console.pool.submit(
                     services.ledger.evaluations, tenant, user, watcher_id, guess, PAGE_SIZE
                 )
@@ -391,7 +416,9 @@ def _routes(router: APIRouter, console: Console) -> None:
                         pending.cancel()
                 raise
             source = view["source_id"]
-            if early is not None and guess == source:
+            if not receipts:
+                evaluations, erased = [], 0
+            elif early is not None and guess == source:
                 evaluations, erased = guarded(partial(early.result, _READ_TIMEOUT_S))
             else:  # not known yet, or the source moved: read its partition now
                 if early is not None:
@@ -435,9 +462,9 @@ def _routes(router: APIRouter, console: Console) -> None:
                 watcher_id=watcher_id,
             )
         except _Refused as refused:
-            return console.error(None, refused.status, refused.message)
+            return console.refused(None, refused)
         except ApiError as exc:
-            return console.error(session, exc.status, exc.message)
+            return console.refused(session, exc)
         target = f"/ui/watches/{watcher_id}" if verb is CommandVerb.APPROVE else "/ui/proposals"
         return secure_headers(RedirectResponse(target, status_code=303))
 
@@ -509,9 +536,9 @@ def _routes(router: APIRouter, console: Console) -> None:
                 form.get("name", ""),
             )
         except _Refused as refused:
-            return console.error(None, refused.status, refused.message)
+            return console.refused(None, refused)
         except ApiError as exc:
-            return console.error(session, exc.status, exc.message)
+            return console.refused(session, exc)
         return secure_headers(RedirectResponse("/ui/schedules", status_code=303))
 
     # -- deliveries --------------------------------------------------------------------------
@@ -523,6 +550,7 @@ def _routes(router: APIRouter, console: Console) -> None:
             who = session.principal
             tenant, user = who.tenant_id, who.user_id
             may_read(who, tenant, user)
+            granted(services, who, tenant, user)
             state = _query(request, "state", _DELIVERY_STATES)
             watcher_id = _query(request, "watcher")
             rows = guarded(lambda: services.ledger.deliveries(tenant, user, state, watcher_id))
@@ -552,11 +580,27 @@ def _routes(router: APIRouter, console: Console) -> None:
             who = session.principal
             found = await run_in_threadpool(_redeliver, services, who, delivery_key)
         except _Refused as refused:
-            return console.error(None, refused.status, refused.message)
+            return console.refused(None, refused)
         except ApiError as exc:
-            return console.error(session, exc.status, exc.message)
+            return console.refused(session, exc)
         target = f"/ui/deliveries?{urlencode({'watcher': found['watcher_id']})}"
         return secure_headers(RedirectResponse(target, status_code=303))
+
+
+def _throttle_sign_in(services: ApiServices, request: Request) -> None:
+    """Sign-in attempts per client address (``[api] sign_in_per_minute``), before the form is
+    read or a token hashed: guessing tokens is slow, whoever guesses."""
+    address = request.client.host if request.client is not None else "unknown"
+    limiter = services.sign_ins
+    wait = None if limiter is None else limiter.take(address)
+    if wait is not None:
+        raise _Refused(429, "too many sign-in attempts: wait a minute", wait)
+
+
+def _may(who: Principal, verb: Verb) -> bool:
+    """Whether ``who``'s role may ``verb`` its own subject's objects: checked before a page
+    starts any read of the log (a publisher or an agent starts none it may not make)."""
+    return may(who, verb, Subject(who.tenant_id, who.user_id)).allowed
 
 
 def _redeliver(services: ApiServices, who: Principal, key: str) -> dict[str, Any]:

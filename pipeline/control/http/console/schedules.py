@@ -1,12 +1,13 @@
 """What the console's schedules page shows and does: each configured chat's schedules with their
 next fire and last fire (late or not), and cancelling one (DESIGN.md §9; seed 001).
 
-Listing and cancelling go through the dispatch core exactly as ``GET /v1/schedules`` and
-``POST /v1/schedules/{name}:cancel`` do (``watches.schedule_verb``): the same role check, the
-same ``list``/``cancel`` commands the command processor decides (an agent sees and cancels only
-the schedules its session created; a scoped chat token none: ``denied``). The last fires are
-each chat's newest receipts, read beside the ``list`` round trip and shown only for what the
-list returned. Left out: the routes, sessions and CSRF (``pages``), the words (``render``).
+Listing and cancelling go through the dispatch core exactly as ``GET /v1/schedules`` and ``POST
+/v1/schedules/{name}:cancel`` do (``watches.schedule_verb``): the same role check, the same
+``list``/``cancel`` commands the command processor decides (an agent sees and cancels only the
+schedules its session created; a scoped chat token none: ``denied``). The last fires are each chat's
+newest receipts, read beside the ``list`` round trip and shown only for what the list returned, by a
+role that may read receipts (checked before the read starts). Left out: the routes, sessions and
+CSRF (``pages``), the words (``render``).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pipeline.control.http.common import ApiServices, guarded
 from pipeline.control.http.watches import schedule_verb
 from pipeline.control.schedules import last_fire, schedule_id
 from pipeline.control.verbs import NAME_PATTERN
-from pipeline.rules.authz import Principal
+from pipeline.rules.authz import Principal, Subject, Verb, may
 from pipeline.rules.commands.immediate import schedule_source
 
 __all__ = ["cancel_schedule", "chat_schedules"]
@@ -35,17 +36,23 @@ def chat_schedules(
     """Per configured chat ``{chat, schedules}`` (each schedule as ``list --json`` shows it,
     with ``last``: its last fire or None), and a notice when ``who`` may list none."""
     tenant, user = who.tenant_id, who.user_id
+    receipts = may(who, Verb.EVALUATIONS, Subject(tenant, user)).allowed  # before any read
     shown: list[dict[str, Any]] = []
     for chat in services.chats:
-        reading = pool.submit(services.ledger.latest, tenant, user, [schedule_source(chat)])
+        reading = None
+        if receipts:
+            reading = pool.submit(services.ledger.latest, tenant, user, [schedule_source(chat)])
         try:
             listed = schedule_verb(services, who, {"verb": "list", "chat": chat})
         except ApiError as exc:
-            reading.cancel()
+            if reading is not None:
+                reading.cancel()
             if exc.code is not ApiCode.DENIED:
                 raise
             return [], exc.message
-        fires: dict[str, dict[str, Any]] = guarded(partial(reading.result, timeout_s))
+        fires: dict[str, dict[str, Any]] = (
+            {} if reading is None else guarded(partial(reading.result, timeout_s))
+        )
         rows = [
             {**entry, "last": last_fire(fires.get(schedule_id(chat, entry["name"])))}
             for entry in listed.get("schedules", [])

@@ -1,12 +1,16 @@
 """Console sessions: sign in once with a bearer token, then a cookie (DESIGN.md §9 ``/ui/``).
 
-Owns :class:`SessionStore` — sessions held in this process's memory (bounded in number and
-age), each a random id naming the principal the token authenticated and that session's CSRF
-token — the cookie that carries the id (``HttpOnly``, ``SameSite=Strict``, path ``/ui``,
-``Secure`` over HTTPS), the sign-in form's own CSRF cookie (double submit: there is no session
-to hold its token yet), constant-time token comparison, and the security headers every console
-response carries: a strict Content-Security-Policy (no script at all, styles from this origin
-only, no framing, forms post only here), ``no-store``, ``nosniff`` and ``no-referrer``.
+Owns :class:`SessionStore` — sessions held in this process's memory (bounded in age, and in number
+per principal: a principal's new sign-in past ``per_principal`` ends its own oldest session,
+never another principal's; past ``max_sessions`` in all, a sign-in is refused rather than
+evicting anyone), each a random id naming the principal the token authenticated and that
+session's CSRF token — the cookie that carries the id (``HttpOnly``, ``SameSite=Strict``, path
+``/ui``, ``Secure`` unless ``[api] secure_cookie = "auto"`` and the request is plain http from a
+loopback client to a loopback host, as under ``vigil dev``), the sign-in form's own CSRF cookie
+(double submit: there is no session to hold its token yet), constant-time token comparison, and
+the security headers every console response carries: a strict Content-Security-Policy (no script
+at all, styles from this origin only, no framing, forms post only here), ``no-store``, ``nosniff``
+and ``no-referrer``.
 
 The bearer token itself is never stored or echoed: only the principal it named. A restarted
 API forgets every session (sign in again). Left out: the pages (``pages``).
@@ -15,6 +19,7 @@ API forgets every session (sign in again). Left out: the pages (``pages``).
 from __future__ import annotations
 
 import hmac
+import ipaddress
 import secrets
 import threading
 import time
@@ -34,6 +39,7 @@ __all__ = [
     "SIGN_IN_COOKIE",
     "Session",
     "SessionStore",
+    "SessionsFullError",
     "same_token",
     "secure_headers",
     "set_cookie",
@@ -44,6 +50,8 @@ SIGN_IN_COOKIE: Final = "vigil_sign_in"
 COOKIE_PATH: Final = "/ui"
 DEFAULT_TTL_S: Final = 8 * 3600.0
 DEFAULT_MAX_SESSIONS: Final = 10_000
+DEFAULT_PER_PRINCIPAL: Final = 20
+_LOOPBACK_NAMES: Final = frozenset({"localhost", "localhost."})
 
 CSP: Final = (
     "default-src 'none'; script-src 'none'; style-src 'self'; img-src 'self'; "
@@ -68,23 +76,32 @@ class Session:
     expires_at: float
 
 
+class SessionsFullError(Exception):
+    """Every session slot holds a live session: the sign-in is refused (503), no one evicted."""
+
+
 class SessionStore:
-    """Sessions by id, oldest evicted first past ``max_sessions``; each lives ``ttl_s``."""
+    """Sessions by id; each lives ``ttl_s``. One principal keeps at most ``per_principal`` (its
+    oldest goes first); all together at most ``max_sessions`` (then a sign-in is refused)."""
 
     def __init__(
         self,
         *,
         ttl_s: float = DEFAULT_TTL_S,
         max_sessions: int = DEFAULT_MAX_SESSIONS,
+        per_principal: int = DEFAULT_PER_PRINCIPAL,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._ttl_s = ttl_s
         self._max = max_sessions
+        self._per_principal = per_principal
         self._clock = clock
-        self._sessions: OrderedDict[str, Session] = OrderedDict()
+        self._sessions: dict[str, Session] = {}
+        self._by_principal: dict[str, OrderedDict[str, None]] = {}
         self._lock = threading.Lock()
 
     def open(self, principal: Principal) -> Session:
+        """A new session of ``principal``; :class:`SessionsFullError` when none is free."""
         session = Session(
             sid=secrets.token_urlsafe(32),
             principal=principal,
@@ -92,9 +109,15 @@ class SessionStore:
             expires_at=self._clock() + self._ttl_s,
         )
         with self._lock:
+            own = self._by_principal.setdefault(principal.name, OrderedDict())
+            while len(own) >= self._per_principal:
+                self._drop(next(iter(own)))  # this principal's oldest, never another's
+            if len(self._sessions) >= self._max:
+                self._drop_expired()
+            if len(self._sessions) >= self._max:
+                raise SessionsFullError("every console session is in use: try again later")
             self._sessions[session.sid] = session
-            while len(self._sessions) > self._max:
-                self._sessions.popitem(last=False)
+            self._by_principal.setdefault(principal.name, OrderedDict())[session.sid] = None
         return session
 
     def get(self, sid: str | None) -> Session | None:
@@ -106,14 +129,29 @@ class SessionStore:
             if session is None:
                 return None
             if session.expires_at <= self._clock():
-                del self._sessions[sid]
+                self._drop(sid)
                 return None
             return session
 
     def close(self, sid: str | None) -> None:
         if sid:
             with self._lock:
-                self._sessions.pop(sid, None)
+                self._drop(sid)
+
+    def _drop(self, sid: str) -> None:
+        session = self._sessions.pop(sid, None)
+        if session is None:
+            return
+        own = self._by_principal.get(session.principal.name)
+        if own is not None:
+            own.pop(sid, None)
+            if not own:
+                del self._by_principal[session.principal.name]
+
+    def _drop_expired(self) -> None:
+        now = self._clock()
+        for sid in [sid for sid, s in self._sessions.items() if s.expires_at <= now]:
+            self._drop(sid)
 
 
 def same_token(given: str | None, expected: str | None) -> bool:
@@ -123,8 +161,16 @@ def same_token(given: str | None, expected: str | None) -> bool:
     return hmac.compare_digest(given.encode("utf-8"), expected.encode("utf-8"))
 
 
-def set_cookie(response: Response, request: Request, name: str, value: str, max_age: int) -> None:
-    """An ``HttpOnly``, ``SameSite=Strict`` cookie for ``/ui`` (``Secure`` over HTTPS)."""
+def set_cookie(
+    response: Response,
+    request: Request,
+    name: str,
+    value: str,
+    max_age: int,
+    secure: str = "auto",
+) -> None:
+    """An ``HttpOnly``, ``SameSite=Strict`` cookie for ``/ui``, ``Secure`` unless ``secure`` is
+    ``auto`` and the request is plain http between loopback addresses (:func:`loopback_http`)."""
     response.set_cookie(
         name,
         value,
@@ -132,8 +178,26 @@ def set_cookie(response: Response, request: Request, name: str, value: str, max_
         path=COOKIE_PATH,
         httponly=True,
         samesite="strict",
-        secure=request.url.scheme == "https",
+        secure=secure != "auto" or not loopback_http(request),
     )
+
+
+def loopback_http(request: Request) -> bool:
+    """Plain http from a loopback client to a loopback host name: the one case (a developer's
+    own machine) where a browser could not send a ``Secure`` cookie back. Behind a proxy, the
+    proxy is the client: a deployment there sets ``[api] secure_cookie = "always"``."""
+    if request.url.scheme != "http" or request.client is None:
+        return False
+    return _loopback(request.client.host) and _loopback(request.url.hostname or "")
+
+
+def _loopback(host: str) -> bool:
+    if host.lower() in _LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 _R = TypeVar("_R", bound=Response)

@@ -77,11 +77,13 @@ class CheckingEvents:
         self.encoded = 0
         self._codec = default_codec()
 
-    def publish(self, events: Sequence[tuple[EventLine, datetime]]) -> list[str | None]:
+    def publish(
+        self, events: Sequence[tuple[EventLine, datetime]], tenant_id: str
+    ) -> list[str | None]:
         verdicts: list[str | None] = []
         for line, observed_at in events:
             try:
-                record = line_record(line, observed_at)
+                record = line_record(line, observed_at, tenant_id)
             except DefinitionError as exc:
                 verdicts.append(str(exc))
                 continue

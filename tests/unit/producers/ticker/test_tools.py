@@ -295,7 +295,7 @@ class Table:
 
 def run_state(tenant: str, run_id: str, status: str) -> PinnedState:
     payload = {"tenant_id": tenant, "run_id": run_id, "status": status}
-    state = state_from_event("workflow.run.status", f"run:{run_id}", "e-1", NOW, payload)
+    state = state_from_event("workflow.run.status", tenant, f"run:{run_id}", "e-1", NOW, payload)
     assert state is not None
     return state
 
@@ -323,7 +323,7 @@ def test_run_status_off_convention_source_is_rejected_and_unknown_run_unavailabl
 
 def test_session_state_reads_only_the_watch_owning_session() -> None:
     payload = {"tenant_id": "acme", "session_id": "s-1", "state": "idle"}
-    state = state_from_event("agent.session.state", "session:s-1", "e-1", NOW, payload)
+    state = state_from_event("agent.session.state", "acme", "session:s-1", "e-1", NOW, payload)
     assert state is not None
     evaluator = PinnedEvaluator(AGENT_SESSION, Table(state))
     base = {"tenant_id": "acme", "source_id": "session:s-1", "target": "s-1"}
@@ -334,18 +334,33 @@ def test_session_state_reads_only_the_watch_owning_session() -> None:
 
 
 @pytest.mark.parametrize(
-    ("event_type", "source_id", "payload"),
+    ("event_type", "tenant", "source_id", "payload"),
     [
-        ("build.finished", "run:r-1", {"tenant_id": "a", "run_id": "r-1", "status": "x"}),
-        ("workflow.run.status", "run:r-2", {"tenant_id": "a", "run_id": "r-1", "status": "x"}),
-        ("workflow.run.status", "run:r-1", {"run_id": "r-1", "status": "x"}),
-        ("workflow.run.status", "run:r-1", {"tenant_id": "a", "run_id": "r-1", "status": 3}),
+        ("build.finished", "a", "run:r-1", {"tenant_id": "a", "run_id": "r-1", "status": "x"}),
+        ("workflow.run.status", "a", "run:r-2", {"run_id": "r-1", "status": "x"}),
+        (
+            "workflow.run.status",
+            None,
+            "run:r-1",
+            {"tenant_id": "a", "run_id": "r-1", "status": "x"},
+        ),
+        ("workflow.run.status", "a", "run:r-1", {"tenant_id": "b", "run_id": "r-1", "status": "x"}),
+        ("workflow.run.status", "a", "run:r-1", {"tenant_id": "a", "run_id": "r-1", "status": 3}),
     ],
 )
 def test_state_from_event_ignores_events_that_do_not_feed_an_evaluator(
-    event_type: str, source_id: str, payload: dict[str, Any]
+    event_type: str, tenant: str | None, source_id: str, payload: dict[str, Any]
 ) -> None:
-    assert state_from_event(event_type, source_id, "e-1", NOW, payload) is None
+    assert state_from_event(event_type, tenant, source_id, "e-1", NOW, payload) is None
+
+
+def test_a_state_belongs_to_its_records_tenant_not_to_one_its_payload_leaves_out() -> None:
+    payload = {"run_id": "r-81", "status": "succeeded"}
+    state = state_from_event("workflow.run.status", "acme", "run:r-81", "e-1", NOW, payload)
+    assert state is not None and state.tenant_id == "acme"
+    evaluator = PinnedEvaluator(WORKFLOW_RUN, Table(state))
+    assert evaluator.call(run_request()) == ToolResult.ok(payload)
+    assert evaluator.call(run_request(tenant="globex")).error is ErrorCode.UNAVAILABLE
 
 
 def test_state_newer_than_keeps_latest_observation() -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -31,7 +32,7 @@ from pipeline.rules.data_keys import subject_owner
 from pipeline.rules.errors import ConfigError
 from pipeline.rules.keys import subject_key
 from pipeline.rules.message import Channel
-from pipeline.rules.outbox import OutboxEntry
+from pipeline.rules.outbox import OutboxEntry, as_sent
 from pipeline.rules.outcomes import ErrorCode, Outcome
 from tests.entries import outbox_entry
 from tests.keyring import ring_with
@@ -53,7 +54,7 @@ CONFIG: dict[str, Any] = {
             "url": "http://127.0.0.1:9/hook",
             "secret_env": "HOOK_SECRET",
         },
-        "plain-hook": {"kind": "webhook", "url": "http://127.0.0.1:9/plain"},
+        "plain-hook": {"kind": "webhook", "url": "http://127.0.0.1:9/plain", "unsigned": True},
         "ledger": {"kind": "in_app"},
         "audit": {"kind": "log"},
     },
@@ -239,11 +240,39 @@ def test_console_adapter_prints_the_text_with_repeat_risk(
     assert (result.ok, result.repeat_risk) == (True, True)
 
 
-def test_chat_text_of_a_late_one_shot_says_late_and_when_it_was_due() -> None:
-    late = delivery(verb="send", text="hi", late=True)
-    assert message_text(late, Channel.CHAT) == "hi\n(late: this was due at 2026-11-29T12:00:00Z)"
+def test_chat_text_of_a_late_one_shot_says_late_when_it_was_due_and_by_how_much() -> None:
+    entry = delivery(verb="send", text="hi", late=True)
+    assert message_text(entry, Channel.CHAT) == "hi\n(late: due at 2026-11-29T12:00:00Z)"
+    later = NOW + timedelta(minutes=6, seconds=3)
+    assert (
+        message_text(entry, Channel.CHAT, later)
+        == "hi\n(late: due at 2026-11-29T12:00:00Z, late by 6m3s)"
+    )
     for beside_late_and_due_at in (Channel.IN_APP, Channel.WEBHOOK, Channel.LOG):
-        assert message_text(late, beside_late_and_due_at) == "hi"
+        assert message_text(entry, beside_late_and_due_at, later) == "hi"
+
+
+def test_console_adapter_says_how_late_a_late_fire_is_sent(
+    registry: AdapterRegistry, stdout: io.StringIO
+) -> None:
+    due = NOW - timedelta(minutes=6, seconds=3)
+    registry.send(delivery(target="me", verb="send", text="stand-up", due_at=due, late=True))
+    assert stdout.getvalue() == "stand-up\n(late: due at 2026-11-29T11:53:57Z, late by 6m3s)\n"
+
+
+def test_schedule_entry_written_on_time_but_claimed_late_is_sent_late() -> None:
+    """Delivery was down: the evaluator decided it on time, the claim came 7 minutes later."""
+    entry = delivery(verb="send", target="me", text="stretch", schedule_time=NOW)
+    assert as_sent(entry, NOW + timedelta(seconds=1)) is entry
+    claimed = NOW + timedelta(minutes=7)
+    late = as_sent(entry, claimed)
+    assert late.late and replace(late, late=False) == entry
+    assert (
+        message_text(late, Channel.CHAT, claimed)
+        == "stretch\n(late: due at 2026-11-29T12:00:00Z, late by 7m)"
+    )
+    notify = replace(entry, schedule_time=None)
+    assert as_sent(notify, claimed) is notify
 
 
 def test_chat_text_of_a_notify_without_a_message_names_the_watcher_and_outcome() -> None:

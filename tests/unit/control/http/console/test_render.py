@@ -78,9 +78,9 @@ def test_a_definition_without_a_condition_a_schedule_renders_as_a_dash() -> None
 
 def test_sessions_expire_are_evicted_oldest_first_and_tokens_compare_exactly() -> None:
     now = [0.0]
-    store = SessionStore(ttl_s=10, max_sessions=2, clock=lambda: now[0])
+    store = SessionStore(ttl_s=10, per_principal=2, clock=lambda: now[0])
     first, second, third = (store.open(OWNER) for _ in range(3))
-    assert store.get(first.sid) is None, "evicted past the bound"
+    assert store.get(first.sid) is None, "the principal's oldest, evicted past its bound"
     assert store.get(second.sid) == second and store.get(third.sid) == third
     assert first.csrf != second.csrf and len(second.csrf) >= 40
     now[0] = 10.0
