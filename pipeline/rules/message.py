@@ -62,9 +62,10 @@ ABSENT: Final = "(absent)"
 _EVENT_FIELDS: Final = frozenset({"event_type", "event_id"})
 _PAYLOAD: Final = "payload."
 _TOKEN: Final = re.compile(r"\{\{|\}\}|\{([^{}]*)\}|[{}]|[^{}]+")
+# Line breaks and tabs: a space in a value, so a value never forges a line of its own.
+_BREAKS: Final = re.compile(r"\r\n|[\t\n\r\x0b\x0c\x1c-\x1e\x85\u2028\u2029]")
 # C0 controls but tab and line feed, DEL, C1, bidirectional overrides and isolates (text that
 # reads other than it is), lone surrogates (not Unicode): refused in a template, replaced in text.
-_BREAKS: Final = re.compile(r"\r\n|[\t\n\r\x0b\x0c\x1c-\x1e\x85\u2028\u2029]")
 _UNSAFE: Final = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 
 
