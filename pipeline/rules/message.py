@@ -126,24 +126,32 @@ class MessageFields:
     ) -> None:
         self.retained = retained
         self.leaves = keep_leaves(payload, retained)
-        self.named: dict[str, str | None] = {
+        self.named: dict[str, str | datetime | None] = {
             "watcher_id": watcher_id,
             "purpose": purpose,
             "outcome": outcome,
             "event_type": event_type,
             "event_id": event_id,
-            "observed_at": rfc3339_seconds(observed_at),
-            "due_at": rfc3339_seconds(due_at),
+            "observed_at": observed_at,
+            "due_at": due_at,
         }
 
     def value(self, slot: Slot) -> str:
         """The text of ``slot``: :data:`ABSENT` when the evidence does not hold it (a payload
         slot: no scalar leaf at exactly a retained path)."""
-        if not slot.path:
-            named = self.named.get(slot.name)
-            return ABSENT if named is None else _text(named)
-        found = resolve(self.leaves, slot.path) if slot.path in self.retained else MISSING
+        return self.leaf(slot.path) if slot.path else self.text(slot.name)
+
+    def leaf(self, path: Path) -> str:
+        """The text of the scalar leaf at ``path`` if ``retained`` keeps it, else ABSENT."""
+        found = resolve(self.leaves, path) if path in self.retained else MISSING
         return ABSENT if found is MISSING or isinstance(found, dict) else _text(found)
+
+    def text(self, name: str) -> str:
+        """The text of the named field ``name`` (instants as RFC 3339 UTC, seconds)."""
+        named = self.named.get(name)
+        if named is None:
+            return ABSENT
+        return rfc3339_seconds(named) if isinstance(named, datetime) else _text(named)
 
 
 class Channel(StrEnum):
@@ -209,16 +217,17 @@ def render(template: MessageTemplate, fields: MessageFields) -> str:
 def default_message(fields: MessageFields) -> str:
     """The message without a template: the watcher, outcome and purpose, the evidence's
     identity and when it was observed, then each retained leaf it holds, in allowlist order."""
-    watcher, outcome, purpose, event_type, event_id, observed_at = (
-        fields.value(Slot(name))
-        for name in ("watcher_id", "outcome", "purpose", "event_type", "event_id", "observed_at")
+    text = fields.text
+    seen = (
+        "poll" if fields.named["event_id"] is None else f"{text('event_type')} {text('event_id')}"
     )
-    lines = [f"{watcher}: {outcome} (purpose {purpose})"]
-    seen = "poll" if fields.named["event_id"] is None else f"{event_type} {event_id}"
-    lines.append(f"{seen} observed {observed_at}")
+    lines = [
+        f"{text('watcher_id')}: {text('outcome')} (purpose {text('purpose')})",
+        f"{seen} observed {text('observed_at')}",
+    ]
     for path in fields.retained:
-        found = fields.value(Slot("payload", path))
-        if found != ABSENT:
+        found = fields.leaf(path)
+        if found is not ABSENT:
             lines.append(f"{format_path(path)}: {found}")
     return _cut("\n".join(lines), MAX_MESSAGE)
 
@@ -239,7 +248,9 @@ def _text(value: Any) -> str:
     :data:`MAX_VALUE` characters."""
     if not isinstance(value, str):
         return _cut(json.dumps(value), MAX_VALUE)
-    return _cut(_UNSAFE.sub("\ufffd", _BREAKS.sub(" ", value)), MAX_VALUE)
+    if not value.isprintable():  # printable text holds none of _BREAKS or _UNSAFE
+        value = _UNSAFE.sub("\ufffd", _BREAKS.sub(" ", value))
+    return value if len(value) <= MAX_VALUE else value[: MAX_VALUE - 1] + "…"
 
 
 def _cut(text: str, limit: int) -> str:

@@ -22,6 +22,8 @@ from pipeline.rules.evaluation import evaluate, recorded_budget
 from pipeline.rules.evidence import Evidence, EvidenceKind
 from pipeline.rules.lifecycle import WatcherStatus
 from pipeline.rules.message import (
+    _BREAKS,
+    _UNSAFE,
     ABSENT,
     FIELDS,
     MAX_VALUE,
@@ -231,6 +233,14 @@ def test_rendering_is_deterministic_for_any_parsed_template(
     made = fields(payload, retained=tuple((name,) for name in payload))
     assert render(template, made) == render(template, made)
     assert len(render(template, made)) <= MAX_MESSAGE
+
+
+def test_every_printable_character_is_one_a_value_keeps_as_it_is() -> None:
+    """The fast path of rendering a value: printable text needs no replacing."""
+    for code in range(0x110000):
+        char = chr(code)
+        if char.isprintable():
+            assert _BREAKS.match(char) is None and _UNSAFE.match(char) is None, hex(code)
 
 
 # --- the default message ------------------------------------------------------------------------
