@@ -8,16 +8,18 @@ ciphertext, not plaintext.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime
+from typing import Any
 
 from pipeline.crypto import KeyEncryptionKeys, KeyRing
 from pipeline.kafka.serde import default_codec
-from pipeline.records.sealing import seal_definition
-from pipeline.rules.data_keys import KeyOwner
+from pipeline.records.sealing import identity, seal_definition, seal_fields
+from pipeline.rules.data_keys import KeyOwner, subject_owner
 from pipeline.rules.definition import WatcherDefinition
 from pipeline.rules.keys import canonical_json
 
-__all__ = ["OpenRing", "ring_with", "sealed_definition"]
+__all__ = ["OpenRing", "ring_with", "sealed_command_value", "sealed_definition"]
 
 _MADE = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -47,3 +49,18 @@ def sealed_definition(ring: KeyRing, definition: WatcherDefinition) -> bytes:
     tenant, user, watcher_id = definition.watcher_key
     text = canonical_json(definition.to_json()).decode()
     return seal_definition(ring, "watcher", tenant, user, watcher_id, definition.version, text)
+
+
+def sealed_command_value(ring: KeyRing, value: Mapping[str, Any]) -> dict[str, Any]:
+    """A decoded ``command`` value with its definition and text sealed as an edge seals them
+    (whatever they hold: hostile text too); one that cannot be sealed is left as it is."""
+    content = {name: value.get(name) for name in ("definition", "text")}
+    if all(item is None for item in content.values()):
+        return dict(value)
+    tenant, user = str(value.get("tenant_id")), str(value.get("user_id"))
+    aad = identity("command", str(value.get("request_id")), tenant, user)
+    try:
+        sealed = seal_fields(ring, subject_owner(tenant, user), aad, content)
+    except Exception:  # text no JSON can carry (a lone surrogate): stays unsealed, refused
+        return dict(value)
+    return {**value, "definition": None, "text": None, "sealed": sealed}

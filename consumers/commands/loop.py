@@ -61,6 +61,7 @@ from pipeline.rules.commands import (
     apply,
     refused,
 )
+from pipeline.rules.commands.host import NO_HOST, Host
 from pipeline.rules.commands.limits import DEFAULT_LIMITS, Limits
 from pipeline.rules.data_keys import subject_owner
 from pipeline.rules.errors import (
@@ -111,6 +112,7 @@ class CommandProcessor:
         producer_overrides: dict[str, Any] | None = None,
         limits: Limits = DEFAULT_LIMITS,
         ceilings: BudgetCeilings = NO_CEILINGS,
+        host: Host = NO_HOST,
         static_membership: bool = False,
         group_protocol: GroupProtocol = GroupProtocol.CLASSIC,
     ) -> None:
@@ -124,6 +126,7 @@ class CommandProcessor:
         self._limits = limits
         self._clock = clock or SystemClock()
         self._ceilings = ceilings
+        self._host = host
         self._codec = codec or default_codec()
         self._keks = keks or KeyEncryptionKeys.load()
         self._key_cache = key_cache
@@ -266,6 +269,7 @@ class CommandProcessor:
                 now,
                 self._limits,
                 ceilings=self._ceilings,
+                host=self._host,
             )
         except InfrastructureError:
             raise

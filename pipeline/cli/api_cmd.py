@@ -8,7 +8,11 @@ command_clients``, each request waiting ``command_wait`` at most), the rate limi
 and a dispatch core per caller for schedules (``list`` and ``cancel``; the verbs that start
 agents or scripts are the daemon's, not served over HTTP).
 
-Left out: the routes (``pipeline.control.http.api``) and the MCP server (``vigil mcp``).
+``vigil mcp`` serves the MCP tool as a client of that API: the agent's own bearer token
+(``$VIGIL_API_TOKEN``), no key and no Kafka client (DESIGN.md §10).
+
+Left out: the routes (``pipeline.control.http.api``) and the MCP server
+(``pipeline.control.mcp.server``).
 """
 
 from __future__ import annotations
@@ -16,11 +20,13 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import signal
 import socket
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
+from pathlib import Path
 from typing import Any, Final
 
 import click
@@ -51,6 +57,8 @@ from producers.publish.publisher import EventPublisher
 __all__ = ["api", "build_services", "mcp", "openapi_document"]
 
 _POOL: Final = 4
+API_URL_ENV: Final = "VIGIL_API_URL"
+API_TOKEN_ENV: Final = "VIGIL_API_TOKEN"
 _CLOSE_FLUSH_S: Final = 10.0  # what a stopping API still waits for
 
 
@@ -249,36 +257,46 @@ def api(state: CliState, listen: str | None, print_openapi: bool, log_level: str
 
 @click.command()
 @click.option(
-    "--principal",
-    "principal_name",
-    required=True,
-    help="The [principals.NAME] (role agent) the tool acts as.",
+    "--api",
+    "api_url",
+    envvar=API_URL_ENV,
+    help="The vigil HTTP API (default: $VIGIL_API_URL, else [api] listen of vigil.toml).",
+)
+@click.option(
+    "--token-file",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    help="A file holding the agent's bearer token (default: $VIGIL_API_TOKEN).",
 )
 @pass_state
-def mcp(state: CliState, principal_name: str) -> None:
-    """Serve the MCP tool `propose_watch` on stdin/stdout, acting as an agent principal.
+def mcp(state: CliState, api_url: str | None, token_file: Path | None) -> None:
+    """Serve the MCP tool `propose_watch` on stdin/stdout: a client of the HTTP API.
 
-    The one tool proposes; it never approves, lists or cancels. Needs the command processor.
+    The one tool proposes (POST /v1/watches:propose) with the agent's own bearer token; it never
+    approves, lists or cancels, and holds no key or Kafka access. Needs `vigil api`.
 
     \b
     Example (an MCP client's server entry):
-      {"command": "vigil", "args": ["mcp", "--principal", "ops-agent"]}
+      {"command": "vigil", "args": ["mcp", "--api", "http://127.0.0.1:8088"],
+       "env": {"VIGIL_API_TOKEN": "<the agent principal's token>"}}
     """
-    from pipeline.control.mcp.server import build_server, serve_stdio
+    from pipeline.control.mcp.server import ApiProposer, build_server, serve_stdio
 
-    config: VigilConfig = state.config
-    agent = TokenDirectory.from_config(config.principals).principal(principal_name)
-    if agent is None:
-        raise ConfigError(f"no [principals.{principal_name}] is configured")
-    keks = config.privacy.keks()
-    state.reach_kafka()
-    commands = ClientPool(
-        config.kafka.bootstrap_servers, config.kafka.topology(), size=1, keks=keks
-    )
-    try:
-        serve_stdio(build_server(commands, agent))
-    finally:
-        commands.close()
+    token = _agent_token(token_file)
+    url = api_url or f"http://{state.config.api.listen}"
+    serve_stdio(build_server(ApiProposer(url, token)))
+
+
+def _agent_token(token_file: Path | None) -> str:
+    """The bearer token: ``--token-file``'s first line, else ``$VIGIL_API_TOKEN``."""
+    if token_file is not None:
+        token = token_file.read_text(encoding="utf-8").strip()
+    else:
+        token = os.environ.get(API_TOKEN_ENV, "").strip()
+    if not token:
+        raise ConfigError(
+            f"vigil mcp needs the agent's API token: set ${API_TOKEN_ENV} or --token-file"
+        )
+    return token
 
 
 def _quiet_exit_server(config: Any) -> Any:

@@ -1,7 +1,9 @@
 """``vigil command-processor``: run one member of the command processor group until SIGTERM.
 
-Reads ``[kafka]``, ``[instance]``, ``[metrics]`` and ``[limits]`` from vigil.toml; refuses to
-start when its topics are missing or drifted (naming the command that fixes it); serves metrics
+Reads ``[kafka]``, ``[instance]``, ``[metrics]``, ``[limits]``, ``[subject]`` and ``[chats]``
+(the daemon's subject and chats, the only ones that may ``run`` and ``prompt``) from vigil.toml;
+refuses to start when its topics are missing or drifted (naming the command that fixes it);
+serves metrics
 (``vigil_commands_total{verb,result}`` and the runtime's) on ``[metrics] listen``; on SIGTERM
 or SIGINT commits the open transaction and leaves the group.
 
@@ -19,6 +21,7 @@ from pipeline.cli.context import CliState, pass_state
 from pipeline.cli.options import group_protocol_option, log_level_option
 from pipeline.cli.process import run_stage, start
 from pipeline.kafka.topics import Topic
+from pipeline.rules.commands.host import Host
 
 __all__ = ["command_processor"]
 
@@ -68,6 +71,7 @@ def command_processor(
         metrics=not no_metrics,
         verbose=verbose,
     )
+    config = process.config
     processor = CommandProcessor(
         process.bootstrap,
         process.topology,
@@ -75,6 +79,7 @@ def command_processor(
         group_id=process.group("command-processor"),
         limits=process.config.limits.limits(),
         ceilings=process.ceilings,
+        host=Host.of(config.subject.tenant_id, config.subject.user_id, config.chats),
         keks=process.keks,
         key_cache=process.config.privacy.key_cache,
         clock=process.clock,

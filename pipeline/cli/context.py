@@ -17,6 +17,7 @@ from pathlib import Path
 import click
 
 from pipeline.config import VigilConfig, load_config
+from pipeline.control.hardening import conceal
 from pipeline.kafka import properties
 from pipeline.kafka.reach import BrokerInfo, probe_broker
 
@@ -36,6 +37,7 @@ class CliState:
         if self._config is None:
             config = load_config(self.config_path)
             properties.use(config.kafka.client_properties())
+            conceal(config.secret_env_names())  # read: now out of /proc/<pid>/environ
             self._config = config
         return self._config
 

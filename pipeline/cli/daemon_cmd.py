@@ -8,8 +8,9 @@ tokens, the script runner and the :class:`Dispatcher`. Who a peer is follows
 :class:`~pipeline.control.identity.PeerIdentity`: our own uid (``SO_PEERCRED``) is the
 configured user unless it bears a live agent token or descends from an agent run; with
 ``[agent] run_as`` the agent runs under that user's uid, reaches the daemon on a socket of its
-own and is the agent whatever it forks. Without ``run_as`` the daemon warns at start that agent
-isolation is by process ancestry only. Agents and scripts get an allowlisted environment. At
+own and is the agent whatever it forks. Without ``run_as`` an agent is refused unless
+``[agent] allow_same_uid`` opts in (``vigil dev`` does), and the daemon warns at start that
+agent isolation is by process ancestry only. Agents and scripts get an allowlisted environment. At
 start the daemon ensures, in the background and idempotently, the one grant its verbs need
 (``vigil grant list`` shows it; revoking it locks the verbs); until the command processor has
 answered, verbs are answered ``starting`` (the CLI asks again for a while) and ``/readyz`` of
@@ -52,17 +53,25 @@ from pipeline.rules.commands.model import CommandVerb
 from pipeline.rules.errors import ConfigError, DefinitionError, VigilError
 from pipeline.rules.zones import load_zone
 
-__all__ = ["BEST_EFFORT", "daemon", "ensure_grant", "host_zone"]
+__all__ = ["BEST_EFFORT", "SAME_UID", "daemon", "ensure_grant", "host_zone"]
 
 log = logging.getLogger(__name__)
 
 _GRANT_RETRY_S: Final = 2.0
 STARTING: Final = "the vigil daemon is starting: its control grant is not in place yet"
+UNAUTHENTICATED: Final = (
+    "an unknown or expired agent token, or a peer process gone or replaced since it connected"
+)
 _VERBS: Final = frozenset(v.value for v in VerbName)
 _REQUESTS: Final = Counter(
     "vigil_daemon_requests",
     "Requests on the daemon's socket by verb and result (ok, or the error code).",
     ["verb", "result"],
+)
+SAME_UID: Final = (
+    "[agent] command would run under the daemon's own uid, where it can read vigil.toml and key "
+    'files and act as you: set [agent] run_as = "USER" (a user of its own), or '
+    "[agent] allow_same_uid = true to accept that risk (vigil dev does)"
 )
 BEST_EFFORT: Final = (
     "agent isolation is by process ancestry only (best effort): a process an agent starts that "
@@ -147,9 +156,7 @@ def _handler(
         token = body.get("token") if isinstance(body, dict) else None
         principal = identity.of(peer, token)
         if principal is None:
-            return VerbResponse.failure(
-                VerbErrorKind.UNAUTHENTICATED, "unknown or expired agent token"
-            )
+            return VerbResponse.failure(VerbErrorKind.UNAUTHENTICATED, UNAUTHENTICATED)
         if ready is not None and not ready.is_set():
             return VerbResponse.failure(VerbErrorKind.STARTING, STARTING)
         return dispatcher.handle(body, principal)
@@ -158,8 +165,13 @@ def _handler(
 
 
 def _agent_user(config: VigilConfig) -> AgentUser | None:
-    """``[agent] run_as``, checked: the user exists, is not us, and we may switch to it."""
+    """``[agent] run_as``, checked: the user exists, is not us, and we may switch to it. An
+    agent under our own uid is refused unless ``[agent] allow_same_uid`` says so (vigil dev)."""
+    if not config.agent.command:
+        return None  # no agent: nobody to run as
     if config.agent.run_as is None:
+        if not config.agent.allow_same_uid:
+            raise ConfigError(SAME_UID)
         return None
     user = AgentUser.resolve(config.agent.run_as)
     if not can_switch_user():
@@ -246,7 +258,13 @@ def daemon(state: CliState, socket_path: Path | None, log_level: str) -> None:
     servers = [SocketServer(path, handler)]
     if agent_user is not None:
         servers.append(
-            SocketServer(agent_path, handler, owner=agent_user.uid, peers={agent_user.uid})
+            SocketServer(
+                agent_path,
+                handler,
+                owner=agent_user.uid,
+                peers={agent_user.uid},
+                remove_dir=config.agent.socket_path is None,  # a fresh private directory
+            )
         )
     for server in servers:
         server.start()

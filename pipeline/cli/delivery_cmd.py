@@ -1,13 +1,13 @@
 """``vigil delivery``: run one member of the delivery consumer group until SIGTERM.
 
 Reads ``[kafka]``, ``[redis]``, ``[destinations.*]``, ``[chats.*]``, ``[budgets.defaults]``,
-``[instance]``, ``[metrics]``, ``[run]`` and ``[rpc]`` from vigil.toml (a fired ``prompt``
-asks the local daemon's agent over its socket, a fired ``run`` starts an allowlisted script
-here). Refuses to start when its topics are missing or drifted (with the command that fixes
-it) or a destination's secret variable is unset; serves Prometheus metrics on
-``[metrics] listen``. On SIGTERM or SIGINT it stops claiming, waits (bounded) for the sends in
-flight, records their results, commits and leaves the group; what it could not record is sent
-again by the next owner (at least once).
+``[instance]``, ``[metrics]``, ``[subject]`` and ``[rpc]`` from vigil.toml (a fired ``prompt``
+or ``run`` of the daemon's subject asks the local daemon over its socket, which runs the agent
+or starts the script; anyone else's is dead-lettered). Refuses to start when its topics are
+missing or drifted (with the command that fixes it) or a destination's secret variable is unset;
+serves Prometheus metrics on ``[metrics] listen``. On SIGTERM or SIGINT it stops claiming,
+waits (bounded) for the sends in flight, records their results, commits and leaves the group;
+what it could not record is sent again by the next owner (at least once).
 
 Left out: the loop itself (``consumers.delivery.loop``) and the adapters
 (``consumers.delivery.adapters``).
@@ -20,16 +20,16 @@ from pathlib import Path
 import click
 
 from consumers.delivery.adapters import build_adapters
-from consumers.delivery.adapters.verbs import SocketAgent, VerbExecutor
+from consumers.delivery.adapters.verbs import SocketAgent, SocketRunner, VerbExecutor
 from consumers.delivery.loop import DeliverySettings, DeliveryWorker
 from pipeline.cli.context import CliState, pass_state
 from pipeline.cli.options import group_protocol_option, log_level_option
 from pipeline.cli.process import run_stage, start
-from pipeline.control.run import ScriptRunner
 from pipeline.control.socket.server import default_socket_path
 from pipeline.crypto import KeyRing
 from pipeline.kafka.serde import default_codec
 from pipeline.kafka.topics import Topic
+from pipeline.rules.commands.host import Host
 
 __all__ = ["delivery"]
 
@@ -57,7 +57,8 @@ _TOPICS = (
     "--socket",
     "socket_path",
     type=click.Path(path_type=Path, dir_okay=False),
-    help="The daemon's socket, for fired prompts (default: $VIGIL_SOCKET, [rpc] socket_path).",
+    help="The daemon's socket, for fired prompts and runs (default: $VIGIL_SOCKET, "
+    "[rpc] socket_path).",
 )
 @click.option("--no-metrics", is_flag=True, help="Do not serve /metrics.")
 @click.option("-v", "--verbose", is_flag=True, help="Log at INFO instead of WARNING.")
@@ -104,9 +105,10 @@ def delivery(
     ring = KeyRing(process.keks, default_codec(), cache_size=config.privacy.key_cache)
     executor = VerbExecutor(
         SocketAgent(socket, config.agent.timeout.total_seconds()),
-        ScriptRunner(config.run.allow_dir, socket, pass_env=config.run.env),
+        SocketRunner(socket),
         process.topology.name(Topic.OUTBOX),
         sealer=ring,
+        host=Host.of(config.subject.tenant_id, config.subject.user_id, config.chats),
     )
     budgets = process.budgets()
     with build_adapters(config, sealer=ring, clock=process.clock) as adapters:

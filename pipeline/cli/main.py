@@ -10,6 +10,9 @@ a command lets escape, printed as one ``Error: …`` line); 2 usage (click's); 6
 the key and the fix); 130 interrupted (Ctrl-C). With ``--json`` the error is one JSON object,
 ``{"error": {"code", "message"}}``, on stderr instead.
 
+Every ``vigil`` process first makes itself non-dumpable, and drops vigil's secret variables from
+its environment once configuration has read them (``pipeline.control.hardening``).
+
 Left out: the commands themselves and configuration loading (``pipeline.config``).
 """
 
@@ -27,6 +30,7 @@ import click
 from pipeline.cli import shutdown
 from pipeline.cli.context import CliState
 from pipeline.cli.options import CONTEXT_SETTINGS, spread_from
+from pipeline.control.hardening import harden
 from pipeline.rules.errors import UnavailableError, VigilError
 
 __all__ = ["COMMANDS", "EXIT_INTERRUPTED", "EXIT_UNAVAILABLE", "main", "vigil"]
@@ -176,6 +180,7 @@ def vigil(ctx: click.Context, config_path: Path | None, as_operator: bool) -> No
 
 
 def main() -> None:
+    harden()  # first: non-dumpable before anything reads a secret (DESIGN.md §10)
     shutdown.arm(sys.argv[1:], tuple(COMMANDS))
     vigil(prog_name="vigil")
 

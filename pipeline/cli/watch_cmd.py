@@ -79,12 +79,13 @@ def _ask(
     **fields: Any,
 ) -> CommandResult:
     config = cli.config
+    keks = config.privacy.keks()  # first: a missing KEK is one line and no broker round trip
     cli.reach_kafka()
     with CommandClient(
         config.kafka.bootstrap_servers,
         config.kafka.topology(),
         timeout_s=timeout,
-        keks=config.privacy.keks(),
+        keks=keks,
     ) as client:
         return client.send(client.command(verb, principal, tenant, user, **fields))
 

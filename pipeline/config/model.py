@@ -78,6 +78,20 @@ class VigilConfig(Section):
         return self
 
     @model_validator(mode="after")
+    def _one_principal_per_token(self) -> VigilConfig:
+        # A token names one principal: a second with the same digest would be silently shadowed.
+        seen: dict[str, str] = {}
+        for name, principal in self.principals.items():
+            digest = principal.token_sha256.get_secret_value()
+            if digest in seen:
+                raise ValueError(
+                    f"[principals.{seen[digest]}] and [principals.{name}] have the same "
+                    "token_sha256: a token authenticates one principal"
+                )
+            seen[digest] = name
+        return self
+
+    @model_validator(mode="after")
     def _no_secret_passed_on(self) -> VigilConfig:
         # Agents and scripts never see vigil's secrets (DESIGN.md §10).
         secrets = self.secret_env_names()
@@ -90,8 +104,9 @@ class VigilConfig(Section):
         return self
 
     def secret_env_names(self) -> frozenset[str]:
-        """The variables that hold vigil's secrets: webhook, chat, tool and Kafka credentials."""
-        names: set[str] = {CONFIG_ENV}
+        """The variables that hold vigil's secrets: the key-encryption keys, webhook, chat, tool
+        and Kafka credentials."""
+        names: set[str] = {CONFIG_ENV, self.privacy.master_key_env}
         for destination in self.destinations.values():
             if isinstance(destination, WebhookDestination) and destination.secret_env:
                 names.add(destination.secret_env)

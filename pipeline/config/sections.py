@@ -174,15 +174,18 @@ class SubjectConfig(Section):
 
 class AgentConfig(Section):
     """The agent behind ``prompt``/``query``. ``run_as`` runs it under another local user, whose
-    uid the daemon maps to the agent role (DESIGN.md §10); ``env`` names the variables it gets
+    uid the daemon maps to the agent role (DESIGN.md §10); ``allow_same_uid`` is the explicit
+    opt-in to an agent under the daemon's own uid instead; ``env`` names the variables it gets
     beyond PATH, HOME, LANG and TZ (never one of vigil's secrets)."""
 
     command: list[Annotated[str, Field(min_length=1)]] | None = Field(default=None, min_length=1)
     timeout: Duration = timedelta(seconds=120)
     run_as: UserName | None = None
-    socket_path: Path | None = None  # with run_as; default /tmp/vigil-agent-<uid>/vigil.sock
+    socket_path: Path | None = None  # with run_as; default: a fresh private directory in /tmp
     env: tuple[EnvName, ...] = ()
     skill: Path | None = None  # VIGIL_SKILL of every run; default: the shipped agent-skill.md
+    # Without run_as the agent shares the daemon's uid: refused unless said here (vigil dev does).
+    allow_same_uid: bool = False
 
 
 class RunConfig(Section):
@@ -230,11 +233,15 @@ class LimitsConfig(Section):
     proposal_ttl: Duration = timedelta(hours=24)
     schedules: int = Field(default=100, ge=1)
     session_schedules: int = Field(default=10, ge=1)
+    session_proposals: int = Field(default=10, ge=1)
+    agent_cron_ttl: Duration = timedelta(days=30)  # an agent's cron schedule expires by then
 
     @model_validator(mode="after")
     def _ttl(self) -> LimitsConfig:
         if not timedelta(minutes=1) <= self.proposal_ttl <= timedelta(days=30):
             raise ValueError("proposal_ttl is between 1m and 30d")
+        if not timedelta(minutes=1) <= self.agent_cron_ttl <= timedelta(days=366):
+            raise ValueError("agent_cron_ttl is between 1m and 366d")
         return self
 
     def limits(self) -> Limits:
@@ -244,6 +251,8 @@ class LimitsConfig(Section):
             proposal_ttl=self.proposal_ttl,
             schedules=self.schedules,
             session_schedules=self.session_schedules,
+            session_proposals=self.session_proposals,
+            agent_cron_ttl=self.agent_cron_ttl,
         )
 
 

@@ -5,8 +5,8 @@ new process per call, the prompt on stdin, the answer on stdout, a timeout that 
 process group, never inside a Kafka transaction (callers run it between two). The process gets
 an allowlisted environment (``isolation.allowlisted_env``: never vigil's secrets) plus
 ``VIGIL_SOCKET``, ``VIGIL_CHAT_ID``, ``VIGIL_SESSION_ID``, ``VIGIL_SKILL`` (``skill``) and a
-per-run ``VIGIL_AGENT_TOKEN`` from :class:`AgentTokens`; with ``[agent] run_as`` it runs
-under that user's uid. Requests
+per-run ``VIGIL_AGENT_TOKEN`` from :class:`AgentTokens`; it starts with no capability and no way
+to gain one (``isolation.clean_start``), and with ``[agent] run_as`` under that user's uid. Requests
 bearing the token — or coming from the run's process, its descendants (its process group or
 session survives a double fork) or, after the run, what it left behind — act with the agent
 role (DESIGN.md §10), bound to a session of their own. The command starts behind a gate — a
@@ -40,6 +40,7 @@ from pipeline.control.isolation import (
     AgentUser,
     ProcessInfo,
     allowlisted_env,
+    clean_start,
     process_info,
 )
 from pipeline.control.skill import ENV_SKILL
@@ -222,9 +223,7 @@ class AgentRunner:
                 env=env,
                 start_new_session=True,  # its own process group: a timeout kills all of it
                 cwd=None if user is None else user.working_dir(),
-                user=None if user is None else user.uid,
-                group=None if user is None else user.gid,
-                extra_groups=None if user is None else [],
+                preexec_fn=clean_start(user),  # no capability; run_as's uid and gid, no groups
             )
         except OSError as exc:
             raise VigilError(f"cannot start the agent {name!r}: {exc.strerror}") from None

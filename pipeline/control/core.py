@@ -1,20 +1,21 @@
 """The transport-agnostic control-plane core: ``dispatch(request, principal, chat) → response``.
 
-Owns what each verb means once a caller is authenticated and its chat resolved (DESIGN.md §5,
-§10; seed 001): ``schedule`` becomes a ``schedule`` command (or, with ``--update``,
-``schedule_update``: seed 001's upsert, the one update without an expected revision) of the
-schedule watcher ``schedule:<chat>:<name>`` through the command processor; ``list`` and
-``cancel`` read and cancel those watchers; ``send`` is a ``send`` command, whose outbox entry
-(keyed by the request delivery key) the command processor writes in its transaction; ``prompt``
-runs the agent here (outside any transaction) and then sends its answer as a ``send`` command
-naming the prompt, keyed by a key derived from the prompt's; ``query`` returns the answer and
-delivers nothing; ``run`` starts an allowlisted script. Seed 000 at every edge: before the agent
-step of ``prompt``, before ``query`` and before ``run``, the command processor authorizes the
-verb against the subject's grants (a ``run``/``query``/``prompt`` command that writes nothing),
-so revoking the daemon's grant locks these verbs as it locks the others. Roles are checked here,
-at the edge (agents: send, schedule send or prompt, list and cancel their own schedules —
-:func:`pipeline.rules.authz.may`), and again by the command processor, which sees the principal
-as asserted (an agent stays an agent) and decides grants, limits and ownership, fail-closed.
+Owns what each verb means once a caller is authenticated and its chat resolved (DESIGN.md §5, §10;
+seed 001): ``schedule`` becomes a ``schedule`` command (or, with ``--update``, ``schedule_update``:
+seed 001's upsert, the one update without an expected revision) of the schedule watcher
+``schedule:<chat>:<name>`` through the command processor; ``list`` and ``cancel`` read and cancel
+those watchers; ``send`` is a ``send`` command, whose outbox entry (keyed by the request delivery
+key) the command processor writes in its transaction; ``prompt`` runs the agent here (outside any
+transaction) and then sends its answer as a ``send`` command naming the prompt, keyed by a key
+derived from the prompt's; ``query`` returns the answer and delivers nothing; ``run`` starts an
+allowlisted script (also a fired schedule's, which delivery asks for with the entry's delivery key
+and schedule: the daemon spawns every run). Seed 000 at every edge: before the agent step of
+``prompt``, before ``query`` and before ``run``, the command processor authorizes the verb against
+the subject's grants (a ``run``/``query``/``prompt`` command that writes nothing), so revoking the
+daemon's grant locks these verbs as it locks the others. Roles are checked here, at the edge
+(agents: send, schedule send or prompt, list and cancel their own schedules —
+:func:`pipeline.rules.authz.may`), and again by the command processor, which sees the principal as
+asserted (an agent stays an agent) and decides grants, limits and ownership, fail-closed.
 
 Also owns :func:`resolve_chat` (``--chat`` → ``$VIGIL_CHAT_ID``, both sent by the CLI → the
 sole configured chat → error) and :meth:`Dispatcher.handle`, which turns a raw JSON body into a
@@ -55,6 +56,7 @@ from pipeline.rules.authz import Principal, Role, Subject, Verb, may
 from pipeline.rules.commands.immediate import CONTROL_PURPOSE, schedule_source
 from pipeline.rules.commands.model import Command, CommandResult, CommandVerb, ResultCode
 from pipeline.rules.errors import BrokerError, ConfigError, DefinitionError, VigilError
+from pipeline.rules.instants import parse_instant
 from pipeline.rules.keys import request_delivery_key
 
 __all__ = [
@@ -211,7 +213,7 @@ class Dispatcher:
             case QueryRequest():
                 return self._query(request, principal, chat)
             case RunRequest():
-                return self._run(request.args, principal, chat)
+                return self._run(request, principal, chat)
             case ScheduleRequest():
                 return self._schedule(request, principal, chat)
             case ListRequest():
@@ -246,17 +248,26 @@ class Dispatcher:
             return refused
         return VerbResponse.success(chat=chat, answer=self._agent.ask(request.text, chat))
 
-    def _run(self, args: Sequence[str], principal: Principal, chat: str) -> VerbResponse:
+    def _run(self, request: RunRequest, principal: Principal, chat: str) -> VerbResponse:
+        """Start the script here, for an immediate run and a fired schedule's alike (delivery
+        asks with the entry's key and schedule), once the command processor authorizes it."""
         refused = self._authorized(CommandVerb.RUN, principal, chat)
         if refused is not None:
             return refused
-        key = request_delivery_key(
+        key = request.delivery_key or request_delivery_key(
             tenant_id=self._who.tenant_id,
             user_id=self._who.user_id,
             verb="run",
             request_id=secrets.token_hex(16),
         )
-        started = self._runner.start(args, chat=chat, delivery_key=key)
+        fired = request.schedule_time
+        started = self._runner.start(
+            request.args,
+            chat=chat,
+            delivery_key=key,
+            schedule_name=request.schedule_name,
+            schedule_time=None if fired is None else parse_instant(fired, "schedule_time"),
+        )
         return VerbResponse.success(
             chat=chat, script=str(started.script), pid=started.pid, delivery_key=key
         )

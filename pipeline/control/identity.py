@@ -2,6 +2,9 @@
 
 Owns :class:`PeerIdentity`, the daemon's one rule, in order:
 
+0. a request whose peer process is gone, or whose pid now names another process (its start time
+   changed since it connected), is refused (unauthenticated): an agent that connects, forks and
+   exits leaves a descendant holding the connection whose ancestry can no longer be read;
 1. a request bearing ``VIGIL_AGENT_TOKEN`` is that live run's agent; an unknown or expired
    token is refused (unauthenticated), never the user;
 2. a peer whose process is an agent run's, or descends from one — by parent chain, or by the
@@ -42,7 +45,10 @@ class PeerIdentity:
     chain: Callable[[int], list[ProcessInfo]] = process_chain
 
     def of(self, peer: Peer, token: object) -> Principal | None:
-        """The peer's principal; None when it bears a token no live run holds."""
+        """The peer's principal; None when it bears a token no live run holds, or its
+        process is gone or changed since it connected (fail-closed)."""
+        if not peer.unchanged():
+            return None
         if token is not None:
             run = self.tokens.by_token(str(token))
             return None if run is None else run.principal

@@ -1,12 +1,13 @@
 """What a process vigil starts may see and who it runs as (DESIGN.md §10 "Agents are principals
 with less power").
 
-Owns :func:`allowlisted_env` (PATH, HOME, LANG, TZ plus the keys configuration names — never
-vigil's secrets, which ``pipeline.config`` refuses to pass), :class:`AgentUser` (``[agent]
-run_as``: the local user an agent runs as, whose uid the daemon maps to the agent role),
-:func:`can_switch_user` (root, or CAP_SETUID and CAP_SETGID), :func:`agent_socket_path` (where
-an agent under its own uid reaches the daemon) and :func:`process_chain` (a process and its
-ancestors with their process group, session and start time, from Linux ``/proc``), which
+Owns :func:`allowlisted_env` (PATH, HOME, LANG, TZ plus the keys configuration names — never vigil's
+secrets, which ``pipeline.config`` refuses to pass), :class:`AgentUser` (``[agent] run_as``: the
+local user an agent runs as, whose uid the daemon maps to the agent role), :func:`can_switch_user`
+(root, or CAP_SETUID and CAP_SETGID), :func:`agent_socket_path` (where an agent under its own uid
+reaches the daemon: by default a fresh private directory), :func:`clean_start` (a child starts with
+no capability, as ``[agent] run_as``'s user when one is named) and :func:`process_chain` (a process
+and its ancestors with their process group, session and start time, from Linux ``/proc``), which
 recognises an agent's descendants after a fork.
 
 Left out: the tokens and runs themselves (``agent``), deciding a peer's principal
@@ -18,11 +19,12 @@ from __future__ import annotations
 import os
 import pwd
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from pipeline.control.hardening import clear_capability_sets, drop_capabilities
 from pipeline.rules.errors import ConfigError
 
 __all__ = [
@@ -32,6 +34,7 @@ __all__ = [
     "agent_socket_path",
     "allowlisted_env",
     "can_switch_user",
+    "clean_start",
     "process_chain",
     "process_info",
 ]
@@ -75,6 +78,23 @@ class AgentUser:
         return self.home if self.home.is_dir() else Path("/")
 
 
+def clean_start(user: AgentUser | None = None) -> Callable[[], None]:
+    """What a child (the agent, a ``run`` script) does between fork and exec: drop every
+    capability and the means to regain one (``hardening``), switching to ``user`` (no
+    supplementary groups) in between, when one is given. Runs in the forked child: it touches
+    nothing but the process itself."""
+
+    def start() -> None:
+        drop_capabilities()
+        if user is not None:
+            os.setgroups([])
+            os.setresgid(user.gid, user.gid, user.gid)
+            os.setresuid(user.uid, user.uid, user.uid)
+        clear_capability_sets()
+
+    return start
+
+
 def can_switch_user(status: Path = Path("/proc/self/status")) -> bool:
     """Whether this process may start children under another uid and gid."""
     if os.geteuid() == 0:
@@ -90,11 +110,12 @@ def can_switch_user(status: Path = Path("/proc/self/status")) -> bool:
 
 
 def agent_socket_path(configured: Path | None, user: AgentUser) -> Path:
-    """``[agent] socket_path``, else ``<tmp>/vigil-agent-<uid>/vigil.sock`` (its directory is
-    the agent user's, mode 0700)."""
+    """``[agent] socket_path``, else ``vigil.sock`` in a fresh private directory
+    (``<tmp>/vigil-agent-<uid>-XXXXXXXX``, the daemon's, made now: no one can have squatted its
+    name). Either directory stays the daemon's; only the socket is handed to the agent."""
     if configured is not None:
         return configured.expanduser()
-    return Path(tempfile.gettempdir()) / f"vigil-agent-{user.uid}" / "vigil.sock"
+    return Path(tempfile.mkdtemp(prefix=f"vigil-agent-{user.uid}-")) / "vigil.sock"
 
 
 @dataclass(frozen=True, slots=True)

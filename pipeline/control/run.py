@@ -3,7 +3,8 @@
 Owns :func:`resolve_script` (only regular, executable files inside ``[run] allow_dir``, after
 resolving every symlink — a link that points outside is refused) and :class:`ScriptRunner`,
 which starts the script in an allowlisted environment (``isolation.allowlisted_env``: PATH,
-HOME, LANG, TZ and ``[run] env``, never vigil's secrets) with ``VIGIL_CHAT_ID``,
+HOME, LANG, TZ and ``[run] env``, never vigil's secrets), with no capability
+(``isolation.clean_start``), with ``VIGIL_CHAT_ID``,
 ``VIGIL_SOCKET``, ``VIGIL_DELIVERY_KEY`` and, when a schedule fired it,
 ``VIGIL_SCHEDULE_NAME`` and ``VIGIL_SCHEDULE_TIME`` (RFC 3339 UTC),
 then watches it from a thread: stdout at debug, the exit code at info, failures at warning
@@ -25,7 +26,7 @@ from pathlib import Path
 from typing import Final
 
 from pipeline.control.agent import ENV_CHAT_ID, ENV_SOCKET
-from pipeline.control.isolation import allowlisted_env
+from pipeline.control.isolation import allowlisted_env, clean_start
 from pipeline.rules.errors import DefinitionError
 from pipeline.rules.instants import rfc3339_seconds
 
@@ -124,6 +125,7 @@ class ScriptRunner:
                 env=env,
                 cwd=str(script.parent),
                 start_new_session=True,
+                preexec_fn=clean_start(),  # no capability, and no way to gain one
             )
         except OSError as exc:
             log.warning("run %s could not start: %s", script.name, exc.strerror)

@@ -178,10 +178,14 @@ class QueryRequest(_Request):
 
 
 class RunRequest(_Request):
-    """Start an allowlisted script with vigil's context in its environment; fire and forget."""
+    """Start an allowlisted script with vigil's context in its environment; fire and forget.
+    A fired schedule's run (delivery asks the daemon) names its delivery key and schedule."""
 
     verb: Literal["run"] = "run"
     args: Args
+    delivery_key: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")] | None = None
+    schedule_name: Name | None = None
+    schedule_time: Annotated[str, Field(max_length=64)] | None = None
 
 
 class ScheduleRequest(_Request):

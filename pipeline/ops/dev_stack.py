@@ -97,6 +97,8 @@ def write_config(state: Path, ports: DevPorts, token: str, partitions: int) -> P
         f'[chats.me]\nkind = "console"\n\n'
         f'[rpc]\nsocket_path = "{state / "run" / "vigil.sock"}"\n\n'
         f'[run]\nallow_dir = "{state / "scripts"}"\n\n'
+        # An agent added to a dev stack runs as you: the one mode that allows it unasked.
+        "[agent]\nallow_same_uid = true\n\n"
         f'[api]\nlisten = "127.0.0.1:{ports.api}"\n\n'
         f'[instance]\nid = "{INSTANCE}"\nstate_dir = "{state}"\n\n'
         f'[privacy]\nmaster_key_file = "{keys}"\n\n'

@@ -69,6 +69,9 @@ def command_from_value(value: Mapping[str, Any], sealer: Sealer) -> Command:
     a crash)."""
     body = dict(value)
     sealed = body.pop("sealed", None)
+    if sealed is None and any(body.get(name) is not None for name in _SEALED):
+        # Content travels sealed: plaintext is a downgrade that erasure could not reach.
+        raise DefinitionError("unsealed content: a definition or text travels sealed", "sealed")
     if sealed is not None:
         aad = _identity(
             str(body.get("request_id")), str(body.get("tenant_id")), str(body.get("user_id"))

@@ -18,7 +18,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Final
 
-from pipeline.records.codec import Codec, decoded, parse_json
+from pipeline.records.codec import Codec, decoded
 from pipeline.records.sealing import Sealer, identity, open_fields, seal_fields
 from pipeline.rules.data_keys import subject_owner
 
@@ -89,9 +89,9 @@ def decode_notification(codec: Codec, sealer: Sealer, data: bytes) -> dict[str, 
     value = decoded(codec, NOTIFICATION, data)
     sealed = value.pop("sealed", None)
     value["erased"] = False
-    if sealed is None:
-        trigger = value.get("trigger")
-        value["trigger"] = None if trigger is None else parse_json(trigger, "trigger")
+    if sealed is None:  # never written so: plaintext would be a downgrade erasure misses
+        erased = value.get("text") is not None or value.get("trigger") is not None
+        value.update(text=None, trigger=None, erased=erased)
         return value
     opened = open_fields(sealer, _identity(value["kind"], value["delivery_key"]), sealed)
     if opened is None:

@@ -141,6 +141,9 @@ def decode_outbox_entry(codec: Codec, sealer: Sealer, data: bytes) -> OutboxEntr
     valid entry is a :class:`SerdeError`."""
     value = decoded(codec, OUTBOX_ENTRY, data)
     sealed = value.pop("sealed", None)
+    if sealed is None and any(value.get(name) for name in ("trigger", "text", "args")):
+        # An entry's content travels sealed: plaintext is a downgrade erasure could not reach.
+        raise SerdeError("outbox entry is not valid: unsealed content")
     if sealed is not None:
         opened = open_fields(sealer, outbox_identity(value["delivery_key"]), sealed)
         if opened is None:

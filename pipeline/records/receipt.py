@@ -14,7 +14,7 @@ import functools
 from datetime import datetime
 from typing import Any, Final
 
-from pipeline.records.codec import Codec, decoded, json_text, parse_json, string_map
+from pipeline.records.codec import Codec, decoded, json_text, string_map
 from pipeline.records.sealing import Sealer, identity, open_fields, seal_text
 from pipeline.rules.budgets import BudgetVerdict
 from pipeline.rules.data_keys import KeyOwner, evidence_owner
@@ -115,11 +115,8 @@ def decode_receipt(codec: Codec, sealer: Sealer, data: bytes) -> tuple[Receipt, 
     value = decoded(codec, RECEIPT, data)
     sealed = value.pop("sealed", None)
     source_id = value.pop("source_id")
-    erased = False
-    if sealed is None:  # written before sealing: plaintext
-        trigger = parse_json(value["trigger"] or "{}", "trigger")
-        payload = None if value["payload"] is None else parse_json(value["payload"], "payload")
-    else:
+    opened = None  # no sealed field: never written so, and plaintext would be a downgrade
+    if sealed is not None:
         aad = receipt_identity(
             value["tenant_id"],
             value["user_id"],
@@ -129,9 +126,9 @@ def decode_receipt(codec: Codec, sealer: Sealer, data: bytes) -> tuple[Receipt, 
             value["evaluated_at"],
         )
         opened = open_fields(sealer, aad, sealed)
-        erased = opened is None
-        trigger = {} if opened is None else opened.get("trigger") or {}
-        payload = None if opened is None else opened.get("payload")
+    erased = opened is None
+    trigger = {} if opened is None else opened.get("trigger") or {}
+    payload = None if opened is None else opened.get("payload")
     try:
         return _receipt(value, trigger, payload, erased), source_id
     except (KeyError, TypeError, ValueError) as exc:

@@ -142,6 +142,8 @@ class Harness:
         wake_session: bool = False,
         verb: str = "notify",
         text: str | None = None,
+        args: tuple[str, ...] | None = None,
+        purpose: str = PURPOSE,
     ) -> OutboxEntry:
         now = datetime.now(UTC)
         return OutboxEntry(
@@ -151,12 +153,13 @@ class Harness:
             watcher_id=watcher,
             watcher_version=1,
             source_id=SOURCE,
-            purpose=PURPOSE,
+            purpose=purpose,
             trigger={"kind": "event", "event_type": "build.finished", "event_id": label},
             outcome=Outcome.SATISFIED,
             verb=verb,
             target=target,
             text=text,
+            args=args,
             evidence_digest=test_key(f"evidence:{label}"),
             evidence_observed_at=created_at or now,
             due_at=due_at or now,
@@ -203,6 +206,7 @@ class Harness:
         user: str = "u-1",
         targets: Iterable[str] = ("hook", "inbox", "me"),
         until: datetime = FAR,
+        purpose: str = PURPOSE,
     ) -> None:
         value = self.codec.encode(
             "grant",
@@ -210,7 +214,7 @@ class Harness:
                 "grant_id": grant_id,
                 "tenant_id": tenant,
                 "user_id": user,
-                "purpose": PURPOSE,
+                "purpose": purpose,
                 "sources": [SOURCE],
                 "tools": [],
                 "targets": list(targets),

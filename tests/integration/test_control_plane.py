@@ -8,8 +8,10 @@ another test's records.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 import signal
 import socket
 import stat
@@ -21,6 +23,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Final
 
+import httpx
 import pytest
 
 from tests.receiver import Receiver
@@ -31,6 +34,8 @@ VIGIL: Final = [sys.executable, "-m", "pipeline.cli.main"]
 BOT_TOKEN: Final = "123:control-plane-test"
 CHAT_IDS: Final = {"me": 4242, "ops": 4343}
 PIPELINE: Final = ("command-processor", "ticker", "evaluator", "delivery")
+EVIL_TOKEN: Final = "another-tenants-token"
+EVIL_DIGEST: Final = hashlib.sha256(EVIL_TOKEN.encode()).hexdigest()
 AGENT: Final = """\
 import sys
 text = sys.stdin.read().strip()
@@ -72,9 +77,14 @@ class Stack:
             f'[redis]\nurl = "{redis}"\n\n'
             f'[subject]\ntenant_id = "cp"\nuser_id = "{prefix}"\ntimezone = "UTC"\n\n'
             f"{chats}"
-            f'[agent]\ncommand = ["{sys.executable}", "{agent}"]\ntimeout = "20s"\n\n'
+            f'[agent]\ncommand = ["{sys.executable}", "{agent}"]\ntimeout = "20s"\n'
+            "allow_same_uid = true\n\n"
             f'[run]\nallow_dir = "{self.scripts}"\n\n'
             f'[instance]\nid = "{prefix}"\n\n'
+            '[operator]\nname = "ops"\n\n'
+            '[api]\nlisten = "127.0.0.1:0"\n\n'
+            f'[principals.evil]\ntoken_sha256 = "{EVIL_DIGEST}"\n'
+            'role = "user"\ntenant_id = "evil"\nuser_id = "x"\n\n'
             '[metrics]\nlisten = "127.0.0.1:0"\n'
         )
         self.env = {
@@ -100,8 +110,8 @@ class Stack:
         return path.read_text() if path.exists() else ""
 
     def start(self, name: str) -> subprocess.Popen[bytes]:
-        if name == "daemon":
-            args = [*VIGIL, "daemon"]
+        if name in ("daemon", "api"):
+            args = [*VIGIL, name]
         elif name == "delivery":
             args = [*VIGIL, name, "--no-metrics", "--group", f"{self.prefix}.delivery"]
         else:
@@ -383,3 +393,68 @@ def test_one_shot_due_while_everything_was_down_fires_once_flagged_late(
             assert len(stack.texts("me")) == 1
         finally:
             stack.stop_all()
+
+
+# --- the host's powers stay with the host (DESIGN.md §10) --------------------------------------
+
+
+def test_a_scheduled_run_is_spawned_by_the_daemon(stack: Stack) -> None:
+    """Delivery asks the daemon over its socket; the script is the daemon's child."""
+    out = stack.root / "fired-parent.txt"
+    script = stack.scripts / "parent.sh"
+    script.write_text(
+        f"#!/bin/sh\ntr '\\0' ' ' < /proc/$PPID/cmdline > {out}.tmp\n"
+        f'echo "|$VIGIL_SCHEDULE_NAME|$VIGIL_DELIVERY_KEY" >> {out}.tmp\nmv {out}.tmp {out}\n'
+    )
+    script.chmod(0o700)
+    created = stack.vigil(
+        "schedule", "--chat", "me", "--in", "1s", "--name", "fired-run", "--", "run", "parent.sh"
+    )
+    assert created.returncode == 0, created.stderr
+    text = _wait(lambda: out.exists() and out.read_text().strip(), 60, "the fired script")
+    parent, name, key = text.split("|")
+    assert "daemon" in parent.split() and "delivery" not in parent.split(), parent
+    assert name == "fired-run" and re.fullmatch(r"[0-9a-f]{64}", key), text
+
+
+def test_another_tenants_run_and_prompt_schedules_are_refused_at_create_and_never_run(
+    stack: Stack,
+) -> None:
+    """Another tenant, granted the daemon's chat and purpose as its own, asks through the HTTP
+    API and through the operator's CLI (Kafka) for a run or prompt of the daemon's host: refused
+    at create; nothing fires, no script and no agent runs."""
+    marker = stack.root / "evil-ran.txt"
+    script = stack.scripts / "evil.sh"
+    script.write_text(f"#!/bin/sh\ntouch {marker}\n")
+    script.chmod(0o700)
+    granted = stack.vigil(
+        "--as-operator", "grant", "add", "--tenant", "evil", "--user", "x",
+        "--purpose", "control.chat", "--source", "schedule:me", "--target", "me",
+        "--actions", "evaluate,deliver,manage", "--until", "1d",
+    )  # fmt: skip
+    assert granted.returncode == 0, granted.stderr
+    if "api" not in stack.procs:
+        stack.start("api")
+    found = _wait(lambda: re.search(r"listening on (http://\S+)", stack.log("api")), 60, "the api")
+    api = found.group(1)
+    at = (datetime.now(UTC) + timedelta(seconds=3)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    headers = {"Authorization": f"Bearer {EVIL_TOKEN}", "Vigil-Protocol-Version": "1"}
+    for verb, action in (("run", {"args": ["evil.sh"]}), ("prompt", {"text": f"touch {marker}"})):
+        body = {
+            "watcher_id": f"schedule:me:evil-{verb}",
+            "purpose": "control.chat",
+            "source": {"kind": "schedule", "at": at},
+            "delivery": {"target": "me", "verb": verb, **action},
+        }
+        answer = httpx.post(f"{api}/v1/watches", json=body, headers=headers, timeout=60)
+        assert answer.status_code == 403, answer.text
+        assert "daemon" in answer.json()["error"]["message"]
+        path = stack.root / f"evil-{verb}.json"
+        path.write_text(json.dumps(body))
+        forged = stack.vigil(
+            "--as-operator", "watch", "create", "-f", str(path), "--tenant", "evil", "--user", "x"
+        )
+        assert forged.returncode == 1 and "[denied]" in forged.stderr, forged.stderr
+    due = datetime.strptime(at, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    _wait(lambda: datetime.now(UTC) > due + timedelta(seconds=5), 30, "the would-be due time")
+    assert not marker.exists()

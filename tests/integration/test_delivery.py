@@ -28,7 +28,8 @@ from pipeline.records.notification import decode_notification
 from pipeline.records.outbox_entry import encode_outbox_entry
 from pipeline.rules.backoff import backoff_wait
 from pipeline.rules.budgets import BudgetCaps, window_end, window_start
-from pipeline.rules.commands.immediate import ANSWER_STEP
+from pipeline.rules.commands.host import Host
+from pipeline.rules.commands.immediate import ANSWER_STEP, CONTROL_PURPOSE
 from pipeline.rules.dispatch import BUDGET_UNAVAILABLE_RETRY, DeferReason
 from pipeline.rules.keys import derived_delivery_key
 from pipeline.rules.outcomes import DeliveryStatus, ErrorCode, SuppressReason
@@ -514,6 +515,9 @@ def test_two_workers_share_the_partitions_and_deliver_every_key(
     assert statuses == {DeliveryStatus.DELIVERED}
 
 
+HOST = Host.of("acme", "u-1", ["me"])  # the daemon's subject and chat, as delivery knows them
+
+
 class _Agent:
     """The agent a fired prompt asks (a real, tiny one: it answers at once)."""
 
@@ -524,13 +528,21 @@ class _Agent:
 def test_fired_prompt_runs_once_and_its_answer_is_delivered_as_a_send(
     harness: Harness, receiver: Receiver, tmp_path: Path
 ) -> None:
-    harness.grant("g-1")
+    harness.grant("g-1", purpose=CONTROL_PURPOSE)
     outbox = harness.topology.name(Topic.OUTBOX)
     executor = VerbExecutor(
-        _Agent(), ScriptRunner(tmp_path, tmp_path / "sock"), outbox, sealer=harness.worker_ring
+        _Agent(),
+        ScriptRunner(tmp_path, tmp_path / "sock"),
+        outbox,
+        sealer=harness.worker_ring,
+        host=HOST,
     )
     (entry,) = harness.publish(
-        [harness.entry("prompt", verb="prompt", text="status?", target="me")]
+        [
+            harness.entry(
+                "prompt", verb="prompt", text="status?", target="me", purpose=CONTROL_PURPOSE
+            )
+        ]
     )
     keys = {entry.delivery_key, derived_delivery_key(entry.delivery_key, ANSWER_STEP)}
     with (
@@ -543,6 +555,50 @@ def test_fired_prompt_runs_once_and_its_answer_is_delivered_as_a_send(
     assert [m["text"] for m in receiver.messages()] == ["answer to 'status?' in me"]
     assert harness.metric("vigil_delivery_results_total", result="delivered", adapter="prompt") == 1
     assert harness.metric("vigil_delivery_results_total", result="delivered", adapter="chat") == 1
+
+
+def test_another_subjects_run_and_prompt_entries_are_dead_lettered_and_never_executed(
+    harness: Harness, receiver: Receiver, tmp_path: Path
+) -> None:
+    """DESIGN.md §10: forged ``run``/``prompt`` entries of another tenant (granted to deliver to
+    the chat, under the control purpose) reach the real delivery worker, which asks the host's
+    rule again: dead-lettered, and neither the script nor the agent runs."""
+    marker = tmp_path / "ran.txt"
+    script = tmp_path / "job.sh"
+    script.write_text(f"#!/bin/sh\ntouch {marker}\n")
+    script.chmod(0o700)
+
+    class Marking:
+        def ask(self, text: str, chat: str) -> str:
+            marker.touch()
+            return "answer"
+
+    runner = ScriptRunner(tmp_path, tmp_path / "sock")
+    executor = VerbExecutor(
+        Marking(),
+        runner,
+        harness.topology.name(Topic.OUTBOX),
+        sealer=harness.worker_ring,
+        host=HOST,
+    )
+    harness.grant("g-evil", tenant="evil", user="x", purpose=CONTROL_PURPOSE)
+    forged = harness.publish(
+        [
+            harness.entry("evil-run", tenant="evil", user="x", verb="run", args=("job.sh",),
+                          target="me", purpose=CONTROL_PURPOSE),
+            harness.entry("evil-prompt", tenant="evil", user="x", verb="prompt", text="hi",
+                          target="me", purpose=CONTROL_PURPOSE),
+        ]
+    )  # fmt: skip
+    keys = {entry.delivery_key for entry in forged}
+    with (
+        harness.adapters() as adapters,
+        harness.running(harness.worker(adapters, executor=executor)),
+    ):
+        latest = poll_until("both dead-lettered", _settled(harness, keys))
+    runner.wait_all(5)
+    assert {latest[k].state.status for k in keys} == {DeliveryStatus.DEAD_LETTER}
+    assert not marker.exists() and receiver.messages() == []
 
 
 def test_hostile_redelivery_requests_are_dead_lettered_or_ignored_and_good_ones_flow(

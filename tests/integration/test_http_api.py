@@ -22,6 +22,7 @@ from pipeline.kafka.clients import producer_config
 from pipeline.kafka.partitioner import partition_for
 from pipeline.kafka.serde import default_codec
 from pipeline.kafka.topics import Topic
+from pipeline.records.notification import NotificationKind, encode_notification
 from pipeline.records.receipt import encode_receipt
 from pipeline.rules.commands.immediate import daemon_grant
 from pipeline.rules.keys import subject_key, watcher_key
@@ -262,29 +263,33 @@ def test_evaluations_are_the_watchers_receipts_newest_first(plane: Plane) -> Non
     assert error_of(plane.call("GET", "/v1/watches/eval-1/evaluations", "stranger"))[0] == 404
 
 
-def notification(delivery_key: str, kind: str = "notification", user: str = USER) -> bytes:
-    return default_codec().encode(
-        "notification",
-        {
-            "kind": kind,
-            "delivery_key": delivery_key,
-            "tenant_id": TENANT,
-            "user_id": user,
-            "watcher_id": "note-1",
-            "session_id": "s-a",
-            "outcome": None if kind == "wake" else "satisfied",
-            "text": None if kind == "wake" else "run r-1 succeeded",
-            "created_at": datetime.now(UTC),
-        },
+def notification(
+    ring: KeyRing, delivery_key: str, kind: str = "notification", user: str = USER
+) -> bytes:
+    """A ledger record as delivery writes it: a notification's text sealed under ``ring``."""
+    return encode_notification(
+        default_codec(),
+        ring,
+        NotificationKind(kind),
+        delivery_key=delivery_key,
+        tenant_id=TENANT,
+        user_id=user,
+        watcher_id="note-1",
+        session_id="s-a",
+        created_at=datetime.now(UTC),
+        content=None if kind == "wake" else {"outcome": "satisfied", "text": "run r-1 succeeded"},
     )
 
 
 def test_the_ledger_dedupes_skips_wakes_and_acknowledges_once(plane: Plane) -> None:
     subject = subject_key(TENANT, USER)
     first, second = "a" * 64, "b" * 64
+    propose(plane, agent_watch("note-key", run="r-2", session="s-note"), "owner")  # a data key
+    ring = KeyRing(KeyEncryptionKeys.load(), default_codec())  # the keys the processor made
+    read_keys(plane.bootstrap, plane.topology, ring, [(TENANT, USER)])
     for key, kind in ((first, "notification"), (first, "notification"), (first, "wake")):
-        produce(plane, Topic.NOTIFICATIONS, subject, subject, notification(key, kind))
-    produce(plane, Topic.NOTIFICATIONS, subject, subject, notification(second))
+        produce(plane, Topic.NOTIFICATIONS, subject, subject, notification(ring, key, kind))
+    produce(plane, Topic.NOTIFICATIONS, subject, subject, notification(ring, second))
     listed = plane.call("GET", "/v1/notifications").json()["notifications"]
     assert sorted(n["delivery_key"] for n in listed) == [first, second]
     assert all(n["acked_at"] is None for n in listed)

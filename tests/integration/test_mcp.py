@@ -1,5 +1,6 @@
 """``vigil mcp`` as a subprocess, driven by the official SDK's stdio client, against the real
-broker and command processor: one tool, and it can only propose."""
+HTTP API, broker and command processor: one tool, and it can only propose, as the agent whose
+bearer token it holds — no key-encryption key and no Kafka connection in its process."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import anyio
 import pytest
 from mcp import Client, StdioServerParameters
 
-from tests.integration.api_harness import Plane, agent_watch, running_plane
+from tests.integration.api_harness import Plane, agent_watch, running_plane, token_of
 
 pytestmark = pytest.mark.integration
 
@@ -27,22 +28,23 @@ def plane(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
         yield found
 
 
-def server(plane: Plane, principal: str) -> StdioServerParameters:
+def server(plane: Plane, principal: str, pid_file: Path | None = None) -> StdioServerParameters:
+    """``vigil mcp`` for the API of ``plane`` with ``principal``'s token, and nothing else: no
+    vigil.toml, no key (DESIGN.md §10). With ``pid_file`` its pid is written there."""
+    command = [VIGIL, "mcp", "--api", plane.base_url]
+    if pid_file is not None:
+        command = ["/bin/sh", "-c", f'echo $$ > {pid_file}; exec "$@"', "mcp", *command]
     return StdioServerParameters(
-        command=VIGIL,
-        args=["--config", str(plane.config_path), "mcp", "--principal", principal],
-        # The server's own environment: its PATH and the key-encryption keys (§10).
-        env={
-            "PATH": os.environ.get("PATH", ""),
-            "VIGIL_MASTER_KEYS": os.environ["VIGIL_MASTER_KEYS"],
-        },
+        command=command[0],
+        args=command[1:],
+        env={"PATH": os.environ.get("PATH", ""), "VIGIL_API_TOKEN": token_of(principal)},
     )
 
 
-def session(plane: Plane, principal: str, work: Any) -> Any:
+def session(plane: Plane, principal: str, work: Any, pid_file: Path | None = None) -> Any:
     async def main() -> Any:
         with anyio.fail_after(60):
-            async with Client(server(plane, principal)) as client:
+            async with Client(server(plane, principal, pid_file)) as client:
                 return await work(client)
 
     return anyio.run(main)
@@ -93,15 +95,75 @@ def test_a_refused_proposal_is_a_tool_error_naming_the_code(plane: Plane) -> Non
     assert plane.call("GET", "/v1/watches/mcp-2").status_code == 404
 
 
-def test_vigil_mcp_refuses_to_act_as_a_non_agent_principal(plane: Plane) -> None:
-    params = server(plane, "owner")
+def test_a_user_token_through_mcp_still_only_proposes(plane: Plane) -> None:
+    """No principal is chosen by name: the token decides who asks, and the tool only proposes."""
+    body = agent_watch("mcp-3", run="r-3", session="s-owner")
+
+    async def call(client: Client) -> Any:
+        return await client.call_tool("propose_watch", body)
+
+    result = session(plane, "owner", call)
+    assert not result.is_error, result.content
+    assert plane.call("GET", "/v1/watches/mcp-3").json()["status"] == "proposed"
+
+
+def test_vigil_mcp_holds_no_key_and_no_kafka_connection(plane: Plane, tmp_path: Path) -> None:
+    pid_file = tmp_path / "mcp.pid"
+    body = agent_watch("mcp-4", run="r-4")
+    broker_port = int(plane.bootstrap.rsplit(":", 1)[1])
+
+    async def call(client: Client) -> Any:
+        result = await client.call_tool("propose_watch", body)
+        pid = int(pid_file.read_text())
+        return result, _environment(pid), _kafka_sockets(pid, broker_port), _files(pid)
+
+    result, environment, kafka, files = session(plane, "mcp-agent", call, pid_file)
+    assert not result.is_error, result.content
+    # The SDK adds a few plain variables (HOME, PWD, …); never a key or a Kafka setting.
+    assert "VIGIL_API_TOKEN" in environment, environment
+    assert not [n for n in environment if "MASTER_KEY" in n or n.startswith("VIGIL_KAFKA")]
+    assert kafka == []
+    assert not [f for f in files if "vigil.toml" in f or "key" in f], files
+
+
+def test_vigil_mcp_without_a_token_says_how_to_give_one(plane: Plane) -> None:
     done = subprocess.run(
-        [params.command, *params.args],
+        [VIGIL, "mcp", "--api", plane.base_url],
         input="",
+        env={"PATH": os.environ.get("PATH", "")},
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
     )
     assert done.returncode == 1
-    assert "acts as an agent principal; 'owner' is user" in done.stderr
+    assert "VIGIL_API_TOKEN" in done.stderr
+
+
+def _environment(pid: int) -> list[str]:
+    """The names in ``pid``'s environment (we may read it: the test runs as root or its uid)."""
+    raw = Path(f"/proc/{pid}/environ").read_bytes()
+    return [entry.split(b"=", 1)[0].decode() for entry in raw.split(b"\0") if b"=" in entry]
+
+
+def _files(pid: int) -> list[str]:
+    found = []
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            found.append(os.readlink(fd))
+        except OSError:
+            continue
+    return found
+
+
+def _kafka_sockets(pid: int, port: int) -> list[str]:
+    """``pid``'s TCP sockets connected to ``port`` (the broker's)."""
+    inodes = {f[8:-1] for f in _files(pid) if f.startswith("socket:[")}
+    hits = []
+    for table in ("tcp", "tcp6"):
+        for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+            fields = line.split()
+            remote_port = int(fields[2].rsplit(":", 1)[1], 16)
+            if remote_port == port and fields[9] in inodes:
+                hits.append(line)
+    return hits

@@ -58,6 +58,8 @@ def test_every_process_of_the_example_config_starts_on_one_host_and_gets_ready(
         "VIGIL_API__LISTEN": "127.0.0.1:0",
         "VIGIL_RPC__SOCKET_PATH": str(tmp_path / "run" / "vigil.sock"),
         "VIGIL_RUN__ALLOW_DIR": str(tmp_path / "scripts"),
+        # The example's agent needs run_as or this explicit opt-in (a user of its own needs root).
+        "VIGIL_AGENT__ALLOW_SAME_UID": "true",
         "OPS_HOOK_SECRET": "whsec_" + "c2VjcmV0LWZvci10aGUtb25lLWhvc3QtdGVzdA==",
         "TELEGRAM_BOT_TOKEN": "123:one-host",
         "PYTHONUNBUFFERED": "1",

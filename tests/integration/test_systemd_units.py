@@ -1,6 +1,7 @@
 """``deploy/systemd``: one unit per long-running process, each accepted by
 ``systemd-analyze verify`` (with ``ExecStart`` pointed at this checkout's ``vigil``); the daemon
-serves its socket from ``RuntimeDirectory=vigil``, ``/run/vigil/vigil.sock`` (seed 001)."""
+serves its socket from ``RuntimeDirectory=vigil``, ``/run/vigil/vigil.sock`` (seed 001), the one
+``[rpc] socket_path`` it and delivery (whose fired prompts and runs ask it) both read."""
 
 from __future__ import annotations
 
@@ -42,6 +43,12 @@ def test_every_process_has_a_unit_and_systemd_accepts_them(tmp_path: Path) -> No
     assert done.returncode == 0 and not done.stderr.strip(), done.stderr
     daemon = (UNITS / "vigil-daemon.service").read_text(encoding="utf-8")
     assert "RuntimeDirectory=vigil\n" in daemon
-    assert "--socket /run/vigil/vigil.sock" in daemon
+    socket = "Environment=VIGIL_RPC__SOCKET_PATH=/run/vigil/vigil.sock\n"
+    delivery = (UNITS / "vigil-delivery.service").read_text(encoding="utf-8")
+    assert socket in daemon and socket in delivery  # one setting both read
+    assert "--socket" not in daemon
+    # The agent under a user of its own; the daemon holds only what switches to it.
+    assert "Environment=VIGIL_AGENT__RUN_AS=vigil-agent\n" in daemon
+    assert "AmbientCapabilities=CAP_SETUID CAP_SETGID CAP_CHOWN CAP_SETPCAP\n" in daemon
     target = (UNITS / "vigil.target").read_text(encoding="utf-8")
     assert all(name in target for name in names)

@@ -6,8 +6,11 @@ now or scheduled, replacing or cancelling the user's schedule, ``query``/``promp
 its own proposal through ``vigil watch``, acting as an operator — also from a double-forked
 child that dropped its token, after the run ended. With ``[agent] run_as`` the agent runs
 under its own uid, sees none of vigil's secrets, and a child that calls ``setsid`` and
-double-forks is still the agent. A revoked grant refuses pause, cancel, erase and every daemon
-verb, changing nothing; an update with a stale or missing revision is refused.
+double-forks is still the agent, and it holds no capability. A revoked grant refuses pause,
+cancel, erase and every daemon verb, changing nothing; an update with a stale or missing revision
+is refused. Issue 27: an agent that reads every vigil process's environment finds no secret and
+cannot become the operator; one that connects, forks and exits is refused on that connection; a
+foreign listener on the agent socket path does not stop the daemon.
 """
 
 from __future__ import annotations
@@ -133,9 +136,11 @@ class Stack:
         _wait(lambda: self.log("daemon").count("control grant") > before, 90, "the daemon")
 
     def use_agent(self, command: list[str], extra: str = "") -> None:
-        """Run ``command`` as the agent (restarting the daemon on the new config)."""
+        """Run ``command`` as the agent (restarting the daemon on the new config): under our
+        own uid (the explicit opt-in) unless ``extra`` names ``run_as``."""
         text = self.config.read_text().split("[agent]")[0]
-        self.restart_daemon(text + f"[agent]\ncommand = {json.dumps(command)}\n{extra}")
+        same = "" if "run_as" in extra else "allow_same_uid = true\n"
+        self.restart_daemon(text + f"[agent]\ncommand = {json.dumps(command)}\n{same}{extra}")
 
     def schedules(self) -> dict[str, list[str]]:
         listed = json.loads(self.ok("list", "--json", "--chat", "me"))
@@ -259,6 +264,104 @@ def test_a_double_forked_child_without_its_token_is_still_the_agent_after_the_ru
     stack.ok("cancel", "--chat", "me", "--name", "orphan")
 
 
+CONNECT_FORK_EXIT: Final = """\
+import json, os, socket, sys, time
+
+out = sys.argv[1]
+sock = socket.socket(socket.AF_UNIX)
+sock.connect(os.environ["VIGIL_SOCKET"])  # the daemon reads this process's pid now
+parent = os.getpid()
+if os.fork() == 0:
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    while os.path.exists(f"/proc/{parent}"):  # until the connecting process is gone
+        time.sleep(0.05)
+    sock.sendall(json.dumps({"verb": "run", "args": ["ok.sh"], "chat": "me"}).encode() + b"\\n")
+    data = b""
+    while not data.endswith(b"\\n"):
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    with open(out + ".tmp", "wb") as f:
+        f.write(data)
+    os.rename(out + ".tmp", out)
+    os._exit(0)
+print("started")
+"""
+
+
+def test_an_agent_that_connects_forks_and_exits_is_refused_run(stack: Stack) -> None:
+    """DESIGN.md §10: socket identity is fail-closed. The connection outlives the process that
+    opened it; its child asks on it once that process is gone: unauthenticated, never the user."""
+    marker = stack.root / "forked-ran.txt"
+    (stack.root / "ok.sh").write_text(f"#!/bin/sh\ntouch {marker}\n")
+    (stack.root / "ok.sh").chmod(0o755)
+    agent = stack.root / "connect-fork-exit.py"
+    agent.write_text(CONNECT_FORK_EXIT)
+    out = stack.root / "connect-fork-exit.json"
+    stack.use_agent([sys.executable, str(agent), str(out)])
+    assert stack.ok("query", "--chat", "me", "go").strip() == "started"
+    answer = _wait(lambda: out.exists() and json.loads(out.read_text()), 60, "the child")
+    assert answer["ok"] is False and answer["error"]["code"] == "unauthenticated", answer
+    assert not marker.exists()
+
+
+SNOOPING_AGENT: Final = """\
+import json, os, subprocess, sys
+
+names, vigil, config = sys.argv[1].split(","), sys.argv[2].split(), sys.argv[3]
+found, readable = {}, 0
+parent = os.getppid()
+for pid in [p for p in os.listdir("/proc") if p.isdigit()]:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            if b"pipeline.cli.main" not in f.read() and int(pid) != parent:
+                continue
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            entries = f.read().split(b"\\0")
+    except OSError:
+        continue
+    readable += 1
+    seen = [e.split(b"=", 1)[0].decode() for e in entries if b"=" in e and e.split(b"=", 1)[1]]
+    found[pid] = sorted(set(seen) & set(names))
+status = dict(line.split(":", 1) for line in open("/proc/self/status").read().splitlines())
+env = {k: v for k, v in os.environ.items() if k != "VIGIL_AGENT_TOKEN"}
+operator = subprocess.run([*vigil, "--config", config, "--as-operator", "grant", "list"],
+                          env=env, capture_output=True, text=True)
+print(json.dumps({
+    "found": {pid: hit for pid, hit in found.items() if hit}, "readable": readable,
+    "caps": {k: status[k].strip() for k in ("CapEff", "CapAmb", "CapPrm", "CapInh")},
+    "operator": [operator.returncode, operator.stderr.strip()[-200:]],
+    "own": sorted(set(os.environ) & set(names)),
+}))
+"""
+
+
+def test_an_agent_finds_no_secret_in_any_vigil_process_and_cannot_become_operator(
+    stack: Stack,
+) -> None:
+    """DESIGN.md §10 "Secrets are out of the agent's reach": vigil processes are non-dumpable
+    and blank their secret variables once read, the agent starts with no capability, and
+    without vigil's key-encryption keys (which it never gets) it cannot act as the operator."""
+    names = [SECRET, "VIGIL_MASTER_KEYS", "VIGIL_CONFIG"]
+    agent = stack.root / "snooping-agent.py"
+    agent.write_text(SNOOPING_AGENT)
+    stack.use_agent(
+        [sys.executable, str(agent), ",".join(names), " ".join(VIGIL), str(stack.config)]
+    )
+    seen = json.loads(stack.ok("query", "--chat", "me", "go"))
+    assert seen["found"] == {} and seen["own"] == [], seen
+    assert set(seen["caps"].values()) == {"0000000000000000"}, seen
+    code, message = seen["operator"]
+    assert code == 1 and "VIGIL_MASTER_KEYS" in message, seen
+    # What a privileged reader sees in the daemon's environment: the secrets' values blanked.
+    shown = Path(f"/proc/{stack.procs['daemon'].pid}/environ").read_bytes()
+    for name in (SECRET, "VIGIL_MASTER_KEYS"):
+        assert stack.env[name].encode() not in shown, name
+
+
 # --- the CLI acts as the subject; operators need an explicit identity --------------------------
 
 
@@ -328,6 +431,8 @@ def ask(body):
 out = sys.argv[1]
 with open(out + ".env", "w") as f:
     f.write("\\n".join(sorted(os.environ)))
+with open(out + ".caps", "w") as f:
+    f.write("\\n".join(l for l in open("/proc/self/status").read().splitlines() if l[:3] == "Cap"))
 if os.fork() == 0:
     os.setsid()  # leave the run's session and process group
     null = os.open(os.devnull, os.O_RDWR)
@@ -348,7 +453,7 @@ print("started")
 """
 
 
-def test_an_agent_under_run_as_has_no_secrets_and_its_setsid_double_fork_is_still_the_agent(
+def test_an_agent_under_run_as_has_no_secrets_no_capability_and_its_double_fork_is_the_agent(
     stack: Stack,
 ) -> None:
     user = _agent_user()
@@ -377,6 +482,10 @@ def test_an_agent_under_run_as_has_no_secrets_and_its_setsid_double_fork_is_stil
         assert orphan["ok"] is True, orphan
         seen = stack.watcher("schedule:me:uid-orphan")
         assert seen["session_id"] == f"agent-uid-{user.pw_uid}"
+        caps = dict(line.split(":") for line in (box / "answers.json.caps").read_text().split("\n"))
+        assert {
+            k: caps[k].strip() for k in ("CapEff", "CapAmb", "CapPrm", "CapInh")
+        } == dict.fromkeys(("CapEff", "CapAmb", "CapPrm", "CapInh"), "0000000000000000"), caps
         names = set((box / "answers.json.env").read_text().split())
         assert SECRET not in names and "VIGIL_CONFIG" not in names
         assert names >= {"PATH", "VIGIL_SOCKET", "VIGIL_AGENT_TOKEN", "VIGIL_CHAT_ID"}
@@ -384,6 +493,71 @@ def test_an_agent_under_run_as_has_no_secrets_and_its_setsid_double_fork_is_stil
     finally:
         stack.use_agent(["/bin/true"])
         shutil.rmtree(shared, ignore_errors=True)
+
+
+LISTING_AGENT: Final = """\
+import json, os, socket
+with socket.socket(socket.AF_UNIX) as s:
+    s.connect(os.environ["VIGIL_SOCKET"])
+    s.sendall(json.dumps({"verb": "list", "chat": "me"}).encode() + b"\\n")
+    data = b""
+    while not data.endswith(b"\\n"):
+        data += s.recv(65536)
+print("listed" if json.loads(data)["ok"] else data.decode())
+"""
+SQUATTER: Final = """\
+import os, socket, sys, time
+os.makedirs(os.path.dirname(sys.argv[1]), exist_ok=True)
+s = socket.socket(socket.AF_UNIX)
+s.bind(sys.argv[1])
+s.listen(1)
+print("listening", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_foreign_listener_on_the_agent_socket_path_does_not_stop_the_daemon(
+    stack: Stack,
+) -> None:
+    """Issue 27: a listener that is no vigil daemon on the configured agent socket path is
+    replaced (one warning naming its pid); the old fixed default path squatted by the agent's
+    uid is never used (a fresh private directory is); the agent reaches the daemon either way."""
+    user = _agent_user()
+    python = shutil.which("python3", path="/usr/bin:/bin")
+    if python is None:
+        pytest.skip("no system python3 for the agent to run under another uid")
+    shared = Path(tempfile.mkdtemp(prefix="vigil-squat-"))
+    old_default = Path(tempfile.gettempdir()) / f"vigil-agent-{user.pw_uid}" / "vigil.sock"
+    squatters: list[subprocess.Popen[str]] = []
+    try:
+        shared.chmod(0o755)
+        agent = shared / "agent.py"
+        agent.write_text(LISTING_AGENT)
+        agent.chmod(0o644)
+        path = shared / "sock" / "vigil.sock"
+        for squat, uid in ((path, os.getuid()), (old_default, user.pw_uid)):
+            squatters.append(
+                subprocess.Popen(
+                    [python, "-c", SQUATTER, str(squat)],
+                    user=uid,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.DEVNULL,
+                    text=True,
+                )
+            )
+            assert squatters[-1].stdout is not None
+            squatters[-1].stdout.readline()  # listening (or gone: the squat failed, fine)
+        for extra in (f'socket_path = "{path}"\n', ""):
+            stack.use_agent([python, str(agent)], f'run_as = "{AGENT_USER}"\n{extra}')
+            assert stack.ok("query", "--chat", "me", "go").strip() == "listed"
+        assert f"pid {squatters[0].pid} listens on it but is no vigil daemon" in stack.log("daemon")
+    finally:
+        for squatter in squatters:
+            squatter.kill()
+            squatter.communicate()
+        stack.use_agent(["/bin/true"])
+        shutil.rmtree(shared, ignore_errors=True)
+        shutil.rmtree(old_default.parent, ignore_errors=True)
 
 
 def test_without_run_as_the_daemon_says_isolation_is_best_effort(stack: Stack) -> None:

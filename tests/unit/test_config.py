@@ -183,6 +183,15 @@ def test_agents_and_scripts_may_never_be_passed_a_secret_or_a_vigil_variable(
     assert getattr(parse_config(data), section).env == ("LC_ALL",)
 
 
+def test_the_key_encryption_keys_variable_is_a_secret_never_passed_on() -> None:
+    """Issue 27: a KEK variable of any name is among the secrets agents and scripts never get."""
+    data: dict[str, Any] = {"privacy": {"master_key_env": "OUR_KEKS"}}
+    assert {"OUR_KEKS", "VIGIL_CONFIG"} <= parse_config(data).secret_env_names()
+    for section in ("agent", "run"):
+        with pytest.raises(ConfigError, match=r"may not pass .*OUR_KEKS"):
+            parse_config({**data, section: {"env": ["OUR_KEKS"]}})
+
+
 def test_limits_default_to_design_10_and_are_configurable() -> None:
     limits = parse_config({}).limits.limits()
     assert (limits.watchers, limits.proposals, limits.schedules, limits.session_schedules) == (
@@ -192,12 +201,17 @@ def test_limits_default_to_design_10_and_are_configurable() -> None:
         10,
     )
     assert limits.proposal_ttl.total_seconds() == 24 * 3600
+    assert (limits.session_proposals, limits.agent_cron_ttl.days) == (10, 30)
     tuned = parse_config({"limits": {"schedules": 5, "proposal_ttl": "2h"}}).limits.limits()
     assert (tuned.schedules, tuned.proposal_ttl.total_seconds()) == (5, 7200)
     with pytest.raises(ConfigError, match="limits"):
         parse_config({"limits": {"proposal_ttl": "90d"}})
     with pytest.raises(ConfigError, match=r"limits\.watchers"):
         parse_config({"limits": {"watchers": 0}})
+    with pytest.raises(ConfigError, match="agent_cron_ttl"):
+        parse_config({"limits": {"agent_cron_ttl": "400d"}})
+    short = parse_config({"limits": {"agent_cron_ttl": "7d", "session_proposals": 3}})
+    assert (short.limits.limits().agent_cron_ttl.days, short.limits.session_proposals) == (7, 3)
 
 
 def test_environment_variables_override_the_file(tmp_path: Path) -> None:
@@ -237,6 +251,19 @@ def test_stale_schedule_table_is_ignored_with_one_warning_line(
 def test_a_schedule_key_that_is_not_the_old_table_is_still_refused() -> None:
     with pytest.raises(ConfigError, match="schedule: unknown key"):
         parse_config({"schedule": {"name": "x"}})
+
+
+def test_two_principals_with_one_token_are_refused_naming_both() -> None:
+    """Issue 27: a duplicated token_sha256 silently mapped to one principal; now refused."""
+    digest = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
+    principals = {
+        "ops": {"token_sha256": digest, "role": "user", "tenant_id": "t", "user_id": "u"},
+        "bot": {"token_sha256": digest, "role": "manager", "tenant_id": "t", "user_id": "m"},
+    }
+    with pytest.raises(ConfigError, match=r"\[principals\.ops\] and \[principals\.bot\]"):
+        parse_config({"principals": principals})
+    principals["bot"]["token_sha256"] = "0" * 64
+    assert set(parse_config({"principals": principals}).principals) == {"ops", "bot"}
 
 
 @pytest.mark.parametrize(

@@ -1,36 +1,39 @@
-"""The MCP server: one tool, ``propose_watch``, that can only propose (seed 003, DESIGN.md §9).
+"""The MCP server: one tool, ``propose_watch``, that can only propose (seed 003, DESIGN.md §9, §10).
 
 Owns :func:`build_server` — an MCP server (the official ``mcp`` SDK) exposing exactly one tool,
-whose arguments are the body of ``POST /v1/watches:propose`` (:class:`WatchBody`) and which
-sends one ``propose`` command as the configured agent principal — and :func:`serve_stdio`.
-The agent can ask; only authority can activate: there is no approve, cancel or list tool, the
-server refuses to act as anything but an ``agent`` principal, and the command processor decides
-the proposal (bounds, grants, collapse onto an identical live watch) exactly as for HTTP.
-A refusal comes back as a tool error naming the API code (``denied: …``).
+whose arguments are the body of ``POST /v1/watches:propose`` (:class:`WatchBody`) — and
+:class:`ApiProposer`, which sends that body to the HTTP API with the agent's own bearer token:
+the API authenticates the token (an agent principal, bound to its session) and the command
+processor decides the proposal (bounds, grants, collapse onto an identical live watch) exactly
+as for any other client. The server is a client of the API and nothing more: it holds no
+key-encryption key, no Kafka client and chooses no principal by name. The agent can ask; only
+authority can activate: there is no approve, cancel or list tool. A refusal comes back as a tool
+error naming the API code (``denied: …``).
 
-Left out: choosing the principal and wiring Kafka (``vigil mcp`` in ``pipeline.cli.api_cmd``)
+Left out: where the API and the token come from (``vigil mcp`` in ``pipeline.cli.api_cmd``)
 and the rules themselves (``pipeline.rules.commands.apply``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Final, Literal
 
 import anyio
 import anyio.to_thread
+import httpx
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import ValidationError
 
-from pipeline.control.core import CommandPort
 from pipeline.control.http.models import WatchBody
-from pipeline.rules.authz import Principal, Role
-from pipeline.rules.commands.model import CommandVerb
-from pipeline.rules.errors import BrokerError, ConfigError, DefinitionError
 
-__all__ = ["TOOL_NAME", "build_server", "propose", "serve_stdio"]
+__all__ = ["TOOL_NAME", "ApiProposer", "Proposer", "build_server", "serve_stdio"]
 
 TOOL_NAME: Final = "propose_watch"
+PROPOSE_PATH: Final = "/v1/watches:propose"
+_PROTOCOL: Final = "1"
+_MAX_ERROR: Final = 500
 _DESCRIPTION: Final = (
     "Propose a bounded agent watch over a supported condition. It starts `proposed`: only the "
     "session's owner or a manager can approve it (through the authenticated API). Arguments "
@@ -41,34 +44,46 @@ _DESCRIPTION: Final = (
     "is generated. An identical live proposal returns the existing watch with collapsed=true."
 )
 
-
-def propose(commands: CommandPort, agent: Principal, body: WatchBody) -> dict[str, Any]:
-    """Send one ``propose`` for ``agent``'s own subject and session; the watch view back, or
-    :class:`ToolError` with the processor's code and message."""
-    definition = body.definition()
-    definition.setdefault("session_id", agent.session_id)
-    try:
-        command = commands.command(
-            CommandVerb.PROPOSE, agent, agent.tenant_id, agent.user_id, definition=definition
-        )
-        result = commands.send(command)
-    except DefinitionError as exc:
-        raise ToolError(f"invalid: {exc}") from None
-    except BrokerError as exc:
-        raise ToolError(f"unavailable: {exc}") from None
-    if result.error is not None:
-        error = result.error
-        where = f" ({error.field})" if error.field else ""
-        raise ToolError(f"{error.code.value}: {error.message}{where}")
-    return dict(result.result or {})
+Proposer = Callable[[WatchBody], dict[str, Any]]
 
 
-def build_server(commands: CommandPort, agent: Principal) -> MCPServer:
-    """The server for one agent principal; refuses any other role."""
-    if agent.role is not Role.AGENT:
-        raise ConfigError(
-            f"the MCP server acts as an agent principal; {agent.name!r} is {agent.role.value}"
-        )
+class ApiProposer:
+    """``POST /v1/watches:propose`` on the HTTP API at ``base_url`` as the bearer of ``token``."""
+
+    def __init__(self, base_url: str, token: str, *, timeout_s: float = 30.0) -> None:
+        self._url = base_url.rstrip("/") + PROPOSE_PATH
+        self._headers = {"Authorization": f"Bearer {token}", "Vigil-Protocol-Version": _PROTOCOL}
+        self._timeout_s = timeout_s
+
+    def __call__(self, body: WatchBody) -> dict[str, Any]:
+        """The watch view the API answers, or :class:`ToolError` with its code and message."""
+        try:
+            response = httpx.post(
+                self._url, json=body.definition(), headers=self._headers, timeout=self._timeout_s
+            )
+        except httpx.HTTPError as exc:
+            raise ToolError(f"unavailable: the vigil API did not answer ({exc})") from None
+        try:
+            answer = response.json()
+        except ValueError:
+            answer = None
+        if response.status_code in (200, 201) and isinstance(answer, dict):
+            return answer
+        raise ToolError(_refusal(response.status_code, answer))
+
+
+def _refusal(status: int, answer: object) -> str:
+    """``code: message (field)`` from an API error body, else the HTTP status."""
+    error = answer.get("error") if isinstance(answer, dict) else None
+    if not isinstance(error, dict):
+        return f"unavailable: the vigil API answered HTTP {status}"
+    field = error.get("field")
+    where = f" ({field})" if field else ""
+    return f"{error.get('code', status)}: {str(error.get('message', ''))[:_MAX_ERROR]}{where}"
+
+
+def build_server(propose: Proposer) -> MCPServer:
+    """The server whose one tool hands its body to ``propose`` (an :class:`ApiProposer`)."""
     server: MCPServer = MCPServer(
         name="vigil",
         instructions="vigil agent watches: you may propose; a person approves.",
@@ -107,8 +122,8 @@ def build_server(commands: CommandPort, agent: Principal) -> MCPServer:
             )
         except ValidationError as exc:
             raise ToolError(f"invalid: {exc.errors()[0]['msg']}") from None
-        # A command round trip blocks: off the event loop, so the session keeps answering.
-        return await anyio.to_thread.run_sync(propose, commands, agent, body)
+        # An HTTP round trip blocks: off the event loop, so the session keeps answering.
+        return await anyio.to_thread.run_sync(propose, body)
 
     server.add_tool(propose_watch, name=TOOL_NAME, description=_DESCRIPTION)
     return server

@@ -2,10 +2,11 @@
 
 Owns :func:`default_socket_path` (``--socket`` → ``$VIGIL_SOCKET`` → ``[rpc] socket_path`` →
 ``$XDG_RUNTIME_DIR/vigil.sock`` → ``~/.config/vigil/vigil.sock``) and :class:`SocketServer`:
-it refuses to start on a socket a live daemon answers on, replaces a stale one, creates the
-socket 0600 (under a 0077 umask, so it never exists wider) in a 0700 directory — both handed to
-``owner`` when one is named (the agent's own socket under ``[agent] run_as``, whose directory
-must not be anyone else's) — authenticates each peer by ``SO_PEERCRED`` (its uid must be one of
+it claims the path (``claim``: a directory of the daemon's own that nobody else may write; a live
+daemon there refuses, a stale socket or a listener that is no vigil daemon is replaced), creates
+the socket 0600 (under a 0177 umask, so it never exists wider), hands it to ``owner`` when one
+is named (the agent's own socket under ``[agent] run_as``: the directory stays the daemon's,
+0711), authenticates each peer by ``SO_PEERCRED`` (its uid must be one of
 ``peers``: by default ours, the configured subject's), and serves each connection on its own
 thread: one JSON object per line in, one per line out. A line that is not JSON, names no known
 verb or exceeds :data:`MAX_LINE` gets an error response; the daemon keeps serving (an oversized
@@ -22,7 +23,6 @@ import json
 import logging
 import os
 import socket
-import stat
 import struct
 import threading
 from collections.abc import Callable, Collection, Iterator, Mapping
@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from pipeline.control.isolation import process_info
+from pipeline.control.socket.claim import claim_directory, clear_path, hand_to
 from pipeline.control.verbs import VerbErrorKind, VerbResponse
 from pipeline.rules.errors import ConfigError
 
@@ -47,14 +49,28 @@ log = logging.getLogger(__name__)
 MAX_LINE: Final = 64 * 1024
 SOCKET_ENV: Final = "VIGIL_SOCKET"
 SOCKET_NAME: Final = "vigil.sock"
-_PROBE_TIMEOUT_S: Final = 1.0
 _CHUNK: Final = 4096
 
 
 @dataclass(frozen=True, slots=True)
 class Peer:
+    """A connected process as ``SO_PEERCRED`` named it at connect, with its start time then
+    (clock ticks after boot; None when it was already gone): who asks on every later line."""
+
     pid: int
     uid: int
+    start: int | None = None
+
+    @classmethod
+    def at_connect(cls, pid: int, uid: int) -> Peer:
+        info = process_info(pid)
+        return cls(pid, uid, None if info is None else info.start)
+
+    def unchanged(self) -> bool:
+        """Whether the process that connected still runs (same pid, same start time): else
+        it is gone, or its pid now names another process — fail-closed, never the user."""
+        info = process_info(self.pid)
+        return self.start is not None and info is not None and info.start == self.start
 
 
 Handler = Callable[[object, Peer], VerbResponse]
@@ -90,7 +106,11 @@ class SocketServer:
         max_line: int = MAX_LINE,
         owner: int | None = None,
         peers: Collection[int] | None = None,
+        remove_dir: bool = False,
     ) -> None:
+        """``owner``: the uid the socket is handed to (its directory stays ours, 0711);
+        ``peers``: the uids let in (default: ours); ``remove_dir``: the directory is this
+        server's own (a fresh private one) and goes with it on :meth:`close`."""
         self.path = path
         self._handler = handler
         self._max_line = max_line
@@ -98,27 +118,28 @@ class SocketServer:
         self._peers = frozenset({os.getuid()} if peers is None else peers)
         self._sock: socket.socket | None = None
         self._inode: int | None = None
+        self._directory: int | None = None
+        self._remove_dir = remove_dir
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
-        """Bind 0600, refusing a socket a live daemon holds and replacing a stale one."""
-        self._claim_path()
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        old = os.umask(0o177)
+        """Bind 0600 in a directory of ours (``claim``): a live daemon on the path refuses, a
+        stale socket or a listener that is no vigil daemon is replaced."""
+        directory = claim_directory(self.path.parent, shared=self._owner is not None)
+        sock: socket.socket | None = None
         try:
-            sock.bind(str(self.path))
-        except OSError as exc:
-            sock.close()
-            raise ConfigError(
-                f"cannot bind the control socket {self.path}: {exc.strerror}"
-            ) from None
-        finally:
-            os.umask(old)
-        os.chmod(self.path, 0o600)
-        if self._owner is not None:
-            os.chown(self.path, self._owner, -1)
-        self._inode = os.stat(self.path).st_ino
+            clear_path(self.path, directory)
+            sock = self._bind()
+            if self._owner is not None:
+                hand_to(self.path, directory, self._owner)
+            self._inode = os.stat(self.path.name, dir_fd=directory, follow_symlinks=False).st_ino
+        except BaseException:
+            if sock is not None:
+                sock.close()
+            os.close(directory)
+            raise
+        self._directory = directory
         sock.listen(64)
         sock.settimeout(0.2)
         self._sock = sock
@@ -128,6 +149,20 @@ class SocketServer:
         self._thread.start()
         log.info("control plane listening on %s", self.path)
 
+    def _bind(self) -> socket.socket:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old = os.umask(0o177)  # the socket is 0600 from its first instant
+        try:
+            sock.bind(str(self.path))
+        except OSError as exc:
+            sock.close()
+            raise ConfigError(
+                f"cannot bind the control socket {self.path}: {exc.strerror}"
+            ) from None
+        finally:
+            os.umask(old)
+        return sock
+
     def close(self) -> None:
         self._stop.set()
         if self._thread is not None:
@@ -135,10 +170,18 @@ class SocketServer:
         if self._sock is not None:
             self._sock.close()
             self._sock = None
+        directory, self._directory = self._directory, None
+        if directory is None:
+            return
         # Remove the socket only if it is still ours (not a successor's).
         with contextlib.suppress(OSError):
-            if self._inode is not None and os.stat(self.path).st_ino == self._inode:
-                self.path.unlink()
+            found = os.stat(self.path.name, dir_fd=directory, follow_symlinks=False)
+            if found.st_ino == self._inode:
+                os.unlink(self.path.name, dir_fd=directory)
+        if self._remove_dir:
+            with contextlib.suppress(OSError):
+                os.rmdir(self.path.parent)
+        os.close(directory)
 
     def __enter__(self) -> SocketServer:
         self.start()
@@ -148,42 +191,6 @@ class SocketServer:
         self.close()
 
     # -- internals -------------------------------------------------------------------------
-
-    def _claim_path(self) -> None:
-        path = self.path
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        if self._owner is not None:
-            self._hand_over(path.parent, self._owner)
-        try:
-            mode = os.lstat(path).st_mode
-        except FileNotFoundError:
-            return
-        if not stat.S_ISSOCK(mode):
-            raise ConfigError(f"{path} exists and is not a socket: refusing to replace it")
-        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        probe.settimeout(_PROBE_TIMEOUT_S)
-        try:
-            probe.connect(str(path))
-        except OSError:
-            log.info("replacing the stale control socket %s", path)
-            path.unlink()
-            return
-        finally:
-            probe.close()
-        raise ConfigError(f"a vigil daemon is already serving {path}: refusing to start")
-
-    @staticmethod
-    def _hand_over(directory: Path, owner: int) -> None:
-        """Give ``directory`` (ours or already the owner's, mode 0700) to ``owner``."""
-        found = os.lstat(directory)
-        if not stat.S_ISDIR(found.st_mode) or found.st_uid not in (owner, os.getuid()):
-            raise ConfigError(f"{directory} belongs to someone else: refusing to use it")
-        if stat.S_IMODE(found.st_mode) & 0o077:
-            raise ConfigError(f"{directory} is open to others (mode 0700 expected)")
-        try:
-            os.chown(directory, owner, -1)
-        except OSError as exc:
-            raise ConfigError(f"cannot hand {directory} to uid {owner}: {exc.strerror}") from None
 
     def _accept_loop(self) -> None:
         assert self._sock is not None
@@ -213,7 +220,7 @@ class SocketServer:
                     ),
                 )
                 return
-            peer = Peer(pid=pid, uid=uid)
+            peer = Peer.at_connect(pid, uid)
             for line in self._lines(conn):
                 if line is None:
                     response = VerbResponse.failure(

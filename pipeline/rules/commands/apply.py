@@ -34,6 +34,7 @@ from pipeline.rules.commands.context import (
     bound_session,
     check_cap,
     check_grant,
+    check_host_definition,
     check_revision,
     check_role,
     check_room,
@@ -45,6 +46,7 @@ from pipeline.rules.commands.context import (
 )
 from pipeline.rules.commands.control import authorize_control
 from pipeline.rules.commands.grants import grant_add, grant_list, grant_revoke
+from pipeline.rules.commands.host import NO_HOST, Host
 from pipeline.rules.commands.limits import DEFAULT_LIMITS, Limits, is_schedule, stale_proposals
 from pipeline.rules.commands.model import (
     Command,
@@ -88,9 +90,11 @@ def apply(
     limits: Limits = DEFAULT_LIMITS,
     *,
     ceilings: BudgetCeilings = NO_CEILINGS,
+    host: Host = NO_HOST,
 ) -> CommandOutcome:
     """Decide ``command`` for its subject: ``registry_view`` is that subject's watchers by id,
-    ``grants`` every grant by id, ``ceilings`` the operator's budget ceilings. Never raises for a
+    ``grants`` every grant by id, ``ceilings`` the operator's budget ceilings, ``host`` the
+    daemon's subject and chats (the only ones that may run and prompt). Never raises for a
     bad command: refusals are results.
 
     Proposals older than ``limits.proposal_ttl`` are gone before the command is decided (not
@@ -102,7 +106,7 @@ def apply(
     if stale:
         gone = {entry.watcher_id for entry in stale}
         view = {key: entry for key, entry in registry_view.items() if key not in gone}
-    ctx = CommandContext(command, view, grants, now, limits, ceilings)
+    ctx = CommandContext(command, view, grants, now, limits, ceilings, host=host)
     try:
         check_role(ctx)
         return _forgetting(stale, _HANDLERS[command.verb](ctx))
@@ -152,6 +156,7 @@ def refused(request_id: str, verb: str, error: DefinitionError, now: datetime) -
 def _create(ctx: CommandContext) -> CommandOutcome:
     definition = submitted_definition(ctx)
     not_agent(definition)
+    check_host_definition(ctx, definition)
     check_grant(ctx, definition, Action.MANAGE)
     before = ctx.view.get(definition.watcher_id)
     if before is not None and is_live(before.status):
@@ -170,6 +175,7 @@ def _update(ctx: CommandContext) -> CommandOutcome:
     ``schedule_update``, not this)."""
     definition = submitted_definition(ctx)
     not_agent(definition)
+    check_host_definition(ctx, definition)
     before = ctx.view.get(definition.watcher_id)
     if before is None:
         raise Refusal(ResultCode.NOT_FOUND, f"no watcher {definition.watcher_id!r}", "watcher_id")
@@ -197,6 +203,7 @@ def _propose(ctx: CommandContext) -> CommandOutcome:
     )
     definition = submitted_definition(ctx, body)
     check_agent_watch(definition)
+    check_host_definition(ctx, definition)
     decision = may(principal, Verb.PROPOSE, ctx.subject, session_id=definition.session_id)
     if not decision.allowed:
         raise Refusal(ResultCode.DENIED, decision.detail, "session_id")
@@ -212,7 +219,7 @@ def _propose(ctx: CommandContext) -> CommandOutcome:
             f"watcher {definition.watcher_id!r} exists and is {before.status.value}",
             "watcher_id",
         )
-    check_room(ctx, definition.watcher_id, proposal=True)
+    check_room(ctx, definition.watcher_id, proposal=True, session_id=definition.session_id)
     return accept(ctx, definition, WatcherStatus.PROPOSED, before)
 
 

@@ -6,7 +6,8 @@ limits), :class:`Refusal` (a result code raised by a check and turned into an er
 (:func:`role_verb`: creating or updating a watcher is ``create`` whatever its id — an agent
 schedules only through the ``schedule`` commands of the control plane; another subject's object
 is "not found", never "denied"), grants (fail-closed, seed 000: every management, erasure and
-control verb consults them, action ``manage``), the expected revision (CAS), the room a new
+control verb consults them, action ``manage``), the host's verbs (``run`` and ``prompt`` are the
+daemon subject's alone: ``host``), the expected revision (CAS), the room a new
 live watcher needs (``limits``) and seed 003's three active agent watches per session, and
 reading the named watcher or the submitted definition. The verbs themselves are
 ``pipeline.rules.commands.apply``.
@@ -22,6 +23,7 @@ from typing import Any, Final
 from pipeline.rules.authz import Action, Principal, Role, Subject, Verb, authorize, may
 from pipeline.rules.authz import DenyReason as _Deny
 from pipeline.rules.budgets import NO_CEILINGS, BudgetCeilings
+from pipeline.rules.commands.host import NO_HOST, Host, host_verdict, refusal_text
 from pipeline.rules.commands.limits import (
     DEFAULT_LIMITS,
     SCHEDULE_PREFIX,
@@ -54,6 +56,8 @@ __all__ = [
     "bound_session",
     "check_cap",
     "check_grant",
+    "check_host",
+    "check_host_definition",
     "check_revision",
     "check_role",
     "check_room",
@@ -129,6 +133,7 @@ class CommandContext:
     now: datetime
     limits: Limits = DEFAULT_LIMITS
     ceilings: BudgetCeilings = NO_CEILINGS  # the operator's [budgets.ceilings]
+    host: Host = NO_HOST  # the daemon's subject and chats: who may run and prompt
     # Grant verdicts already reached in this command, by scope: a subject's watchers share few.
     verdicts: dict[tuple[str, str, GrantScope, Action], bool] = field(default_factory=dict)
 
@@ -200,6 +205,30 @@ def check_grant(ctx: CommandContext, definition: WatcherDefinition, action: Acti
     decision = _decide(ctx, definition, action)
     if not decision.allowed:
         raise Refusal(ResultCode.DENIED, decision.detail)
+
+
+def check_host(
+    ctx: CommandContext, verb: str, purpose: str, target: str, field: str = "delivery.verb"
+) -> None:
+    """A ``run`` or ``prompt`` (``query``) is the host's alone (``pipeline.rules.commands.host``):
+    its subject, the control purpose, one of its chats; ``send`` and ``notify`` pass."""
+    command = ctx.command
+    verdict = host_verdict(
+        ctx.host,
+        verb,
+        tenant_id=command.tenant_id,
+        user_id=command.user_id,
+        purpose=purpose,
+        target=target,
+    )
+    if not verdict.allowed:
+        raise Refusal(ResultCode.DENIED, refusal_text(verdict, verb), field)
+
+
+def check_host_definition(ctx: CommandContext, definition: WatcherDefinition) -> None:
+    """:func:`check_host` for the verb a watcher definition delivers with."""
+    delivery = definition.delivery
+    check_host(ctx, delivery.verb.value, definition.purpose, delivery.target)
 
 
 def covered(ctx: CommandContext, entry: RegistryEntry, action: Action) -> bool:
@@ -291,7 +320,8 @@ def check_cap(ctx: CommandContext, entry: RegistryEntry) -> None:
 def check_room(
     ctx: CommandContext, watcher_id: str, *, proposal: bool = False, session_id: str | None = None
 ) -> None:
-    """A new live watcher fits the subject's limits (and a schedule its session's)."""
+    """A new live watcher fits the subject's limits (and a schedule or a proposal its
+    session's)."""
     limits = ctx.limits
     room = Room.count(ctx.view.values(), leaving_out=watcher_id, session_id=session_id)
     if is_schedule(watcher_id):
@@ -305,6 +335,11 @@ def check_room(
         return
     if proposal and room.proposals >= limits.proposals:
         raise _cap(f"the subject already has {room.proposals} pending proposals", "watcher_id")
+    if proposal and session_id is not None and room.session_proposals >= limits.session_proposals:
+        raise _cap(
+            f"session {session_id!r} already has {room.session_proposals} pending proposals",
+            "session_id",
+        )
     if room.watchers >= limits.watchers:
         raise _cap(f"the subject already has {room.watchers} live watchers", "watcher_id")
 

@@ -1,17 +1,18 @@
 """The daemon's own verbs, authorized by the command processor: ``run``, ``query`` and the agent
 step of ``prompt`` (seed 000 at every edge, DESIGN.md §5).
 
-Owns :func:`authorize_control`: after the role check (agents may do none of the three), the
-subject's grants must let it ``manage`` source ``control`` (purpose ``control.chat``) for the
-chat named in ``target`` — the daemon's own grant does, so revoking it locks these verbs as it
-locks ``send`` and ``schedule``. The command writes nothing but its answer (the ``commands``
+Owns :func:`authorize_control`: after the role check (agents may do none of the three) and the
+host's rule (only the daemon's own subject, for its chats: ``host``), the subject's grants must
+let it ``manage`` source ``control`` (purpose ``control.chat``) for the chat named in
+``target`` — the daemon's own grant does, so revoking it locks these verbs as it locks ``send``
+and ``schedule``. The command writes nothing but its answer (the ``commands``
 record is its audit trail); starting the script or the agent is the daemon's, after the answer.
 """
 
 from __future__ import annotations
 
 from pipeline.rules.authz import Action, AuthzDecision, authorize
-from pipeline.rules.commands.context import CommandContext, Refusal
+from pipeline.rules.commands.context import CommandContext, Refusal, check_host
 from pipeline.rules.commands.immediate import CONTROL_PURPOSE, CONTROL_SOURCE
 from pipeline.rules.commands.model import CommandOutcome, ResultCode
 
@@ -42,5 +43,6 @@ def authorize_control(ctx: CommandContext) -> CommandOutcome:
     chat = command.target
     if not chat:
         raise Refusal(ResultCode.INVALID, "name the chat the verb runs for", "target")
+    check_host(ctx, command.verb.value, CONTROL_PURPOSE, chat, "verb")
     decision = check_control(ctx, chat, Action.MANAGE)
     return ctx.ok({"verb": command.verb.value, "target": chat, "grant_id": decision.grant_id})

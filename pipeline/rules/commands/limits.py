@@ -1,12 +1,13 @@
 """Limits on what commands create (DESIGN.md §10 "Limits"): counted per subject and per session.
 
 Owns :class:`Limits` (the configurable caps and their documented defaults: live watchers 1,000,
-pending proposals 100 that expire after 24 h, schedules 100 per subject, schedules 10 per agent
-session), :class:`Room` (what a subject holds now, counted over its registry view) and
-:func:`stale_proposals` (the proposals whose time to be approved has passed). Everything here is
-a pure count over one subject's registry view; refusing (``cap_reached``) and forgetting an
-expired proposal are ``pipeline.rules.commands.context`` and ``apply``. Seed 003's three active
-agent watches per session is ``context.AGENT_CAP``: a bound of the seed, not a setting.
+pending proposals 100 that expire after 24 h, schedules 100 per subject, schedules 10 and pending
+proposals 10 per agent session, an agent's cron schedule expiring within 30 days), :class:`Room`
+(what a subject holds now, counted over its registry view) and :func:`stale_proposals` (the
+proposals whose time to be approved has passed). Everything here is a pure count over one subject's
+registry view; refusing (``cap_reached``) and forgetting an expired proposal are
+``pipeline.rules.commands.context`` and ``apply``. Seed 003's three active agent watches per session
+is ``context.AGENT_CAP``: a bound of the seed, not a setting.
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ class Limits:
     proposal_ttl: timedelta = timedelta(hours=24)  # a proposal not approved by then is forgotten
     schedules: int = 100  # live schedules of the subject
     session_schedules: int = 10  # live schedules one agent session created
+    session_proposals: int = 10  # pending proposals of one agent session
+    agent_cron_ttl: timedelta = timedelta(days=30)  # an agent's cron schedule expires by then
 
 
 DEFAULT_LIMITS: Final = Limits()
@@ -59,24 +62,26 @@ class Room:
     proposals: int
     schedules: int
     session_schedules: int
+    session_proposals: int = 0
 
     @classmethod
     def count(
         cls, entries: Iterable[RegistryEntry], *, leaving_out: str, session_id: str | None
     ) -> Room:
-        watchers = proposals = schedules = session_schedules = 0
+        watchers = proposals = schedules = session_schedules = session_proposals = 0
         for entry in entries:
             if entry.watcher_id == leaving_out or not is_live(entry.status):
                 continue
+            ours = session_id is not None and entry.session_id == session_id
             if is_schedule(entry.watcher_id):
                 schedules += 1
-                if session_id is not None and entry.session_id == session_id:
-                    session_schedules += 1
+                session_schedules += ours
                 continue
             watchers += 1
             if entry.status is WatcherStatus.PROPOSED:
                 proposals += 1
-        return cls(watchers, proposals, schedules, session_schedules)
+                session_proposals += ours
+        return cls(watchers, proposals, schedules, session_schedules, session_proposals)
 
 
 def stale_proposals(

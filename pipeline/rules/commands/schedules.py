@@ -3,15 +3,20 @@
 
 Owns :func:`schedule`, which :func:`pipeline.rules.commands.apply.apply` dispatches both verbs to
 after the role check (``schedule``, which agents hold): the definition must be a schedule watcher
-``schedule:<chat>:<name>``; the daemon's grant must let the subject ``manage`` it; a live name is
-a ``conflict`` unless ``schedule_update`` (seed 001's ``--update``: replace or create, the one
-update without an expected revision). An agent schedules only ``send`` and ``prompt`` (never
-``run``), its schedules carry its session, it replaces only the schedules its session created,
-and a new one must fit the subject's and the session's limits. Timing, chats and the argv
+``schedule:<chat>:<name>``; the daemon's grant must let the subject ``manage`` it; a live name is a
+``conflict`` unless ``schedule_update`` (seed 001's ``--update``: replace or create, the one update
+without an expected revision). An agent schedules only ``send`` and ``prompt`` (never ``run``), its
+schedules carry its session, it replaces only the schedules its session created, and a new one must
+fit the subject's and the session's limits; an agent's cron schedule expires within ``[limits]
+agent_cron_ttl`` (30 days), never later than the one it replaces. A ``run`` or ``prompt`` is the
+daemon subject's alone (``host``): another subject's schedule only sends. Timing, chats and the argv
 grammar are the control plane's (``pipeline.control``).
 """
 
 from __future__ import annotations
+
+import contextlib
+from datetime import datetime
 
 from pipeline.rules.authz import Action, Role
 from pipeline.rules.commands.context import (
@@ -19,14 +24,18 @@ from pipeline.rules.commands.context import (
     Refusal,
     bound_session,
     check_grant,
+    check_host_definition,
     check_room,
     submitted_definition,
 )
 from pipeline.rules.commands.limits import is_schedule
-from pipeline.rules.commands.model import CommandOutcome, CommandVerb, ResultCode
+from pipeline.rules.commands.model import CommandOutcome, CommandVerb, RegistryEntry, ResultCode
 from pipeline.rules.commands.versions import accept
-from pipeline.rules.definition import DeliveryVerb
+from pipeline.rules.definition import DeliveryVerb, WatcherDefinition
+from pipeline.rules.errors import DefinitionError
+from pipeline.rules.instants import rfc3339_seconds
 from pipeline.rules.lifecycle import WatcherStatus, is_live
+from pipeline.rules.sources import ScheduleSource
 
 __all__ = ["schedule"]
 
@@ -46,8 +55,14 @@ def schedule(ctx: CommandContext) -> CommandOutcome:
         raise Refusal(ResultCode.INVALID, "a schedule is schedule:<chat>:<name>", "watcher_id")
     if principal.role is Role.AGENT and definition.delivery.verb is DeliveryVerb.RUN:
         raise Refusal(ResultCode.DENIED, "an agent schedules send or prompt, never run", "argv")
-    check_grant(ctx, definition, Action.MANAGE)
     before = ctx.view.get(definition.watcher_id)
+    expiry = _agent_cron_expiry(ctx, definition, before)
+    if expiry is not None and body is not None:
+        definition = submitted_definition(
+            ctx, {**body, "session_id": session, "expires_at": rfc3339_seconds(expiry)}
+        )
+    check_host_definition(ctx, definition)
+    check_grant(ctx, definition, Action.MANAGE)
     if before is not None and is_live(before.status):
         if command.verb is not CommandVerb.SCHEDULE_UPDATE:
             raise Refusal(
@@ -64,3 +79,31 @@ def schedule(ctx: CommandContext) -> CommandOutcome:
         return accept(ctx, definition, before.status, before, keep=before)
     check_room(ctx, definition.watcher_id, session_id=session)
     return accept(ctx, definition, WatcherStatus.ACTIVE, before)
+
+
+def _agent_cron_expiry(
+    ctx: CommandContext, definition: WatcherDefinition, before: RegistryEntry | None
+) -> datetime | None:
+    """When an agent's cron schedule expires (DESIGN.md §10 "Limits"): within
+    ``limits.agent_cron_ttl`` of now, and never later than the live schedule it replaces, so a
+    chain of upserts cannot keep it alive; a later ``expires_at`` is refused. None for anything
+    that is not an agent's cron."""
+    source = definition.source
+    if ctx.command.principal.role is not Role.AGENT or not isinstance(source, ScheduleSource):
+        return None
+    if source.cron is None:
+        return None
+    latest = ctx.now + ctx.limits.agent_cron_ttl
+    if before is not None and is_live(before.status):
+        with contextlib.suppress(DefinitionError):
+            kept = before.definition().expires_at
+            if kept is not None:
+                latest = min(latest, kept)
+    asked = definition.expires_at
+    if asked is not None and asked > latest:
+        raise Refusal(
+            ResultCode.INVALID,
+            f"an agent's cron schedule expires by {rfc3339_seconds(latest)}",
+            "expires_at",
+        )
+    return latest if asked is None else asked

@@ -8,8 +8,9 @@ definitions hold only registry references, and no receipts), its total and bound
 field, for any input), and the two operator verbs the command processor decides: ``export`` (one
 page of the subject's registry) and ``import`` (one watcher, kept as it was — version, revision,
 status, times — refused as ``create`` refuses: a live watcher of that id is a ``conflict``, and
-so is a closed one at that version or later; a live one needs a grant to manage it and room in
-the limits, and an agent watch seed 003's bounds).
+so is a closed one at that version or later; a live one needs a grant to manage it, room in
+the limits, a ``run`` or ``prompt`` the host's (``pipeline.rules.commands.host``), and an agent
+watch seed 003's bounds).
 
 Left out: reading and writing files, sending one command per watcher (``pipeline.cli``).
 """
@@ -29,6 +30,7 @@ from pipeline.rules.commands.context import (
     Refusal,
     check_cap,
     check_grant,
+    check_host_definition,
     check_room,
 )
 from pipeline.rules.commands.model import (
@@ -208,6 +210,7 @@ def import_watcher(ctx: CommandContext) -> CommandOutcome:
     if is_live(entry.status):
         if definition.session_id is not None:
             check_agent_watch(definition)
+        check_host_definition(ctx, definition)
         check_grant(ctx, definition, Action.MANAGE)
         check_room(ctx, entry.watcher_id, proposal=entry.status is WatcherStatus.PROPOSED)
         if entry.status is WatcherStatus.ACTIVE:

@@ -21,6 +21,7 @@ from pipeline.control.run import ScriptRunner
 from pipeline.control.verbs import VerbErrorKind, VerbResponse
 from pipeline.rules.authz import Principal, Role
 from pipeline.rules.commands import GrantRecord, apply
+from pipeline.rules.commands.host import Host
 from pipeline.rules.commands.immediate import daemon_grant
 from pipeline.rules.commands.model import Command, CommandResult, CommandVerb, RegistryEntry
 from pipeline.rules.errors import DefinitionError
@@ -31,6 +32,7 @@ from pipeline.rules.zones import load_zone
 pytestmark = pytest.mark.unit
 
 T, U = "local", "me"
+HOST = Host.of(T, U, ("me", "ops"))  # the daemon's subject and chats, as the processor knows them
 START = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
 USER = user_principal(T, U)
 
@@ -68,7 +70,9 @@ class InMemoryProcessor:
 
     def send(self, command: Command) -> CommandResult:
         self.seen.append(command)
-        outcome = apply(command, dict(self.registry), dict(self.grants), self.clock.now())
+        outcome = apply(
+            command, dict(self.registry), dict(self.grants), self.clock.now(), host=HOST
+        )
         for watcher_id, entry in outcome.registry:
             if entry is None:
                 self.registry.pop(watcher_id, None)
@@ -245,6 +249,34 @@ def test_run_starts_an_allowlisted_script_with_the_chat_in_its_env(
     runner.wait_all(10)
     assert marker.read_text().strip() == "ops"
     assert result["pid"] > 0
+
+
+def test_a_fired_schedules_run_asked_by_delivery_carries_its_key_and_schedule(
+    make: Any, tmp_path: Path
+) -> None:
+    """Delivery asks the daemon to start a fired run: the script gets the entry's delivery key
+    and the schedule's name and time, and the command processor authorizes it as any run."""
+    d, _, runner = make()
+    out = tmp_path / "fired"
+    script = tmp_path / "scripts" / "fired.sh"
+    script.write_text(
+        f'#!/bin/sh\necho "$VIGIL_DELIVERY_KEY|$VIGIL_SCHEDULE_NAME|$VIGIL_SCHEDULE_TIME" > {out}\n'
+    )
+    script.chmod(0o700)
+    request = {
+        "verb": "run",
+        "args": ["fired.sh"],
+        "chat": "me",
+        "delivery_key": "ab" * 32,
+        "schedule_name": "nightly",
+        "schedule_time": "2026-12-01T07:00:00Z",
+    }
+    result = _ok(d.handle(request, USER))
+    runner.wait_all(10)
+    assert result["delivery_key"] == "ab" * 32
+    assert out.read_text().strip() == f"{'ab' * 32}|nightly|2026-12-01T07:00:00Z"
+    bad = d.handle({**request, "delivery_key": "not-a-key"}, USER)
+    assert bad.error is not None and bad.error.code is VerbErrorKind.INVALID
 
 
 def test_run_outside_the_allowlist_is_refused(make: Any, tmp_path: Path) -> None:

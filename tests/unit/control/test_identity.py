@@ -8,6 +8,7 @@ uid is an agent whatever it did; a stale token is refused; anyone else is the us
 from __future__ import annotations
 
 import os
+import subprocess
 import threading
 import time
 from datetime import timedelta
@@ -69,14 +70,14 @@ def test_a_double_forked_child_without_its_token_is_still_the_agent_during_and_a
         info = process_info(pid)
         assert info is not None
         assert os.getpid() not in [p.pid for p in process_chain(pid)]
-        during = identity.of(Peer(pid=pid, uid=os.getuid()), None)
+        during = identity.of(Peer.at_connect(pid=pid, uid=os.getuid()), None)
         seen.write_text("1")
         asking.join(20)
         assert answers == ["done"]
-        after = identity.of(Peer(pid=pid, uid=os.getuid()), None)
+        after = identity.of(Peer.at_connect(pid=pid, uid=os.getuid()), None)
         assert during is not None and during.role is Role.AGENT
         assert after == during  # the ended run's agent, same session
-        assert identity.of(Peer(pid=os.getpid(), uid=os.getuid()), None) == USER
+        assert identity.of(Peer.at_connect(pid=os.getpid(), uid=os.getuid()), None) == USER
     finally:
         os.kill(pid, 9)
 
@@ -85,7 +86,7 @@ def test_a_token_no_live_run_holds_is_refused_never_the_user(tmp_path: Path) -> 
     tokens = AgentTokens("t", "u")
     identity = PeerIdentity(USER, tokens)
     run = tokens.issue("me")
-    me = Peer(pid=os.getpid(), uid=os.getuid())
+    me = Peer.at_connect(pid=os.getpid(), uid=os.getuid())
     assert identity.of(me, run.token) == run.principal
     tokens.revoke(run)
     assert identity.of(me, run.token) is None
@@ -95,10 +96,30 @@ def test_a_token_no_live_run_holds_is_refused_never_the_user(tmp_path: Path) -> 
 def test_a_peer_under_the_agent_uid_is_an_agent_whatever_it_forked() -> None:
     tokens = AgentTokens("t", "u")
     identity = PeerIdentity(USER, tokens, agent_uid=4242)
-    stray = identity.of(Peer(pid=os.getpid(), uid=4242), None)
+    stray = identity.of(Peer.at_connect(pid=os.getpid(), uid=4242), None)
     assert stray is not None and stray.role is Role.AGENT
     assert stray.session_id == "agent-uid-4242"
-    assert identity.of(Peer(pid=os.getpid(), uid=os.getuid()), None) == USER
+    assert identity.of(Peer.at_connect(pid=os.getpid(), uid=os.getuid()), None) == USER
+
+
+def test_a_peer_whose_process_is_gone_or_replaced_is_refused_with_or_without_a_token() -> None:
+    """DESIGN.md §10: socket identity is fail-closed. A peer whose pid is gone (its ancestry
+    unreadable) or names another process now (another start time) is nobody, never the user."""
+    tokens = AgentTokens("t", "u")
+    identity = PeerIdentity(USER, tokens)
+    run = tokens.issue("me")
+    gone = subprocess.Popen(["/bin/true"])
+    connected = Peer.at_connect(pid=gone.pid, uid=os.getuid())
+    gone.wait()
+    assert connected.start is not None and not connected.unchanged()
+    assert identity.of(connected, None) is None
+    assert identity.of(connected, run.token) is None
+    me = Peer.at_connect(pid=os.getpid(), uid=os.getuid())
+    assert me.unchanged() and identity.of(me, None) == USER
+    assert me.start is not None
+    replaced = Peer(pid=os.getpid(), uid=os.getuid(), start=me.start - 1)
+    assert identity.of(replaced, None) is None
+    assert identity.of(Peer(pid=os.getpid(), uid=os.getuid(), start=None), None) is None
 
 
 class _Watched(AgentTokens):
@@ -139,7 +160,7 @@ def test_the_agent_command_runs_only_once_its_run_holds_its_pid(tmp_path: Path) 
     try:
         assert tokens.ran_before_attach is False
         assert answer == "the prompt, whole\nand its second line"  # the gate took only its line
-        seen = PeerIdentity(USER, tokens).of(Peer(pid=pid, uid=os.getuid()), None)
+        seen = PeerIdentity(USER, tokens).of(Peer.at_connect(pid=pid, uid=os.getuid()), None)
         assert seen is not None and seen.role is Role.AGENT
     finally:
         os.kill(pid, 9)

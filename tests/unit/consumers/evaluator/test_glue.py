@@ -114,6 +114,17 @@ def test_trigger_text_is_rfc8785_canonical_and_sealed() -> None:
     assert canonical_json(opened["trigger"]) == trigger
 
 
+def test_a_receipt_without_its_sealed_field_reads_as_erased_never_as_plaintext() -> None:
+    """Issue 27: plaintext in place of the sealed field is a downgrade erasure could not reach."""
+    _, result = satisfied()
+    ring = OpenRing()
+    raw = encode_receipt(CODEC, ring, result.receipt, "ci.pipeline")
+    name, value = CODEC.decode(raw)
+    forged = {**value, "sealed": None, "trigger": '{"forged": 1}', "payload": '{"status": "x"}'}
+    receipt, _ = decode_receipt(CODEC, ring, CODEC.encode(name, forged))
+    assert (receipt.erased, receipt.trigger, receipt.payload) == (True, {}, None)
+
+
 def test_expiry_tick_stands_after_the_deadline_and_poll_tick_names_its_watcher() -> None:
     tick: dict[str, Any] = {
         "kind": "expiry",

@@ -130,7 +130,7 @@ def test_socket_path_order_is_flag_env_config_xdg_then_home(tmp_path: Path) -> N
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="handing a socket to another uid needs root")
-def test_a_socket_handed_to_another_uid_is_theirs_0600_and_refuses_every_other_peer(
+def test_a_socket_handed_to_another_uid_is_theirs_0600_in_a_directory_that_stays_ours(
     tmp_path: Path,
 ) -> None:
     other = 65534  # nobody
@@ -139,15 +139,47 @@ def test_a_socket_handed_to_another_uid_is_theirs_0600_and_refuses_every_other_p
         found = os.stat(path)
         assert (found.st_uid, stat.S_IMODE(found.st_mode)) == (other, 0o600)
         folder = os.stat(path.parent)
-        assert (folder.st_uid, stat.S_IMODE(folder.st_mode)) == (other, 0o700)
+        assert (folder.st_uid, stat.S_IMODE(folder.st_mode)) == (os.geteuid(), 0o711)
         refused = call(path, {"verb": "list"})  # we are root, not the agent's uid
         assert refused.error is not None and refused.error.code.value == "unauthenticated"
 
 
-def test_a_directory_someone_else_owns_is_never_used_for_a_handed_over_socket(
+def test_a_directory_someone_else_owns_or_others_may_write_is_never_used(tmp_path: Path) -> None:
+    theirs = tmp_path / "theirs"
+    theirs.mkdir(mode=0o700)
+    os.chown(theirs, 65534, -1)
+    with pytest.raises(ConfigError, match="belongs to uid 65534"):
+        SocketServer(theirs / "vigil.sock", _echo).start()
+    open_dir = tmp_path / "shared"
+    open_dir.mkdir()
+    open_dir.chmod(0o777)
+    with pytest.raises(ConfigError, match="open to others"):
+        SocketServer(open_dir / "vigil.sock", _echo, owner=65534).start()
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "agent-dir-elsewhere", target_is_directory=True)
+    (tmp_path / "agent-dir-elsewhere").mkdir(mode=0o700)
+    with pytest.raises(ConfigError, match="not a directory this daemon can use"):
+        SocketServer(link / "vigil.sock", _echo).start()
+
+
+def test_a_listener_that_is_no_vigil_daemon_is_replaced_and_never_blocks_the_start(
     tmp_path: Path,
 ) -> None:
-    folder = tmp_path / "shared"
-    folder.mkdir(mode=0o755)
-    with pytest.raises(ConfigError, match="open to others"):
-        SocketServer(folder / "vigil.sock", _echo, owner=os.getuid()).start()
+    path = tmp_path / "run" / "vigil.sock"
+    path.parent.mkdir(mode=0o700)
+    squatter = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    squatter.bind(str(path))
+    squatter.listen(1)
+    try:
+        with SocketServer(path, _echo) as server:
+            answer = call(server.path, {"verb": "list"})
+            assert answer.ok, answer  # ours, not the squatter's
+    finally:
+        squatter.close()
+
+
+def test_a_private_directory_goes_with_its_server(tmp_path: Path) -> None:
+    path = tmp_path / "private" / "vigil.sock"
+    with SocketServer(path, _echo, remove_dir=True):
+        assert path.exists()
+    assert not path.parent.exists()

@@ -42,7 +42,7 @@ from pipeline.rules.errors import DefinitionError, ErasedError
 from pipeline.rules.keys import subject_key, watcher_key
 from pipeline.rules.lifecycle import CloseReason
 from pipeline.runtime.tables import Table, TableSpec
-from tests.keyring import ring_with
+from tests.keyring import ring_with, sealed_command_value
 
 pytestmark = pytest.mark.unit
 
@@ -730,11 +730,21 @@ def test_grant_until_takes_an_instant_or_a_duration_from_now() -> None:
 
 
 def test_a_command_record_whose_json_body_is_broken_names_the_body() -> None:
-    ring = ring_with()
+    ring = ring_with(subject_owner(TENANT, USER))
     record = command_value(command(CommandVerb.SHOW, watcher_id="w-1"), ring)
     with pytest.raises(DefinitionError) as caught:
-        command_from_value({**record, "definition": "{not json"}, ring)
+        command_from_value(sealed_command_value(ring, {**record, "definition": "{not json"}), ring)
     assert caught.value.field == "definition"
+
+
+def test_a_command_record_with_unsealed_content_is_refused_never_read_as_plaintext() -> None:
+    """Issue 27: a record without its sealed field is a downgrade erasure could not reach."""
+    ring = ring_with(subject_owner(TENANT, USER))
+    record = command_value(command(CommandVerb.SHOW, watcher_id="w-1"), ring)
+    for content in ({"definition": '{"watcher_id": "w-1"}'}, {"text": "hello"}):
+        with pytest.raises(DefinitionError) as caught:
+            command_from_value({**record, **content}, ring)
+        assert caught.value.field == "sealed"
 
 
 def test_the_subject_index_survives_a_rollback_and_rebuilds_for_a_new_table() -> None:

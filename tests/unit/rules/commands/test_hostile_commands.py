@@ -6,9 +6,12 @@ taken through what the command processor does with a record it decoded: read the
 (:func:`~pipeline.rules.commands.apply`) against the subject's registry so far. The property:
 nothing raises; every command is accepted or refused with a reason code; every definition
 that was accepted survives the ticker's and delivery's planning at ``now`` and ``now ± 100 y``;
-and a ``redeliver`` is accepted only from the subject, a manager or an operator with a
+a ``redeliver`` is accepted only from the subject, a manager or an operator with a
 well-formed delivery key (agents, scoped chats, the system, strangers and malformed keys are
-refused), asking delivery for exactly that key of that subject.
+refused), asking delivery for exactly that key of that subject; and a watcher that delivers with
+``run`` or ``prompt`` is accepted only for the daemon's own subject, under the control purpose,
+for one of its chats (DESIGN.md §10 "The host's powers stay with the host"), whichever daemon
+the processor serves — another tenant's, or none.
 """
 
 from __future__ import annotations
@@ -44,7 +47,9 @@ from pipeline.rules.commands import (
     apply,
     refused,
 )
-from pipeline.rules.definition import WatcherDefinition
+from pipeline.rules.commands.host import NO_HOST, Host
+from pipeline.rules.commands.immediate import CONTROL_PURPOSE
+from pipeline.rules.definition import DeliveryVerb, WatcherDefinition
 from pipeline.rules.dispatch import (
     DeliveryState,
     DispatchAction,
@@ -62,12 +67,12 @@ from pipeline.rules.outbox import OutboxEntry, build_entry
 from pipeline.rules.outcomes import ErrorCode
 from pipeline.rules.sources import EventSource, PollingSource
 from pipeline.rules.ticker import plan_watcher
-from tests.keyring import OpenRing
+from tests.keyring import OpenRing, sealed_command_value
 
 pytestmark = pytest.mark.unit
 
 _HEX_KEY = re.compile(r"[0-9a-f]{64}")
-RING = OpenRing()  # a command value without sealed content reads as written
+RING = OpenRing()  # seals a command value's content under a key made for its subject
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 CENTURY = timedelta(days=36_525)
@@ -155,7 +160,22 @@ TEMPLATES: list[dict[str, Any]] = [
         "source": {"kind": "schedule", "cron": "0 8 * * 1-5", "timezone": "Europe/Berlin"},
         "delivery": {"target": "me", "verb": "run", "args": ["report.sh", "--daily"]},
     },
+    {
+        "watcher_id": "schedule:me:report",
+        "purpose": CONTROL_PURPOSE,
+        "source": {"kind": "schedule", "cron": "0 9 * * *", "timezone": "UTC"},
+        "delivery": {"target": "me", "verb": "run", "args": ["report.sh"]},
+    },
+    {
+        "watcher_id": "schedule:me:ask",
+        "purpose": CONTROL_PURPOSE,
+        "source": {"kind": "schedule", "at": "2026-12-01T08:00:00Z"},
+        "delivery": {"target": "me", "verb": "prompt", "text": "how is it going?"},
+    },
 ]
+# The daemon the processor serves: this subject's, another tenant's, or none at all.
+HOSTS = [Host.of(TENANT, USER, ["me"]), Host.of("evil", "x", ["me"]), NO_HOST]
+HOST_VERBS = frozenset({DeliveryVerb.RUN, DeliveryVerb.PROMPT})
 
 HOSTILE: list[Any] = [
     "",
@@ -384,7 +404,11 @@ def grant(purpose: str, grant_id: str) -> GrantRecord:
     )
 
 
-GRANTS = {"g-1": grant("ops.alert", "g-1"), "g-2": grant("agent.watch", "g-2")}
+GRANTS = {
+    "g-1": grant("ops.alert", "g-1"),
+    "g-2": grant("agent.watch", "g-2"),
+    "g-3": grant(CONTROL_PURPOSE, "g-3"),
+}
 
 
 ENVELOPE_HOSTILITY: dict[str, list[Any]] = {
@@ -530,7 +554,9 @@ def survives_planning(entry: RegistryEntry) -> None:
 class Processor:
     """One subject's registry as the command processor keeps it, fed decoded command values."""
 
-    def __init__(self) -> None:
+    def __init__(self, host: Host) -> None:
+        self.host = host
+        self.host_verbs: dict[bool, int] = {True: 0, False: 0}  # accepted / refused
         self.view: dict[str, RegistryEntry] = {}
         self.grants = dict(GRANTS)
         self.decided = 0
@@ -542,7 +568,7 @@ class Processor:
     def decide(self, value: dict[str, Any]) -> None:
         self.decided += 1
         try:
-            command = command_from_value(value, RING)
+            command = command_from_value(sealed_command_value(RING, value), RING)
         except DefinitionError as exc:  # the consumer's edge: an ``invalid`` result
             result = refused(str(value["request_id"]), str(value["verb"]), exc, NOW)
             assert result.error is not None and result.error.code is ResultCode.INVALID
@@ -550,8 +576,9 @@ class Processor:
             if value["verb"] == "redeliver" and value.get("delivery_key") != GOOD_KEY:
                 self.refused_redeliveries.add("key")
             return
-        outcome = apply(command, self.view, self.grants, NOW, ceilings=CEILINGS)
+        outcome = apply(command, self.view, self.grants, NOW, ceilings=CEILINGS, host=self.host)
         self.check(outcome)
+        self.check_host(command, outcome)
         self.check_redelivery(command, outcome)
 
     def check_redelivery(self, command: Command, outcome: CommandOutcome) -> None:
@@ -576,6 +603,22 @@ class Processor:
             Redelivery(command.delivery_key, TENANT, USER, command.request_id, NOW),
         )
         self.redelivered.add(role)
+
+    def check_host(self, command: Command, outcome: CommandOutcome) -> None:
+        """The host oracle: an accepted ``run``/``prompt`` is the daemon subject's, under the
+        control purpose, for one of its chats; counted on both sides."""
+        delivery = (command.definition or {}).get("delivery")
+        asked = isinstance(delivery, dict) and delivery.get("verb") in ("run", "prompt")
+        for entry in outcome.definitions:
+            definition = entry.definition()
+            if definition.delivery.verb not in HOST_VERBS:
+                continue
+            host = self.host
+            assert (entry.tenant_id, entry.user_id) == (host.tenant_id, host.user_id), entry
+            assert definition.purpose == CONTROL_PURPOSE, entry
+            assert definition.delivery.target in host.chats, entry
+        if asked:
+            self.host_verbs[bool(outcome.definitions) and outcome.result.ok] += 1
 
     def check(self, outcome: CommandOutcome) -> None:
         result = outcome.result
@@ -608,6 +651,7 @@ def test_hostile_commands_never_raise_are_decided_with_a_reason_and_plan_for_two
     totals = {"commands": 0, "accepted": 0, "refused": 0}
     redelivered: set[Role] = set()
     refused_redeliveries: set[Role | str] = set()
+    host_verbs = {True: 0, False: 0}
     known = [
         f"{t['watcher_id']}{n}"
         if str(t["watcher_id"]).startswith("schedule:")
@@ -623,9 +667,12 @@ def test_hostile_commands_never_raise_are_decided_with_a_reason_and_plan_for_two
         derandomize=True,  # the same 10,400 commands on every run: the counts below are stable
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     )
-    @given(st.lists(command_values(known), min_size=PER_EXAMPLE, max_size=PER_EXAMPLE))
-    def run(values: list[dict[str, Any]]) -> None:
-        processor = Processor()
+    @given(
+        st.lists(command_values(known), min_size=PER_EXAMPLE, max_size=PER_EXAMPLE),
+        st.sampled_from(HOSTS),
+    )
+    def run(values: list[dict[str, Any]], host: Host) -> None:
+        processor = Processor(host)
         for value in values:
             processor.decide(value)
         totals["commands"] += processor.decided
@@ -633,6 +680,8 @@ def test_hostile_commands_never_raise_are_decided_with_a_reason_and_plan_for_two
         totals["refused"] += processor.refused
         redelivered.update(processor.redelivered)
         refused_redeliveries.update(processor.refused_redeliveries)
+        for accepted, count in processor.host_verbs.items():
+            host_verbs[accepted] += count
 
     run()
     assert totals["commands"] >= 10_000
@@ -642,6 +691,8 @@ def test_hostile_commands_never_raise_are_decided_with_a_reason_and_plan_for_two
     assert totals["accepted"] >= 500 and totals["refused"] >= 500, totals
     assert redelivered == REDELIVERERS  # each allowed role was accepted at least once
     assert {Role.AGENT, Role.SCOPED_CHAT, "key"} <= refused_redeliveries  # and refusals reached
+    assert host_verbs[True] >= 10 and host_verbs[False] >= 10, host_verbs  # run/prompt, both sides
+    print("host verbs accepted/refused:", host_verbs[True], host_verbs[False])
 
 
 def test_reproduced_failures_are_refusals_with_their_field() -> None:
@@ -689,4 +740,5 @@ def created(body: dict[str, Any]) -> CommandOutcome:
         "issued_at": NOW,
         "definition": json.dumps(body),
     }
-    return apply(command_from_value(value, RING), {}, GRANTS, NOW)
+    command = command_from_value(sealed_command_value(RING, value), RING)
+    return apply(command, {}, GRANTS, NOW, host=HOSTS[0])

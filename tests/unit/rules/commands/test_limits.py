@@ -4,7 +4,7 @@ users, agents and operators — that no sequence ever gives an agent more than D
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -182,6 +182,56 @@ def test_proposals_stop_at_the_subjects_limit_with_cap_reached() -> None:
     )
 
 
+def test_pending_proposals_stop_at_the_agent_sessions_limit() -> None:
+    s = subject(Limits(session_proposals=2))
+    for n in range(2):
+        s.ok(CommandVerb.PROPOSE, agent(), definition=agent_watch(f"p-{n}", run=f"r-{n + 1}"))
+    body = agent_watch("p-2", run="r-3")
+    assert s.refused(CommandVerb.PROPOSE, agent(), definition=body) == (
+        ResultCode.CAP_REACHED,
+        "session_id",
+    )
+    s.ok(CommandVerb.PROPOSE, agent("s-2"), definition=agent_watch("p-3", run="r-3", session="s-2"))
+    s.ok(CommandVerb.APPROVE, watcher_id="p-0")  # approved: no longer pending, room again
+    s.ok(CommandVerb.PROPOSE, agent(), definition=body)
+
+
+def cron(name: str, **extra: Any) -> dict[str, Any]:
+    return {
+        **schedule(name),
+        "source": {"kind": "schedule", "cron": "0 8 * * *", "timezone": "UTC"},
+        **extra,
+    }
+
+
+def expiry(s: Subject, name: str) -> datetime | None:
+    return s.view[f"schedule:me:{name}"].definition().expires_at
+
+
+def test_an_agents_cron_schedule_expires_and_no_upsert_makes_it_live_longer() -> None:
+    """DESIGN.md §10 "Limits": agent-made cron schedules expire (default 30 days)."""
+    s = subject(Limits(agent_cron_ttl=timedelta(days=30)))
+    s.ok(CommandVerb.SCHEDULE, agent(), definition=cron("daily"))
+    first = expiry(s, "daily")
+    assert first == NOW + timedelta(days=30)
+    s.now += timedelta(days=10)
+    s.ok(CommandVerb.SCHEDULE_UPDATE, agent(), definition=cron("daily"))
+    assert expiry(s, "daily") == first  # a chain of upserts cannot renew it
+    later = cron("again", expires_at="2027-06-01T00:00:00Z")
+    assert s.refused(CommandVerb.SCHEDULE, agent(), definition=later) == (
+        ResultCode.INVALID,
+        "expires_at",
+    )
+    s.ok(
+        CommandVerb.SCHEDULE, agent(), definition=cron("sooner", expires_at="2027-01-01T00:00:00Z")
+    )
+    assert expiry(s, "sooner") == datetime(2027, 1, 1, tzinfo=UTC)
+    s.ok(CommandVerb.SCHEDULE, OWNER, definition=cron("users"))  # the user's own: no expiry
+    assert expiry(s, "users") is None
+    s.ok(CommandVerb.SCHEDULE, agent(), definition=schedule("one-shot"))
+    assert expiry(s, "one-shot") is None  # a one-shot ends when it fires
+
+
 def test_watchers_stop_at_the_subjects_limit_and_a_closed_one_frees_its_room() -> None:
     s = subject(Limits(watchers=2))
     s.ok(CommandVerb.CREATE, definition=definition("w-1"))
@@ -276,7 +326,7 @@ def _steps() -> st.SearchStrategy[tuple[str, int, int, int]]:
 def test_no_sequence_of_commands_exceeds_a_limit_or_an_agents_power(
     steps: list[tuple[str, int, int, int]],
 ) -> None:
-    limits = Limits(watchers=6, proposals=4, schedules=5, session_schedules=2)
+    limits = Limits(watchers=6, proposals=4, schedules=5, session_schedules=2, session_proposals=2)
     s = subject(limits)
     owners: dict[str, str | None] = {}
     for action, who, name, run in steps:
@@ -340,6 +390,10 @@ def test_no_sequence_of_commands_exceeds_a_limit_or_an_agents_power(
         assert sum(e.status is WatcherStatus.PROPOSED for e in others) <= limits.proposals
         for session in ("s-1", "s-2"):
             assert sum(e.session_id == session for e in schedules) <= limits.session_schedules
+            pending = sum(
+                e.session_id == session and e.status is WatcherStatus.PROPOSED for e in others
+            )
+            assert pending <= limits.session_proposals
             active = sum(
                 e.session_id == session and e.status is WatcherStatus.ACTIVE for e in others
             )

@@ -26,8 +26,10 @@ from pipeline.rules.commands import (
     RegistryEntry,
     ResultCode,
     apply,
+    watcher_view,
 )
 from pipeline.rules.commands.context import role_verb
+from pipeline.rules.commands.host import NO_HOST, Host
 from pipeline.rules.commands.immediate import daemon_grant
 from pipeline.rules.data_keys import subject_owner
 from pipeline.rules.keys import derived_delivery_key, request_delivery_key
@@ -42,6 +44,7 @@ _ids = itertools.count()
 
 OWNER = Principal(name="daemon:local/me", role=Role.USER, tenant_id=T, user_id=U)
 AGENT = Principal(name="agent:r-1", role=Role.AGENT, tenant_id=T, user_id=U, session_id="r-1")
+OPERATOR = Principal(name="op", role=Role.OPERATOR, tenant_id="ops", user_id="root")
 
 
 def control_grants(*chats: str, **changes: Any) -> dict[str, GrantRecord]:
@@ -72,12 +75,17 @@ def command(verb: CommandVerb, principal: Principal = OWNER, **fields: Any) -> C
     )
 
 
+HOST = Host.of(T, U, ["me"])
+
+
 def decide(
     cmd: Command,
     grants: dict[str, GrantRecord] | None = None,
     view: dict[str, RegistryEntry] | None = None,
+    host: Host = HOST,
 ) -> CommandOutcome:
-    return apply(cmd, view or {}, control_grants() if grants is None else grants, NOW)
+    grants = control_grants() if grants is None else grants
+    return apply(cmd, view or {}, grants, NOW, host=host)
 
 
 def refusal(outcome: CommandOutcome) -> tuple[ResultCode, str | None]:
@@ -255,6 +263,38 @@ def test_an_agent_may_not_schedule_run() -> None:
     for verb in (CommandVerb.SCHEDULE, CommandVerb.SCHEDULE_UPDATE):
         assert refusal(decide(command(verb, AGENT, definition=run)))[0] is ResultCode.DENIED
     assert decide(command(CommandVerb.SCHEDULE, OWNER, definition=run)).result.ok
+
+
+@pytest.mark.parametrize("verb", ["run", "prompt"])
+def test_run_and_prompt_are_the_daemon_subjects_alone_over_any_edge(verb: str) -> None:
+    """DESIGN.md §10 "The host's powers stay with the host": another tenant (or user) with a
+    grant of its own, another purpose, another chat, or a processor told of no daemon: refused
+    at create, update, schedule and import; the daemon's subject for its chat: accepted."""
+    act = {"verb": "run", "args": ["ok.sh"]} if verb == "run" else {"verb": verb, "text": "hi"}
+    body = {**schedule(), "delivery": {"target": "me", **act}}
+    scheduled = decide(command(CommandVerb.SCHEDULE, OWNER, definition=body))
+    assert scheduled.result.ok
+    exported = watcher_view(scheduled.definitions[0])  # as export writes it, for import
+    other_tenant = Host.of("other", U, ["me"])
+    other_user = Host.of(T, "someone", ["me"])
+    for host in (other_tenant, other_user, Host.of(T, U, ["elsewhere"]), NO_HOST):
+        for cmd_verb in (CommandVerb.SCHEDULE, CommandVerb.SCHEDULE_UPDATE, CommandVerb.CREATE):
+            outcome = decide(command(cmd_verb, OWNER, definition=body), host=host)
+            assert refusal(outcome) == (ResultCode.DENIED, "delivery.verb"), (host, cmd_verb)
+        authorized = decide(command(CommandVerb.RUN, OWNER, target="me"), host=host)
+        assert refusal(authorized) == (ResultCode.DENIED, "verb")
+        imported = decide(command(CommandVerb.IMPORT, OPERATOR, definition=exported), host=host)
+        assert refusal(imported) == (ResultCode.DENIED, "delivery.verb"), host
+    assert decide(command(CommandVerb.IMPORT, OPERATOR, definition=exported)).result.ok
+    grants = control_grants()
+    [record] = grants.values()
+    wider = record.grant.model_copy(update={"purpose": "ops.alert", "grant_id": "g-ops"})
+    grants["g-ops"] = GrantRecord(wider, NOW, "op")
+    other_purpose = {**body, "purpose": "ops.alert"}
+    outcome = decide(command(CommandVerb.SCHEDULE, OWNER, definition=other_purpose), grants)
+    assert refusal(outcome) == (ResultCode.DENIED, "delivery.verb")
+    sends = {**other_purpose, "delivery": {"target": "me", "verb": "send", "text": "hi"}}
+    assert decide(command(CommandVerb.SCHEDULE, OWNER, definition=sends), grants).result.ok
 
 
 def test_an_agent_never_replaces_or_cancels_a_schedule_it_did_not_create() -> None:
