@@ -248,9 +248,10 @@ def _text(value: Any) -> str:
     :data:`MAX_VALUE` characters."""
     if not isinstance(value, str):
         return _cut(json.dumps(value), MAX_VALUE)
-    if not value.isprintable():  # printable text holds none of _BREAKS or _UNSAFE
-        value = _UNSAFE.sub("\ufffd", _BREAKS.sub(" ", value))
-    return value if len(value) <= MAX_VALUE else value[: MAX_VALUE - 1] + "…"
+    text: str = value
+    if not text.isprintable():  # printable text holds none of _BREAKS or _UNSAFE
+        text = _UNSAFE.sub("\ufffd", _BREAKS.sub(" ", text))
+    return _cut(text, MAX_VALUE)
 
 
 def _cut(text: str, limit: int) -> str:

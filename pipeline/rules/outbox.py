@@ -72,15 +72,17 @@ def build_entry(
     now: datetime,
     identity: dict[str, str] | None = None,
     digest: str | None = None,
+    outcome: Outcome = Outcome.SATISFIED,
 ) -> OutboxEntry:
-    """The outbox entry for a satisfied decision: everything delivery needs, frozen now.
-    ``identity`` (the trigger object) and ``digest`` (the evidence digest) are computed here
-    unless the caller already has them (the evaluator has)."""
+    """The outbox entry for a decision that notifies (satisfied; a change watcher's
+    ``resolved``): everything delivery needs, frozen now. ``identity`` (the trigger object) and
+    ``digest`` (the evidence digest) are computed here unless the caller already has them (the
+    evaluator has)."""
     assert definition.version is not None
     delivery = definition.delivery
     is_schedule = isinstance(definition.source, ScheduleSource)
     scheduled_at = evidence.scheduled_at if is_schedule else None
-    outcome, due_at = Outcome.SATISFIED, scheduled_at or now
+    due_at = scheduled_at or now
     notify = delivery.verb is DeliveryVerb.NOTIFY
     return OutboxEntry(
         delivery_key=key,

@@ -36,6 +36,7 @@ from pipeline.rules.message import (
     parse_template,
     render,
 )
+from pipeline.rules.outbox import build_entry
 from pipeline.rules.outcomes import Outcome
 from pipeline.rules.watcher_state import WatcherState
 from tests.unit.rules.test_definition import DESIGN_EXAMPLE, POLLING
@@ -385,3 +386,17 @@ def test_a_satisfied_entry_without_a_template_carries_the_default_message_of_its
     for path, value in (("status", "failed"), ("branch", "release/1.2")):
         assert result.receipt.payload[path] == value  # every leaf shown is one the receipt keeps
     assert "abc123" not in result.outbox.message and "s3cr3t" not in result.outbox.message
+
+
+def test_a_resolved_entry_renders_its_own_outcome() -> None:
+    made = create(definition({"message": "{outcome}: {event_id}"})).with_version(1)
+    evidence = Evidence(
+        source_kind=EvidenceKind.EVENT,
+        source_id="ci.pipeline",
+        event_type="build.finished",
+        event_id="b-2",
+        observed_at=OBSERVED,
+        payload={"status": "passed"},
+    )
+    entry = build_entry(made, evidence, "ab" * 32, NOW, outcome=Outcome.RESOLVED)
+    assert (entry.outcome, entry.message) == (Outcome.RESOLVED, "resolved: b-2")
