@@ -48,10 +48,10 @@ case "$text" in
   chain*)
     [ -e "{root}/chain.stop" ] && {{ echo "chain stopped"; exit 0; }}
     for i in 1 2 3; do
-      if $V schedule --in 1s -- prompt chain >/dev/null 2>"{root}/chain.err"; then
+      if $V schedule --in 1s -- prompt chain >/dev/null 2>"{root}/chain.$$.err"; then
         echo ok >> "{root}/chain.log"
       else
-        echo "refused $(cat "{root}/chain.err")" >> "{root}/chain.log"
+        echo "refused $(cat "{root}/chain.$$.err")" >> "{root}/chain.log"
       fi
     done
     echo "chain link" ;;
