@@ -72,21 +72,21 @@ class Inbox:
     def take(self, offset: int, accepted: list[Message]) -> None:
         """Record a poll: the next offset and the messages it accepted (then saved)."""
         with self._lock:
-            self._offset = max(self._offset, offset)
             known = {m.update_id for m in self._pending}
-            self._pending += [m for m in accepted if m.update_id not in known]
-            self._save()
+            pending = self._pending + [m for m in accepted if m.update_id not in known]
+            self._save(max(self._offset, offset), pending)
 
     def done(self, message: Message) -> None:
         """A turn ended (answered, or failed and said so): its message is no longer kept."""
         with self._lock:
-            self._pending = [m for m in self._pending if m.update_id != message.update_id]
-            self._save()
+            pending = [m for m in self._pending if m.update_id != message.update_id]
+            self._save(self._offset, pending)
 
-    def _save(self) -> None:
+    def _save(self, offset: int, pending: list[Message]) -> None:
+        """Write, then hold: a write that fails (:class:`OSError`) changes nothing."""
         data = {
             "version": _VERSION,
-            "offset": self._offset,
+            "offset": offset,
             "pending": [
                 {
                     "update_id": m.update_id,
@@ -95,10 +95,11 @@ class Inbox:
                     "date": m.date,
                     "text": m.text,
                 }
-                for m in self._pending
+                for m in pending
             ],
         }
         _write_atomically(self.path, json.dumps(data, ensure_ascii=False).encode("utf-8"))
+        self._offset, self._pending = offset, pending
 
 
 def _parse(raw: bytes) -> tuple[int, list[Message]] | None:

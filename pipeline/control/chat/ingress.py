@@ -195,12 +195,21 @@ class ChatIngress:
                 return
         wait = _BACKOFF_S[0]
         while not self._stop.is_set():
-            found = bot.api.updates(bot.inbox.offset)
+            try:
+                found = bot.api.updates(bot.inbox.offset)
+            except Exception:  # one poll's failure, never the poller's (a client closed at stop)
+                log.debug("chat poll failed", exc_info=True)
+                found = ErrorCode.INTERNAL
+            if isinstance(found, list):
+                try:
+                    self._take(bot, found)
+                except OSError as exc:  # the inbox cannot be saved: confirm nothing
+                    log.warning("cannot save the chat inbox %s: %s", bot.inbox.path, exc.strerror)
+                    found = ErrorCode.INTERNAL
             if isinstance(found, list):
                 if wait > _BACKOFF_S[0]:
                     log.info("chat updates are read again")
                 wait = _BACKOFF_S[0]
-                self._take(bot, found)
                 continue
             if wait == _BACKOFF_S[0]:
                 log.warning("cannot read chat updates (%s): retrying with backoff", found.value)
@@ -255,7 +264,10 @@ class ChatIngress:
         if failure is not None:
             log.warning("chat %s: turn failed: %s", message.chat, failure)
             self._say(f"Sorry, I could not answer that: {failure}", message.chat)
-        self._inboxes[message.chat].done(message)
+        try:
+            self._inboxes[message.chat].done(message)
+        except OSError as exc:  # kept: the next start runs the turn again, answered once
+            log.warning("cannot save the chat inbox: %s", exc.strerror)
 
     def _say(self, text: str, chat: str) -> None:
         try:

@@ -60,3 +60,14 @@ def test_a_file_that_is_not_ours_is_set_aside_and_the_inbox_starts_empty(
     inbox = Inbox.load(path)
     assert (inbox.offset, inbox.pending()) == (0, [])
     assert path.with_suffix(".bad").exists() and not path.exists()
+
+
+def test_a_failed_write_changes_nothing(tmp_path: Path) -> None:
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("")
+    inbox = Inbox(blocker / "bot.json", 3, [_message(2)])
+    with pytest.raises(OSError):
+        inbox.take(9, [_message(8)])
+    with pytest.raises(OSError):
+        inbox.done(_message(2))
+    assert (inbox.offset, inbox.pending()) == (3, [_message(2)])
