@@ -118,6 +118,7 @@ def _plan_json(plan: RecoveryPlan, *, dry_run: bool) -> dict[str, Any]:
             "recovered_before": plan.recovered_before,
             "other_version": plan.other_version,
             "once": plan.once,
+            "change": plan.change,
             "in_outbox": plan.in_outbox,
         },
         "applied": None,

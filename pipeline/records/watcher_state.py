@@ -1,4 +1,4 @@
-"""The ``watcher-state`` record (``schemas/watcher_state.v1.avsc``): a watcher's runtime state
+"""The ``watcher-state`` record (``schemas/watcher_state.v2.avsc``): a watcher's runtime state
 as the evaluator keeps it in its compacted changelog (DESIGN §2)."""
 
 from __future__ import annotations
@@ -49,6 +49,8 @@ def encode_state(
             "evaluations": state.evaluations,
             "closed_reason": None if state.closed_reason is None else state.closed_reason.value,
             "revision": state.revision,
+            "holds": state.holds,
+            "notified_at": state.notified_at,
             "updated_at": updated_at,
         },
     )
@@ -79,6 +81,8 @@ def decode_state(codec: Codec, data: bytes) -> WatcherState:
             value["evaluations"],
             value["closed_reason"],
             value["revision"],
+            value["holds"],
+            value["notified_at"],
         )
     except DefinitionError as exc:
         raise SerdeError(f"not a watcher state: {exc}") from None

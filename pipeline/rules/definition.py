@@ -29,6 +29,7 @@ from pydantic_core import ErrorDetails
 from pipeline.rules.backoff import RetryPolicy
 from pipeline.rules.bounds import check_json
 from pipeline.rules.budgets import BudgetCaps
+from pipeline.rules.change import ChangePolicy
 from pipeline.rules.condition import Condition, compile_condition, parse_condition
 from pipeline.rules.definition_parts import (
     Delivery,
@@ -74,6 +75,7 @@ _PURPOSE = re.compile(r"[a-z][a-z0-9_]*(?:\.[a-z][a-z0-9_]*)*")
 class Mode(StrEnum):
     EVERY = "every"
     ONCE = "once"
+    CHANGE = "change"
 
 
 SourceField = Annotated[EventSource | PollingSource | ScheduleSource, Field(discriminator="kind")]
@@ -88,6 +90,7 @@ class WatcherDefinition(StrictModel):
     version: int | None = Field(default=None, ge=1)
     purpose: str
     mode: Mode = Mode.EVERY
+    change: ChangePolicy | None = None
     source: SourceField
     condition: dict[str, Any] | None = None
     terminal_condition: dict[str, Any] | None = None
@@ -127,6 +130,7 @@ class WatcherDefinition(StrictModel):
         if self.session_id is not None:
             checked_ref(self.session_id, "session_id")
         self._check_condition_and_verb()
+        self._check_change()
         self._check_expiry()
         check_retentions(self.privacy.evidence_retention, self.privacy.delivery_retention)
         if self.privacy.delivery_retention < self.source.max_age + FUTURE_SKEW:
@@ -163,6 +167,13 @@ class WatcherDefinition(StrictModel):
         if is_schedule == notify:
             rule = "send, prompt or run" if is_schedule else "notify"
             raise DefinitionError(f"this source's verb is {rule}", "delivery.verb")
+
+    def _check_change(self) -> None:
+        """``change`` options belong to a change watcher, which judges a condition over time."""
+        if self.change is not None and self.mode is not Mode.CHANGE:
+            raise DefinitionError("change options need mode change", "change")
+        if self.mode is Mode.CHANGE and isinstance(self.source, ScheduleSource):
+            raise DefinitionError("mode change is for event and polling watchers", "mode")
 
     def _check_expiry(self) -> None:
         if self.expires_at is not None and self.window is not None:

@@ -2,7 +2,8 @@
 
 Owns :func:`evaluate` and its result :class:`Evaluation`: outcome, reason code, next watcher
 state (checkpoint advanced or not), at most one outbox entry, the receipt, and whether the
-watch closes. Checks run in DESIGN.md §11's order and the first that applies decides. Reading
+watch closes. Checks run in DESIGN.md §11's order and the first that applies decides; which
+judgments of a ``change`` watcher notify is ``change``'s transition. Reading
 Kafka, charging Redis and emitting the ``close`` command are the evaluator consumer's: the
 budget is asked through a callable, invoked only once every earlier check has passed, so
 stale or unauthorized evidence is never charged; replay passes the recorded verdict.
@@ -18,6 +19,7 @@ from typing import NamedTuple
 from pipeline.rules import schedules
 from pipeline.rules.authz import Action, AuthzDecision, Grant, authorize
 from pipeline.rules.budgets import BudgetVerdict
+from pipeline.rules.change import JUDGED, PLAIN, ChangeStep, Notice, change_step
 from pipeline.rules.definition import Mode, WatcherDefinition
 from pipeline.rules.errors import BudgetStoreError, DefinitionError
 from pipeline.rules.evidence import Evidence, trigger_json
@@ -37,8 +39,11 @@ __all__ = ["BudgetGate", "Evaluation", "authorization_for", "evaluate", "recorde
 BudgetGate = Callable[[Evidence], BudgetVerdict]
 """Charges one evaluation (and the evidence's tool usage) against the watcher's budget."""
 
-_NOTE_DENIED_EVERY = "authorization failed; replay from the watcher's cursor to recover"
-_NOTE_DENIED_ONCE = "access revoked: watch cancelled before data was read"
+_NOTE_DENIED = {
+    Mode.EVERY: "authorization failed; replay from the watcher's cursor to recover",
+    Mode.ONCE: "access revoked: watch cancelled before data was read",
+    Mode.CHANGE: "authorization failed: nothing judged; goes on from the last known truth",
+}
 _NOTE_DUPLICATE = "trigger already applied to this version: no second outbox entry"
 
 
@@ -114,16 +119,47 @@ def evaluate(
     close = None if step.close else schedules.one_shot_close(definition, evidence, step.reason)
     if close is not None:  # a one-shot's own fire is its last: whatever came of it, it closes
         step = step._replace(close=close, note=schedules.CLOSED_NOTE)
+    moved = _change(definition, state, evidence, now, step, key)
     duplicate = step.reason is Reason.CONDITION_TRUE and state.applied(key)
+    sends = step.reason is Reason.CONDITION_TRUE and not duplicate
+    if moved is not None:  # a change watcher notifies on its transitions only
+        step, sends = _noticed(step, moved.notice), moved.notice.sends
     identity = trigger_json(trigger)
     digest = evidence.digest()
     entry = None
-    if step.reason is Reason.CONDITION_TRUE and not duplicate:
-        entry = build_entry(definition, evidence, key, now, identity, digest)
+    if sends:
+        entry = build_entry(definition, evidence, key, now, identity, digest, step.outcome)
     note = _NOTE_DUPLICATE if duplicate else step.note
     receipt = _receipt(definition, evidence, key, identity, digest, now, step, entry, note)
-    next_state = _next_state(state, evidence, key, identity, step)
+    next_state = _next_state(state, evidence, key, identity, step, moved)
     return Evaluation(step.outcome, step.reason, next_state, receipt, entry, step.close)
+
+
+def _change(
+    definition: WatcherDefinition,
+    state: WatcherState,
+    evidence: Evidence,
+    now: datetime,
+    step: _Step,
+    key: str,
+) -> ChangeStep | None:
+    """A change watcher's transition when the condition was judged (else none: no truth claim),
+    unless this trigger was applied before (a duplicate moves nothing)."""
+    if definition.mode is not Mode.CHANGE or step.reason not in JUDGED or state.applied(key):
+        return None
+    holds = step.reason is Reason.CONDITION_TRUE
+    at = _evidence_instant(evidence, now)
+    return change_step(definition.change or PLAIN, state.holds, state.notified_at, holds, at)
+
+
+def _noticed(step: _Step, notice: Notice) -> _Step:
+    """A change watcher's judgment: ``resolved`` when the condition cleared; the notice noted."""
+    if notice is Notice.QUIET and step.reason is Reason.CONDITION_FALSE:
+        return step
+    cleared = notice is Notice.RESOLVED or notice is Notice.CLEARED
+    outcome = Outcome.RESOLVED if cleared else step.outcome
+    note = f"change: {notice.value}"
+    return step._replace(outcome=outcome, note=f"{step.note}; {note}" if step.note else note)
 
 
 def _decide(
@@ -150,21 +186,14 @@ def _decide(
         authorization_for(definition, grants, now) if authorization is None else authorization
     )
     if not decision.allowed:
-        if definition.mode is Mode.ONCE:
-            return _Step(
-                Outcome.NONE,
-                Reason.AUTHORIZATION_DENIED,
-                advance=False,
-                close=CloseReason.ACCESS_REVOKED,
-                authz=decision,
-                note=_NOTE_DENIED_ONCE,
-            )
+        once = definition.mode is Mode.ONCE
         return _Step(
             Outcome.NONE,
             Reason.AUTHORIZATION_DENIED,
             advance=False,
+            close=CloseReason.ACCESS_REVOKED if once else None,
             authz=decision,
-            note=_NOTE_DENIED_EVERY,
+            note=_NOTE_DENIED[definition.mode],
         )
 
     unavailable = Outcome.UNAVAILABLE
@@ -321,9 +350,15 @@ def _receipt(
 
 
 def _next_state(
-    state: WatcherState, evidence: Evidence, key: str, identity: dict[str, str], step: _Step
+    state: WatcherState,
+    evidence: Evidence,
+    key: str,
+    identity: dict[str, str],
+    step: _Step,
+    moved: ChangeStep | None,
 ) -> WatcherState:
-    """Advance the checkpoint (or not, §11), count the evaluation, close if decided.
+    """Advance the checkpoint (or not, §11), count the evaluation, close if decided, keep a
+    change watcher's truth.
 
     Built field by field with ``_make`` (no checks): every value here is the rules' own, and
     this runs once per evaluation."""
@@ -355,5 +390,7 @@ def _next_state(
             state.evaluations + 1 if step.outcome is not Outcome.NONE else state.evaluations,
             closed,
             state.revision + 1,
+            state.holds if moved is None else moved.holds,
+            state.notified_at if moved is None else moved.notified_at,
         )
     )

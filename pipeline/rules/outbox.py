@@ -69,10 +69,12 @@ def build_entry(
     now: datetime,
     identity: dict[str, str] | None = None,
     digest: str | None = None,
+    outcome: Outcome = Outcome.SATISFIED,
 ) -> OutboxEntry:
-    """The outbox entry for a satisfied decision: everything delivery needs, frozen now.
-    ``identity`` (the trigger object) and ``digest`` (the evidence digest) are computed here
-    unless the caller already has them (the evaluator has)."""
+    """The outbox entry for a decision that notifies (satisfied; a change watcher's
+    ``resolved``): everything delivery needs, frozen now. ``identity`` (the trigger object) and
+    ``digest`` (the evidence digest) are computed here unless the caller already has them (the
+    evaluator has)."""
     assert definition.version is not None
     delivery = definition.delivery
     is_schedule = isinstance(definition.source, ScheduleSource)
@@ -86,7 +88,7 @@ def build_entry(
         source_id=definition.source_id,
         purpose=definition.purpose,
         trigger=trigger_json(evidence.trigger()) if identity is None else identity,
-        outcome=Outcome.SATISFIED,
+        outcome=outcome,
         verb=delivery.verb.value,
         target=delivery.target,
         text=delivery.text,

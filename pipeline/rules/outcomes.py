@@ -15,6 +15,7 @@ class Outcome(StrEnum):
     SATISFIED = "satisfied"
     TERMINAL_UNSATISFIED = "terminal_unsatisfied"
     PENDING = "pending"
+    RESOLVED = "resolved"  # a change watcher's condition turned false after true
     UNAVAILABLE = "unavailable"
     NONE = "none"  # no evaluation happened (not active, expired, authorization denied)
 

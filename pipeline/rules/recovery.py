@@ -14,7 +14,9 @@ evaluation budget (the skipped one never was); delivery charges its own budgets 
 
 Left out: reading the history and writing the records (``pipeline.ops.replay_apply``), the
 operator's authorization and audit (``pipeline.rules.commands.recover``). ``once`` watches are
-never recovered: a denial cancelled them (``access_revoked``) before data was read.
+never recovered: a denial cancelled them (``access_revoked``) before data was read; nor are
+``change`` watches: their later evaluations judged transitions without the skipped ones, so a
+recovered one would announce a change a person was already told of (or a stale one).
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ class RecoveryPlan:
     still_denied: int = 0  # the current grants deny it too
     other_version: int = 0  # of a version other than the one recovered
     once: int = 0  # a once watch: the denial cancelled it
+    change: int = 0  # a change watch: its later transitions already went on without it
     in_outbox: int = 0  # fired, but the outbox already holds its key: not written again
     report: ReplayReport | None = None
 
@@ -90,6 +93,8 @@ def plan_recovery(
             return None
         if definition.mode is Mode.ONCE:
             plan.once += 1
+        elif definition.mode is Mode.CHANGE:
+            plan.change += 1
         elif version is not None and receipt.watcher_version != version:
             plan.other_version += 1
         elif _trigger(receipt) in decided:

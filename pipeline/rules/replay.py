@@ -1,16 +1,15 @@
-"""Replay: re-derive recorded decisions from their inputs and report what differs (DESIGN.md §2,
-§6, §10).
+"""Replay: re-derive recorded decisions and report what differs (DESIGN.md §2, §6, §10).
 
 Owns :func:`replay`, a pure function over a :class:`History` (definition versions, input
 evidence by position, receipts in log order, the outbox's latest records). Each receipt in the
-range is evaluated again by :func:`pipeline.rules.evaluation.evaluate` with the receipt's evaluation
-time (or the input's arrival, :attr:`ReplayClock.ARRIVAL`), and with what replay cannot
-recompute taken as recorded: the authorization and budget verdicts, the lifecycle status the
-command processor set (a ``not_active`` receipt was evaluated while paused) and whether the
-pinned evaluator was registered. Conditions, freshness, expiry, dedupe, keys and late flags are
-recomputed. A replacement definition (``override``) answers "what would this have fired?"; a
-``regrant`` decides chosen receipts with another authorization instead of the recorded one
-(recovery).
+range is evaluated again by :func:`pipeline.rules.evaluation.evaluate` with the receipt's
+evaluation time (or the input's arrival, :attr:`ReplayClock.ARRIVAL`), and with what replay
+cannot recompute taken as recorded: the authorization and budget verdicts, the lifecycle status
+the command processor set (a ``not_active`` receipt was evaluated while paused) and whether the
+pinned evaluator was registered. Conditions, freshness, expiry, dedupe, keys, late flags and a
+change watcher's transitions are recomputed (receipts before the range seed them). A
+replacement definition (``override``) answers "what would this have fired?"; a ``regrant``
+decides chosen receipts with another authorization instead of the recorded one (recovery).
 
 Leaves out reading Kafka (``pipeline.ops.replay_reader``) and printing (``pipeline.cli``).
 Inputs that no watcher evaluated have no receipt and are not replayed; neither are inputs a
@@ -27,6 +26,7 @@ from typing import Final
 
 from pipeline.rules.authz import Action, AuthzDecision, Grant
 from pipeline.rules.budgets import BudgetVerdict
+from pipeline.rules.change import recorded_truth
 from pipeline.rules.definition import WatcherDefinition
 from pipeline.rules.errors import DefinitionError, TransitionError
 from pipeline.rules.evaluation import Evaluation, evaluate, recorded_budget
@@ -277,10 +277,11 @@ def _fresh(receipt: Receipt, version: DefinitionVersion | None) -> WatcherState:
 
 
 def _seeded(state: WatcherState, receipt: Receipt) -> WatcherState:
-    """A receipt before the range: remember its trigger as the evaluator did."""
+    """A receipt not replayed: its trigger and judged truth remembered, as the evaluator did."""
     if receipt.reason is Reason.AUTHORIZATION_DENIED:
         return state
-    return state.replace(recent_triggers=state.remember(receipt.trigger_key))
+    seeded = recorded_truth(state, receipt)
+    return seeded.replace(recent_triggers=state.remember(receipt.trigger_key))
 
 
 def _skip(report: ReplayReport, reason: SkipReason) -> None:

@@ -1,9 +1,10 @@
 """A watcher's runtime state, as the evaluator keeps it in ``watcher-state`` (DESIGN.md §2).
 
 Owns :class:`WatcherState` and its :class:`AppliedTrigger` (the last evidence applied: trigger
-identity, observation time and input position) plus the bounded memory of applied triggers
-used to refuse a second outbox entry for the same evidence. How it changes is decided by
-``evaluation``; how it is stored (Avro, compaction) by the serde and the stream runtime.
+identity, observation time and input position), the bounded memory of applied triggers used to
+refuse a second outbox entry for the same evidence, and a change watcher's last known truth.
+How it changes is decided by ``evaluation`` (and ``change``); how it is stored (Avro,
+compaction) by the serde and the stream runtime.
 
 Both are immutable named tuples rather than pydantic models (STYLE.md habit 10): the evaluator
 builds one state per evaluation, and a pydantic ``model_copy`` cost more than the rest of the
@@ -71,6 +72,8 @@ class _StateFields(NamedTuple):
     evaluations: int = 0
     closed_reason: CloseReason | None = None
     revision: int = 0
+    holds: bool | None = None  # change mode: the condition's last known truth (None: unknown)
+    notified_at: datetime | None = None  # change mode: the last firing or repeat notification
 
 
 class WatcherState(_StateFields):
@@ -90,6 +93,8 @@ class WatcherState(_StateFields):
         evaluations: int = 0,
         closed_reason: CloseReason | str | None = None,
         revision: int = 0,
+        holds: bool | None = None,
+        notified_at: datetime | None = None,
     ) -> WatcherState:
         return cls._make(
             (
@@ -105,6 +110,8 @@ class WatcherState(_StateFields):
                 if closed_reason is None
                 else _member(CloseReason, closed_reason, "closed_reason"),
                 _count(revision, "revision"),
+                _truth(holds),
+                None if notified_at is None else _instant(notified_at, "notified_at"),
             )
         )
 
@@ -128,6 +135,12 @@ class WatcherState(_StateFields):
 def _count(value: object, field: str) -> int:
     if type(value) is not int or value < 0:
         raise DefinitionError(f"a non-negative integer, not {value!r:.40}", field)
+    return value
+
+
+def _truth(value: object) -> bool | None:
+    if value is not None and type(value) is not bool:
+        raise DefinitionError(f"true, false or null, not {value!r:.40}", "holds")
     return value
 
 

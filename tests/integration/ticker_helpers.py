@@ -250,9 +250,12 @@ def agent_watch(watcher_id: str, run_id: str) -> WatcherDefinition:
 
 
 class Pipeline:
-    """A ticker and a real evaluator, stepped in turn on one ManualClock."""
+    """A ticker and a real evaluator, stepped in turn on one ManualClock; ``ticker_options``
+    go to the ticker (``tools``, ``budgets``, ``default_caps`` for a polling tool)."""
 
-    def __init__(self, deployment: Deployment, clock: ManualClock, redis_url: str) -> None:
+    def __init__(
+        self, deployment: Deployment, clock: ManualClock, redis_url: str, **ticker_options: Any
+    ) -> None:
         import redis
 
         from consumers.evaluator.loop import Evaluator
@@ -263,7 +266,8 @@ class Pipeline:
         from producers.ticker.tools import REGISTERED
 
         self.deployment = deployment
-        self.ticker = deployment.ticker(clock, deployment.topology.prefix + "ticker")
+        group = deployment.topology.prefix + "ticker"
+        self.ticker = deployment.ticker(clock, group, **ticker_options)
         registry = CollectorRegistry()
         budgets = RedisBudgets(
             redis.Redis.from_url(redis_url), key_prefix=f"test:{deployment.topology.prefix}"

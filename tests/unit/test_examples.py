@@ -1,6 +1,6 @@
 """Every file in examples/ is valid as written, and together they cover what they promise: one
 watcher per source kind and per delivery kind of vigil.example.toml, an agent proposal, a
-schedule of each timing and each verb, and an event stream."""
+schedule of each timing and each verb, a watcher alerting on change, and an event stream."""
 
 from __future__ import annotations
 
@@ -66,6 +66,7 @@ def test_examples_cover_every_source_timing_verb_and_delivery_kind() -> None:
         "webhook", "in_app", "log", "console", "telegram",
     }  # fmt: skip
     assert any("window" in b and "watcher_id" not in b for b in bodies), "an agent proposal"
+    assert {"every", "change"} <= {b.get("mode", "every") for b in bodies}, "alerts on change"
 
 
 def _doc_blocks() -> list[tuple[str, str]]:

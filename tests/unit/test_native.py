@@ -353,6 +353,7 @@ def test_native_instants_in_any_zone_are_the_python_writers() -> None:
                 "version": 1, "status": "active", "activated_at": at.replace(tzinfo=zone),
                 "checkpoint": None, "recent_triggers": [], "last_outcome": None,
                 "last_reason": None, "evaluations": 0, "closed_reason": None, "revision": 0,
+                "holds": True, "notified_at": at.replace(tzinfo=zone),
                 "updated_at": at.replace(tzinfo=zone),
             }  # fmt: skip
             assert native.encode(value) == fastavro_bytes(version, value)

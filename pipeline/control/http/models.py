@@ -126,6 +126,7 @@ _WindowJson = Annotated[str, WithJsonSchema(_FIELD_SCHEMAS["window"])]
 _BudgetsJson = Annotated[dict[str, Any], WithJsonSchema(_FIELD_SCHEMAS["budgets"])]
 _RetryJson = Annotated[dict[str, Any], WithJsonSchema(_FIELD_SCHEMAS["retry"])]
 _PrivacyJson = Annotated[dict[str, Any], WithJsonSchema(_FIELD_SCHEMAS["privacy"])]
+_ChangeJson = Annotated[dict[str, Any], WithJsonSchema(_FIELD_SCHEMAS["change"])]
 
 
 class WatchBody(_Body):
@@ -140,7 +141,8 @@ class WatchBody(_Body):
         default=None, description="Required to create; a proposal without one gets one."
     )
     purpose: str
-    mode: Literal["every", "once"] | None = None
+    mode: Literal["every", "once", "change"] | None = None
+    change: _ChangeJson | None = None
     source: _SourceJson
     condition: _ConditionJson | None = None
     terminal_condition: _TerminalConditionJson | None = None

@@ -106,7 +106,7 @@ def test_instants_decode_as_aware_utc() -> None:
     assert value["observed_at"].utcoffset() is not None
 
 
-def test_default_registry_is_parsed_once() -> None:
+def test_default_codec_is_parsed_once() -> None:
     assert default_codec() is default_codec()
 
 

@@ -153,6 +153,8 @@ def test_lengths_on_both_sides_of_each_varint_width(size: int) -> None:
         "evaluations": -size,
         "closed_reason": None,
         "revision": 2**63 - 1 - size,
+        "holds": size % 2 == 0,
+        "notified_at": None,
         "updated_at": datetime(1969, 12, 31, 23, 59, 59, 999_999 - size % 7, tzinfo=UTC),
     }
     assert version.writer is not None

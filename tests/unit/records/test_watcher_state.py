@@ -4,7 +4,9 @@ always what the checked constructor accepts."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from pipeline.kafka.serde import default_codec
+from pipeline.kafka.serde import AvroCodec, default_codec
 from pipeline.records.watcher_state import decode_state, encode_state
 from pipeline.rules.authz import Action, Grant
 from pipeline.rules.budgets import BudgetVerdict
@@ -27,6 +29,7 @@ from pipeline.rules.watcher_state import RECENT_TRIGGERS, AppliedTrigger, Watche
 pytestmark = pytest.mark.unit
 
 CODEC = default_codec()
+SCHEMAS = Path(__file__).resolve().parents[3] / "schemas"
 KEY = ("acme", "u-42", "w")
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
@@ -43,7 +46,8 @@ class OldCheckpoint(BaseModel):
 
 
 class OldState(BaseModel):
-    """The pydantic model ``WatcherState`` was before (issue 19)."""
+    """The pydantic model ``WatcherState`` was before (issue 19), with the two fields
+    ``watcher_state.v2`` added (issue 31: a change watcher's truth), null by default."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -57,6 +61,8 @@ class OldState(BaseModel):
     evaluations: int = Field(default=0, ge=0)
     closed_reason: CloseReason | None = None
     revision: int = Field(default=0, ge=0)
+    holds: bool | None = None
+    notified_at: datetime | None = None
 
 
 def _member(kind: Any) -> st.SearchStrategy[Any]:
@@ -95,6 +101,8 @@ states = st.fixed_dictionaries(
         "evaluations": counts,
         "closed_reason": st.none() | _member(CloseReason),
         "revision": counts,
+        "holds": st.none() | st.booleans(),
+        "notified_at": st.none() | instants,
     }
 )
 
@@ -158,6 +166,22 @@ def test_a_stored_state_out_of_range_is_undecodable() -> None:
         decode_state(CODEC, bad)
 
 
+def test_a_state_written_before_change_mode_reads_as_unknown_truth() -> None:
+    v1 = json.loads((SCHEMAS / "watcher_state.v1.avsc").read_text(encoding="utf-8"))
+    before = AvroCodec.from_documents({"watcher_state.v1.avsc": v1})
+    fields = {
+        "tenant_id": "acme", "user_id": "u", "watcher_id": "w", "source_id": "ci",
+        "version": 3, "status": "active", "activated_at": None, "checkpoint": None,
+        "recent_triggers": [], "last_outcome": "satisfied", "last_reason": "condition_true",
+        "evaluations": 7, "closed_reason": None, "revision": 9, "updated_at": NOW,
+    }  # fmt: skip
+    read = decode_state(CODEC, before.encode("watcher_state", fields))
+    state = WatcherState(3, "active", None, None, (), "satisfied", "condition_true", 7, None, 9)
+    assert read == state and (read.holds, read.notified_at) == (None, None)
+    firing = state.replace(holds=True, notified_at=NOW)
+    assert decode_state(CODEC, encode_state(CODEC, KEY, "ci", firing, NOW)) == firing
+
+
 def test_replace_checks_like_the_constructor_and_the_tuple_is_immutable() -> None:
     state = WatcherState(version=1, status=WatcherStatus.ACTIVE)
     assert state.replace(status="paused").status is WatcherStatus.PAUSED
@@ -176,6 +200,15 @@ DEFINITION = WatcherDefinition.from_json(
         "condition": {"eq": ["status", "failed"]},
         "delivery": {"target": "ops-hook", "verb": "notify"},
         "expires_at": "2027-01-01T00:00:00Z",
+    },
+    tenant_id="acme",
+    user_id="u-42",
+).with_version(1)
+CHANGE = WatcherDefinition.from_json(
+    {
+        **DEFINITION.to_json(),
+        "mode": "change",
+        "change": {"resolved": True, "repeat_after": "1m"},
     },
     tenant_id="acme",
     user_id="u-42",
@@ -199,8 +232,10 @@ GRANT = Grant(
     skew=st.integers(min_value=-900, max_value=120),
     known=st.lists(st.integers(min_value=0, max_value=8), max_size=RECENT_TRIGGERS + 2),
     granted=st.booleans(),
+    definition=st.sampled_from([DEFINITION, CHANGE]),
 )
 def test_what_evaluation_builds_unchecked_passes_the_checks(
+    definition: WatcherDefinition,
     status: WatcherStatus,
     statuses: list[str],
     verdict: BudgetVerdict,
@@ -220,7 +255,8 @@ def test_what_evaluation_builds_unchecked_passes_the_checks(
             payload={"status": text},
             position=f"events:0:{n}",
         )
-        result = evaluate(DEFINITION, state, evidence, grants, NOW, recorded_budget(verdict))
+        now = NOW + timedelta(minutes=n)
+        result = evaluate(definition, state, evidence, grants, now, recorded_budget(verdict))
         state = result.next_state
         assert type(state) is WatcherState
         assert WatcherState(*state) == state

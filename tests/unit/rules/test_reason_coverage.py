@@ -38,6 +38,11 @@ CASES: dict[str, Callable[[], Evaluation]] = {
     "false": lambda: run_event(ev=event({"status": "passed"})),
     "impossible": lambda: run_agent(poll({"status": "failed"})),
     "true": lambda: run_event(),
+    "cleared": lambda: run_event(
+        defn=event_definition(mode="change"),
+        st=state().replace(holds=True),
+        ev=event({"status": "passed"}),
+    ),
 }
 
 

@@ -81,3 +81,11 @@ def test_a_once_watch_is_never_recovered() -> None:
     recorder.run(event(1, "failed"), grants=())
     plan = plan_recovery(recorder.history(), (GRANT,), NOW)
     assert plan.recoveries == [] and plan.once == 1
+
+
+def test_a_change_watch_is_never_recovered() -> None:
+    recorder = Recorder(definition(mode="change"))
+    recorder.run(event(1, "failed"), grants=())
+    recorder.run(event(2, "failed"))  # the first truth it saw: notified then
+    plan = plan_recovery(recorder.history(), (GRANT,), NOW)
+    assert plan.recoveries == [] and plan.change == 1

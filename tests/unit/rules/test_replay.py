@@ -82,8 +82,11 @@ def event(n: int, status: str, branch: str = "main", event_id: str | None = None
 class Recorder:
     """Runs the evaluator's rule in order, as the consumer does, and keeps what it wrote."""
 
-    def __init__(self, version: WatcherDefinition) -> None:
+    def __init__(
+        self, version: WatcherDefinition, evaluators: frozenset[str] = frozenset()
+    ) -> None:
         self.definition = version
+        self.evaluators = evaluators  # the pinned tools registered (a polling watcher's)
         self.state = WatcherState(version=1, status=WatcherStatus.ACTIVE, activated_at=T0)
         self.receipts: list[Receipt] = []
         self.inputs: dict[str, ReplayInput] = {}
@@ -107,7 +110,13 @@ class Recorder:
             self.state = self.state.replace(status=status)
         now = evidence.observed_at + delay
         result = evaluate(
-            self.definition, self.state, evidence, grants, now, recorded_budget(budget)
+            self.definition,
+            self.state,
+            evidence,
+            grants,
+            now,
+            recorded_budget(budget),
+            evaluators=self.evaluators,
         )
         self.state = result.next_state
         self.receipts.append(result.receipt)
