@@ -208,7 +208,8 @@ def daemon(state: CliState, socket_path: Path | None, log_level: str) -> None:
 
     Listens on a Unix socket (mode 0600) that only your user can use; refuses to start when
     another daemon already serves it. Needs the command processor for schedules and sends, and the
-    delivery consumer to deliver.
+    delivery consumer to deliver. Reads every Telegram chat with `listen` (the default): each
+    message written there is a turn of that chat's conversation with the agent.
 
     \b
     Example:
