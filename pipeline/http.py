@@ -2,11 +2,9 @@
 POST, and the mapping of every outcome onto the closed set of
 :class:`~pipeline.rules.outcomes.ErrorCode`.
 
-Why a synchronous ``httpx.Client``: the delivery consumer is a confluent-kafka poll loop, which
-is synchronous; a shared ``Client`` is thread-safe and pools keep-alive connections, so a
-``ThreadPoolExecutor`` calls many destinations at once with no event loop to bridge. Redirects
-are never followed (a delivery goes exactly where configuration says) and the environment's
-proxy and ``.netrc`` settings are not read (``trust_env=False``) for the same reason.
+A synchronous, thread-safe ``httpx.Client`` (why: ``docs/architecture.md``). Redirects are
+never followed (a delivery goes exactly where configuration says) and the environment's proxy
+and ``.netrc`` settings are not read (``trust_env=False``) for the same reason.
 
 Status table: 2xx → delivered; 410 → ``http_410`` (terminal); 429 → ``http_429`` with its
 ``Retry-After``; other 4xx → ``http_4xx`` (terminal); 5xx → ``http_5xx`` (also with a

@@ -25,6 +25,7 @@ Left out: the verbs' meaning (``pipeline.control.core``) and the framing
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import threading
@@ -252,6 +253,7 @@ def daemon(state: CliState, socket_path: Path | None, log_level: str) -> None:
             pass_env=config.agent.env,
             user=agent_user,
             skill=skill_path(config.agent.skill),
+            max_output=config.limits.agent_output,
         ),
         runner=ScriptRunner(config.run.allow_dir, path, pass_env=config.run.env),
         clock=SystemClock(),
@@ -263,12 +265,17 @@ def daemon(state: CliState, socket_path: Path | None, log_level: str) -> None:
     )
     ready = threading.Event()
     handler = _handler(dispatcher, identity, ready)
-    servers = [SocketServer(path, handler)]
+    served = functools.partial(
+        SocketServer,
+        handler=handler,
+        max_connections=config.limits.socket_connections,
+        idle_s=config.limits.socket_idle.total_seconds(),
+    )
+    servers = [served(path)]
     if agent_user is not None:
         servers.append(
-            SocketServer(
+            served(
                 agent_path,
-                handler,
                 owner=agent_user.uid,
                 peers={agent_user.uid},
                 remove_dir=config.agent.socket_path is None,  # a fresh private directory
