@@ -221,11 +221,13 @@ def make_client(
 @dataclass(frozen=True, slots=True)
 class Reply:
     """A response's status and the little an adapter may look at; the body prefix is for an
-    API's own retry hint (Telegram's ``parameters.retry_after``) and is never kept."""
+    API's own retry hint (Telegram's ``parameters.retry_after``) or, read whole up to the
+    caller's limit, an API's answer (Telegram's ``getUpdates``); a delivery never keeps it."""
 
     status: int
     retry_after: str | None
     head: bytes = field(repr=False)
+    complete: bool = True  # False: the body was longer than the caller's read limit
 
 
 def classify_status(status: int) -> ErrorCode | None:
@@ -292,9 +294,10 @@ def post(
     content: bytes,
     headers: dict[str, str],
     timeout: timedelta,
+    read_limit: int = _DRAIN_LIMIT,
 ) -> Reply | ErrorCode:
-    """One POST within one total ``timeout``; a :class:`Reply` when the destination answered,
-    else the transport's code."""
+    """One POST within one total ``timeout``; a :class:`Reply` (its body's first
+    ``read_limit`` bytes) when the destination answered, else the transport's code."""
     try:
         with (
             deadline(timeout),
@@ -303,11 +306,14 @@ def post(
             ) as response,
         ):
             head = bytearray()
+            complete = True
             for chunk in response.iter_raw():
                 head += chunk
-                if len(head) >= _DRAIN_LIMIT:
+                if len(head) > read_limit:
+                    complete = False
                     break  # the connection is closed instead of reused; nothing is kept
-            return Reply(response.status_code, response.headers.get("retry-after"), bytes(head))
+            retry_after = response.headers.get("retry-after")
+            return Reply(response.status_code, retry_after, bytes(head[:read_limit]), complete)
     except httpx.HTTPError as exc:
         return classify_error(exc)
     except httpx.InvalidURL:

@@ -11,11 +11,13 @@ per-run ``VIGIL_AGENT_TOKEN`` from :class:`AgentTokens`; it starts with no capab
 to gain one (``isolation.clean_start``), and with ``[agent] run_as`` under that user's uid. Requests
 bearing the token — or coming from the run's process, its descendants (its process group or
 session survives a double fork) or, after the run, what it left behind — act with the agent
-role (DESIGN.md §10), bound to a session of their own. The command starts behind a gate — a
-``/bin/sh`` that reads one empty line from stdin, then execs it in place (same pid, stdin left
-at the prompt) — and that line is written only once the run holds its pid: else a tokenless
-child it forks at once could reach the socket before the daemon knew the run, and be taken for
-the user.
+role (DESIGN.md §10), in the session of their chat's conversation
+(:func:`conversation_session`: a conversation is the daemon's subject and one chat, so every
+run for that chat — a reply to a message, a fired ``prompt`` — owns and counts what the others
+created). The command starts behind a gate — a ``/bin/sh`` that reads one empty line from
+stdin, then execs it in place (same pid, stdin left at the prompt) — and that line is written
+only once the run holds its pid: else a tokenless child it forks at once could reach the
+socket before the daemon knew the run, and be taken for the user.
 
 Left out: what the agent is (any command that reads stdin and answers on stdout), delivering
 the answer (``dispatch`` for immediate prompts, the delivery consumer for scheduled ones) and
@@ -61,6 +63,7 @@ __all__ = [
     "AgentRunner",
     "AgentTokens",
     "agent_principal",
+    "conversation_session",
 ]
 
 log = logging.getLogger(__name__)
@@ -75,6 +78,12 @@ _KILL_GRACE_S: Final = 2.0
 _ENDED_KEPT: Final = 1024  # ended runs remembered, so what they leave behind stays the agent
 # Wait for the daemon's word (a line on stdin), then become the command: same pid and session.
 _GATE: Final = ("/bin/sh", "-c", 'read -r _ || exit 125; exec "$@"', "vigil-agent")
+
+
+def conversation_session(chat: str) -> str:
+    """The session of the daemon subject's conversation in ``chat``: the same for every agent
+    run in that chat, so caps, ``--update``, ``list`` and ``cancel`` hold across its turns."""
+    return f"conversation:{chat}"
 
 
 def agent_principal(
@@ -126,8 +135,7 @@ class AgentTokens:
 
     def issue(self, chat: str) -> AgentRun:
         token = secrets.token_urlsafe(24)
-        session = "agent-run-" + secrets.token_hex(4)
-        principal = agent_principal(self._tenant_id, self._user_id, session)
+        principal = agent_principal(self._tenant_id, self._user_id, conversation_session(chat))
         run = AgentRun(token, principal, chat)
         with self._lock:
             self._runs[token] = run

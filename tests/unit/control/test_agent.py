@@ -74,11 +74,13 @@ def test_no_agent_configured_is_a_config_error(tmp_path: Path) -> None:
         runner.ask("x", "me")
 
 
-def test_token_names_an_agent_principal_bound_to_its_own_session(tmp_path: Path) -> None:
+def test_runs_in_one_chat_share_its_conversation_and_other_chats_do_not(tmp_path: Path) -> None:
     tokens = AgentTokens("t", "u")
-    first, second = tokens.issue("me"), tokens.issue("me")
+    first, second, elsewhere = tokens.issue("me"), tokens.issue("me"), tokens.issue("ops")
     assert first.principal.role.value == "agent"
-    assert first.principal.session_id != second.principal.session_id
+    assert first.token != second.token
+    assert first.principal.session_id == second.principal.session_id == "conversation:me"
+    assert elsewhere.principal.session_id == "conversation:ops"
     assert tokens.by_token(first.token) == first
     tokens.revoke(first)
     assert tokens.by_token(first.token) is None
