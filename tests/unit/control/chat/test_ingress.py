@@ -87,14 +87,16 @@ class Chat:
         return VerbResponse.success(chat=chat)
 
 
-def _update(update_id: int, text: str = "hi", chat: int = ME, **extra: Any) -> dict[str, Any]:
+def _update(
+    update_id: int, text: str = "hi", chat: int = ME, extra: dict[str, Any] | None = None
+) -> dict[str, Any]:
     message = {
         "message_id": update_id,
         "from": {"id": 1, "is_bot": False},
         "chat": {"id": chat},
         "date": 1,
         "text": text,
-        **extra,
+        **(extra or {}),
     }
     return {"update_id": update_id, "message": message}
 
@@ -159,7 +161,7 @@ def test_what_is_not_a_persons_text_of_ours_is_ignored_counted_and_passed(parts:
     long_before = _count("me", "too_long")
     stream.push(
         _update(1, chat=999),
-        _update(2, **{"from": {"id": 2, "is_bot": True}}),
+        _update(2, extra={"from": {"id": 2, "is_bot": True}}),
         {"update_id": 3, "edited_message": _update(3)["message"]},
         _update(4, "x" * (MAX_TEXT + 1)),
         {"no": "id"},
