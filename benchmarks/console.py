@@ -32,7 +32,7 @@ from confluent_kafka import TopicPartition
 from fastapi.testclient import TestClient
 from prometheus_client import CollectorRegistry
 
-from consumers.commands.loop import CommandProcessor
+from consumers.commands.loop import CommandDeps, CommandProcessor, CommandSettings
 from pipeline.cli.api_cmd import build_services
 from pipeline.config import parse_config
 from pipeline.control.client import CommandClient, operator_principal
@@ -192,14 +192,15 @@ def main() -> None:
     ensure_topics(admin, topology)
     keks = KeyEncryptionKeys.load()
     stop = threading.Event()
-    processor = CommandProcessor(
+    settings = CommandSettings(
         bootstrap,
         topology,
         instance_id=f"bench-{uuid.uuid4().hex[:6]}",
-        keks=keks,
-        metrics_registry=CollectorRegistry(),
         limits=Limits(watchers=args.watchers + 100),
         consumer_overrides={"fetch.wait.max.ms": 10},
+    )
+    processor = CommandProcessor(
+        settings, CommandDeps(keks=keks, metrics_registry=CollectorRegistry())
     )
     thread = threading.Thread(target=processor.run, args=(stop,), daemon=True)
     thread.start()

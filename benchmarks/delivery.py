@@ -36,7 +36,7 @@ from confluent_kafka import Producer
 from prometheus_client import CollectorRegistry
 
 from consumers.delivery.adapters import build_adapters, webhook_body
-from consumers.delivery.loop import DeliverySettings, DeliveryWorker
+from consumers.delivery.loop import DeliveryDeps, DeliverySettings, DeliveryWorker
 from pipeline.config import parse_config
 from pipeline.crypto import KeyEncryptionKeys, KeyRing, generate_kek_text
 from pipeline.kafka.admin import connect_admin, ensure_topics
@@ -193,6 +193,7 @@ def _delivery(
     client = redis.Redis.from_url(redis_url, socket_timeout=5, socket_connect_timeout=5)
     caps = BudgetCaps(window=timedelta(hours=1), deliveries=10**9, attempts=10**9)
     settings = DeliverySettings(
+        bootstrap=bootstrap,
         topology=topology,
         instance_id="bench",
         group_id=f"{run}.delivery",
@@ -208,14 +209,10 @@ def _delivery(
         producer.produce(topology.name(Topic.KEYS), raw, topic_key, place)
     producer.flush(30)
     with build_adapters(config) as adapters:
-        worker = DeliveryWorker(
-            bootstrap,
-            settings,
-            adapters,
-            RedisBudgets(client, key_prefix=f"bench:{run}:"),
-            metrics_registry=CollectorRegistry(),
-            ring=KeyRing(keks, default_codec()),
-        )
+        budgets = RedisBudgets(client, key_prefix=f"bench:{run}:")
+        ring = KeyRing(keks, default_codec())
+        deps = DeliveryDeps(adapters, budgets, ring, metrics_registry=CollectorRegistry())
+        worker = DeliveryWorker(settings, deps)
         stop = threading.Event()
         worker.start()
         while not worker.app.assignment():

@@ -2,11 +2,9 @@
 POST, and the mapping of every outcome onto the closed set of
 :class:`~pipeline.rules.outcomes.ErrorCode`.
 
-Why a synchronous ``httpx.Client``: the delivery consumer is a confluent-kafka poll loop, which
-is synchronous; a shared ``Client`` is thread-safe and pools keep-alive connections, so a
-``ThreadPoolExecutor`` calls many destinations at once with no event loop to bridge. Redirects
-are never followed (a delivery goes exactly where configuration says) and the environment's
-proxy and ``.netrc`` settings are not read (``trust_env=False``) for the same reason.
+A synchronous, thread-safe ``httpx.Client`` (why: ``docs/architecture.md``). Redirects are
+never followed (a delivery goes exactly where configuration says) and the environment's proxy
+and ``.netrc`` settings are not read (``trust_env=False``) for the same reason.
 
 Status table: 2xx → delivered; 410 → ``http_410`` (terminal); 429 → ``http_429`` with its
 ``Retry-After``; other 4xx → ``http_4xx`` (terminal); 5xx → ``http_5xx`` (also with a
@@ -223,11 +221,13 @@ def make_client(
 @dataclass(frozen=True, slots=True)
 class Reply:
     """A response's status and the little an adapter may look at; the body prefix is for an
-    API's own retry hint (Telegram's ``parameters.retry_after``) and is never kept."""
+    API's own retry hint (Telegram's ``parameters.retry_after``) or, read whole up to the
+    caller's limit, an API's answer (Telegram's ``getUpdates``); a delivery never keeps it."""
 
     status: int
     retry_after: str | None
     head: bytes = field(repr=False)
+    complete: bool = True  # False: the body was longer than the caller's read limit
 
 
 def classify_status(status: int) -> ErrorCode | None:
@@ -294,9 +294,10 @@ def post(
     content: bytes,
     headers: dict[str, str],
     timeout: timedelta,
+    read_limit: int = _DRAIN_LIMIT,
 ) -> Reply | ErrorCode:
-    """One POST within one total ``timeout``; a :class:`Reply` when the destination answered,
-    else the transport's code."""
+    """One POST within one total ``timeout``; a :class:`Reply` (its body's first
+    ``read_limit`` bytes) when the destination answered, else the transport's code."""
     try:
         with (
             deadline(timeout),
@@ -305,11 +306,14 @@ def post(
             ) as response,
         ):
             head = bytearray()
+            complete = True
             for chunk in response.iter_raw():
                 head += chunk
-                if len(head) >= _DRAIN_LIMIT:
+                if len(head) > read_limit:
+                    complete = False
                     break  # the connection is closed instead of reused; nothing is kept
-            return Reply(response.status_code, response.headers.get("retry-after"), bytes(head))
+            retry_after = response.headers.get("retry-after")
+            return Reply(response.status_code, retry_after, bytes(head[:read_limit]), complete)
     except httpx.HTTPError as exc:
         return classify_error(exc)
     except httpx.InvalidURL:

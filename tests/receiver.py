@@ -9,7 +9,10 @@ signatures when given the secret, counts distinct ``Idempotency-Key`` values, an
 answering (to provoke a client timeout); then it succeeds. :meth:`Receiver.fail_every` makes
 every n-th request fail for as long as it runs (a steady failure rate). ``GET`` on a path given
 to :meth:`Receiver.serve_json` answers that JSON (a governed tool's endpoint); GETs are counted,
-not recorded.
+not recorded. ``POST /bot<token>/getUpdates`` is the Bot API's long poll over the updates
+:meth:`Receiver.message` and :meth:`Receiver.update` queue: an offset confirms (forgets) every
+update below it, as Telegram does; polls are neither recorded nor scripted (:attr:`polls` keeps
+the offsets asked for).
 
     with Receiver(secret="whsec_...") as receiver:
         receiver.fail(3, 500)
@@ -39,6 +42,7 @@ __all__ = ["FAILURE_BODY", "ReceivedRequest", "Receiver"]
 # Scripted failures answer this body; a test asserts it never appears in a result or a log.
 FAILURE_BODY: Final = b"receiver-private-detail: do not keep me"
 _CHAT_PATH = re.compile(r"^/bot(?P<token>[^/]+)/sendMessage$")
+_UPDATES_PATH = re.compile(r"^/bot(?P<token>[^/]+)/getUpdates$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +90,9 @@ class Receiver:
         self._every: tuple[int, int] | None = None  # (n, status): every n-th request fails
         self._json: dict[str, bytes] = {}
         self.gets = 0
+        self.polls: list[int] = []  # the offset of each getUpdates call
+        self._updates: list[dict[str, Any]] = []
+        self._next_update = 1
         self._released = threading.Event()
         self._server = _Server(("127.0.0.1", 0), self._handler_class())
         self._server.daemon_threads = True
@@ -101,6 +108,8 @@ class Receiver:
 
     def close(self) -> None:
         self._released.set()
+        with self._lock:
+            self._lock.notify_all()
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=5)
@@ -151,6 +160,41 @@ class Receiver:
         """The next ``times`` requests wait ``seconds`` (or until close) before a 200."""
         with self._lock:
             self._script.extend(_Script(200, None, seconds) for _ in range(times))
+
+    def update(self, body: dict[str, Any]) -> int:
+        """Queue one Bot API update (``update_id`` added); its id."""
+        with self._lock:
+            update_id = self._next_update
+            self._next_update += 1
+            self._updates.append({"update_id": update_id, **body})
+            self._lock.notify_all()
+            return update_id
+
+    def message(self, chat_id: int, text: str, *, is_bot: bool = False) -> int:
+        """Queue a text message a person (or a bot) wrote in ``chat_id``; its update id."""
+        return self.update(
+            {
+                "message": {
+                    "message_id": self._next_update * 10,
+                    "from": {"id": 7, "is_bot": is_bot, "first_name": "tester"},
+                    "chat": {"id": chat_id, "type": "private"},
+                    "date": int(time.time()),
+                    "text": text,
+                }
+            }
+        )
+
+    def _poll(self, offset: int, timeout: float, limit: int) -> list[dict[str, Any]]:
+        deadline = time.monotonic() + min(timeout, 30.0)
+        with self._lock:
+            self.polls.append(offset)
+            self._updates = [u for u in self._updates if u["update_id"] >= offset]
+            while not self._updates and not self._released.is_set():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._lock.wait(left)
+            return self._updates[: max(1, limit)]
 
     # --- observations --------------------------------------------------------------------
 
@@ -210,6 +254,10 @@ class Receiver:
 
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                updates = _UPDATES_PATH.match(self.path)
+                if updates is not None:
+                    self._get_updates(updates["token"], body)
+                    return
                 headers = {name.lower(): value for name, value in self.headers.items()}
                 chat = _CHAT_PATH.match(self.path)
                 accepted = chat is None or chat["token"] == receiver._bot_token
@@ -233,6 +281,18 @@ class Receiver:
                     self._answer(200, b'{"ok":true,"result":{"message_id":1}}', None)
                 else:
                     self._answer(200, b"{}", None)
+
+            def _get_updates(self, token: str, body: bytes) -> None:
+                if token != receiver._bot_token:
+                    self._answer(401, b'{"ok":false,"error_code":401}', None)
+                    return
+                asked = json.loads(body or b"{}")
+                found = receiver._poll(
+                    int(asked.get("offset", 0)),
+                    float(asked.get("timeout", 0)),
+                    int(asked.get("limit", 100)),
+                )
+                self._answer(200, json.dumps({"ok": True, "result": found}).encode(), None)
 
             def do_GET(self) -> None:
                 body = receiver._served(self.path)

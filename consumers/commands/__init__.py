@@ -10,6 +10,6 @@ keys; ``metrics`` counts commands by verb and result; ``pipeline.cli.command_pro
 the callers (``pipeline.control``).
 """
 
-from consumers.commands.loop import CommandProcessor
+from consumers.commands.loop import CommandDeps, CommandProcessor, CommandSettings
 
-__all__ = ["CommandProcessor"]
+__all__ = ["CommandDeps", "CommandProcessor", "CommandSettings"]

@@ -37,6 +37,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final
 
@@ -77,7 +78,7 @@ from pipeline.runtime.recovery import run_steps
 from pipeline.runtime.tables import Table, TableKind, TableSpec
 from pipeline.runtime.views import UNREADABLE, DecodedCache, KeyView
 
-__all__ = ["CommandProcessor"]
+__all__ = ["CommandDeps", "CommandProcessor", "CommandSettings"]
 
 log = logging.getLogger(__name__)
 
@@ -102,74 +103,69 @@ GRANTS_TABLE: Final = "grants"
 COMMAND: Final = "command"
 
 
-class CommandProcessor:
-    """One member of the ``<namespace>.command-processor`` group (``group_id``; default
-    ``<prefix>command-processor``). No network until :meth:`start`."""
+@dataclass(frozen=True, slots=True)
+class CommandSettings:
+    """Where the command processor runs and the rules' knobs: plain values."""
 
-    def __init__(
-        self,
-        bootstrap: str,
-        topology: Topology,
-        *,
-        instance_id: str,
-        group_id: str | None = None,
-        clock: Clock | None = None,
-        codec: AvroCodec | None = None,
-        keks: KeyEncryptionKeys | None = None,
-        key_cache: int = 65_536,
-        metrics_registry: CollectorRegistry = REGISTRY,
-        consumer_overrides: dict[str, Any] | None = None,
-        producer_overrides: dict[str, Any] | None = None,
-        limits: Limits = DEFAULT_LIMITS,
-        ceilings: BudgetCeilings = NO_CEILINGS,
-        host: Host = NO_HOST,
-        static_membership: bool = False,
-        group_protocol: GroupProtocol = GroupProtocol.CLASSIC,
-    ) -> None:
-        """``keks`` default to ``$VIGIL_MASTER_KEYS`` (none there: a ``ConfigError``)."""
+    bootstrap: str
+    topology: Topology
+    instance_id: str
+    group_id: str = ""
+    limits: Limits = DEFAULT_LIMITS  # what a subject may hold ([limits])
+    ceilings: BudgetCeilings = NO_CEILINGS  # the most any window may allow
+    host: Host = NO_HOST  # the daemon's subject and chats: the only ones that may run and prompt
+    key_cache: int = 65_536  # data keys each partition's ring keeps open
+    static_membership: bool = False  # a restart with the same instance id keeps its partitions
+    group_protocol: GroupProtocol = GroupProtocol.CLASSIC
+    consumer_overrides: dict[str, Any] = field(default_factory=dict)
+    producer_overrides: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def group(self) -> str:
+        return self.group_id or f"{self.topology.prefix}command-processor"
+
+
+@dataclass(frozen=True, slots=True)
+class CommandDeps:
+    """The command processor's collaborators. ``keks`` default to ``$VIGIL_MASTER_KEYS``
+    (none there: a ``ConfigError``)."""
+
+    keks: KeyEncryptionKeys = field(default_factory=KeyEncryptionKeys.load)
+    clock: Clock = field(default_factory=SystemClock)
+    codec: AvroCodec = field(default_factory=default_codec)
+    metrics_registry: CollectorRegistry = REGISTRY
+
+
+class CommandProcessor:
+    """One member of the ``<namespace>.command-processor`` group (``settings.group``). No
+    network until :meth:`run` (or :meth:`start`)."""
+
+    def __init__(self, settings: CommandSettings, deps: CommandDeps) -> None:
+        topology = settings.topology
         by_subject = {
             topology.partitions_for(t) for t in (Topic.COMMANDS, Topic.REGISTRY, Topic.KEYS)
         }
         if len(by_subject) > 1:
             raise ConfigError("partitions: commands, registry and keys need one count (by subject)")
-        self._topology = topology
-        self._limits = limits
-        self._clock = clock or SystemClock()
-        self._ceilings = ceilings
-        self._host = host
-        self._codec = codec or default_codec()
-        self._keks = keks or KeyEncryptionKeys.load()
-        self._key_cache = key_cache
+        self.settings = settings
+        self._clock = deps.clock
+        self._codec = deps.codec
+        self._keks = deps.keks
         self._keys: dict[int, KeyView] = {}  # per task partition: its own ring
-        self._counter = command_counter(metrics_registry)
+        self._counter = command_counter(deps.metrics_registry)
         self._topics = {topic: topology.name(topic) for topic in Topic}
         self._grant_cache: DecodedCache[GrantRecord] = DecodedCache()
         self._index = SubjectIndex()
         self._writer = DecisionWriter(topology, self._codec, self._index)
-        self.app = self._stream_app(
-            bootstrap,
-            group_id or f"{topology.prefix}command-processor",
-            instance_id,
-            metrics_registry,
-            static_membership=static_membership,
-            group_protocol=group_protocol,
-            consumer_overrides=consumer_overrides,
-            producer_overrides=producer_overrides,
-        )
+        self.app = self._stream_app(deps.metrics_registry)
 
-    def _stream_app(
-        self,
-        bootstrap: str,
-        group_id: str,
-        instance_id: str,
-        metrics_registry: CollectorRegistry,
-        **member: Any,
-    ) -> StreamApp:
+    def _stream_app(self, metrics_registry: CollectorRegistry) -> StreamApp:
         """Commands in, ``registry`` and ``keys`` owned, ``grants`` whole; every step commits."""
+        settings = self.settings
         return StreamApp(
-            bootstrap,
-            group_id,
-            instance_id,
+            settings.bootstrap,
+            settings.group,
+            settings.instance_id,
             [self._topics[Topic.COMMANDS]],
             self._process,
             tables=[
@@ -185,8 +181,11 @@ class CommandProcessor:
             metrics_registry=metrics_registry,
             schemas_topic=self._topics[Topic.SCHEMAS],
             codec=self._codec,
+            static_membership=settings.static_membership,
+            group_protocol=settings.group_protocol,
+            consumer_overrides=settings.consumer_overrides,
+            producer_overrides=settings.producer_overrides,
             outputs=[self._topics[t] for t in _OUTPUTS],
-            **member,
         )
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -234,7 +233,7 @@ class CommandProcessor:
         table = ctx.table(KEYS_TABLE)
         view = self._keys.get(ctx.partition)
         if view is None or view.table is not table:
-            ring = KeyRing(self._keks, self._codec, cache_size=self._key_cache)
+            ring = KeyRing(self._keks, self._codec, cache_size=self.settings.key_cache)
             view = self._keys[ctx.partition] = KeyView(table, ring)
         else:
             view.refresh()
@@ -278,9 +277,9 @@ class CommandProcessor:
                 self._view(registry, keys.ring, command),
                 grants,
                 now,
-                self._limits,
-                ceilings=self._ceilings,
-                host=self._host,
+                self.settings.limits,
+                ceilings=self.settings.ceilings,
+                host=self.settings.host,
             )
         except InfrastructureError:
             raise

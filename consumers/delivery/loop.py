@@ -70,7 +70,7 @@ from consumers.delivery.sends import Claim, Executor, SendPool
 from consumers.delivery.states import OUTBOX, STATE, DeliveryStates
 from consumers.delivery.sweep import sweep
 from pipeline.clock import Clock, SystemClock
-from pipeline.crypto import KeyEncryptionKeys, KeyRing
+from pipeline.crypto import KeyRing
 from pipeline.kafka.serde import AvroCodec, default_codec
 from pipeline.kafka.topics import Topic, Topology
 from pipeline.records.delivery_state import (
@@ -86,7 +86,7 @@ from pipeline.runtime.recovery import run_steps
 from pipeline.runtime.tables import TableKind, TableSpec
 from pipeline.runtime.views import GrantIndex, KeyView, LifecycleIndex
 
-__all__ = ["DEFAULT_GROUP", "DeliverySettings", "DeliveryWorker"]
+__all__ = ["DEFAULT_GROUP", "DeliveryDeps", "DeliverySettings", "DeliveryWorker"]
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +105,7 @@ class DeliverySettings:
     """How one delivery process runs. ``budget_defaults`` fill caps a definition leaves out;
     ``budget_ceilings`` bound every cap."""
 
+    bootstrap: str
     topology: Topology
     instance_id: str
     group_id: str = DEFAULT_GROUP
@@ -125,44 +126,44 @@ class DeliverySettings:
     group_protocol: GroupProtocol = GroupProtocol.CLASSIC
 
 
-class DeliveryWorker:
-    """One member of the delivery group. No network until :meth:`start`."""
+@dataclass(frozen=True, slots=True)
+class DeliveryDeps:
+    """The worker's collaborators: its destinations, the budget store and the key ring the
+    adapters seal ledger records with (its keys follow the ``keys`` table here). ``executor``
+    runs fired ``prompt`` and ``run`` entries (none: they are rejected)."""
 
-    def __init__(
-        self,
-        bootstrap: str,
-        settings: DeliverySettings,
-        adapters: AdapterRegistry,
-        budgets: RedisBudgets,
-        *,
-        clock: Clock | None = None,
-        metrics_registry: CollectorRegistry = REGISTRY,
-        codec: AvroCodec | None = None,
-        executor: Executor | None = None,
-        ring: KeyRing | None = None,
-    ) -> None:
-        """``executor`` runs fired ``prompt`` and ``run`` entries (a process that has none
-        rejects them). ``ring`` is the key ring the adapters seal ledger records with (its
-        keys follow the ``keys`` table here); by default one under ``$VIGIL_MASTER_KEYS``."""
+    adapters: AdapterRegistry
+    budgets: RedisBudgets
+    ring: KeyRing
+    executor: Executor | None = None
+    clock: Clock = field(default_factory=SystemClock)
+    codec: AvroCodec = field(default_factory=default_codec)
+    metrics_registry: CollectorRegistry = REGISTRY
+
+
+class DeliveryWorker:
+    """One member of the delivery group. No network until :meth:`run` (or :meth:`start`)."""
+
+    def __init__(self, settings: DeliverySettings, deps: DeliveryDeps) -> None:
         self.settings = settings
         topology = settings.topology
         self._outbox_topic = topology.name(Topic.OUTBOX)
         self._redeliveries_topic = topology.name(Topic.REDELIVERIES)
         self._dlq_topic = topology.name(Topic.DEAD_LETTER)
-        self._budgets = budgets
-        self._clock: Clock = clock or SystemClock()
-        self._codec = codec or default_codec()
-        self.ring = KeyRing(KeyEncryptionKeys.load(), self._codec) if ring is None else ring
-        self._metrics = delivery_metrics(metrics_registry)
-        self.app = self._stream_app(bootstrap, metrics_registry)
+        self._budgets = deps.budgets
+        self._clock = deps.clock
+        self._codec = deps.codec
+        self.ring = deps.ring
+        self._metrics = delivery_metrics(deps.metrics_registry)
+        self.app = self._stream_app(deps.metrics_registry)
         tables, self._tx = self.app.tables, self.app.transaction()
         self._states = DeliveryStates(tables, self._tx, self._codec, self.ring)
         self._sends = SendPool(
-            adapters,
+            deps.adapters,
             settings.senders,
             batch=settings.result_batch,
             linger_s=settings.linger_s,
-            executor=executor,
+            executor=deps.executor,
         )
         # Views of the global tables, empty until start() loads them.
         self._keys = KeyView(tables.whole(KEYS), self.ring)
@@ -182,10 +183,10 @@ class DeliveryWorker:
         self._started = False
         self._stopping = False
 
-    def _stream_app(self, bootstrap: str, metrics_registry: CollectorRegistry) -> StreamApp:
+    def _stream_app(self, metrics_registry: CollectorRegistry) -> StreamApp:
         topology, settings = self.settings.topology, self.settings
         return StreamApp(
-            bootstrap,
+            settings.bootstrap,
             settings.group_id,
             settings.instance_id,
             [self._outbox_topic, self._redeliveries_topic],

@@ -26,8 +26,8 @@ def settle_heap() -> None:
     The collector's thresholds are raised too (:data:`GC_THRESHOLDS`): each event allocates
     containers that reference counting frees or the per-watcher caches keep, and at Python's
     default (700, 10, 10) that set off ~33 young passes per 1,000 events and a full pass every
-    ~3,000, which walked everything made since the freeze and found no garbage: 33–44 µs of
-    CPU per event with 10,000 watchers (``benchmarks.evaluator``; 2–4 µs after).
+    ~3,000, which walked everything made since the freeze and found no garbage (the cost,
+    before and after: ``benchmarks/README.md``, "The cyclic garbage collector").
     """
     gc.set_threshold(*GC_THRESHOLDS)
     gc.unfreeze()

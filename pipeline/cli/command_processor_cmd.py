@@ -16,7 +16,7 @@ from typing import Final
 
 import click
 
-from consumers.commands.loop import CommandProcessor
+from consumers.commands.loop import CommandDeps, CommandProcessor, CommandSettings
 from pipeline.cli.context import CliState, pass_state
 from pipeline.cli.options import group_protocol_option, log_level_option
 from pipeline.cli.process import run_stage, start
@@ -72,18 +72,17 @@ def command_processor(
         verbose=verbose,
     )
     config = process.config
-    processor = CommandProcessor(
-        process.bootstrap,
-        process.topology,
+    settings = CommandSettings(
+        bootstrap=process.bootstrap,
+        topology=process.topology,
         instance_id=process.instance_id,
         group_id=process.group("command-processor"),
-        limits=process.config.limits.limits(),
+        limits=config.limits.limits(),
         ceilings=process.ceilings,
         host=Host.of(config.subject.tenant_id, config.subject.user_id, config.chats),
-        keks=process.keks,
-        key_cache=process.config.privacy.key_cache,
-        clock=process.clock,
+        key_cache=config.privacy.key_cache,
         static_membership=static_membership,
         group_protocol=process.group_protocol,
     )
-    run_stage(process, "command processor", processor)
+    deps = CommandDeps(keks=process.keks, clock=process.clock)
+    run_stage(process, "command processor", CommandProcessor(settings, deps))

@@ -10,7 +10,9 @@ configured user unless it bears a live agent token or descends from an agent run
 ``[agent] run_as`` the agent runs under that user's uid, reaches the daemon on a socket of its
 own and is the agent whatever it forks. Without ``run_as`` an agent is refused unless
 ``[agent] allow_same_uid`` opts in (``vigil dev`` does), and the daemon warns at start that
-agent isolation is by process ancestry only. Agents and scripts get an allowlisted environment. At
+agent isolation is by process ancestry only. Agents and scripts get an allowlisted environment.
+Each Telegram chat with ``listen`` is read (``pipeline.control.chat``): its messages are turns
+of its conversation, its inbox kept in ``<state dir>/chats``. At
 start the daemon ensures, in the background and idempotently, the one grant its verbs need
 (``vigil grant list`` shows it; revoking it locks the verbs); until the command processor has
 answered, verbs are answered ``starting`` (the CLI asks again for a while) and ``/readyz`` of
@@ -23,6 +25,7 @@ Left out: the verbs' meaning (``pipeline.control.core``) and the framing
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import threading
@@ -40,6 +43,7 @@ from pipeline.cli.process import serve_health
 from pipeline.clock import SystemClock
 from pipeline.config import VigilConfig
 from pipeline.control.agent import AgentRunner, AgentTokens
+from pipeline.control.chat.ingress import ChatIngress, listening_bots
 from pipeline.control.client import CommandClient, operator_principal
 from pipeline.control.core import Dispatcher, Subjecthood, user_principal
 from pipeline.control.identity import PeerIdentity
@@ -48,6 +52,7 @@ from pipeline.control.run import ScriptRunner
 from pipeline.control.skill import skill_path
 from pipeline.control.socket.server import Handler, Peer, SocketServer, default_socket_path
 from pipeline.control.verbs import VerbErrorKind, VerbName, VerbResponse
+from pipeline.ops.health import state_dir
 from pipeline.rules.commands.immediate import daemon_grant
 from pipeline.rules.commands.model import CommandVerb
 from pipeline.rules.errors import ConfigError, DefinitionError, VigilError
@@ -204,7 +209,8 @@ def daemon(state: CliState, socket_path: Path | None, log_level: str) -> None:
 
     Listens on a Unix socket (mode 0600) that only your user can use; refuses to start when
     another daemon already serves it. Needs the command processor for schedules and sends, and the
-    delivery consumer to deliver.
+    delivery consumer to deliver. Reads every Telegram chat with `listen` (the default): each
+    message written there is a turn of that chat's conversation with the agent.
 
     \b
     Example:
@@ -231,6 +237,9 @@ def daemon(state: CliState, socket_path: Path | None, log_level: str) -> None:
         zone=host_zone(subject.timezone),
     )
     keks = config.privacy.keks()  # first: a missing KEK is one line and no broker round trip
+    bots = listening_bots(
+        config, state_dir(configured=config.instance.state_dir) / "chats", os.environ
+    )
     state.reach_kafka()
     commands = CommandClient(bootstrap, topology, keks=keks)
     dispatcher = Dispatcher(
@@ -244,6 +253,7 @@ def daemon(state: CliState, socket_path: Path | None, log_level: str) -> None:
             pass_env=config.agent.env,
             user=agent_user,
             skill=skill_path(config.agent.skill),
+            max_output=config.limits.agent_output,
         ),
         runner=ScriptRunner(config.run.allow_dir, path, pass_env=config.run.env),
         clock=SystemClock(),
@@ -255,12 +265,17 @@ def daemon(state: CliState, socket_path: Path | None, log_level: str) -> None:
     )
     ready = threading.Event()
     handler = _handler(dispatcher, identity, ready)
-    servers = [SocketServer(path, handler)]
+    served = functools.partial(
+        SocketServer,
+        handler=handler,
+        max_connections=config.limits.socket_connections,
+        idle_s=config.limits.socket_idle.total_seconds(),
+    )
+    servers = [served(path)]
     if agent_user is not None:
         servers.append(
-            SocketServer(
+            served(
                 agent_path,
-                handler,
                 owner=agent_user.uid,
                 peers={agent_user.uid},
                 remove_dir=config.agent.socket_path is None,  # a fresh private directory
@@ -276,6 +291,8 @@ def daemon(state: CliState, socket_path: Path | None, log_level: str) -> None:
             f"agents run as {agent_user.name} (uid {agent_user.uid}) on {agent_path}", err=True
         )
     stop = shutdown.catch()
+    ingress = ChatIngress(bots, dispatcher, ready, stop)
+    ingress.start()
     granter = CommandClient(bootstrap, topology, keks=keks)
     grant_thread = threading.Thread(
         target=ensure_grant, args=(granter, config, stop, ready), name="control-grant", daemon=True
@@ -290,6 +307,7 @@ def daemon(state: CliState, socket_path: Path | None, log_level: str) -> None:
     finally:
         for server in servers:
             server.close()
+        ingress.close()
         health.close()
         # Stop within a second: a grant still being ensured is retried by the next start (it is
         # idempotent), so its thread is not waited for, nor its client closed under it.

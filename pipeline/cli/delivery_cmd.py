@@ -21,7 +21,7 @@ import click
 
 from consumers.delivery.adapters import build_adapters
 from consumers.delivery.adapters.verbs import SocketAgent, SocketRunner, VerbExecutor
-from consumers.delivery.loop import DeliverySettings, DeliveryWorker
+from consumers.delivery.loop import DeliveryDeps, DeliverySettings, DeliveryWorker
 from pipeline.cli.context import CliState, pass_state
 from pipeline.cli.options import group_protocol_option, log_level_option
 from pipeline.cli.process import run_stage, start
@@ -92,6 +92,7 @@ def delivery(
     )
     config = process.config
     settings = DeliverySettings(
+        bootstrap=process.bootstrap,
         topology=process.topology,
         instance_id=process.instance_id,
         group_id=group or process.group("delivery"),
@@ -112,14 +113,6 @@ def delivery(
     )
     budgets = process.budgets()
     with build_adapters(config, sealer=ring, clock=process.clock) as adapters:
-        worker = DeliveryWorker(
-            process.bootstrap,
-            settings,
-            adapters,
-            budgets,
-            clock=process.clock,
-            executor=executor,
-            ring=ring,
-        )
-        run_stage(process, "delivery", worker)
+        deps = DeliveryDeps(adapters, budgets, ring, executor, clock=process.clock)
+        run_stage(process, "delivery", DeliveryWorker(settings, deps))
     budgets.close()

@@ -19,7 +19,7 @@ from pipeline.cli.context import CliState, pass_state
 from pipeline.cli.options import group_protocol_option, log_level_option
 from pipeline.cli.process import run_stage, start
 from pipeline.kafka.topics import Topic
-from producers.ticker.loop import PollTicker, TickerSettings
+from producers.ticker.loop import PollTicker, TickerDeps, TickerSettings
 
 __all__ = ["ticker"]
 
@@ -94,15 +94,12 @@ def ticker(
         concurrency=concurrency,
         static_membership=static_membership,
         group_protocol=process.group_protocol,
-    )
-    poll_ticker = PollTicker(
-        settings,
         tools=process.config.tools,
-        budgets=process.budgets(quick_retry=True),
         default_caps=process.default_caps,
         ceilings=process.ceilings,
-        keks=process.keks,
         key_cache=process.config.privacy.key_cache,
-        clock=process.clock,
     )
-    run_stage(process, "ticker", poll_ticker)
+    deps = TickerDeps(
+        budgets=process.budgets(quick_retry=True), keks=process.keks, clock=process.clock
+    )
+    run_stage(process, "ticker", PollTicker(settings, deps))

@@ -226,7 +226,8 @@ class OperatorConfig(Section):
 
 
 class LimitsConfig(Section):
-    """What one subject (and one agent session) may hold live (DESIGN.md §10 "Limits")."""
+    """What one subject (and one agent session) may hold live (DESIGN.md §10 "Limits"), and
+    what the daemon holds for its peers: an agent run's output kept, its socket's connections."""
 
     watchers: int = Field(default=1_000, ge=1)
     proposals: int = Field(default=100, ge=1)
@@ -235,6 +236,9 @@ class LimitsConfig(Section):
     session_schedules: int = Field(default=10, ge=1)
     session_proposals: int = Field(default=10, ge=1)
     agent_cron_ttl: Duration = timedelta(days=30)  # an agent's cron schedule expires by then
+    agent_output: int = Field(default=1 << 20, ge=4096, le=1 << 30)  # bytes of stdout, of stderr
+    socket_connections: int = Field(default=64, ge=1, le=4096)  # served at once
+    socket_idle: Duration = timedelta(seconds=30)  # for a connection's next complete request
 
     @model_validator(mode="after")
     def _ttl(self) -> LimitsConfig:
@@ -242,6 +246,8 @@ class LimitsConfig(Section):
             raise ValueError("proposal_ttl is between 1m and 30d")
         if not timedelta(minutes=1) <= self.agent_cron_ttl <= timedelta(days=366):
             raise ValueError("agent_cron_ttl is between 1m and 366d")
+        if not timedelta(seconds=1) <= self.socket_idle <= timedelta(hours=1):
+            raise ValueError("socket_idle is between 1s and 1h")
         return self
 
     def limits(self) -> Limits:

@@ -67,10 +67,23 @@ class ConsoleChat(Section):
 
 
 class TelegramChat(Section):
+    """A Telegram chat: deliveries go to it and, with ``listen`` (the default), the daemon reads
+    what its person writes there (``getUpdates`` long polls of ``poll_timeout``; ``queue``
+    messages wait for a turn, then a polite refusal)."""
+
     kind: Literal["telegram"]
     api_base: Url = "https://api.telegram.org"
     token_env: EnvName
     chat_id: Annotated[str, BeforeValidator(lambda v: str(v) if isinstance(v, int) else v)]
+    listen: bool = True
+    poll_timeout: Duration = timedelta(seconds=25)
+    queue: int = Field(default=4, ge=0, le=100)
+
+    @model_validator(mode="after")
+    def _poll_timeout(self) -> TelegramChat:
+        if not timedelta(seconds=1) <= self.poll_timeout <= timedelta(seconds=50):
+            raise ValueError("poll_timeout is between 1s and 50s")
+        return self
 
 
 ChatConfig = Annotated[ConsoleChat | TelegramChat, Field(discriminator="kind")]

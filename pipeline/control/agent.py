@@ -1,19 +1,23 @@
 """The agent behind ``prompt`` and ``query``: one fresh process per call, and its agent token.
 
 Owns :class:`AgentRunner`, which runs ``[agent] command`` as an ephemeral session (seed 001): a
-new process per call, the prompt on stdin, the answer on stdout, a timeout that kills the whole
-process group, never inside a Kafka transaction (callers run it between two). The process gets
-an allowlisted environment (``isolation.allowlisted_env``: never vigil's secrets) plus
+new process per call, the prompt on stdin, the answer on stdout (at most ``max_output`` bytes of
+it and of stderr kept: ``capture``; an answer cut there ends with a marker that says so), a
+timeout that kills the whole process group, never inside a Kafka transaction (callers run it
+between two). The process gets an allowlisted environment (``isolation.allowlisted_env``: never
+vigil's secrets) plus
 ``VIGIL_SOCKET``, ``VIGIL_CHAT_ID``, ``VIGIL_SESSION_ID``, ``VIGIL_SKILL`` (``skill``) and a
 per-run ``VIGIL_AGENT_TOKEN`` from :class:`AgentTokens`; it starts with no capability and no way
 to gain one (``isolation.clean_start``), and with ``[agent] run_as`` under that user's uid. Requests
 bearing the token — or coming from the run's process, its descendants (its process group or
 session survives a double fork) or, after the run, what it left behind — act with the agent
-role (DESIGN.md §10), bound to a session of their own. The command starts behind a gate — a
-``/bin/sh`` that reads one empty line from stdin, then execs it in place (same pid, stdin left
-at the prompt) — and that line is written only once the run holds its pid: else a tokenless
-child it forks at once could reach the socket before the daemon knew the run, and be taken for
-the user.
+role (DESIGN.md §10), in the session of their chat's conversation
+(:func:`conversation_session`: a conversation is the daemon's subject and one chat, so every
+run for that chat — a reply to a message, a fired ``prompt`` — owns and counts what the others
+created). The command starts behind a gate — a ``/bin/sh`` that reads one empty line from
+stdin, then execs it in place (same pid, stdin left at the prompt) — and that line is written
+only once the run holds its pid: else a tokenless child it forks at once could reach the
+socket before the daemon knew the run, and be taken for the user.
 
 Left out: what the agent is (any command that reads stdin and answers on stdout), delivering
 the answer (``dispatch`` for immediate prompts, the delivery consumer for scheduled ones) and
@@ -36,6 +40,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Final
 
+from pipeline.control.capture import communicate
 from pipeline.control.isolation import (
     AgentUser,
     ProcessInfo,
@@ -53,10 +58,12 @@ __all__ = [
     "ENV_SESSION_ID",
     "ENV_SOCKET",
     "MAX_ANSWER",
+    "MAX_OUTPUT",
     "AgentRun",
     "AgentRunner",
     "AgentTokens",
     "agent_principal",
+    "conversation_session",
 ]
 
 log = logging.getLogger(__name__)
@@ -66,10 +73,17 @@ ENV_CHAT_ID: Final = "VIGIL_CHAT_ID"
 ENV_AGENT_TOKEN: Final = "VIGIL_AGENT_TOKEN"
 ENV_SESSION_ID: Final = "VIGIL_SESSION_ID"
 MAX_ANSWER: Final = 4096  # one chat message
+MAX_OUTPUT: Final = 1 << 20  # bytes of an agent's stdout (and of its stderr) the daemon keeps
 _KILL_GRACE_S: Final = 2.0
 _ENDED_KEPT: Final = 1024  # ended runs remembered, so what they leave behind stays the agent
 # Wait for the daemon's word (a line on stdin), then become the command: same pid and session.
 _GATE: Final = ("/bin/sh", "-c", 'read -r _ || exit 125; exec "$@"', "vigil-agent")
+
+
+def conversation_session(chat: str) -> str:
+    """The session of the daemon subject's conversation in ``chat``: the same for every agent
+    run in that chat, so caps, ``--update``, ``list`` and ``cancel`` hold across its turns."""
+    return f"conversation:{chat}"
 
 
 def agent_principal(
@@ -121,8 +135,7 @@ class AgentTokens:
 
     def issue(self, chat: str) -> AgentRun:
         token = secrets.token_urlsafe(24)
-        session = "agent-run-" + secrets.token_hex(4)
-        principal = agent_principal(self._tenant_id, self._user_id, session)
+        principal = agent_principal(self._tenant_id, self._user_id, conversation_session(chat))
         run = AgentRun(token, principal, chat)
         with self._lock:
             self._runs[token] = run
@@ -179,8 +192,10 @@ class AgentRunner:
         pass_env: Sequence[str] = (),
         user: AgentUser | None = None,
         skill: Path | None = None,
+        max_output: int = MAX_OUTPUT,
     ) -> None:
         self._command = list(command) if command else None
+        self._max_output = max_output
         self._timeout_s = timeout.total_seconds()
         self._socket_path = socket_path
         self._tokens = tokens
@@ -229,10 +244,14 @@ class AgentRunner:
             raise VigilError(f"cannot start the agent {name!r}: {exc.strerror}") from None
         self._tokens.attach(run, proc.pid)
         try:  # the gate's line first: only now, its pid held, may the command run
-            out, err = proc.communicate(b"\n" + text.encode("utf-8"), timeout=self._timeout_s)
+            got = communicate(proc, b"\n" + text.encode("utf-8"), self._max_output, self._timeout_s)
         except subprocess.TimeoutExpired:
             _kill_group(proc)
             raise VigilError(f"the agent did not answer within {self._timeout_s:g}s") from None
+        out, err = got.stdout, got.stderr
+        if got.stdout_dropped or got.stderr_dropped:
+            dropped = got.stdout_dropped + got.stderr_dropped
+            log.warning("agent %s wrote %d bytes past the output cap: dropped", name, dropped)
         if proc.returncode in (126, 127) and err.startswith(_GATE[3].encode() + b":"):
             why = err.decode("utf-8", "replace").strip().rsplit(": ", 1)[-1][:100]
             raise VigilError(f"cannot start the agent {name!r}: {why}")  # the gate's exec failed
@@ -243,18 +262,29 @@ class AgentRunner:
         answer = out.decode("utf-8", "replace").strip()
         if not answer:
             raise VigilError("the agent answered nothing")
-        if len(answer) > MAX_ANSWER:
-            answer = answer[: MAX_ANSWER - 1] + "…"
+        return _bounded(answer, self._max_output if got.stdout_dropped else None)
+
+
+def _bounded(answer: str, cap: int | None) -> str:
+    """``answer`` within :data:`MAX_ANSWER`; ``cap``: the output was cut there, which it says."""
+    marker = "…" if cap is None else f"\n[agent output truncated at {cap} bytes]"
+    if cap is None and len(answer) <= MAX_ANSWER:
         return answer
+    return answer[: MAX_ANSWER - len(marker)] + marker
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    """End the agent and everything it started, then release its pipes."""
+    """Release the agent's pipes (never read again: what it still writes is not kept), then end
+    it and everything it started."""
+    for pipe in (proc.stdin, proc.stdout, proc.stderr):
+        if pipe is not None:
+            with contextlib.suppress(OSError):
+                pipe.close()
     for sig in (signal.SIGTERM, signal.SIGKILL):
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, sig)
         try:
-            proc.communicate(timeout=_KILL_GRACE_S)
+            proc.wait(timeout=_KILL_GRACE_S)
             return
         except subprocess.TimeoutExpired:
             continue

@@ -232,11 +232,27 @@ class Dispatcher:
     def _prompt(self, request: PromptRequest, principal: Principal, chat: str) -> VerbResponse:
         """Run the agent here, outside any transaction, then send its answer as a command whose
         key the processor derives from this prompt's request id: one prompt, one answer."""
+        return self._ask_and_send(request.text, principal, chat, secrets.token_hex(16))
+
+    def reply(self, text: str, chat: str, turn_id: str) -> VerbResponse:
+        """A turn of ``chat``'s conversation (a message its person wrote): a ``prompt`` of the
+        daemon's own subject whose answer is keyed by ``turn_id``, so a turn run again after a
+        crash is answered once."""
+        principal = user_principal(self._who.tenant_id, self._who.user_id)
+        return self._ask_and_send(text, principal, chat, turn_id)
+
+    def say(self, text: str, chat: str) -> VerbResponse:
+        """The daemon's own word to ``chat`` (a ``send`` of its subject), e.g. a polite refusal."""
+        principal = user_principal(self._who.tenant_id, self._who.user_id)
+        return self._send(SendRequest(text=text), principal, chat)
+
+    def _ask_and_send(
+        self, text: str, principal: Principal, chat: str, prompt_id: str
+    ) -> VerbResponse:
         refused = self._authorized(CommandVerb.PROMPT, principal, chat)
         if refused is not None:
             return refused
-        prompt_id = secrets.token_hex(16)
-        answer = self._agent.ask(request.text, chat)
+        answer = self._agent.ask(text, chat)
         result = self._round_trip(
             CommandVerb.SEND, principal, target=chat, text=answer, answer_to=prompt_id
         )

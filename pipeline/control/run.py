@@ -45,6 +45,7 @@ ENV_DELIVERY_KEY: Final = "VIGIL_DELIVERY_KEY"
 ENV_SCHEDULE_NAME: Final = "VIGIL_SCHEDULE_NAME"
 ENV_SCHEDULE_TIME: Final = "VIGIL_SCHEDULE_TIME"
 _MAX_LOGGED_LINE: Final = 500
+_READ_LINE: Final = 64 * 1024
 
 
 def resolve_script(script: str, allow_dir: Path, field: str = "args") -> Path:
@@ -147,9 +148,10 @@ class ScriptRunner:
 
 
 def _watch(proc: subprocess.Popen[bytes], name: str) -> None:
-    assert proc.stdout is not None
-    with proc.stdout:
-        for raw in proc.stdout:
+    stdout = proc.stdout
+    assert stdout is not None
+    with stdout:  # read in bounded pieces: a line without end never grows the daemon
+        for raw in iter(lambda: stdout.readline(_READ_LINE), b""):
             line = raw.decode("utf-8", "replace").rstrip("\n")
             log.debug("run %s[%s]: %s", name, proc.pid, line[:_MAX_LOGGED_LINE])
     code = proc.wait()

@@ -82,6 +82,7 @@ class VerbErrorKind(StrEnum):
     TOO_LARGE = "too_large"  # the line exceeds the daemon's bound
     UNAVAILABLE = "unavailable"  # broker, agent or daemon did not answer
     STARTING = "starting"  # the daemon is up but its control grant is not in place yet
+    BUSY = "busy"  # every connection slot is answering a request (or this idle one was taken)
     INTERNAL = "internal"
 
 

@@ -6,7 +6,7 @@ runtime's table view or a reader's scan) and answers the records layer's
 :meth:`~KeyRing.open` by the key id a sealed value carries. A tombstone forgets the key at once,
 so from the next batch on nothing sealed under it opens in this process. Unwrapped keys live in
 a bounded cache (oldest out first) of raw 32-byte keys, and the ciphers made from them in a
-smaller one (an AES-GCM context costs ~2.5 KiB; making one again costs a microsecond); wrapped
+smaller one (sizes: ``benchmarks/README.md``); wrapped
 records are as many as the topic holds, like any global table. The command processor, the
 only writer of ``keys``, also makes keys here (:meth:`~KeyRing.create`) and re-wraps old ones
 under the newest key-encryption key (:meth:`~KeyRing.rewrapped`).

@@ -1,7 +1,7 @@
 """The ``outbox`` record (``schemas/outbox_entry.v2.avsc``; v1 still read): one notification
 intent, complete enough that delivery needs nothing else, keyed by its delivery key (DESIGN §2,
-§4). The trigger, text and arguments are sealed under the subject's data key (associated data:
-the delivery key); without that key the entry reads as ``erased``.
+§4). The trigger, text, message and arguments are sealed under the subject's data key
+(associated data: the delivery key); without that key the entry reads as ``erased``.
 
 Written by the evaluator, by the command processor (immediate ``send``) and by delivery (a
 prompt's answer); read by delivery, replay and explain. Durations travel as microseconds, the
@@ -89,11 +89,13 @@ def encode_outbox_entry(
 
 
 def _sealed_content(entry: OutboxEntry, trigger_text: str | None) -> str:
-    """RFC 8785 of ``{"args", "text", "trigger"}``: keys in order, values canonical."""
-    args, text = entry.args, entry.text
+    """RFC 8785 of ``{"args", "message", "text", "trigger"}``: keys in order, values canonical
+    (``message`` left out when there is none, as entries before templates were written)."""
+    args, text, message = entry.args, entry.text, entry.message
     return (
         '{"args":'
         + ("null" if args is None else json_text(list(args), "args"))
+        + ("" if message is None else ',"message":' + json_text(message, "message"))
         + ',"text":'
         + ("null" if text is None else json_text(text, "text"))
         + ',"trigger":'
@@ -145,11 +147,12 @@ def decode_outbox_entry(codec: Codec, sealer: Sealer, data: bytes) -> OutboxEntr
     if sealed is not None:
         opened = open_fields(sealer, outbox_identity(value["delivery_key"]), sealed)
         if opened is None:
-            value.update(trigger={}, text=None, args=None, erased=True)
+            value.update(trigger={}, text=None, message=None, args=None, erased=True)
         else:
             value.update(
                 trigger=opened.get("trigger") or {},
                 text=opened.get("text"),
+                message=opened.get("message"),
                 args=opened.get("args"),
             )
     try:
@@ -165,17 +168,20 @@ def _entry(value: dict[str, Any]) -> OutboxEntry:
     retention = value.pop("delivery_retention_micros")
     trigger = value.pop("trigger")
     text = value.pop("text")
+    message = value.pop("message", None)
     outcome = Outcome(value.pop("outcome"))
     args = strings(value.pop("args"), "args")
     if isinstance(trigger, str):  # v1: plaintext JSON
         trigger = parse_json(trigger, "trigger")
-    if text is not None and not isinstance(text, str):
-        raise SerdeError("text is not a string")
+    for name, found in (("text", text), ("message", message)):
+        if found is not None and not isinstance(found, str):
+            raise SerdeError(f"{name} is not a string")
     return OutboxEntry(
         **value,
         outcome=outcome,
         trigger=string_map(trigger or {}, "trigger"),
         text=text,
+        message=message,
         args=args,
         retry=_retry(retry["max_attempts"], retry["base_micros"], retry["cap_micros"]),
         quiet_hours=None

@@ -9,10 +9,8 @@ become ``BudgetStoreError``: the caller defers and never runs unbudgeted.
 One charge, single or batched: :meth:`RedisBudgets.charge_many` sends a whole batch (the
 evaluator's inputs, delivery's due entries) as one ``EVALSHA`` of a script that runs the very
 single-charge script once per :class:`~pipeline.rules.budgets.Charge`, with the same keys and
-tokens, so a token charges once per window whichever path sends it. Why one script call: a
-pipeline of one ``EVALSHA`` per charge cost about 80 µs of client CPU per charge (redis-py packs
-a dozen arguments and parses a five-element reply for each); the batch sends one JSON argument
-and reads one delimited reply. Only the dimensions a charge increments travel and are checked
+tokens, so a token charges once per window whichever path sends it (why one call:
+``docs/architecture.md``). Only the dimensions a charge increments travel and are checked
 (a delivery spends deliveries and attempts; an exhausted evaluation budget must not stop it),
 and ``remaining`` of a verdict covers those dimensions. Each charge is atomic and idempotent on
 its own; a batch need not be atomic as a whole.
@@ -26,14 +24,10 @@ lives in one slot. ``<prefix>{<hex(subject)>}:windows`` (no hex id is ``windows`
 window index: its window hashes scored by window end, entries of ended windows dropped as new
 windows are filed.
 
-On a Redis Cluster a batch is split by hash slot and sent as one call per slot (each charge
-still one script run on one slot): every key of a subject carries the subject as its hash tag,
-so one subject's charges share a slot while subjects spread over the masters. One tag for every
-key would keep a batch in one call but put all budgets on one master, which is what a cluster
-is meant to avoid. With Sentinel, the client asks for the current master again after a
-failover; a charge during one fails (``BudgetStoreError``: the caller defers) and is retried
-with the same token later, so it is charged once — unless the old master had not replicated the
-token yet, the one window Redis's asynchronous replication leaves open.
+On a Redis Cluster a batch is split by hash slot and sent as one call per slot (one
+subject's charges share a slot; why per subject: ``docs/architecture.md``). With Sentinel, a
+charge during a failover fails (``BudgetStoreError``: the caller defers) and is retried with the
+same token later.
 
 Leaves out the rules (``pipeline.rules.budgets``: caps, windows, verdicts) and what a verdict
 means for a watcher or a delivery.

@@ -108,18 +108,18 @@ def connect(url: str, *, timeout_s: float = 2.0, retry: Any = None) -> Any:
     parsed = parse_url(url)
     auth: dict[str, Any] = {"username": parsed.username, "password": parsed.password}
     if parsed.kind == "cluster":
-        nodes = [ClusterNode(host, port) for host, port in parsed.hosts]  # type: ignore[no-untyped-call]
+        nodes = [ClusterNode(host, port) for host, port in parsed.hosts]  # type: ignore[no-untyped-call, unused-ignore]
         return RedisCluster(startup_nodes=nodes, ssl=parsed.tls, **auth, **options)
     if parsed.tls:
         options["ssl"] = True
-    sentinel = Sentinel(  # type: ignore[no-untyped-call]
+    sentinel = Sentinel(  # type: ignore[no-untyped-call, unused-ignore]
         list(parsed.hosts),
         sentinel_kwargs={"socket_timeout": timeout_s, "socket_connect_timeout": timeout_s},
         **auth,
         **options,
     )
     assert parsed.service is not None
-    return sentinel.master_for(parsed.service, db=parsed.db)  # type: ignore[no-untyped-call]
+    return sentinel.master_for(parsed.service, db=parsed.db)  # type: ignore[no-untyped-call, unused-ignore]
 
 
 def is_cluster(client: object) -> bool:

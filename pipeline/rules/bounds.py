@@ -9,7 +9,9 @@ Every parser in vigil is total: for any input it returns a value or a named refu
 - text length-checked before any regular expression sees it (:func:`bounded_text`);
 - JSON nested at most :data:`MAX_JSON_DEPTH` levels, integers at most :data:`MAX_JSON_INT` in
   magnitude (payloads that must canonicalize: ±(2^53 - 1)), floats finite, at most
-  :data:`MAX_JSON_NODES` values.
+  :data:`MAX_JSON_NODES` values;
+- a message template at most :data:`MAX_TEMPLATE` characters naming at most
+  :data:`MAX_TEMPLATE_FIELDS` fields, a rendered message at most :data:`MAX_MESSAGE`.
 
 :func:`check_json` walks a value already in memory (a definition body, a condition) without
 recursion; :func:`parse_json` reads JSON text (a record's payload) with the same bounds, in C
@@ -34,6 +36,9 @@ __all__ = [
     "MAX_JSON_DEPTH",
     "MAX_JSON_INT",
     "MAX_JSON_NODES",
+    "MAX_MESSAGE",
+    "MAX_TEMPLATE",
+    "MAX_TEMPLATE_FIELDS",
     "MAX_YEAR",
     "MIN_INSTANT",
     "MIN_YEAR",
@@ -55,6 +60,11 @@ MAX_JSON_INT: Final = 2**63
 SAFE_JSON_INT: Final = 2**53 - 1
 """What RFC 8785 can write exactly: the bound of every payload that is canonicalized."""
 MAX_JSON_NODES: Final = 200_000
+MAX_TEMPLATE: Final = 1_024
+"""Characters of one ``delivery.message`` template."""
+MAX_TEMPLATE_FIELDS: Final = 32
+MAX_MESSAGE: Final = 4_096
+"""Characters of a rendered message (Telegram's limit for one message); longer is cut."""
 _MAX_INT_DIGITS: Final = 20  # len(str(2**63)) is 19; a sign makes 20
 # 2^53 has 16 digits; a float overflows only with an exponent or 300-odd digits.
 _RISKY: Final = re.compile(r"\d{16}|\d[eE]")

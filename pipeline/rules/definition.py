@@ -132,6 +132,9 @@ class WatcherDefinition(StrictModel):
         self._check_condition_and_verb()
         self._check_change()
         self._check_expiry()
+        if self.delivery.template is not None:  # names only evidence the receipt keeps
+            events = isinstance(self.source, EventSource)
+            self.delivery.template.check(self.privacy.paths, events=events)
         check_retentions(self.privacy.evidence_retention, self.privacy.delivery_retention)
         if self.privacy.delivery_retention < self.source.max_age + FUTURE_SKEW:
             raise DefinitionError(

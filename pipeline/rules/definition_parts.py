@@ -1,7 +1,7 @@
 """The parts of a watcher definition that stand on their own: where a decision goes
-(:class:`Delivery`: target, verb, text or arguments, quiet hours) and what records keep and for
-how long (:class:`PrivacyPolicy`). The whole definition and its cross-field rules are
-``definition``'s; sources are ``sources``'.
+(:class:`Delivery`: target, verb, text, message template or arguments, quiet hours) and what
+records keep and for how long (:class:`PrivacyPolicy`). The whole definition and its cross-field
+rules are ``definition``'s; sources are ``sources``'; templates are ``message``'s.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from pydantic import (
 
 from pipeline.rules.durations import Duration
 from pipeline.rules.errors import DefinitionError
+from pipeline.rules.message import MessageTemplate, parse_template
 from pipeline.rules.paths import Path
 from pipeline.rules.privacy import parse_retain_paths
 from pipeline.rules.quiet_hours import QuietHours
@@ -50,6 +51,7 @@ class Delivery(StrictModel):
     target: str
     verb: DeliveryVerb = DeliveryVerb.NOTIFY
     text: str | None = None
+    message: str | None = None
     args: tuple[str, ...] | None = None
     quiet_hours: QuietHours | None = None
     wake_session: bool = False
@@ -72,6 +74,9 @@ class Delivery(StrictModel):
             raise DefinitionError(f"verb {self.verb.value} {rule} text", "delivery.text")
         if self.text is not None and not 0 < len(self.text) <= MAX_TEXT:
             raise DefinitionError(f"text is 1..{MAX_TEXT} characters", "delivery.text")
+        if self.message is not None and self.verb is not DeliveryVerb.NOTIFY:
+            raise DefinitionError(f"verb {self.verb.value} takes no message", "delivery.message")
+        _ = self.template
         needs_args = self.verb is DeliveryVerb.RUN
         if needs_args != (self.args is not None):
             rule = "needs" if needs_args else "takes no"
@@ -79,6 +84,11 @@ class Delivery(StrictModel):
         if self.args is not None and not 0 < len(self.args) <= MAX_ARGS:
             raise DefinitionError(f"run takes 1..{MAX_ARGS} args", "delivery.args")
         return self
+
+    @cached_property
+    def template(self) -> MessageTemplate | None:
+        """``message`` parsed once (``pipeline.rules.message``); ``None`` without one."""
+        return None if self.message is None else parse_template(self.message)
 
 
 class PrivacyPolicy(StrictModel):

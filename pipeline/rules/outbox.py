@@ -2,6 +2,7 @@
 
 Owns :class:`OutboxEntry`, keyed in ``vigil.outbox`` by its delivery key (DESIGN.md §2, §4).
 It carries the subject, the watcher version, the trigger, the verb and its arguments, the
+message a person reads (rendered here by ``message``, from the evidence the receipt keeps), the
 retry policy, quiet hours, budget caps and retention, so the delivery consumer never reads a
 definition. Creating one is ``evaluation``'s (or the command processor's for immediate verbs);
 dispatch states are ``dispatch``'s. An entry read back without its data key is ``erased``
@@ -15,14 +16,15 @@ from datetime import datetime, timedelta
 
 from pipeline.rules.backoff import RetryPolicy
 from pipeline.rules.budgets import BudgetCaps
-from pipeline.rules.definition import WatcherDefinition
+from pipeline.rules.definition import DeliveryVerb, WatcherDefinition
 from pipeline.rules.evidence import Evidence, trigger_json
+from pipeline.rules.message import MessageFields, default_message, render
 from pipeline.rules.outcomes import Outcome
 from pipeline.rules.quiet_hours import QuietHours
 from pipeline.rules.schedules import fire_late, sent_late_by
 from pipeline.rules.sources import ScheduleSource
 
-__all__ = ["OutboxEntry", "as_sent", "build_entry"]
+__all__ = ["OutboxEntry", "as_sent", "build_entry", "message_of"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -45,6 +47,7 @@ class OutboxEntry:
     verb: str
     target: str
     text: str | None = None
+    message: str | None = None  # a notify's rendered message; None before templates existed
     args: tuple[str, ...] | None = None
     evidence_digest: str | None = None
     evidence_observed_at: datetime | None = None
@@ -79,6 +82,8 @@ def build_entry(
     delivery = definition.delivery
     is_schedule = isinstance(definition.source, ScheduleSource)
     scheduled_at = evidence.scheduled_at if is_schedule else None
+    due_at = scheduled_at or now
+    notify = delivery.verb is DeliveryVerb.NOTIFY
     return OutboxEntry(
         delivery_key=key,
         tenant_id=definition.tenant_id,
@@ -92,10 +97,11 @@ def build_entry(
         verb=delivery.verb.value,
         target=delivery.target,
         text=delivery.text,
+        message=message_of(definition, evidence, outcome, due_at) if notify else None,
         args=delivery.args,
         evidence_digest=evidence.digest() if digest is None else digest,
         evidence_observed_at=evidence.observed_at,
-        due_at=scheduled_at or now,
+        due_at=due_at,
         late=is_schedule and fire_late(evidence, now),
         created_at=now,
         retry=definition.retry,
@@ -107,6 +113,26 @@ def build_entry(
         schedule_name=definition.watcher_id.rsplit(":", 1)[-1] if is_schedule else None,
         schedule_time=scheduled_at,
     )
+
+
+def message_of(
+    definition: WatcherDefinition, evidence: Evidence, outcome: Outcome, due_at: datetime
+) -> str:
+    """The message of a decision: ``delivery.message`` rendered, or the default message, over
+    the payload leaves the privacy allowlist keeps (never more than the receipt)."""
+    fields = MessageFields(
+        watcher_id=definition.watcher_id,
+        purpose=definition.purpose,
+        outcome=outcome.value,
+        observed_at=evidence.observed_at,
+        due_at=due_at,
+        payload=evidence.payload,
+        retained=definition.privacy.paths,
+        event_type=evidence.event_type,
+        event_id=evidence.event_id,
+    )
+    template = definition.delivery.template
+    return default_message(fields) if template is None else render(template, fields)
 
 
 def as_sent(entry: OutboxEntry, claimed_at: datetime) -> OutboxEntry:

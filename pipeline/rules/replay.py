@@ -6,10 +6,10 @@ range is evaluated again by :func:`pipeline.rules.evaluation.evaluate` with the 
 evaluation time (or the input's arrival, :attr:`ReplayClock.ARRIVAL`), and with what replay
 cannot recompute taken as recorded: the authorization and budget verdicts, the lifecycle status
 the command processor set (a ``not_active`` receipt was evaluated while paused) and whether the
-pinned evaluator was registered. Conditions, freshness, expiry, dedupe, keys, late flags and a
-change watcher's transitions are recomputed (receipts before the range seed them). A
-replacement definition (``override``) answers "what would this have fired?"; a ``regrant``
-decides chosen receipts with another authorization instead of the recorded one (recovery).
+pinned evaluator was registered. Conditions, freshness, expiry, dedupe, keys, late flags,
+messages and a change watcher's transitions are recomputed (receipts before the range seed
+them). A replacement definition (``override``) answers "what would this have fired?"; a
+``regrant`` decides chosen receipts with another authorization instead of the recorded one.
 
 Leaves out reading Kafka (``pipeline.ops.replay_reader``) and printing (``pipeline.cli``).
 Inputs that no watcher evaluated have no receipt and are not replayed; neither are inputs a
@@ -73,7 +73,7 @@ class DifferenceKind(StrEnum):
     EVIDENCE = "evidence"  # same decision, but the input's digest is not what was evaluated
     NOT_EVALUATED = "not_evaluated"  # replay closed the watch before this input
     OUTBOX_MISSING = "outbox_missing"  # a still-retained decision has no outbox record
-    OUTBOX_MISMATCH = "outbox_mismatch"  # the outbox record is not the replayed entry
+    OUTBOX_MISMATCH = "outbox_mismatch"  # the outbox record is not the replayed entry (message too)
 
 
 class SkipReason(StrEnum):
@@ -126,6 +126,7 @@ class Decision:
     delivery_key: str | None
     evidence_digest: str
     late: bool = False  # the outbox entry's late flag (a schedule fire decided past its grace)
+    message: str | None = None  # the replayed entry's rendered message (a receipt has none)
 
     @classmethod
     def of(cls, receipt: Receipt) -> Decision:
@@ -234,6 +235,7 @@ def replay(
             None if evaluation.outbox is None else evaluation.outbox.delivery_key,
             evaluation.receipt.evidence_digest,
             evaluation.outbox is not None and evaluation.outbox.late,
+            None if evaluation.outbox is None else evaluation.outbox.message,
         )
         report.replayed += 1
         report.reasons[decision.reason] = report.reasons.get(decision.reason, 0) + 1
@@ -251,14 +253,9 @@ def _version_of(
     override: WatcherDefinition | None,
     cache: dict[int, WatcherDefinition],
 ) -> DefinitionVersion | None:
-    logged = history.definitions.get(
-        (receipt.tenant_id, receipt.user_id, receipt.watcher_id, receipt.watcher_version)
-    )
-    if override is None or override.watcher_key != (
-        receipt.tenant_id,
-        receipt.user_id,
-        receipt.watcher_id,
-    ):
+    watcher = (receipt.tenant_id, receipt.user_id, receipt.watcher_id)
+    logged = history.definitions.get((*watcher, receipt.watcher_version))
+    if override is None or override.watcher_key != watcher:
         return logged
     changed = cache.get(receipt.watcher_version)
     if changed is None:
@@ -380,6 +377,7 @@ def _compare(
         entry.evidence_digest != decision.evidence_digest
         or entry.watcher_version != receipt.watcher_version
         or entry.late != decision.late
+        or entry.message not in (None, decision.message)  # None: written before messages
     ):
         return _difference(DifferenceKind.OUTBOX_MISMATCH, receipt, decision)
     return None

@@ -6,13 +6,9 @@ refuse a second outbox entry for the same evidence, and a change watcher's last 
 How it changes is decided by ``evaluation`` (and ``change``); how it is stored (Avro,
 compaction) by the serde and the stream runtime.
 
-Both are immutable named tuples rather than pydantic models (STYLE.md habit 10): the evaluator
-builds one state per evaluation, and a pydantic ``model_copy`` cost more than the rest of the
-state change together. Values entering from outside (a decoded record, replay input, a
-caller's keyword arguments) go through the constructor, which checks every field as the model
-did (:class:`~pipeline.rules.errors.DefinitionError` naming it); :meth:`WatcherState.replace`
-checks the same way. ``_make`` (the named tuple's) builds without checks, for values the rules
-themselves computed on the hot path.
+Both are checked named tuples (why: ``docs/architecture.md``): the constructor and
+:meth:`WatcherState.replace` check every field (:class:`~pipeline.rules.errors.DefinitionError`
+naming it); ``_make`` builds unchecked, only for values the rules themselves computed.
 """
 
 from __future__ import annotations

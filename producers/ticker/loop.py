@@ -57,10 +57,10 @@ from producers.ticker.calls import GovernedCalls
 from producers.ticker.guard import ToolGuard, Withheld
 from producers.ticker.metrics import TickerMetrics, ticker_metrics
 from producers.ticker.pinned_states import PinnedStates
-from producers.ticker.tools import ToolRegistry, ToolResult, build_registry
+from producers.ticker.tools import ToolResult, build_registry
 from producers.ticker.views import STATE, WATCHERS, TickerViews
 
-__all__ = ["PollTicker", "StepReport", "TickerSettings"]
+__all__ = ["PollTicker", "StepReport", "TickerDeps", "TickerSettings"]
 
 log = logging.getLogger(__name__)
 
@@ -84,10 +84,26 @@ class TickerSettings:
     static_membership: bool = False  # a restart with the same instance id keeps its partitions
     group_protocol: GroupProtocol = GroupProtocol.CLASSIC
     consumer_overrides: dict[str, Any] = field(default_factory=dict)
+    tools: Mapping[str, ToolConfig] = field(default_factory=dict)  # [tools.*]
+    default_caps: BudgetCaps | None = None  # caps for watchers that leave some out
+    ceilings: BudgetCeilings = NO_CEILINGS  # the most any window may allow
+    key_cache: int = 65_536  # data keys the ring keeps open
 
     @property
     def group(self) -> str:
         return self.group_id or f"{self.topology.prefix}ticker"
+
+
+@dataclass(frozen=True, slots=True)
+class TickerDeps:
+    """The ticker's collaborators. No ``budgets``: no evaluation budget is read before a call.
+    ``keks`` default to ``$VIGIL_MASTER_KEYS`` (none there: a ``ConfigError``)."""
+
+    budgets: RedisBudgets | None = None
+    keks: KeyEncryptionKeys = field(default_factory=KeyEncryptionKeys.load)
+    clock: Clock = field(default_factory=SystemClock)
+    codec: AvroCodec = field(default_factory=default_codec)
+    metrics_registry: CollectorRegistry = REGISTRY
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,30 +133,14 @@ class _Work:
 class PollTicker:
     """The ticker process: :meth:`step` until stopped (see the module docstring)."""
 
-    def __init__(
-        self,
-        settings: TickerSettings,
-        *,
-        tools: Mapping[str, ToolConfig] | None = None,
-        budgets: RedisBudgets | None = None,
-        default_caps: BudgetCaps | None = None,
-        ceilings: BudgetCeilings = NO_CEILINGS,
-        clock: Clock | None = None,
-        codec: AvroCodec | None = None,
-        metrics_registry: CollectorRegistry = REGISTRY,
-        tool_registry: ToolRegistry | None = None,
-        keks: KeyEncryptionKeys | None = None,
-        key_cache: int = 65_536,
-    ) -> None:
-        """``keks`` default to ``$VIGIL_MASTER_KEYS`` (none there: a ``ConfigError``)."""
+    def __init__(self, settings: TickerSettings, deps: TickerDeps) -> None:
         topology = settings.topology
         self.settings = settings
-        self._clock = clock or SystemClock()
-        self._codec = codec or default_codec()
-        self._ring = KeyRing(keks or KeyEncryptionKeys.load(), self._codec, cache_size=key_cache)
-        self._keys: KeyView | None = None
-        self._guard = ToolGuard(budgets, default_caps, ceilings)
-        self.metrics: TickerMetrics = ticker_metrics(metrics_registry)
+        self._clock = deps.clock
+        self._codec = deps.codec
+        self._ring = KeyRing(deps.keks, self._codec, cache_size=settings.key_cache)
+        self._guard = ToolGuard(deps.budgets, settings.default_caps, settings.ceilings)
+        self.metrics: TickerMetrics = ticker_metrics(deps.metrics_registry)
         self._ticks = topology.name(Topic.TICKS)
         self._views = TickerViews(self._codec, self._ring)
         self.states = PinnedStates(
@@ -149,17 +149,14 @@ class PollTicker:
             topology.partitions_for(Topic.TICKER_STATE),
             self._views,
         )
-        self.tools = tool_registry or build_registry(
-            tools or {}, self.states, concurrency=settings.concurrency, metrics=self.metrics.tools
+        self.tools = build_registry(
+            settings.tools,
+            self.states,
+            concurrency=settings.concurrency,
+            metrics=self.metrics.tools,
         )
-        self._grants: GrantIndex | None = None
         self._calls = GovernedCalls(self._guard, self.tools, self.metrics)
-        self.app = self._stream_app(metrics_registry)
-
-    def _stream_app(self, metrics_registry: CollectorRegistry) -> StreamApp:
-        """Watchers and events in; watchers, grants, keys read, ``ticker-state`` owned."""
-        settings, topology = self.settings, self.settings.topology
-        return StreamApp(
+        self.app = StreamApp(
             settings.bootstrap,
             settings.group,
             settings.instance_id,
@@ -177,13 +174,16 @@ class PollTicker:
             static_membership=settings.static_membership,
             group_protocol=settings.group_protocol,
             consumer_overrides=settings.consumer_overrides,
-            metrics_registry=metrics_registry,
+            metrics_registry=deps.metrics_registry,
             schemas_topic=topology.name(Topic.SCHEMAS),
             codec=self._codec,
             # Events are the evaluator's to judge: the ticker reads them for pinned states only.
             judged=[topology.name(Topic.WATCHERS)],
             outputs=[self._ticks],
         )
+        # Views of the global tables, empty until start() loads them.
+        self._keys = KeyView(self.app.tables.whole(_KEYS), self._ring)
+        self._grants = GrantIndex(self.app.tables.whole(_GRANTS), self._codec)
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -217,13 +217,14 @@ class PollTicker:
         if not self.app.assignment():
             return StepReport()
         self.app.tables.catch_up()  # watchers, grants, keys: a pause or revocation applies (§10)
-        self._key_view()
+        self._keys.refresh()  # a shredded key stops opening definitions now
         views = self._views
         views.sync(self.app.tables)
         now = self._clock.now()
         self._guard.begin_step()
         work, planned, deferred = self._plan(views, now)
-        calls = self._calls.make(work, self._grant_index(), now)
+        self._grants.refresh()
+        calls = self._calls.make(work, self._grants, now)
         observed = self._clock.now()
         writes = self._encoded([w for w in work if w.plan.persist or w.plan.ticks], now, observed)
         if not writes and not views.deletes:
@@ -368,17 +369,3 @@ class PollTicker:
                 metrics.missed.labels(plan.policy, "fired").inc(fired)
             if plan.dropped:
                 metrics.missed.labels(plan.policy, "dropped").inc(plan.dropped)
-
-    def _key_view(self) -> None:
-        """The ``keys`` table into the ring: a shredded key stops opening definitions now."""
-        if self._keys is None:
-            self._keys = KeyView(self.app.tables.whole(_KEYS), self._ring)
-        else:
-            self._keys.refresh()
-
-    def _grant_index(self) -> GrantIndex | None:
-        if self._grants is None:
-            self._grants = GrantIndex(self.app.tables.whole(_GRANTS), self._codec)
-        else:
-            self._grants.refresh()
-        return self._grants

@@ -22,7 +22,7 @@ import httpx
 import uvicorn
 from prometheus_client import CollectorRegistry
 
-from consumers.commands import CommandProcessor
+from consumers.commands import CommandDeps, CommandProcessor, CommandSettings
 from pipeline.cli.api_cmd import build_services
 from pipeline.config import VigilConfig, parse_config
 from pipeline.control.http.api import create_app
@@ -144,15 +144,17 @@ def event_watch(watcher_id: str, **extra: Any) -> dict[str, Any]:
 class ProcessorThread:
     def __init__(self, bootstrap: str, topology: Topology) -> None:
         self.processor = CommandProcessor(
-            bootstrap,
-            topology,
-            instance_id=f"api-{uuid.uuid4().hex[:6]}",
-            metrics_registry=CollectorRegistry(),
-            consumer_overrides={
-                "session.timeout.ms": 6000,
-                "heartbeat.interval.ms": 500,
-                "fetch.wait.max.ms": 10,
-            },
+            CommandSettings(
+                bootstrap,
+                topology,
+                instance_id=f"api-{uuid.uuid4().hex[:6]}",
+                consumer_overrides={
+                    "session.timeout.ms": 6000,
+                    "heartbeat.interval.ms": 500,
+                    "fetch.wait.max.ms": 10,
+                },
+            ),
+            CommandDeps(metrics_registry=CollectorRegistry()),
         )
         self.failures: list[BaseException] = []
         self._stop = threading.Event()

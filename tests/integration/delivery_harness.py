@@ -25,9 +25,9 @@ from confluent_kafka import Message, Producer
 from prometheus_client import CollectorRegistry
 
 from consumers.delivery.adapters import AdapterRegistry, build_adapters
-from consumers.delivery.loop import DeliverySettings, DeliveryWorker
+from consumers.delivery.loop import DeliveryDeps, DeliverySettings, DeliveryWorker
 from consumers.delivery.sends import Executor
-from pipeline.clock import Clock
+from pipeline.clock import Clock, SystemClock
 from pipeline.config import parse_config
 from pipeline.crypto import KeyEncryptionKeys, KeyRing
 from pipeline.kafka.admin import connect_admin, ensure_topics
@@ -329,8 +329,8 @@ class Harness:
         **settings: Any,
     ) -> DeliveryWorker:
         return DeliveryWorker(
-            self.bootstrap,
             DeliverySettings(
+                bootstrap=self.bootstrap,
                 topology=self.topology,
                 instance_id=instance,
                 group_id=f"{self.name}.delivery",
@@ -343,12 +343,14 @@ class Harness:
                 },
                 **settings,
             ),
-            adapters,
-            self.budgets(),
-            clock=clock,
-            metrics_registry=self.registry,
-            executor=executor,
-            ring=self.worker_ring,
+            DeliveryDeps(
+                adapters,
+                self.budgets(),
+                self.worker_ring,
+                executor,
+                clock=clock or SystemClock(),
+                metrics_registry=self.registry,
+            ),
         )
 
     def metric(self, name: str, **labels: str) -> float:

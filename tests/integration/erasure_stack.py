@@ -2,11 +2,12 @@
 processor, the evaluator, the poll ticker and a delivery worker, each on its own thread and all
 on one :class:`ManualClock`, behind one operator's :class:`CommandClient`.
 
-Destinations: ``inbox`` (the in-app ledger), ``hook`` (a webhook that answers 410, so whatever
-goes there is dead-lettered at once) and the console chat ``me`` (the immediate ``send``s, into
-:attr:`Stack.console`). The governed tool ``status-page`` is a local HTTP server
-(``ticker_helpers.StatusServer``) answering what :attr:`Stack.tool_answer` holds. Everything
-reads as the real processes do: nothing is faked.
+Destinations: ``inbox`` (the in-app ledger), ``hook`` (a webhook on the receiver, which the
+erasure tests have answer 410, so whatever goes there is dead-lettered at once), the console chat
+``me`` (the immediate ``send``s, into :attr:`Stack.console`) and the Telegram-shaped chat
+``phone`` on the receiver (accepted when it knows :data:`BOT_TOKEN`). The governed tool
+``status-page`` is a local HTTP server (``ticker_helpers.StatusServer``) answering what
+:attr:`Stack.tool_answer` holds. Everything reads as the real processes do: nothing is faked.
 """
 
 from __future__ import annotations
@@ -23,9 +24,9 @@ import redis
 from confluent_kafka import Producer
 from prometheus_client import CollectorRegistry
 
-from consumers.commands.loop import CommandProcessor
+from consumers.commands.loop import CommandDeps, CommandProcessor, CommandSettings
 from consumers.delivery.adapters import build_adapters
-from consumers.delivery.loop import DeliverySettings, DeliveryWorker
+from consumers.delivery.loop import DeliveryDeps, DeliverySettings, DeliveryWorker
 from consumers.evaluator.loop import Evaluator
 from consumers.evaluator.metrics import evaluator_metrics
 from consumers.evaluator.stage import EvaluatorSettings, EvaluatorStage
@@ -37,24 +38,29 @@ from pipeline.crypto import KeyEncryptionKeys, KeyRing
 from pipeline.kafka.admin import connect_admin, ensure_topics
 from pipeline.kafka.clients import producer_config
 from pipeline.kafka.partitioner import partition_for
+from pipeline.kafka.scan import Bound
 from pipeline.kafka.serde import default_codec
 from pipeline.kafka.topics import Topic, Topology
+from pipeline.ops.replay_reader import Scope, read_history
 from pipeline.records.event import event_record
 from pipeline.redis.budgets import RedisBudgets
 from pipeline.rules.authz import Action
 from pipeline.rules.budgets import BudgetCaps
 from pipeline.rules.commands import CommandResult, CommandVerb, GrantSpec
 from pipeline.rules.keys import subject_key
+from pipeline.rules.replay import History
 from pipeline.runtime.keys import read_keys
-from producers.ticker.loop import PollTicker, TickerSettings
+from producers.ticker.loop import PollTicker, TickerDeps, TickerSettings
 from producers.ticker.tools import REGISTERED
 from tests.integration.ticker_helpers import StatusServer
 from tests.names import fresh
 from tests.receiver import Receiver
 
-__all__ = ["Stack", "same_partition_user"]
+__all__ = ["BOT_TOKEN", "Stack", "same_partition_user"]
 
 PARTITIONS = 2
+BOT_TOKEN = "777:stack-bot-token"
+_BOT_TOKEN_ENV = "VIGIL_STACK_BOT_TOKEN"
 T = TypeVar("T")
 FAST_GROUP: dict[str, object] = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 500}
 
@@ -131,13 +137,8 @@ class Stack:
     def _start(self, redis_url: str) -> None:
         topology, bootstrap, clock = self.topology, self.bootstrap, self.clock
         processor = CommandProcessor(
-            bootstrap,
-            topology,
-            instance_id="p",
-            clock=clock,
-            keks=self.keks,
-            metrics_registry=CollectorRegistry(),
-            consumer_overrides=FAST_GROUP,
+            CommandSettings(bootstrap, topology, "p", consumer_overrides=FAST_GROUP),
+            CommandDeps(keks=self.keks, clock=clock, metrics_registry=CollectorRegistry()),
         )
         self._threads.start("command-processor", processor.run)
         metrics = evaluator_metrics(CollectorRegistry())
@@ -154,13 +155,20 @@ class Stack:
         stage = EvaluatorStage(settings, evaluator, metrics_registry=CollectorRegistry())
         self._threads.start("evaluator", stage.run)
         ticker = PollTicker(
-            TickerSettings(bootstrap, topology, "t", consumer_overrides=FAST_GROUP),
-            tools={"status-page": ToolConfig(kind="http.json@v1", url=self.tool.url)},
-            budgets=self.budgets(),
-            default_caps=BudgetCaps(window=timedelta(hours=1), evaluations=1000),
-            clock=clock,
-            metrics_registry=CollectorRegistry(),
-            keks=self.keks,
+            TickerSettings(
+                bootstrap,
+                topology,
+                "t",
+                consumer_overrides=FAST_GROUP,
+                tools={"status-page": ToolConfig(kind="http.json@v1", url=self.tool.url)},
+                default_caps=BudgetCaps(window=timedelta(hours=1), evaluations=1000),
+            ),
+            TickerDeps(
+                budgets=self.budgets(),
+                keks=self.keks,
+                clock=clock,
+                metrics_registry=CollectorRegistry(),
+            ),
         )
         self._threads.start("ticker", ticker.run)
         ring = KeyRing(self.keks, default_codec())
@@ -171,7 +179,15 @@ class Stack:
                     "topic_prefix": topology.prefix,
                     "partitions": PARTITIONS,
                 },
-                "chats": {"me": {"kind": "console"}},
+                "chats": {
+                    "me": {"kind": "console"},
+                    "phone": {
+                        "kind": "telegram",
+                        "api_base": self.receiver.url,
+                        "token_env": _BOT_TOKEN_ENV,
+                        "chat_id": 42,
+                    },
+                },
                 "destinations": {
                     "inbox": {"kind": "in_app"},
                     "hook": {
@@ -184,22 +200,26 @@ class Stack:
             }
         )
         adapters = self._exit.enter_context(
-            build_adapters(config, stdout=self.console, clock=clock, sealer=ring)
+            build_adapters(
+                config,
+                environ={_BOT_TOKEN_ENV: BOT_TOKEN},
+                stdout=self.console,
+                clock=clock,
+                sealer=ring,
+            )
         )
         worker = DeliveryWorker(
-            bootstrap,
             DeliverySettings(
+                bootstrap=bootstrap,
                 topology=topology,
                 instance_id="d",
                 group_id=f"{topology.prefix}delivery",
                 table_refresh_s=0.1,
                 consumer_overrides=FAST_GROUP,
             ),
-            adapters,
-            self.budgets(),
-            clock=clock,
-            metrics_registry=CollectorRegistry(),
-            ring=ring,
+            DeliveryDeps(
+                adapters, self.budgets(), ring, clock=clock, metrics_registry=CollectorRegistry()
+            ),
         )
         self._threads.start("delivery", worker.run)
 
@@ -268,6 +288,14 @@ class Stack:
         ring = KeyRing(self.keks, default_codec())
         read_keys(self.bootstrap, self.topology, ring, list(subjects) or None)
         return ring
+
+    def history(self, tenant: str, user: str) -> History:
+        """What ``vigil replay`` reads for one subject, from the start to now."""
+        scope = Scope(tenant, user)
+        return read_history(
+            self.bootstrap, self.topology, Bound(), Bound(latest=True), scope,
+            read_at=self.clock.now(), keks=self.keks,
+        )  # fmt: skip
 
     def wait(self, what: str, check: Callable[[], T | None], seconds: float = 90) -> T:
         """What ``check`` first returns truthy, polled until ``seconds`` pass."""

@@ -290,6 +290,17 @@ def test_chat_late_one_shot_text_says_late_when_it_was_due_and_how_late_it_is_se
     assert message["text"] == f"hi\n(late: due at {rfc3339_seconds(due)}, late by 6m12s)"
 
 
+def test_a_notify_reaches_the_chat_and_the_webhook_as_one_message_escaped_alike(
+    chats: AdapterRegistry, hook: WebhookAdapter, receiver: Receiver
+) -> None:
+    entry = delivery(target="phone", message="Build b-1 failed on \x1b[2Jrelease/1.2\u202e")
+    assert chats.send(entry).ok and hook.send(entry).ok
+    (chat,) = receiver.messages()
+    (body,) = [r.json() for r in receiver.requests if r.path == "/hook"]
+    assert chat["text"] == body["message"] == "Build b-1 failed on \ufffd[2Jrelease/1.2\ufffd"
+    assert body["text"] is None  # a notify's text stays null: message is the added field
+
+
 def test_chat_with_a_wrong_token_is_http_4xx_and_never_logs_the_token(
     chats: AdapterRegistry, receiver: Receiver, caplog: pytest.LogCaptureFixture
 ) -> None:

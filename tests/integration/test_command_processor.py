@@ -15,7 +15,7 @@ import pytest
 from confluent_kafka import Producer
 from prometheus_client import CollectorRegistry
 
-from consumers.commands import CommandProcessor
+from consumers.commands import CommandDeps, CommandProcessor, CommandSettings
 from pipeline.control.client import CommandClient, operator_principal
 from pipeline.crypto import KeyEncryptionKeys, KeyRing
 from pipeline.kafka.admin import connect_admin, ensure_topics
@@ -124,12 +124,14 @@ class Running:
     ) -> None:
         self.metrics = CollectorRegistry()
         self.processor = SlowProcessor(
-            bootstrap,
-            topology,
-            instance_id="test",
-            metrics_registry=self.metrics,
-            consumer_overrides={"session.timeout.ms": 6000, "heartbeat.interval.ms": 500},
-            producer_overrides=producer_overrides,
+            CommandSettings(
+                bootstrap,
+                topology,
+                instance_id="test",
+                consumer_overrides={"session.timeout.ms": 6000, "heartbeat.interval.ms": 500},
+                producer_overrides=producer_overrides or {},
+            ),
+            CommandDeps(metrics_registry=self.metrics),
         )
         self.processor.slow_s = slow_s
         self.failures: list[BaseException] = []

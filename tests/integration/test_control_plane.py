@@ -8,6 +8,7 @@ another test's records.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -37,8 +38,15 @@ PIPELINE: Final = ("command-processor", "ticker", "evaluator", "delivery")
 EVIL_TOKEN: Final = "another-tenants-token"
 EVIL_DIGEST: Final = hashlib.sha256(EVIL_TOKEN.encode()).hexdigest()
 AGENT: Final = """\
-import sys
+import pathlib, sys
 text = sys.stdin.read().strip()
+if text.startswith("flood "):  # flood MiB DONE-FILE: that much on stdout and on stderr
+    _, mib, done = text.split()
+    for _ in range(int(mib) * 16):
+        sys.stdout.buffer.write(b"f" * 65536)
+        sys.stderr.buffer.write(b"e" * 65536)
+    pathlib.Path(done).touch()
+    sys.exit(0)
 print("agent says: " + text[::-1])
 """
 
@@ -140,6 +148,13 @@ class Stack:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(10)
+
+    def restart_daemon(self) -> None:
+        """Start the daemon again (with the config as it is now) and wait for its grant."""
+        grants = self.log("daemon").count("control grant")
+        self.stop("daemon")
+        self.start("daemon")
+        _wait(lambda: self.log("daemon").count("control grant") > grants, 60, "the new daemon")
 
     def stop_all(self) -> None:
         for name in list(self.procs):
@@ -350,10 +365,8 @@ def test_agent_run_schedules_and_cancels_its_own_with_its_token(stack: Stack) ->
             f'command = ["{sys.executable}", "{stack.root / "agent.py"}"]', f'command = ["{agent}"]'
         )
     )
-    stack.stop("daemon")
     try:
-        stack.start("daemon")
-        _wait(lambda: stack.log("daemon").count("control grant") >= 2, 60, "the restarted daemon")
+        stack.restart_daemon()
         result = stack.vigil("query", "--chat", "me", "remind me")
         assert result.returncode == 0, result.stderr
         assert result.stdout.split() == ["scheduled", "1", "cancelled-own"]
@@ -361,6 +374,7 @@ def test_agent_run_schedules_and_cancels_its_own_with_its_token(stack: Stack) ->
     finally:
         stack.config.write_text(config)
         stack.vigil("cancel", "--chat", "me", "--name", "by-agent")
+        stack.restart_daemon()  # with the stack's own agent again, for the tests after this one
 
 
 def test_one_shot_due_while_everything_was_down_fires_once_flagged_late(
@@ -458,3 +472,73 @@ def test_another_tenants_run_and_prompt_schedules_are_refused_at_create_and_neve
     due = datetime.strptime(at, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
     _wait(lambda: datetime.now(UTC) > due + timedelta(seconds=5), 30, "the would-be due time")
     assert not marker.exists()
+
+
+# --- the daemon's own bounds (issue 27 item 8) ------------------------------------------------
+
+
+def _peak_rss_kib(pid: int) -> int:
+    status = Path(f"/proc/{pid}/status").read_text()
+    found = re.search(r"^VmHWM:\s+(\d+) kB", status, re.MULTILINE)
+    assert found, status
+    return int(found.group(1))
+
+
+def test_an_agent_that_prints_50_mib_leaves_the_daemon_bounded_and_its_answer_truncated(
+    stack: Stack,
+) -> None:
+    daemon = stack.procs["daemon"].pid
+    before = _peak_rss_kib(daemon)
+    done = stack.root / "flood-done"
+    result = stack.vigil("query", "--chat", "me", f"flood 50 {done}", timeout=120)
+    assert result.returncode == 0, result.stderr
+    answer = result.stdout.strip()
+    assert answer.startswith("ffff")
+    assert answer.endswith("[agent output truncated at 1048576 bytes]"), answer[-80:]
+    assert done.exists()  # it ran to its end: not killed for talking
+    # 100 MiB went through the daemon's pipes; it kept 1 MiB of each (the peak grows by far
+    # less than one stream would have taken).
+    assert _peak_rss_kib(daemon) - before < 20 * 1024
+    assert "past the output cap" in stack.log("daemon")
+
+
+def test_200_idle_connections_yield_to_a_client_and_are_refused_cleanly(stack: Stack) -> None:
+    with contextlib.ExitStack() as held:
+        idle = [held.enter_context(_connected(stack.socket)) for _ in range(200)]
+        served = stack.vigil("list", "--chat", "me")
+        assert served.returncode == 0, served.stderr  # a client that asks is served
+        # With 64 slots, the oldest idle ones made room: each was told why, then closed.
+        refused = [_closing_line(sock) for sock in idle[:136]]
+        assert {r["error"]["code"] for r in refused} == {"busy"}, refused[:3]
+        assert all(r["ok"] is False for r in refused)
+    listeners = re.findall(r"metrics and health on (http://\S+)", stack.log("daemon"))
+    assert listeners, stack.log("daemon")[-2000:]
+    text = httpx.get(f"{listeners[-1]}/metrics", timeout=10).text  # the running daemon's
+    evicted = re.search(r'vigil_daemon_socket_closed_total\{reason="evicted"\} (\S+)', text)
+    assert evicted and float(evicted.group(1)) >= 136, text[-2000:]
+    assert stack.vigil("list", "--chat", "me").returncode == 0
+
+
+def _connected(path: Path) -> socket.socket:
+    """A connection, waiting while the daemon's listen backlog is full (EAGAIN)."""
+    deadline = time.monotonic() + 30
+    while True:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(20)
+        try:
+            sock.connect(str(path))
+            return sock
+        except BlockingIOError:
+            sock.close()
+            assert time.monotonic() < deadline, "the daemon never accepted"
+            time.sleep(0.05)
+
+
+def _closing_line(sock: socket.socket) -> dict[str, Any]:
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = sock.recv(4096)
+        assert chunk, "closed without a line"
+        data += chunk
+    answer: dict[str, Any] = json.loads(data)
+    return answer

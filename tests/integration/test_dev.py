@@ -223,6 +223,8 @@ def test_dev_on_fresh_state_dir_gets_ready_delivers_demo_runs_the_tour_and_stops
 
         lines_b1 = _wait(explained, 120, "b-1 satisfied and delivered")
         assert "condition_true" in lines_b1 and "condition_false" in lines_b1
+        tour_log = (state / "logs" / "delivery.log").read_text()
+        assert '"message":"Build b-1 failed on release/1.2"' in tour_log  # the README's line
 
         if java:  # vigil doctor passes, then names each failure once the broker stops
             passing = _doctor(state, env)

@@ -21,15 +21,13 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from consumers.commands.loop import CommandProcessor
+from consumers.commands.loop import CommandDeps, CommandProcessor, CommandSettings
 from pipeline.control.client import CommandClient, operator_principal
 from pipeline.crypto import KeyEncryptionKeys, KeyRing
 from pipeline.kafka.admin import connect_admin, ensure_topics
-from pipeline.kafka.scan import Bound
 from pipeline.kafka.serde import default_codec
 from pipeline.kafka.topics import Topic, Topology
 from pipeline.ops.explain import read_explanation
-from pipeline.ops.replay_reader import Scope, read_history
 from pipeline.records.data_key import decode_data_key
 from pipeline.records.definition_log import decode_definition_log
 from pipeline.rules.authz import Action
@@ -227,15 +225,7 @@ def test_erasure_leaves_no_plaintext_and_nothing_readable_and_spares_the_other_s
                             keks=stack.keks, now=stack.clock.now())  # fmt: skip
     assert rows and all(row.erased for row in rows)
     assert all(v["tick"] not in str(row.as_json()) for row in rows)
-    history = read_history(
-        stack.bootstrap,
-        stack.topology,
-        Bound(),
-        Bound(latest=True),
-        Scope(TENANT, victim),
-        read_at=stack.clock.now(),
-        keks=stack.keks,
-    )
+    history = stack.history(TENANT, victim)
     report = replay(history)
     assert report.differences == [] and report.skipped.get(SkipReason.ERASED, 0) >= 2
 
@@ -320,12 +310,8 @@ class _Processor:
         import threading
 
         self.processor = CommandProcessor(
-            bootstrap,
-            topology,
-            instance_id="rot",
-            keks=keks,
-            metrics_registry=CollectorRegistry(),
-            consumer_overrides=FAST_GROUP,
+            CommandSettings(bootstrap, topology, "rot", consumer_overrides=FAST_GROUP),
+            CommandDeps(keks=keks, metrics_registry=CollectorRegistry()),
         )
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self.processor.run, args=(self.stop,), daemon=True)

@@ -18,7 +18,7 @@ import redis
 from click.testing import CliRunner
 from prometheus_client import CollectorRegistry
 
-from consumers.commands import CommandProcessor
+from consumers.commands import CommandDeps, CommandProcessor, CommandSettings
 from consumers.evaluator.loop import Evaluator
 from consumers.evaluator.metrics import EvaluatorMetrics, evaluator_metrics
 from consumers.evaluator.plan import Plan, effective_state
@@ -385,7 +385,7 @@ def test_watch_created_with_the_cli_decides_events_and_follows_pause_resume_and_
 ) -> None:
     topology, tenant = running.topology, running.tenant
     stop = threading.Event()
-    processor = CommandProcessor(kafka_bootstrap, topology, instance_id="e2e")
+    processor = CommandProcessor(CommandSettings(kafka_bootstrap, topology, "e2e"), CommandDeps())
     thread = threading.Thread(target=processor.run, args=(stop,), daemon=True)
     thread.start()
     config = tmp_path / "vigil.toml"
@@ -445,7 +445,9 @@ def test_satisfied_once_watch_is_closed_through_the_command_processor(
 ) -> None:
     topology, tenant = running.topology, running.tenant
     stop = threading.Event()
-    processor = CommandProcessor(kafka_bootstrap, topology, instance_id="e2e-close")
+    processor = CommandProcessor(
+        CommandSettings(kafka_bootstrap, topology, "e2e-close"), CommandDeps()
+    )
     thread = threading.Thread(target=processor.run, args=(stop,), daemon=True)
     thread.start()
     config = tmp_path / "vigil.toml"

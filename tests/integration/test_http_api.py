@@ -72,6 +72,24 @@ def test_approving_a_fourth_watch_in_a_session_is_refused_with_cap_reached(plane
     assert still.json()["status"] == "proposed"
 
 
+def test_an_eleventh_pending_proposal_of_one_conversation_is_refused_and_another_proceeds(
+    plane: Plane,
+) -> None:
+    """[limits] session_proposals (10): pending proposals count per conversation (session),
+    whichever run or token made them; another conversation is not held by it."""
+    session = "conversation:pending-cap"
+    for n in range(10):
+        made = propose(plane, agent_watch(f"pend-{n}", run=f"r-{n}", session=session), "owner")
+        assert made.status_code == 201, made.text
+    eleventh = propose(plane, agent_watch("pend-10", run="r-10", session=session), "owner")
+    assert error_of(eleventh) == (409, "cap_reached")
+    assert "already has 10 pending proposals" in eleventh.json()["error"]["message"]
+    other = propose(plane, agent_watch("pend-other", run="r-10", session="conversation:o"), "owner")
+    assert other.status_code == 201, other.text
+    for watcher in [f"pend-{n}" for n in range(10)] + ["pend-other"]:
+        assert plane.call("POST", f"/v1/watches/{watcher}:cancel").status_code == 200
+
+
 def test_ten_racing_proposals_approved_in_parallel_activate_exactly_three(plane: Plane) -> None:
     bodies = [agent_watch(f"race-{n}", run=f"r-{n}") for n in range(10)]
     with ThreadPoolExecutor(max_workers=10) as pool:

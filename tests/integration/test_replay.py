@@ -17,7 +17,7 @@ import redis
 from click.testing import CliRunner
 from prometheus_client import CollectorRegistry
 
-from consumers.commands import CommandProcessor
+from consumers.commands import CommandDeps, CommandProcessor, CommandSettings
 from consumers.evaluator.loop import Evaluator
 from consumers.evaluator.metrics import evaluator_metrics
 from consumers.evaluator.stage import EvaluatorSettings, EvaluatorStage
@@ -114,7 +114,9 @@ def recorded(
         EvaluatorSettings(kafka_bootstrap, topology, "replay"), evaluator, metrics_registry=registry
     )
     stop = threading.Event()
-    processor = CommandProcessor(kafka_bootstrap, topology, instance_id="replay")
+    processor = CommandProcessor(
+        CommandSettings(kafka_bootstrap, topology, "replay"), CommandDeps()
+    )
     threads = [
         threading.Thread(target=stage.run, args=(stop,), daemon=True),
         threading.Thread(target=processor.run, args=(stop,), daemon=True),

@@ -16,7 +16,7 @@ from pipeline.kafka.partitioner import partition_for
 from pipeline.rules.authz import Action, Grant
 from pipeline.rules.definition import WatcherDefinition
 from pipeline.rules.lifecycle import WatcherStatus
-from producers.ticker.loop import PollTicker, TickerSettings
+from producers.ticker.loop import PollTicker, TickerDeps, TickerSettings
 from tests.integration.ticker_helpers import (
     PARTITIONS,
     TENANT,
@@ -341,8 +341,8 @@ def test_revoked_grant_or_spent_budget_means_no_tool_call(
     tools = {"status-page": ToolConfig(kind="http.json@v1", url=status_server.url)}
     clock = ManualClock(T0 + timedelta(milliseconds=500))
     caps = BudgetCaps(window=timedelta(hours=1), evaluations=1000)
-    options = {"tools": tools, "budgets": budgets, "default_caps": caps}
-    with deployment.ticker(clock, unique_name("ticker"), **options) as ticker:
+    group = unique_name("ticker")
+    with deployment.ticker(clock, group, tools=tools, budgets=budgets, default_caps=caps) as ticker:
         settle(ticker, lambda: len(deployment.ticks()) >= 3)
     ticks = {t["watcher_id"]: t for t in deployment.ticks()}
     assert status_server.calls == 1
@@ -375,14 +375,14 @@ def test_budget_store_down_defers_the_tick_and_calls_nothing(
     down = redis.Redis(
         host="127.0.0.1", port=1, socket_connect_timeout=0.2, retry=Retry(NoBackoff(), 0)
     )
-    options = {
-        "tools": {"status-page": ToolConfig(kind="http.json@v1", url=status_server.url)},
-        "budgets": RedisBudgets(down),
-        "default_caps": BudgetCaps(window=timedelta(hours=1), evaluations=1000),
-    }
+    tools = {"status-page": ToolConfig(kind="http.json@v1", url=status_server.url)}
+    caps = BudgetCaps(window=timedelta(hours=1), evaluations=1000)
     clock = ManualClock(T0 + timedelta(milliseconds=500))
     deferred = 0
-    with deployment.ticker(clock, unique_name("ticker"), **options) as ticker:
+    group = unique_name("ticker")
+    with deployment.ticker(
+        clock, group, tools=tools, budgets=RedisBudgets(down), default_caps=caps
+    ) as ticker:
         deadline = time.monotonic() + 60
         while deferred < 2 and time.monotonic() < deadline:
             deferred += ticker.step().deferred
@@ -439,7 +439,8 @@ def test_two_tickers_split_partitions_and_survivor_takes_over_without_duplicates
         for name in ("t-1", "t-2")
     ]
     first, second = (
-        PollTicker(s, clock=clock, metrics_registry=CollectorRegistry()) for s in settings
+        PollTicker(s, TickerDeps(clock=clock, metrics_registry=CollectorRegistry()))
+        for s in settings
     )
     first.start()
     second.start()

@@ -260,7 +260,7 @@ def test_a_double_forked_child_without_its_token_is_still_the_agent_after_the_ru
     results = _wait(lambda: out.exists() and _results(out.read_text()), 60, "the orphan")
     assert results == {"orphan-run": 1, "orphan": 0}
     orphan = stack.watcher("schedule:me:orphan")
-    assert str(orphan["session_id"]).startswith("agent-run-")  # the agent's, not the user's
+    assert orphan["session_id"] == "conversation:me"  # the conversation's agent, not the user
     stack.ok("cancel", "--chat", "me", "--name", "orphan")
 
 

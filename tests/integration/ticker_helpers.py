@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -21,6 +21,7 @@ from confluent_kafka import Producer
 from prometheus_client import CollectorRegistry
 
 from pipeline.clock import ManualClock
+from pipeline.config import ToolConfig
 from pipeline.crypto import KeyEncryptionKeys, KeyRing
 from pipeline.kafka.admin import connect_admin, ensure_topics
 from pipeline.kafka.clients import producer_config
@@ -32,13 +33,15 @@ from pipeline.records.grant import encode_grant
 from pipeline.records.outbox_entry import outbox_identity
 from pipeline.records.sealing import open_fields
 from pipeline.records.tick import tick_payload
+from pipeline.redis.budgets import RedisBudgets
 from pipeline.rules.authz import Action, Grant
+from pipeline.rules.budgets import BudgetCaps
 from pipeline.rules.commands.model import GrantRecord
 from pipeline.rules.data_keys import KeyOwner, evidence_owner, subject_owner
 from pipeline.rules.definition import WatcherDefinition
 from pipeline.rules.keys import canonical_json, watcher_key
 from pipeline.rules.lifecycle import WatcherStatus
-from producers.ticker.loop import PollTicker, TickerSettings
+from producers.ticker.loop import PollTicker, TickerDeps, TickerSettings
 from tests.integration.runtime_helpers import read_all, read_table
 from tests.keyring import sealed_definition
 
@@ -151,13 +154,26 @@ class Deployment:
         )
         self.send(Topic.EVENTS, source_id, CODEC.encode("event", record), source_id)
 
-    def ticker(self, clock: ManualClock, group: str, **options: Any) -> PollTicker:
+    def ticker(
+        self,
+        clock: ManualClock,
+        group: str,
+        *,
+        tools: Mapping[str, ToolConfig] | None = None,
+        budgets: RedisBudgets | None = None,
+        default_caps: BudgetCaps | None = None,
+    ) -> PollTicker:
         settings = TickerSettings(
-            self.bootstrap, self.topology, "t-1", group_id=group, poll_timeout_s=0.02
+            self.bootstrap,
+            self.topology,
+            "t-1",
+            group_id=group,
+            poll_timeout_s=0.02,
+            tools=tools or {},
+            default_caps=default_caps,
         )
-        ticker = PollTicker(
-            settings, clock=clock, metrics_registry=self.metrics_registry, **options
-        )
+        deps = TickerDeps(budgets=budgets, clock=clock, metrics_registry=self.metrics_registry)
+        ticker = PollTicker(settings, deps)
         ticker.start()
         return ticker
 

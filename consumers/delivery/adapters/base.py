@@ -1,8 +1,9 @@
 """The adapter interface: what a destination gets (the outbox entry itself, read, never
-copied), what it answers (:class:`SendResult`), and the one JSON body every destination shares
-(:func:`webhook_body`).
+copied), what it answers (:class:`SendResult`), the one view of what a person reads
+(:func:`message_text`, escaped per channel by ``pipeline.rules.message``) and the one JSON body
+every destination shares (:func:`webhook_body`).
 
-An adapter is a ``config`` + ``send`` pair (STYLE habit 9). ``send`` is synchronous and
+An adapter is a ``config`` + ``send`` pair. ``send`` is synchronous and
 thread-safe: the delivery consumer calls many destinations at once from a thread pool, off its
 poll thread, between the claim transaction and the result transaction (DESIGN.md §4, §10).
 Results are categorical only — an :class:`~pipeline.rules.outcomes.ErrorCode`, an optional
@@ -23,8 +24,10 @@ from typing import Any, Protocol
 from pipeline.http import Reply, classify_status, parse_retry_after
 from pipeline.rules.instants import rfc3339_micros
 from pipeline.rules.keys import canonical_json
+from pipeline.rules.message import Channel, for_channel
 from pipeline.rules.outbox import OutboxEntry
 from pipeline.rules.outcomes import ErrorCode
+from pipeline.rules.schedules import late_note, sent_late_by
 
 __all__ = [
     "Adapter",
@@ -32,6 +35,7 @@ __all__ = [
     "OutboundRecord",
     "SendResult",
     "body_object",
+    "message_text",
     "webhook_body",
 ]
 
@@ -138,8 +142,23 @@ class Adapter(Protocol):
     def close(self) -> None: ...
 
 
+def message_text(entry: OutboxEntry, channel: Channel, at: datetime | None = None) -> str:
+    """What a person reads, escaped for ``channel``: the text (``send``, ``prompt``) or the
+    rendered message (``notify``; an entry from before messages: the watcher and its outcome).
+    In a chat, where the text is all there is, a late one adds when it was due and how late it
+    is ``at`` (sent), when known (the ledger, webhooks and logs carry ``late`` and ``due_at``)."""
+    text = entry.text if entry.text is not None else entry.message
+    if text is None:
+        text = f"{entry.watcher_id}: {entry.outcome.value}"
+    if entry.late and channel is Channel.CHAT:
+        late = None if at is None else sent_late_by(entry.due_at, entry.created_at, True, at)
+        text = f"{text}\n(late: {late_note(entry.due_at, late)})"
+    return for_channel(text, channel)
+
+
 def body_object(entry: OutboxEntry) -> dict[str, Any]:
-    """The JSON object of DESIGN.md §9 "A webhook delivery" (``text`` is null for ``notify``)."""
+    """The JSON object of DESIGN.md §9 "A webhook delivery" (``text`` is null for ``notify``),
+    with ``message``, what a person reads (:func:`message_text`)."""
     return {
         "delivery_key": entry.delivery_key,
         "watcher_id": entry.watcher_id,
@@ -151,6 +170,7 @@ def body_object(entry: OutboxEntry) -> dict[str, Any]:
         "due_at": rfc3339_micros(entry.due_at),
         "late": entry.late,
         "text": entry.text,
+        "message": message_text(entry, Channel.WEBHOOK),
     }
 
 

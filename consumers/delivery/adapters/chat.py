@@ -1,12 +1,12 @@
 """The ``chat`` destination, Telegram-shaped: ``POST {api_base}/bot{token}/sendMessage`` with
-JSON ``{"chat_id", "text"}`` (DESIGN.md §9), and the text every chat-like adapter shows.
+JSON ``{"chat_id", "text"}`` (DESIGN.md §9), the text being what a person reads
+(:func:`~consumers.delivery.adapters.base.message_text`, plain text: no parse mode).
 
 Such an API takes no idempotency key, so every result says ``repeat_risk``: a crash between
 the send and recording it makes the next worker send the message again. That is documented
-and counted by the consumer; the delivery key still dedupes everything inside vigil. A late
-schedule fire's text says when it was due and how late it is sent. The token is read from the
-environment by ``registry`` and lives only in the request URL; transport errors are reduced to
-a code so it never reaches a log.
+and counted by the consumer; the delivery key still dedupes everything inside vigil. The token
+is read from the environment by ``registry`` and lives only in the request URL; transport errors
+are reduced to a code so it never reaches a log.
 
 Left out: resolving which chat a schedule targets (the control plane freezes it as the
 delivery's target) and Telegram features beyond plain text (parse modes, keyboards).
@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
-from typing import Final
+from datetime import timedelta
 
 import httpx
 from pydantic import SecretStr
 
-from consumers.delivery.adapters.base import AdapterKind, SendResult
+from consumers.delivery.adapters.base import AdapterKind, SendResult, message_text
 from pipeline.clock import Clock, SystemClock
 from pipeline.http import (
     DEFAULT_TIMEOUT,
@@ -31,25 +30,10 @@ from pipeline.http import (
     make_client,
     post,
 )
+from pipeline.rules.message import Channel
 from pipeline.rules.outbox import OutboxEntry
-from pipeline.rules.schedules import late_note, sent_late_by
 
-__all__ = ["MAX_TEXT", "ChatAdapter", "TelegramConfig", "chat_text"]
-
-MAX_TEXT: Final = 4096  # Telegram's limit for one message
-
-
-def chat_text(entry: OutboxEntry, at: datetime | None = None) -> str:
-    """What a person reads: the text (``send``/``prompt``), or the watcher and its outcome
-    (``notify``); a late delivery adds when it was due and how late it is ``at`` (sent), when
-    known. Cut to :data:`MAX_TEXT`."""
-    text = entry.text if entry.text is not None else (f"{entry.watcher_id}: {entry.outcome.value}")
-    if entry.late:
-        late = None if at is None else sent_late_by(entry.due_at, entry.created_at, True, at)
-        text = f"{text}\n(late: {late_note(entry.due_at, late)})"
-    if len(text) > MAX_TEXT:
-        text = text[: MAX_TEXT - 1] + "…"
-    return text
+__all__ = ["ChatAdapter", "TelegramConfig"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +90,10 @@ class ChatAdapter:
 
     def send(self, entry: OutboxEntry) -> SendResult:
         body = json.dumps(
-            {"chat_id": self._chat_id, "text": chat_text(entry, self._clock.now())},
+            {
+                "chat_id": self._chat_id,
+                "text": message_text(entry, Channel.CHAT, self._clock.now()),
+            },
             ensure_ascii=False,
         ).encode("utf-8", errors="replace")
         reply = post(

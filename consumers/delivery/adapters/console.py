@@ -1,8 +1,8 @@
 """The ``console`` chat: prints a delivery's text to stdout, for ``vigil dev`` and local use.
 
 The same text a Telegram-shaped chat would get
-(:func:`~consumers.delivery.adapters.chat.chat_text`), one delivery per block, flushed at once. Like
-any chat it takes no idempotency key, so its results say ``repeat_risk``.
+(:func:`~consumers.delivery.adapters.base.message_text`), one delivery per block, flushed at
+once. Like any chat it takes no idempotency key, so its results say ``repeat_risk``.
 
 Left out: colour, paging and anything interactive.
 """
@@ -13,9 +13,9 @@ import sys
 import threading
 from typing import TextIO
 
-from consumers.delivery.adapters.base import AdapterKind, SendResult
-from consumers.delivery.adapters.chat import chat_text
+from consumers.delivery.adapters.base import AdapterKind, SendResult, message_text
 from pipeline.clock import Clock, SystemClock
+from pipeline.rules.message import Channel
 from pipeline.rules.outbox import OutboxEntry
 from pipeline.rules.outcomes import ErrorCode
 
@@ -34,7 +34,7 @@ class ConsoleAdapter:
         stream = self._stream if self._stream is not None else sys.stdout
         try:
             with self._lock:
-                stream.write(chat_text(entry, self._clock.now()) + "\n")
+                stream.write(message_text(entry, Channel.CHAT, self._clock.now()) + "\n")
                 stream.flush()
         except (OSError, ValueError):  # closed or broken stdout
             return SendResult.failed(ErrorCode.UNAVAILABLE, repeat_risk=True)

@@ -28,13 +28,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from consumers.delivery.adapters.base import AdapterKind, OutboundRecord, SendResult
+from consumers.delivery.adapters.base import AdapterKind, OutboundRecord, SendResult, message_text
 from pipeline.clock import Clock, SystemClock
 from pipeline.kafka.serde import AvroCodec, default_codec
 from pipeline.records.notification import NotificationKind, encode_notification
 from pipeline.records.sealing import Sealer
 from pipeline.rules.errors import DefinitionError, SerdeError
 from pipeline.rules.keys import subject_key
+from pipeline.rules.message import Channel
 from pipeline.rules.outbox import OutboxEntry
 from pipeline.rules.outcomes import ErrorCode
 from pipeline.rules.retention import retain_until
@@ -64,11 +65,11 @@ class InAppAdapter:
         self._codec = codec or default_codec()
 
     def ledger_record(self, entry: OutboxEntry, now: datetime) -> OutboundRecord:
-        """The notification itself."""
+        """The notification itself; its text is what a person reads (``message_text``)."""
         content = {
             "outcome": entry.outcome.value,
             "verb": entry.verb,
-            "text": entry.text,
+            "text": message_text(entry, Channel.IN_APP),
             "trigger": entry.trigger,
             "evidence_digest": entry.evidence_digest,
             "due_at": entry.due_at,

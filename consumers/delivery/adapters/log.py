@@ -1,8 +1,8 @@
 """The ``log`` destination: one JSON line per delivery on stdout (or an injected stream).
 
 The line is the webhook body (:func:`~consumers.delivery.adapters.base.body_object`) plus ``verb``
-and ``target``, as RFC 8785 canonical JSON, so a log shipper sees exactly what a webhook would and
-can dedupe on ``delivery_key``.
+and ``target``, as RFC 8785 canonical JSON, so a log shipper sees what a webhook would and can
+dedupe on ``delivery_key``; its ``message`` is escaped for a log (one line).
 
 Left out: the process's own diagnostic logging (``logging``), which never carries deliveries.
 """
@@ -13,9 +13,10 @@ import sys
 import threading
 from typing import TextIO
 
-from consumers.delivery.adapters.base import AdapterKind, SendResult, body_object
+from consumers.delivery.adapters.base import AdapterKind, SendResult, body_object, message_text
 from pipeline.rules.errors import DefinitionError
 from pipeline.rules.keys import canonical_json
+from pipeline.rules.message import Channel
 from pipeline.rules.outbox import OutboxEntry
 from pipeline.rules.outcomes import ErrorCode
 
@@ -24,7 +25,11 @@ __all__ = ["LogAdapter", "log_line"]
 
 def log_line(entry: OutboxEntry) -> str:
     """The JSON line for ``delivery``, without the newline."""
-    record = body_object(entry) | {"verb": entry.verb, "target": entry.target}
+    record = body_object(entry) | {
+        "verb": entry.verb,
+        "target": entry.target,
+        "message": message_text(entry, Channel.LOG),
+    }
     return canonical_json(record, "delivery").decode("utf-8")
 
 

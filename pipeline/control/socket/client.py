@@ -2,9 +2,9 @@
 
 Owns :func:`call`, which connects to the daemon's Unix socket, writes the request, reads one
 line and parses it as a :class:`VerbResponse`; a daemon still starting (``starting``: its
-control grant is not in place yet) is asked again for a while. No daemon there is a clear
-:class:`ConfigError` that says how to start one; a daemon that closes without answering is a
-:class:`VigilError`.
+control grant is not in place yet) or with every connection slot busy (``busy``) is asked again
+for a while. No daemon there is a clear :class:`ConfigError` that says how to start one; a daemon
+that closes without answering is a :class:`VigilError`.
 
 Left out: finding the socket path (``pipeline.control.socket.server.default_socket_path``) and
 printing.
@@ -30,6 +30,7 @@ DEFAULT_TIMEOUT_S: Final = 300.0  # a prompt or query waits for the agent
 STARTING_WAIT_S: Final = 20.0  # a daemon that is starting gets this long to be ready
 _STARTING_PAUSE_S: Final = 0.5
 _MAX_RESPONSE: Final = 16 * 1024 * 1024
+_ASK_AGAIN: Final = frozenset({VerbErrorKind.STARTING, VerbErrorKind.BUSY})
 
 
 def call(
@@ -40,12 +41,12 @@ def call(
     starting_wait_s: float = STARTING_WAIT_S,
 ) -> VerbResponse:
     """Send ``request`` to the daemon at ``path`` and return its answer; a daemon that answers
-    ``starting`` is asked again every half second for up to ``starting_wait_s``."""
+    ``starting`` or ``busy`` is asked again every half second for up to ``starting_wait_s``."""
     deadline = time.monotonic() + starting_wait_s
     while True:
         response = _call_once(path, request, timeout_s)
-        starting = response.error is not None and response.error.code is VerbErrorKind.STARTING
-        if not starting or time.monotonic() >= deadline:
+        later = response.error is not None and response.error.code in _ASK_AGAIN
+        if not later or time.monotonic() >= deadline:
             return response
         time.sleep(_STARTING_PAUSE_S)
 
@@ -56,6 +57,8 @@ def _call_once(path: Path, request: dict[str, Any], timeout_s: float) -> VerbRes
     try:
         try:
             sock.connect(str(path))
+        except BlockingIOError:  # its backlog is full: as busy as a refusal, asked again
+            return VerbResponse.failure(VerbErrorKind.BUSY, "the vigil daemon's backlog is full")
         except (FileNotFoundError, ConnectionRefusedError):
             raise ConfigError(
                 f"no vigil daemon is listening on {path}: start one with `vigil daemon`"

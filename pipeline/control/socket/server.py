@@ -10,7 +10,10 @@ is named (the agent's own socket under ``[agent] run_as``: the directory stays t
 ``peers``: by default ours, the configured subject's), and serves each connection on its own
 thread: one JSON object per line in, one per line out. A line that is not JSON, names no known
 verb or exceeds :data:`MAX_LINE` gets an error response; the daemon keeps serving (an oversized
-line is skipped to its end).
+line is skipped to its end). At most ``max_connections`` are served at once (``slots``: past the
+cap the longest-idle connection makes room, else the new one is refused ``busy``), and one that
+sends no complete request for ``idle`` is closed; each such close is answered with a line and
+counted in ``vigil_daemon_socket_closed_total{reason}``.
 
 Left out: what a request means (``dispatch``) and who the peer acts as beyond its uid (the
 ``handler`` decides with :class:`Peer`: ``pipeline.control.identity``).
@@ -25,17 +28,23 @@ import os
 import socket
 import struct
 import threading
+import time
 from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from prometheus_client import Counter
+
 from pipeline.control.isolation import process_info
 from pipeline.control.socket.claim import claim_directory, clear_path, hand_to
+from pipeline.control.socket.slots import Slots
 from pipeline.control.verbs import VerbErrorKind, VerbResponse
 from pipeline.rules.errors import ConfigError
 
 __all__ = [
+    "IDLE_S",
+    "MAX_CONNECTIONS",
     "MAX_LINE",
     "SOCKET_ENV",
     "Handler",
@@ -47,9 +56,20 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 MAX_LINE: Final = 64 * 1024
+MAX_CONNECTIONS: Final = 64
+IDLE_S: Final = 30.0
 SOCKET_ENV: Final = "VIGIL_SOCKET"
 SOCKET_NAME: Final = "vigil.sock"
 _CHUNK: Final = 4096
+_REFUSAL_S: Final = 1.0  # to write a refusal to a peer that does not read
+_CLOSED: Final = Counter(
+    "vigil_daemon_socket_closed",
+    "Control-socket connections the daemon closed itself, by reason: busy (refused, every slot "
+    "busy), evicted (its idle slot went to a newer connection), idle (no request in time).",
+    ["reason"],
+)
+_BUSY: Final = "the vigil daemon is serving as many connections as it allows: try again"
+_EVICTED: Final = "closed to make room for a newer connection: reconnect to ask"
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,16 +124,22 @@ class SocketServer:
         handler: Handler,
         *,
         max_line: int = MAX_LINE,
+        max_connections: int = MAX_CONNECTIONS,
+        idle_s: float = IDLE_S,
         owner: int | None = None,
         peers: Collection[int] | None = None,
         remove_dir: bool = False,
     ) -> None:
-        """``owner``: the uid the socket is handed to (its directory stays ours, 0711);
-        ``peers``: the uids let in (default: ours); ``remove_dir``: the directory is this
-        server's own (a fresh private one) and goes with it on :meth:`close`."""
+        """``max_connections``: served at once; ``idle_s``: how long a connection may take to
+        send a complete request (from connect, or from its last answer); ``owner``: the uid the
+        socket is handed to (its directory stays ours, 0711); ``peers``: the uids let in
+        (default: ours); ``remove_dir``: the directory is this server's own (a fresh private
+        one) and goes with it on :meth:`close`."""
         self.path = path
         self._handler = handler
         self._max_line = max_line
+        self._slots = Slots(max_connections)
+        self._idle_s = idle_s
         self._owner = owner
         self._peers = frozenset({os.getuid()} if peers is None else peers)
         self._sock: socket.socket | None = None
@@ -140,7 +166,7 @@ class SocketServer:
             os.close(directory)
             raise
         self._directory = directory
-        sock.listen(64)
+        sock.listen(128)
         sock.settimeout(0.2)
         self._sock = sock
         self._thread = threading.Thread(
@@ -203,33 +229,66 @@ class SocketServer:
                 if self._stop.is_set():
                     return
                 raise
+            if not self._slots.admit(conn):
+                _CLOSED.labels("busy").inc()
+                with conn:
+                    conn.settimeout(_REFUSAL_S)
+                    self._reply(conn, VerbResponse.failure(VerbErrorKind.BUSY, _BUSY))
+                continue
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
     def _serve(self, conn: socket.socket) -> None:
         with conn:
-            conn.settimeout(None)
-            pid, uid, _gid = struct.unpack(
-                "3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-            )
-            if uid not in self._peers:
-                log.warning("refused a control-socket peer with uid %s (pid %s)", uid, pid)
-                self._reply(
-                    conn,
-                    VerbResponse.failure(
-                        VerbErrorKind.UNAUTHENTICATED, "this daemon serves another user"
-                    ),
+            closing: VerbResponse | None = None
+            try:
+                peer = self._peer(conn)
+                if peer is not None:
+                    closing = self._converse(conn, peer)
+            finally:
+                if self._slots.leave(conn):
+                    _CLOSED.labels("evicted").inc()
+                    closing = VerbResponse.failure(VerbErrorKind.BUSY, _EVICTED)
+            if closing is not None:
+                conn.settimeout(_REFUSAL_S)
+                self._reply(conn, closing)
+
+    def _peer(self, conn: socket.socket) -> Peer | None:
+        """The peer by ``SO_PEERCRED``, or None (answered) when its uid is not let in."""
+        pid, uid, _gid = struct.unpack(
+            "3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        )
+        if uid in self._peers:
+            return Peer.at_connect(pid, uid)
+        log.warning("refused a control-socket peer with uid %s (pid %s)", uid, pid)
+        self._reply(
+            conn,
+            VerbResponse.failure(VerbErrorKind.UNAUTHENTICATED, "this daemon serves another user"),
+        )
+        return None
+
+    def _converse(self, conn: socket.socket, peer: Peer) -> VerbResponse | None:
+        """Answer each request line until the peer leaves, goes idle (answered with why) or
+        loses its slot to a newer connection."""
+        lines = _Lines(conn, self._max_line, self._idle_s, self._stop)
+        for line in lines:
+            if not self._slots.busy(conn):
+                return None  # its slot went to a newer connection: told so on leaving
+            if line is None:
+                response = VerbResponse.failure(
+                    VerbErrorKind.TOO_LARGE, f"a request line is at most {self._max_line} bytes"
                 )
-                return
-            peer = Peer.at_connect(pid, uid)
-            for line in self._lines(conn):
-                if line is None:
-                    response = VerbResponse.failure(
-                        VerbErrorKind.TOO_LARGE, f"a request line is at most {self._max_line} bytes"
-                    )
-                else:
-                    response = self._answer(line, peer)
-                if not self._reply(conn, response):
-                    return
+            else:
+                response = self._answer(line, peer)
+            sent = self._reply(conn, response)
+            self._slots.wait(conn)
+            if not sent:
+                return None
+        if not lines.idle:
+            return None
+        _CLOSED.labels("idle").inc()
+        return VerbResponse.failure(
+            VerbErrorKind.UNAVAILABLE, f"closed after {self._idle_s:g}s without a request"
+        )
 
     def _answer(self, line: bytes, peer: Peer) -> VerbResponse:
         try:
@@ -248,38 +307,6 @@ class SocketServer:
                 VerbErrorKind.INTERNAL, "internal error (see the daemon log)"
             )
 
-    def _lines(self, conn: socket.socket) -> Iterator[bytes | None]:
-        """Complete lines; ``None`` for a line over the bound (the rest of it is skipped)."""
-        buffer = b""
-        skipping = False
-        while not self._stop.is_set():
-            try:
-                chunk = conn.recv(_CHUNK)
-            except OSError:
-                return
-            if not chunk:
-                return
-            buffer += chunk
-            while True:
-                newline = buffer.find(b"\n")
-                if newline < 0:
-                    break
-                line, buffer = buffer[:newline], buffer[newline + 1 :]
-                if skipping:
-                    skipping = False
-                    continue
-                if len(line) > self._max_line:
-                    yield None
-                    continue
-                if line.strip():
-                    yield line
-            if len(buffer) > self._max_line and not skipping:
-                skipping = True
-                buffer = b""
-                yield None
-            elif skipping:
-                buffer = b""
-
     def _reply(self, conn: socket.socket, response: VerbResponse) -> bool:
         data = response.model_dump_json(exclude_none=True).encode("utf-8") + b"\n"
         try:
@@ -287,3 +314,60 @@ class SocketServer:
         except OSError:
             return False
         return True
+
+
+class _Lines:
+    """A connection's complete request lines; ``None`` for a line over the bound (the rest of
+    it is skipped). Ends when the peer closes, the server stops or no complete line arrives
+    within ``idle_s`` of the start or of the previous line's answer (then :attr:`idle`)."""
+
+    def __init__(
+        self, conn: socket.socket, max_line: int, idle_s: float, stop: threading.Event
+    ) -> None:
+        self._conn = conn
+        self._max_line = max_line
+        self._idle_s = idle_s
+        self._stop = stop
+        self.idle = False
+
+    def __iter__(self) -> Iterator[bytes | None]:
+        buffer = b""
+        skipping = False
+        deadline = time.monotonic() + self._idle_s
+        while not self._stop.is_set():
+            chunk = self._recv(deadline)
+            if not chunk:
+                return
+            buffer += chunk
+            while (newline := buffer.find(b"\n")) >= 0:
+                line, buffer = buffer[:newline], buffer[newline + 1 :]
+                if skipping:
+                    skipping = False
+                elif len(line) > self._max_line:
+                    yield None
+                elif line.strip():
+                    yield line
+                else:
+                    continue
+                deadline = time.monotonic() + self._idle_s  # answered: a fresh wait
+            if len(buffer) > self._max_line and not skipping:
+                skipping = True
+                buffer = b""
+                yield None
+            elif skipping:
+                buffer = b""
+
+    def _recv(self, deadline: float) -> bytes:
+        """The next bytes; empty when the peer closed or failed, or the deadline passed."""
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            self.idle = True
+            return b""
+        self._conn.settimeout(remaining)
+        try:
+            return self._conn.recv(_CHUNK)
+        except TimeoutError:
+            self.idle = True
+            return b""
+        except OSError:
+            return b""

@@ -52,6 +52,17 @@ def test_validate_accepts_good_files_and_reports_each(config: Path) -> None:
     assert result.stdout.strip() == f"{example}: ok"
 
 
+def test_validate_reports_a_message_naming_a_leaf_the_allowlist_does_not_keep(
+    tmp_path: Path, config: Path
+) -> None:
+    example = Path(__file__).resolve().parents[3] / "examples" / "release-build-failed.json"
+    wrong = tmp_path / "author.json"
+    wrong.write_text(example.read_text().replace("payload.branch", "payload.author"))
+    result = CliRunner().invoke(vigil, ["--config", str(config), "watch", "validate", str(wrong)])
+    assert result.exit_code == 1
+    assert f"{wrong}:10:27: delivery.message: {{payload.author}} is not a leaf" in result.output
+
+
 def test_create_checks_locally_and_sends_nothing_when_wrong(tmp_path: Path, config: Path) -> None:
     wrong = tmp_path / "wrong.json"
     wrong.write_text(FOUR_WRONG, encoding="utf-8")

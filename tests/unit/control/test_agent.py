@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.control.agent import AgentRunner, AgentTokens
+from pipeline.control.agent import MAX_ANSWER, AgentRunner, AgentTokens
 from pipeline.control.isolation import process_chain
 from pipeline.rules.errors import ConfigError, VigilError
 
@@ -74,11 +74,13 @@ def test_no_agent_configured_is_a_config_error(tmp_path: Path) -> None:
         runner.ask("x", "me")
 
 
-def test_token_names_an_agent_principal_bound_to_its_own_session(tmp_path: Path) -> None:
+def test_runs_in_one_chat_share_its_conversation_and_other_chats_do_not(tmp_path: Path) -> None:
     tokens = AgentTokens("t", "u")
-    first, second = tokens.issue("me"), tokens.issue("me")
+    first, second, elsewhere = tokens.issue("me"), tokens.issue("me"), tokens.issue("ops")
     assert first.principal.role.value == "agent"
-    assert first.principal.session_id != second.principal.session_id
+    assert first.token != second.token
+    assert first.principal.session_id == second.principal.session_id == "conversation:me"
+    assert elsewhere.principal.session_id == "conversation:ops"
     assert tokens.by_token(first.token) == first
     tokens.revoke(first)
     assert tokens.by_token(first.token) is None
@@ -136,3 +138,28 @@ def test_the_agent_sees_only_the_allowlisted_environment(tmp_path: Path) -> None
         "VIGIL_AGENT_TOKEN",
         "VIGIL_SESSION_ID",
     }
+
+
+def test_an_agent_that_talks_past_the_cap_answers_with_a_marker_and_is_not_killed(
+    tmp_path: Path,
+) -> None:
+    done = tmp_path / "done"
+    agent = tmp_path / "agent.sh"
+    agent.write_text(
+        "#!/bin/sh\nhead -c 3000000 /dev/zero | tr '\\0' a\n"
+        "head -c 3000000 /dev/zero | tr '\\0' e >&2\n"
+        f"touch {done}\n"
+    )
+    agent.chmod(0o700)
+    runner = AgentRunner(
+        [str(agent)],
+        timedelta(seconds=30),
+        tmp_path / "s.sock",
+        AgentTokens("t", "u"),
+        max_output=8192,
+    )
+    answer = runner.ask("x", "me")
+    marker = "\n[agent output truncated at 8192 bytes]"
+    assert answer.endswith(marker)
+    assert len(answer) == MAX_ANSWER and set(answer[: -len(marker)]) == {"a"}
+    assert done.exists()  # it ran to its end

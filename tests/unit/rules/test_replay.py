@@ -289,6 +289,29 @@ def test_replay_keeps_dedupe_memory_across_a_receipt_whose_input_is_gone(
     assert report.differences == []  # the later b-0 duplicate still makes no second entry
 
 
+def test_replay_renders_each_message_again_and_reports_an_entry_whose_message_differs() -> None:
+    template = {"target": "ops-hook", "verb": "notify", "message": "{event_id} on {payload.branch}"}
+    rec = Recorder(definition(delivery=template, privacy={"retain_paths": ["branch"]}))
+    for n in range(3):
+        rec.run(event(n, "failed", "release/1.2"))
+    assert [e.message for e in rec.outbox.values() if e] == [
+        f"b-{n} on release/1.2" for n in range(3)
+    ]
+    assert replay(rec.history()).differences == []
+    first = rec.receipts[0].delivery_key or ""
+    entry = rec.outbox[first]
+    assert entry is not None
+    rec.outbox[first] = replace(entry, message="b-0 on main")
+    second = rec.outbox[rec.receipts[1].delivery_key or ""]
+    assert second is not None
+    rec.outbox[second.delivery_key] = replace(second, message=None)
+    (found,) = replay(rec.history()).differences  # None: an entry from before messages
+    assert (found.position, found.kind) == (
+        rec.receipts[0].position,
+        DifferenceKind.OUTBOX_MISMATCH,
+    )
+
+
 def schedule_fire(n: int, at: datetime, *, late: bool = False) -> Evidence:
     """A schedule tick of the watcher, made on time (``late``: by a ticker that was down)."""
     return Evidence(

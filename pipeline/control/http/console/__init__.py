@@ -1,8 +1,9 @@
 """The web console under ``/ui/`` of ``vigil api`` (DESIGN.md §9): server-rendered pages with
 no JavaScript, over the API's own ports.
 
-``pages`` (the routes: watches, a watcher, proposals, schedules, deliveries; sign in and out),
-``schedules`` (what the schedules page lists and cancels), ``sessions``
+``pages`` (one router module per page: watches, a watcher, proposals, schedules, deliveries;
+sign in and out), ``core`` (what every page shares: :class:`Console`), ``schedules`` (what the
+schedules page lists and cancels), ``sessions``
 (the session cookie, CSRF tokens, the Content-Security-Policy), ``render`` (the templates and
 definitions in plain words); the status header's port is ``common.StatusPort``. This module says
 what is public.

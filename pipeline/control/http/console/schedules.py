@@ -7,7 +7,7 @@ Listing and cancelling go through the dispatch core exactly as ``GET /v1/schedul
 schedules its session created; a scoped chat token none: ``denied``). The last fires are each chat's
 newest receipts, read beside the ``list`` round trip and shown only for what the list returned, by a
 role that may read receipts (checked before the read starts). Left out: the routes, sessions and
-CSRF (``pages``), the words (``render``).
+CSRF (``pages.schedules``, ``core``), the words (``render``).
 """
 
 from __future__ import annotations

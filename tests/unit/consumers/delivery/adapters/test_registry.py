@@ -21,15 +21,17 @@ from consumers.delivery.adapters import (
     build_adapters,
     webhook_body,
 )
-from consumers.delivery.adapters.chat import MAX_TEXT, chat_text
+from consumers.delivery.adapters.base import message_text
 from consumers.delivery.adapters.in_app import InAppAdapter, InAppConfig
 from pipeline.clock import ManualClock
 from pipeline.config import parse_config
 from pipeline.kafka.serde import default_codec
 from pipeline.records.notification import decode_notification
+from pipeline.rules.bounds import MAX_MESSAGE
 from pipeline.rules.data_keys import subject_owner
 from pipeline.rules.errors import ConfigError
 from pipeline.rules.keys import subject_key
+from pipeline.rules.message import Channel
 from pipeline.rules.outbox import OutboxEntry, as_sent
 from pipeline.rules.outcomes import ErrorCode, Outcome
 from tests.entries import outbox_entry
@@ -198,8 +200,10 @@ def test_webhook_body_is_canonical_json_with_the_designed_fields() -> None:
         "due_at",
         "late",
         "text",
+        "message",
     }
     assert (data["delivery_key"], data["outcome"], data["text"]) == (KEY, "satisfied", None)
+    assert data["message"] == "release-build-failed: satisfied"
     assert data["due_at"] == "2026-11-29T12:00:00.000000Z"
     assert body == json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
 
@@ -238,9 +242,14 @@ def test_console_adapter_prints_the_text_with_repeat_risk(
 
 def test_chat_text_of_a_late_one_shot_says_late_when_it_was_due_and_by_how_much() -> None:
     entry = delivery(verb="send", text="hi", late=True)
-    assert chat_text(entry) == "hi\n(late: due at 2026-11-29T12:00:00Z)"
+    assert message_text(entry, Channel.CHAT) == "hi\n(late: due at 2026-11-29T12:00:00Z)"
     later = NOW + timedelta(minutes=6, seconds=3)
-    assert chat_text(entry, later) == "hi\n(late: due at 2026-11-29T12:00:00Z, late by 6m3s)"
+    assert (
+        message_text(entry, Channel.CHAT, later)
+        == "hi\n(late: due at 2026-11-29T12:00:00Z, late by 6m3s)"
+    )
+    for beside_late_and_due_at in (Channel.IN_APP, Channel.WEBHOOK, Channel.LOG):
+        assert message_text(entry, beside_late_and_due_at, later) == "hi"
 
 
 def test_console_adapter_says_how_late_a_late_fire_is_sent(
@@ -258,19 +267,39 @@ def test_schedule_entry_written_on_time_but_claimed_late_is_sent_late() -> None:
     claimed = NOW + timedelta(minutes=7)
     late = as_sent(entry, claimed)
     assert late.late and replace(late, late=False) == entry
-    assert chat_text(late, claimed) == "stretch\n(late: due at 2026-11-29T12:00:00Z, late by 7m)"
+    assert (
+        message_text(late, Channel.CHAT, claimed)
+        == "stretch\n(late: due at 2026-11-29T12:00:00Z, late by 7m)"
+    )
     notify = replace(entry, schedule_time=None)
     assert as_sent(notify, claimed) is notify
 
 
-def test_chat_text_of_a_notify_names_the_watcher_and_outcome() -> None:
-    assert chat_text(delivery()) == "release-build-failed: satisfied"
+def test_chat_text_of_a_notify_without_a_message_names_the_watcher_and_outcome() -> None:
+    assert message_text(delivery(), Channel.CHAT) == "release-build-failed: satisfied"
+
+
+def test_chat_text_of_a_notify_is_its_rendered_message() -> None:
+    entry = delivery(message="Build b-1 failed on release/1.2")
+    assert message_text(entry, Channel.CHAT) == "Build b-1 failed on release/1.2"
 
 
 def test_chat_text_longer_than_the_limit_is_cut_to_it() -> None:
-    text = chat_text(delivery(text="x" * (MAX_TEXT + 10)))
-    assert len(text) == MAX_TEXT
+    text = message_text(delivery(text="x" * (MAX_MESSAGE + 10)), Channel.CHAT)
+    assert len(text) == MAX_MESSAGE
     assert text.endswith("…")
+
+
+def test_every_destination_shows_one_message_each_escaped_for_its_channel(
+    registry: AdapterRegistry, stdout: io.StringIO
+) -> None:
+    entry = delivery(message="Build b-1\tfailed\non \x1b[31mrelease\\1.2")
+    registry.send(entry)
+    (line,) = stdout.getvalue().splitlines()
+    hook = json.loads(webhook_body(entry))
+    assert hook["message"] == "Build b-1\tfailed\non \ufffd[31mrelease\\1.2"
+    assert json.loads(line)["message"] == "Build b-1\\tfailed\\non \ufffd[31mrelease\\\\1.2"
+    assert message_text(entry, Channel.CHAT) == hook["message"]
 
 
 # --- in_app ------------------------------------------------------------------------------------
@@ -295,6 +324,9 @@ def test_in_app_send_returns_a_ledger_record_keyed_by_subject_for_the_transactio
         "hi",
         "send",
     )
+    notify = registry.send(delivery(target="ledger", message="Build b-1 failed"))
+    note = decode_notification(default_codec(), RING, notify.records[0].value)
+    assert (note["text"], note["verb"]) == ("Build b-1 failed", "notify")
     assert value["trigger"] == delivery().trigger and value["erased"] is False
     assert value["created_at"] == NOW
     assert value["due_at"] == NOW
