@@ -255,6 +255,8 @@ class Checker:
         try:
             windows: dict[str, dict[str, str]] = {}
             for key in client.scan_iter(match=f"{self.budget_prefix}*", count=1000):
+                if _text(key).endswith(":windows"):
+                    continue  # a subject's window index (a sorted set), not a window
                 fields = client.hgetall(key).items()
                 windows[_text(key)] = {_text(k): _text(v) for k, v in fields}
             return windows

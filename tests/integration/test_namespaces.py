@@ -97,8 +97,11 @@ def test_two_namespaces_on_one_broker_and_redis_never_meet(
         budgets = redis.Redis.from_url(redis_url)
         try:
             for name in ("blue", "green"):
-                keys = list(budgets.scan_iter(match=f"{name}-{run}:budget:*", count=1000))
-                assert len(keys) == 1, (name, keys)  # one watcher, one window, its own key
+                keys = {k.decode() for k in budgets.scan_iter(match=f"{name}-{run}:budget:*")}
+                windows = {k for k in keys if not k.endswith(":windows")}
+                # one watcher, one window, its own key; and its subject's window index
+                assert len(windows) == 1, (name, keys)
+                assert len(keys - windows) == 1, (name, keys)
         finally:
             budgets.close()
     finally:

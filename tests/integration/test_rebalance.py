@@ -105,7 +105,7 @@ def test_members_joining_and_leaving_keep_co_partitioning_and_restore_only_what_
             changelog,
             group,
             name,
-            registry=registry,
+            metrics_registry=registry,
             group_protocol=GroupProtocol.CONSUMER,
         )
         member = _Member(app, registry)
