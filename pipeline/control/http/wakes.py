@@ -2,8 +2,9 @@
 the ledger").
 
 Owns the route and its SSE framing; its bounds are ``wake_reader``'s :class:`WakeLimits`. The
-caller is authenticated by the edge guard and authorized (the roles that may read their own
-ledger) before anything is read; a stream then carries, for the caller's own subject only, one
+caller is authenticated by the edge guard and authorized as for the ledger itself (a role that
+may read its own ledger and a grant that lets it manage watchers: ``ledger.own_ledger``) before
+anything is read; a stream then carries, for the caller's own subject only, one
 ``wake`` event per wake — ``id`` and ``data.position`` the ledger position, ``data.session_id``
 the session, nothing of the notification — and a comment line as a heartbeat. Streams are
 bounded: at most ``streams`` open at once and ``per_principal`` per caller (more is
@@ -26,9 +27,9 @@ from starlette.concurrency import run_in_threadpool
 
 from pipeline.control.http.auth import ApiCode, ApiError
 from pipeline.control.http.common import Caller, Services, documented
+from pipeline.control.http.ledger import own_ledger
 from pipeline.control.http.models import REF_PATTERN
 from pipeline.control.http.wake_reader import StreamSlots, WakeFollower
-from pipeline.rules.authz import Principal, Subject, Verb, may
 from pipeline.rules.errors import BrokerError
 
 __all__ = ["router"]
@@ -37,13 +38,6 @@ router = APIRouter()
 
 _POLL_S: Final = 0.5
 _SSE: Final = "text/event-stream"
-
-
-def _own_ledger(who: Principal) -> tuple[str, str]:
-    decision = may(who, Verb.SHOW, Subject(who.tenant_id, who.user_id))
-    if not decision.allowed:
-        raise ApiError(ApiCode.DENIED, decision.detail)
-    return who.tenant_id, who.user_id
 
 
 @router.get(
@@ -72,7 +66,7 @@ async def wakes(
         Header(max_length=64, description="Resume after this position (SSE reconnect)."),
     ] = None,
 ) -> StreamingResponse:
-    tenant, user = _own_ledger(who)
+    tenant, user = await run_in_threadpool(own_ledger, services, who)
     source = services.wakes
     if source is None:
         raise ApiError(ApiCode.UNAVAILABLE, "this API serves no wake stream")
