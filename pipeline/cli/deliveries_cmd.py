@@ -1,15 +1,9 @@
 """``vigil deliveries list|show|redeliver``: deliveries and dead letters, and sending one again.
 
-``list`` prints the subject's deliveries newest first (``--state dead`` for dead letters,
-``--watcher`` for one watcher's), ``show KEY`` one delivery, both read from ``delivery-state``
-for the configured subject or ``--tenant/--user``. ``redeliver KEY`` is a ``redeliver`` command
-through the command processor (authorization rechecked; delivery then sends a dead-lettered or
-suppressed entry again under the same key with a fresh attempt count and budgets rechecked). A
-key that is missing, another subject's, or not redeliverable is refused with exit code 1.
-``--json`` prints JSON.
-
-Left out: reading (``pipeline.control.deliveries``) and the rule (``pipeline.rules.commands``).
-"""
+``list`` (newest first; ``--state dead``, ``--watcher``) and ``show KEY`` read ``delivery-state``
+for the configured subject or ``--tenant/--user``; ``redeliver KEY`` is a ``redeliver`` command. A
+missing, foreign or non-redeliverable key exits 1; ``--json`` prints JSON. Left out: reading
+(``pipeline.control.deliveries``) and the rule (``pipeline.rules.commands``)."""
 
 from __future__ import annotations
 

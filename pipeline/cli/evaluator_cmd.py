@@ -1,13 +1,9 @@
 """``vigil evaluator``: run one member of the evaluator consumer group until SIGTERM.
 
-Reads ``[kafka]``, ``[redis]``, ``[budgets.defaults]``, ``[instance]`` and ``[metrics]`` from
-vigil.toml; registers the pinned evaluators this build ships (``producers.ticker.tools.REGISTERED``:
-any other ``key@vN`` evaluates as ``evaluator_missing``); refuses to start when its topics are
-missing or drifted (with the command that fixes it); serves Prometheus metrics on
-``[metrics] listen``; on SIGTERM or SIGINT commits the open transaction and leaves the group.
-
-Left out: the stage itself (``consumers.evaluator``).
-"""
+Reads ``[kafka]``, ``[redis]``, ``[budgets.defaults]``, ``[instance]`` and ``[metrics]``; registers
+the pinned evaluators this build ships (any other ``key@vN`` evaluates as ``evaluator_missing``);
+refuses drifted or missing topics; serves metrics; on SIGTERM or SIGINT commits and leaves the
+group. Left out: the stage itself (``consumers.evaluator``)."""
 
 from __future__ import annotations
 

@@ -1,16 +1,10 @@
-"""``vigil replay``'s recovery of what an authorization failure skipped: the dry run and
-``--apply`` (DESIGN.md §10 "Authorization failure and checkpoints").
+"""``vigil replay``'s recovery of what an authorization failure skipped: the dry run and ``--apply``
+(DESIGN.md §10 "Authorization failure and checkpoints").
 
-For one watcher, :func:`recover` reads the current grants, plans the recovery
-(:func:`pipeline.rules.recovery.plan_recovery`) and says what ``--apply`` would write. With
-``--apply`` (operators only) it first sends the command processor a ``replay_apply`` command —
-which authorizes the operator, checks the watcher is active at that version and that the current
-grants allow it, and audits it in ``definition-log`` — and only on its ``ok`` writes the
-recovered receipts and outbox entries in one transaction. Applying twice writes nothing twice:
-a receipt of the first apply marks each trigger decided, and delivery knows each key it has.
-
-Left out: the rules, the reads and writes (``pipeline.ops.replay_apply``), the replay report.
-"""
+:func:`recover` plans one watcher's recovery with the current grants and says what ``--apply`` would
+write; with ``--apply`` (operators) a ``replay_apply`` command must answer ``ok`` before the
+receipts and entries are written in one transaction; applying twice writes nothing twice. Left out:
+the rules, reads and writes (``pipeline.ops.replay_apply``) and the replay report."""
 
 from __future__ import annotations
 

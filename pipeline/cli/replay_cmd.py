@@ -1,15 +1,9 @@
 """``vigil replay``: re-derive decisions over a range of inputs and print what differs.
 
-Reads the history (``pipeline.ops.replay_reader``, a progress line on stderr), runs
-:func:`pipeline.rules.replay.replay` and prints a summary and one line per difference (``--json``:
-one object). Exit status: 0 when nothing differs or when ``--definition`` asked a what-if
-question, 1 when unchanged definitions reproduce differently (an incident to look at). For one
-watcher, it also says what recovering the evaluations an authorization failure skipped would
-write with the current grants (a dry run); ``--apply`` (operators) writes it
-(``pipeline.cli.recover_out``).
-
-Left out: reading Kafka and the replay rules themselves.
-"""
+Reads the history (``pipeline.ops.replay_reader``), runs :func:`pipeline.rules.replay.replay`,
+prints a summary and one line per difference (``--json``: one object). Exit 0 when nothing differs
+or for a ``--definition`` what-if, 1 when unchanged definitions reproduce differently. For one
+watcher it adds the recovery dry run (``--apply``: ``pipeline.cli.recover_out``)."""
 
 from __future__ import annotations
 

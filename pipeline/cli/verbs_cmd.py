@@ -1,15 +1,10 @@
 """The control-plane verbs as ``vigil`` subcommands: ``send``, ``prompt``, ``query``, ``run``,
 ``schedule``, ``list``, ``cancel`` (seed 001, DESIGN.md §5).
 
-Each command builds one request (``pipeline.control.verbs``), sends it to the local daemon over
-its socket (``--socket`` → ``$VIGIL_SOCKET`` → ``[rpc] socket_path`` → the default path),
-prints the answer and exits: 0 on success, 1 on any refusal (a taken name, an unknown schedule,
-a denied verb) with ``Error: …`` on stderr, 2 on a usage error found before anything is sent.
-The target chat is ``--chat``, else ``$VIGIL_CHAT_ID``; the daemon falls back to the sole
-configured chat. ``$VIGIL_AGENT_TOKEN``, when set (inside an agent run), goes with every request.
-
-Left out: what the verbs do (``pipeline.control.core``, inside the daemon).
-"""
+Each builds one request, sends it over the daemon's socket (``--socket`` → ``$VIGIL_SOCKET`` →
+``[rpc] socket_path`` → default), prints the answer and exits 0, 1 on a refusal (``Error: …``) or 2
+on usage. The chat is ``--chat``, else ``$VIGIL_CHAT_ID``; ``$VIGIL_AGENT_TOKEN`` goes with every
+request. Left out: what the verbs do (``pipeline.control.core``)."""
 
 from __future__ import annotations
 

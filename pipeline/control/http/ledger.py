@@ -1,14 +1,9 @@
 """The in-app ledger routes: a user's notifications, and acknowledging one (DESIGN.md §9).
 
-The ledger belongs to the caller's own subject; roles that may inspect (user, manager,
-operator) read it, session-bound ones (agent, scoped chat) may not, and only while a grant lets
-the subject manage watchers (``deliveries.granted``: the command processor decides; a revoked
-grant reads nothing). Notifications are deduped on
-delivery key and ``wake`` records skipped by the reader (``backend``); an acknowledgement is
-idempotent, and one of a notification the caller does not have is 404.
-
-Left out: the shared caller (``common``) and the records (``backend``).
-"""
+The ledger is the caller's own subject's, read by users, managers and operators (never agents or
+scoped chats) while a grant lets the subject manage watchers (``deliveries.granted``). Acknowledging
+is idempotent; one of a notification the caller lacks is 404. Left out: the caller (``common``) and
+the records (``backend``)."""
 
 from typing import Annotated, Final
 

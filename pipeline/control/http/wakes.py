@@ -1,18 +1,10 @@
-"""``GET /v1/ledger/wakes``: the caller's wakes as server-sent events (seed 003: "clients reread
-the ledger").
+"""``GET /v1/ledger/wakes``: the caller's wakes as server-sent events (seed 003).
 
-Owns the route and its SSE framing; its bounds are ``wake_reader``'s :class:`WakeLimits`. The
-caller is authenticated by the edge guard and authorized as for the ledger itself (a role that
-may read its own ledger and a grant that lets it manage watchers: ``ledger.own_ledger``) before
-anything is read; a stream then carries, for the caller's own subject only, one
-``wake`` event per wake — ``id`` and ``data.position`` the ledger position, ``data.session_id``
-the session, nothing of the notification — and a comment line as a heartbeat. Streams are
-bounded: at most ``streams`` open at once and ``per_principal`` per caller (more is
-``cap_reached``), and a stream with no wake for ``idle_s`` ends (the client reconnects with
-``Last-Event-ID`` and misses nothing recent). Rate limits of the edge are the guard's.
-
-Left out: reading the ledger partition (``wake_reader``), the ledger itself (``ledger``).
-"""
+Owns the route and its SSE framing: after authentication and the ledger's own checks
+(``ledger.own_ledger``: role and grant), one ``wake`` event per wake of the caller's own subject
+(``id`` the position, ``data.session_id``) and heartbeat comments; at most ``streams`` open and
+``per_principal`` per caller (``cap_reached``), ended after ``idle_s`` without a wake
+(``Last-Event-ID`` resumes). Left out: reading (``wake_reader``) and the ledger (``ledger``)."""
 
 from __future__ import annotations
 

@@ -1,19 +1,10 @@
-"""The watch routes: propose, approve, create, update, list, inspect, pause, resume, cancel,
-receipts; and schedules, which are watchers too (DESIGN.md §9's table; seed 003, §10).
+"""The watch routes and schedules, which are watchers too (DESIGN.md §9's table; seed 003, §10).
 
-Every route asserts the caller on one command and lets the command processor decide — agents
-only propose (never create, update or manage a watch here), scoped chat tokens manage nothing,
-owners and managers approve, inspect, list and cancel; bounds, grants, limits, the cap of three
-active watches per (tenant, user, session) and the collapse of identical live proposals are the
-processor's (a collapse answers 200 with the existing watch, a new proposal 201). An update
-names the revision it read — ``If-Match`` (the ``ETag`` a ``GET`` answers) or
-``expected_revision`` — and a missing or stale one is 409 ``stale_revision``. Another
-subject's watch is "not found", word for word the answer for a missing one. Receipts are read
-after a ``show`` has authorized the caller. Schedules are listed and cancelled through the
-transport-agnostic dispatch core (an agent: only those its session created).
-
-Left out: the shared caller and round trip (``common``), the app (``api``).
-"""
+Every route asserts the caller on one command and the command processor decides (roles, bounds,
+grants, limits, collapse: 200 with the existing watch, 201 a new proposal). An update names the
+revision it read (``If-Match`` or ``expected_revision``; stale or missing: 409 ``stale_revision``);
+another subject's watch is "not found". Schedules go through the dispatch core. Left out: the caller
+and round trip (``common``) and the app (``api``)."""
 
 import re
 from typing import Annotated, Any, Final
