@@ -67,7 +67,7 @@ from pipeline.runtime.app import InputRecord, ProcessContext
 from pipeline.runtime.processing import Message
 from pipeline.runtime.state import TaskState
 from pipeline.runtime.tables import Table, TableKind, TableSpec
-from pipeline.runtime.views import DecodedCache, GrantIndex, KeyView, WatcherIndex
+from pipeline.runtime.views import DecodedCache, GrantIndex, KeyView, WatcherIndex, followed
 
 __all__ = ["Evaluator", "Input", "table_specs"]
 
@@ -350,17 +350,11 @@ class Evaluator:
             self._keys = KeyView(tables.whole(_KEYS), self._ring)
 
     def _key_view(self, ctx: ProcessContext) -> KeyView:
-        if self._keys is None:
-            self._keys = KeyView(ctx.table(_KEYS), self._ring)
-        else:
-            self._keys.refresh()
+        self._keys = followed(self._keys, lambda: KeyView(ctx.table(_KEYS), self._ring))
         return self._keys
 
     def _grant_index(self, ctx: ProcessContext) -> GrantIndex:
-        if self._grants is None:
-            self._grants = GrantIndex(ctx.table(_GRANTS), self._codec)
-        else:
-            self._grants.refresh()
+        self._grants = followed(self._grants, lambda: GrantIndex(ctx.table(_GRANTS), self._codec))
         return self._grants
 
     def _lifecycle_tracker(self, ctx: ProcessContext) -> LifecycleTracker:

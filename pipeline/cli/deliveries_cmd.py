@@ -41,11 +41,6 @@ def render(view: dict[str, Any]) -> str:
     return line
 
 
-def _subject(state: CliState, tenant: str | None, user: str | None) -> tuple[str, str]:
-    me = state.config.subject
-    return tenant or me.tenant_id, user or me.user_id
-
-
 def _one(state: CliState, tenant: str, user: str, key: str) -> dict[str, Any]:
     config = state.config
     record = read_delivery(
@@ -92,7 +87,7 @@ def list_cmd(
     Example:
       vigil deliveries list --state dead --watcher release-build-failed --json
     """
-    tenant_id, user_id = _subject(state, tenant, user)
+    tenant_id, user_id = state.subject(tenant, user)
     config = state.config
     records = read_deliveries(
         config.kafka.bootstrap_servers,
@@ -126,7 +121,7 @@ def show(
     Example:
       vigil deliveries show 3f5c…e1 --json
     """
-    view = _one(state, *_subject(state, tenant, user), delivery_key)
+    view = _one(state, *state.subject(tenant, user), delivery_key)
     if as_json:
         click.echo(json.dumps(view, indent=2, sort_keys=True))
         return
@@ -147,7 +142,7 @@ def redeliver(
     Example:
       vigil deliveries redeliver 3f5c…e1
     """
-    tenant_id, user_id = _subject(state, tenant, user)
+    tenant_id, user_id = state.subject(tenant, user)
     view = _one(state, tenant_id, user_id, delivery_key)
     if not view["redeliverable"]:
         click.echo(

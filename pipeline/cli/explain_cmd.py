@@ -43,8 +43,7 @@ def explain(
     rows = read_explanation(
         config.kafka.bootstrap_servers,
         config.kafka.topology(),
-        tenant or config.subject.tenant_id,
-        user or config.subject.user_id,
+        *state.subject(tenant, user),
         watcher_id,
         progress,
         keks=config.privacy.keks(),

@@ -37,8 +37,7 @@ def recovery_scope(state: CliState, scope: Scope, definition: Path | None) -> Sc
         raise click.UsageError(
             "--apply is an operator action: run `vigil --as-operator replay … --apply`"
         )
-    me = state.config.subject
-    return Scope(scope.tenant_id or me.tenant_id, scope.user_id or me.user_id, scope.watcher_id)
+    return Scope(*state.subject(scope.tenant_id, scope.user_id), scope.watcher_id)
 
 
 def recover(

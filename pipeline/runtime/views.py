@@ -44,6 +44,7 @@ __all__ = [
     "ObservedDict",
     "TableView",
     "WatcherIndex",
+    "followed",
     "observe",
 ]
 
@@ -147,6 +148,18 @@ class TableView(Generic[V]):
             return
         self.by_key[key] = value
         self.put(key, value, old)
+
+
+TV = TypeVar("TV", bound="TableView[Any]")
+
+
+def followed(view: TV | None, make: Callable[[], TV]) -> TV:
+    """``view`` caught up with its table, or the one ``make`` builds on first use (a new view
+    has just loaded its table: nothing to catch up)."""
+    if view is None:
+        return make()
+    view.refresh()
+    return view
 
 
 class DecodedCache(Generic[V]):

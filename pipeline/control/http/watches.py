@@ -91,8 +91,11 @@ def _revision(if_match: str | None, expected: int | None) -> int | None:
     return revision
 
 
-def _etag(view: WatchView) -> str:
-    return f'"{view.revision}"'
+def _tagged(view: dict[str, Any], response: Response) -> WatchView:
+    """The watch as answered, its revision in the ``ETag`` header (what ``If-Match`` names)."""
+    watch = WatchView.model_validate(view)
+    response.headers["ETag"] = f'"{watch.revision}"'
+    return watch
 
 
 @router.post(
@@ -170,9 +173,7 @@ def update(
         definition=definition,
         expected_revision=revision,
     )
-    watch = WatchView.model_validate(view)
-    response.headers["ETag"] = _etag(watch)
-    return watch
+    return _tagged(view, response)
 
 
 @router.get(
@@ -216,9 +217,7 @@ def get_watch(
 ) -> WatchView:
     tenant, user = subject_of(who, tenant_id, user_id)
     view = run_command(services, CommandVerb.SHOW, who, tenant, user, watcher_id=watcher_id)
-    watch = WatchView.model_validate(view)
-    response.headers["ETag"] = _etag(watch)
-    return watch
+    return _tagged(view, response)
 
 
 def _lifecycle(verb: CommandVerb, summary: str) -> None:
@@ -242,9 +241,7 @@ def _lifecycle(verb: CommandVerb, summary: str) -> None:
             watcher_id=watcher_id,
             expected_revision=_revision(if_match, expected_revision),
         )
-        watch = WatchView.model_validate(view)
-        response.headers["ETag"] = _etag(watch)
-        return watch
+        return _tagged(view, response)
 
     router.post(
         f"/v1/watches/{{watcher_id}}:{verb.value}",
