@@ -2,7 +2,7 @@
 
 The script is click's own shell completion for the ``vigil`` command (``_VIGIL_COMPLETE``).
 Schedule names complete from the local daemon (the ``list`` verb, over its socket; here) and
-watcher ids from the command processor (``watch_cmd.complete_watcher_ids``, over Kafka); each
+watcher ids from the command processor (``round_trip.complete_watcher_ids``, over Kafka); each
 asks with a short deadline (:data:`ASK_TIMEOUT_S`) and completes nothing when vigil is not
 running — a completer never fails the shell.
 

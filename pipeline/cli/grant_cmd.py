@@ -6,7 +6,7 @@ Operator verbs (DESIGN.md §9): ``vigil --as-operator grant …`` with an ``[ope
 naming more loses that source). Results, errors and ``--json`` behave as in ``vigil watch``.
 
 Left out: the rules (``pipeline.rules.commands.apply``) and the round trip
-(``pipeline.cli.watch_cmd``).
+(``pipeline.cli.round_trip``).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import click
 
 from pipeline.cli.context import CliState, pass_state
 from pipeline.cli.options import subject_option, timeout_option
-from pipeline.cli.watch_cmd import report, send_command
+from pipeline.cli.round_trip import report, send_command
 from pipeline.rules.authz import Action
 from pipeline.rules.commands import CommandVerb, GrantSpec
 from pipeline.rules.durations import parse_duration
