@@ -48,7 +48,7 @@ from pipeline.rules.authz import Action
 from pipeline.rules.budgets import BudgetCaps
 from pipeline.rules.commands import CommandResult, CommandVerb, GrantSpec
 from pipeline.rules.keys import subject_key
-from pipeline.rules.replay import History
+from pipeline.rules.replay_model import History
 from pipeline.runtime.keys import read_keys
 from producers.ticker.loop import PollTicker, TickerDeps, TickerSettings
 from producers.ticker.tools import REGISTERED
