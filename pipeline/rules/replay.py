@@ -63,62 +63,116 @@ def replay(
     shredded, DESIGN.md §10) is reported as erased (:attr:`SkipReason.ERASED`), never as a
     difference.
     """
-    report = ReplayReport()
-    states: dict[tuple[WatcherKey, int], WatcherState] = {}
-    overrides: dict[int, WatcherDefinition] = {}
+    replayer = _Replayer(history, clock, override, regrant)
     for receipt in history.receipts:
+        replayer.take(receipt)
+    return replayer.report
+
+
+class _Replayer:
+    """One replay's threaded state: each watcher version's state, and the report so far."""
+
+    __slots__ = ("_clock", "_history", "_override", "_overrides", "_regrant", "_states", "report")
+
+    def __init__(
+        self,
+        history: History,
+        clock: ReplayClock,
+        override: WatcherDefinition | None,
+        regrant: Regrant | None,
+    ) -> None:
+        self._history = history
+        self._clock = clock
+        self._override = override
+        self._regrant = regrant
+        self._states: dict[tuple[WatcherKey, int], WatcherState] = {}
+        self._overrides: dict[int, WatcherDefinition] = {}
+        self.report = ReplayReport()
+
+    def take(self, receipt: Receipt) -> None:
+        """Thread one receipt: seed it (before the range), skip it, or replay it."""
+        history = self._history
         watcher = (receipt.tenant_id, receipt.user_id, receipt.watcher_id)
         slot = (watcher, receipt.watcher_version)
-        version = _version_of(history, receipt, override, overrides)
-        state = states.get(slot) or _fresh(receipt, version)
-        if receipt.position not in history.selected:
-            states[slot] = _seeded(state, receipt)
-            continue
+        version = _version_of(history, receipt, self._override, self._overrides)
+        state = self._states.get(slot) or _fresh(receipt, version)
         item = history.inputs.get(receipt.position or "")
-        if (
-            receipt.erased
-            or (override is None and (*watcher, receipt.watcher_version) in history.erased)
-            or (item is None and receipt.position in history.erased_inputs)
-        ):
-            states[slot] = _seeded(state, receipt)
-            _skip(report, SkipReason.ERASED)
-            continue
-        if version is None or item is None:
+        if receipt.position not in history.selected:
+            self._states[slot] = _seeded(state, receipt)
+        elif self._erased(receipt, item):
+            self._skip(slot, state, receipt, SkipReason.ERASED)
+        elif version is None or item is None:
             # Not replayable: carry its trigger forward as recorded, so dedupe still holds.
-            states[slot] = _seeded(state, receipt)
             missing = SkipReason.DEFINITION_MISSING if version is None else SkipReason.INPUT_MISSING
-            _skip(report, missing)
-            continue
-        if is_closed(state.status):
-            report.replayed += 1
-            report.differences.append(_difference(DifferenceKind.NOT_EVALUATED, receipt, None))
-            continue
+            self._skip(slot, state, receipt, missing)
+        elif is_closed(state.status):
+            self.report.replayed += 1
+            self.report.differences.append(_difference(DifferenceKind.NOT_EVALUATED, receipt, None))
+        else:
+            self._replay(slot, state, receipt, version, item)
+
+    def _erased(self, receipt: Receipt, item: ReplayInput | None) -> bool:
+        """Its receipt, its definition (unless overridden) or its input is sealed under a
+        shredded key."""
+        history = self._history
+        logged = (receipt.tenant_id, receipt.user_id, receipt.watcher_id, receipt.watcher_version)
+        return (
+            receipt.erased
+            or (self._override is None and logged in history.erased)
+            or (item is None and receipt.position in history.erased_inputs)
+        )
+
+    def _skip(
+        self,
+        slot: tuple[WatcherKey, int],
+        state: WatcherState,
+        receipt: Receipt,
+        reason: SkipReason,
+    ) -> None:
+        self._states[slot] = _seeded(state, receipt)
+        skipped = self.report.skipped
+        skipped[reason] = skipped.get(reason, 0) + 1
+
+    def _replay(
+        self,
+        slot: tuple[WatcherKey, int],
+        state: WatcherState,
+        receipt: Receipt,
+        version: DefinitionVersion,
+        item: ReplayInput,
+    ) -> None:
+        """Evaluate the receipt again, then count and compare the decision."""
+        regrant = self._regrant
         granted = None if regrant is None else regrant(receipt, version.definition)
         try:
-            next_state, evaluation = _evaluate(version, state, receipt, item, clock, granted)
+            next_state, evaluation = _evaluate(version, state, receipt, item, self._clock, granted)
         except (DefinitionError, TransitionError, ValueError):
-            states[slot] = _seeded(state, receipt)
-            _skip(report, SkipReason.INVALID)
-            continue
-        states[slot] = next_state
+            self._skip(slot, state, receipt, SkipReason.INVALID)
+            return
+        self._states[slot] = next_state
+        report = self.report
         if granted is not None:
             report.regranted.append((receipt, evaluation))
-        decision = Decision(
-            evaluation.outcome,
-            evaluation.reason,
-            None if evaluation.outbox is None else evaluation.outbox.delivery_key,
-            evaluation.receipt.evidence_digest,
-            evaluation.outbox is not None and evaluation.outbox.late,
-            None if evaluation.outbox is None else evaluation.outbox.message,
-        )
+        decision = _decision(evaluation)
         report.replayed += 1
         report.reasons[decision.reason] = report.reasons.get(decision.reason, 0) + 1
         if decision.delivery_key is not None:
             report.fired.add(decision.delivery_key)
-        found = _compare(receipt, decision, version, history)
+        found = _compare(receipt, decision, version, self._history)
         if found is not None:
             report.differences.append(found)
-    return report
+
+
+def _decision(evaluation: Evaluation) -> Decision:
+    outbox = evaluation.outbox
+    return Decision(
+        evaluation.outcome,
+        evaluation.reason,
+        None if outbox is None else outbox.delivery_key,
+        evaluation.receipt.evidence_digest,
+        outbox is not None and outbox.late,
+        None if outbox is None else outbox.message,
+    )
 
 
 def _version_of(
@@ -153,10 +207,6 @@ def _seeded(state: WatcherState, receipt: Receipt) -> WatcherState:
         return state
     seeded = recorded_truth(state, receipt)
     return seeded.replace(recent_triggers=state.remember(receipt.trigger_key))
-
-
-def _skip(report: ReplayReport, reason: SkipReason) -> None:
-    report.skipped[reason] = report.skipped.get(reason, 0) + 1
 
 
 def _recorded_grants(definition: WatcherDefinition, receipt: Receipt) -> tuple[Grant, ...]:
