@@ -107,13 +107,7 @@ def dev(
       vigil dev --broker tansu
       vigil dev --brokers 3
     """
-    stop = threading.Event()
-
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
+    stop = _stop_on_signals()
     state = state_dir.resolve()
     (state / "logs").mkdir(parents=True, exist_ok=True)
     if brokers > 1 and broker == "tansu":
@@ -134,17 +128,13 @@ def dev(
         config = write_config(state, ports, token, partitions)
         topology = Topology("vigil.", partitions, replication(brokers))
         ensure_topics(connect_admin(ports.bootstrap), topology)
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        for name in ("VIGIL_CONFIG", "VIGIL_SOCKET", "VIGIL_CHAT_ID", "VIGIL_AGENT_TOKEN"):
-            env.pop(name, None)
+        env = _child_env()
         for stale in addresses(state).values():  # a killed run's would point at old ports
             stale.unlink(missing_ok=True)
         supervisor = Supervisor(services(state, env))
         supervisor.start()
         _wait_up(supervisor, state, stop)
-        demo = None if no_demo else Demo(config, env, state / "logs" / "demo.log")
-        if demo is not None and not stop.is_set():
-            demo.load()
+        demo = None if no_demo else _load_demo(config, env, state, stop)
         if not stop.is_set():
             _announce(ports, state, config, token)
             _loop(supervisor, ports, demo, stop)
@@ -159,6 +149,34 @@ def dev(
         servers.stop()
         guard.release()
         _say("stopped")
+
+
+def _stop_on_signals() -> threading.Event:
+    """An event SIGINT and SIGTERM set."""
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    return stop
+
+
+def _child_env() -> dict[str, str]:
+    """Our environment for the processes, less what would point them at another vigil."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    for name in ("VIGIL_CONFIG", "VIGIL_SOCKET", "VIGIL_CHAT_ID", "VIGIL_AGENT_TOKEN"):
+        env.pop(name, None)
+    return env
+
+
+def _load_demo(config: Path, env: dict[str, str], state: Path, stop: threading.Event) -> Demo:
+    """The demo, loaded unless we are already stopping."""
+    demo = Demo(config, env, state / "logs" / "demo.log")
+    if not stop.is_set():
+        demo.load()
+    return demo
 
 
 def _wait_up(supervisor: Supervisor, state: Path, stop: threading.Event) -> None:
