@@ -1,25 +1,9 @@
 """The evaluator's processor: decisions in one transaction with their inputs (DESIGN §2, §3, §10).
 
-A :class:`~pipeline.runtime.app.StreamApp` over ``events`` and ``ticks`` with ``watchers`` as
-an external co-partitioned table (caught up to its end before each batch, so a create, pause
-or revocation applies to everything after it), ``grants``, ``lifecycle`` and ``keys`` as global
-tables and ``watcher-state`` as its own changelog. For each input, :class:`Evaluator` finds the
-watchers of its source through :class:`~pipeline.runtime.views.WatcherIndex` (a tick applies
-to the watcher it names only), charges the evaluation budget in Redis with an idempotency token
-(input position + watcher key), calls the pure :func:`~pipeline.rules.evaluation.evaluate`, and
-writes watcher-state, the receipt, the outbox entry and a ``close`` command, all in the
-transaction that commits the input offsets. An event found off its source's Java-default
-partition (a foreign producer) is re-produced to that partition instead.
-
-Subject fields are sealed (DESIGN §10 "Erasure's reach"): definitions and tick payloads are
-opened with the ``keys`` table's :class:`~pipeline.crypto.ring.KeyRing`; receipts are sealed
-under the watcher version's evidence key (with ``retain_until`` from its evidence retention),
-outbox entries under the subject's key. A tick or a definition that no longer opens (cancelled,
-erased) is skipped and counted, never evaluated on an empty payload.
-
-Redis unreachable: the batch aborts and rewinds, and the stage (``stage``) backs off and
-retries; nothing is ever evaluated unbudgeted. Leaves out the stage and its app (``stage``),
-the record layouts (``pipeline.records``) and the rules themselves (``pipeline.rules``).
+Owns :class:`Evaluator`: for each input, the watchers of its source (a tick: the one it names),
+the budget charged in Redis per input position + watcher key, the pure
+:func:`~pipeline.rules.evaluation.evaluate`, and watcher-state, receipt, outbox entry and
+``close`` command written in the input's transaction. Leaves out the stage (``stage``).
 """
 
 from __future__ import annotations
@@ -99,7 +83,18 @@ class _Task:
 class Evaluator:
     """The processor: one call per task partition per batch, inside the open transaction. Its
     views of the whole tables are built once over ``tables`` (the app's: the global ones exist,
-    empty, before start), so nothing is attached later."""
+    empty, before start), so nothing is attached later.
+
+    ``watchers`` is an external co-partitioned table caught up to its end before each batch, so a
+    create, pause or revocation applies to everything after it. An event found off its source's
+    Java-default partition (a foreign producer) is re-produced to that partition instead.
+
+    Definitions and tick payloads are opened with the ``keys`` table's ring; receipts are sealed
+    under the watcher version's evidence key (``retain_until`` from its evidence retention), outbox
+    entries under the subject's key. A tick or a definition that no longer opens (cancelled, erased)
+    is skipped and counted, never evaluated on an empty payload. Redis unreachable: the batch aborts
+    and rewinds and the stage retries; nothing is ever evaluated unbudgeted.
+    """
 
     def __init__(
         self,

@@ -1,11 +1,9 @@
 """The evaluator stage: one member of the evaluator group, built with no network, then run.
 
-Owns :class:`EvaluatorSettings` (the broker, topics and the member's stable identity) and
-:class:`EvaluatorStage`: the :class:`~consumers.evaluator.loop.Evaluator` it is given, wired
-into a :class:`~pipeline.runtime.app.StreamApp` over ``events`` and ``ticks`` with the
-evaluator's tables, then :meth:`EvaluatorStage.run` until stopped — a budget store that does
-not answer aborts the batch and waits, a broker that does not answer resyncs
-(``pipeline.runtime.recovery``). Leaves out deciding (``loop``) and the command line.
+Owns :class:`EvaluatorSettings`, :class:`EvaluatorDeps` and :class:`EvaluatorStage`: its
+:class:`~pipeline.runtime.app.StreamApp`, then the :class:`~consumers.evaluator.loop.Evaluator`
+over the app's tables, run until stopped (a budget store or broker that does not answer: wait,
+then retry or resync). Leaves out deciding (``loop``) and the command line.
 """
 
 from __future__ import annotations
