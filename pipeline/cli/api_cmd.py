@@ -1,17 +1,8 @@
-"""``vigil api``: serve the HTTP API with uvicorn (DESIGN.md §9); ``--openapi`` prints its
-contract instead (the checked-in ``docs/openapi.json`` is this output).
+"""``vigil api``: serve the HTTP API with uvicorn (DESIGN.md §9), or print its OpenAPI contract
+(``--openapi``: the checked-in ``docs/openapi.json``); ``vigil mcp``: the MCP tool, its client.
 
 Owns :func:`build_services`, the wiring from ``vigil.toml`` that ``vigil api`` and the tests
-share: principals from ``[principals.NAME]``, a pool of command clients (``[api]
-command_clients``, each request waiting ``command_wait`` at most), the rate limits (``[api] rate``,
-``burst``, ``sign_in_per_minute``), the ledger reader,
-and a dispatch core per caller for schedules (``list`` and ``cancel``; the verbs that start
-agents or scripts are the daemon's, not served over HTTP).
-
-``vigil mcp`` serves the MCP tool as a client of that API: the agent's own bearer token
-(``$VIGIL_API_TOKEN``), no key and no Kafka client (DESIGN.md §10).
-
-Left out: the routes (``pipeline.control.http.api``) and the MCP server
+share. Leaves out the routes (``pipeline.control.http.api``) and the MCP server
 (``pipeline.control.mcp.server``).
 """
 

@@ -1,25 +1,9 @@
 """``vigil daemon``: serve the control plane on a local Unix socket until SIGTERM.
 
-Wires the pieces at the edge: the socket path (``--socket`` → ``$VIGIL_SOCKET`` →
-``[rpc] socket_path`` → ``$XDG_RUNTIME_DIR/vigil.sock`` → ``~/.config/vigil/vigil.sock``), the
-subject's zone (``[subject] timezone``, else the host's), the command client (immediate sends
-are commands too: the command processor writes their outbox entries), the agent runner with its
-tokens, the script runner and the :class:`Dispatcher`. Who a peer is follows
-:class:`~pipeline.control.identity.PeerIdentity`: our own uid (``SO_PEERCRED``) is the
-configured user unless it bears a live agent token or descends from an agent run; with
-``[agent] run_as`` the agent runs under that user's uid, reaches the daemon on a socket of its
-own and is the agent whatever it forks. Without ``run_as`` an agent is refused unless
-``[agent] allow_same_uid`` opts in (``vigil dev`` does), and the daemon warns at start that
-agent isolation is by process ancestry only. Agents and scripts get an allowlisted environment.
-Each Telegram chat with ``listen`` is read (``pipeline.control.chat``): its messages are turns
-of its conversation, its inbox kept in ``<state dir>/chats``. At
-start the daemon ensures, in the background and idempotently, the one grant its verbs need
-(``vigil grant list`` shows it; revoking it locks the verbs); until the command processor has
-answered, verbs are answered ``starting`` (the CLI asks again for a while) and ``/readyz`` of
-its metrics listener says so.
-
-Left out: the verbs' meaning (``pipeline.control.core``) and the framing
-(``pipeline.control.socket.server``).
+Owns the wiring at the edge: the socket path, the subject's zone (:func:`host_zone`), the
+dispatcher and who a peer is, the chats read (inboxes in ``<state dir>/chats``) and the daemon's
+grant ensured in the background (:func:`ensure_grant`; until then verbs answer ``starting``).
+Leaves out the verbs' meaning (``pipeline.control.core``) and the framing (``socket.server``).
 """
 
 from __future__ import annotations
@@ -299,7 +283,15 @@ def _peer_identity(
     config: VigilConfig, tokens: AgentTokens, agent_user: AgentUser | None
 ) -> PeerIdentity:
     """Who a peer is: the configured user, unless it is an agent (a token, an agent run's
-    descendant, or ``[agent] run_as``'s uid)."""
+    descendant, or ``[agent] run_as``'s uid).
+
+    Our own uid (``SO_PEERCRED``) is the configured user unless it bears a live agent token or
+    descends from an agent run; with ``[agent] run_as`` the agent runs under that user's uid,
+    reaches the daemon on a socket of its own and is the agent whatever it forks. Without ``run_as``
+    an agent is refused unless ``[agent] allow_same_uid`` opts in (``vigil dev`` does), and the
+    daemon warns at start that agent isolation is by process ancestry only. Agents and scripts get
+    an allowlisted environment.
+    """
     subject = config.subject
     return PeerIdentity(
         user_principal(subject.tenant_id, subject.user_id),

@@ -1,15 +1,9 @@
 """``vigil dev``: everything on one machine, for a first look.
 
-Starts a broker and Redis with their data in the state directory (default ``.vigil/dev``; the
-default ports when free, free ones otherwise), creates the topics, runs the command processor,
-evaluator, ticker, delivery, daemon and HTTP API as one supervised group (a crashed process is
-restarted with backoff; a live status line on stderr), loads a demo (grants, a watcher with a
-``log`` destination, a schedule to the console chat, a stream of events) once every process
-answers ``/readyz`` (a line every 15 s names what is still starting), prints where metrics and
-the API listen and then ``ready``. SIGINT or SIGTERM stops the group and the servers; if
-``vigil dev`` dies any other way its children die with it (``pipeline.ops.guard``).
-
-Left out: the pieces themselves (``pipeline.ops.dev_stack``, ``pipeline.ops.supervisor``).
+Owns the run: broker and Redis in the state directory, the topics, every vigil process as one
+supervised group, a demo loaded once every process answers ``/readyz``, where things listen,
+then ``ready``; SIGINT or SIGTERM stops it all, any other death takes the children with it
+(``pipeline.ops.guard``). Leaves out the pieces (``pipeline.ops.dev_stack``, ``supervisor``).
 """
 
 from __future__ import annotations
@@ -182,7 +176,11 @@ def _load_demo(config: Path, env: dict[str, str], state: Path, stop: threading.E
 def _wait_up(supervisor: Supervisor, state: Path, stop: threading.Event) -> None:
     """Until every process answers ``/readyz`` ready (a stage has joined its group and caught
     up; the daemon holds its control grant, so the command processor answers) and the daemon's
-    socket exists. Every 15 s a line names what is still starting, and why."""
+    socket exists. Every 15 s a line names what is still starting, and why.
+
+    A first start picks the default ports when free and free ones otherwise; a crashed process is
+    restarted with backoff and a status line stays live on stderr.
+    """
     deadline = time.monotonic() + _UP_TIMEOUT_S
     next_word = time.monotonic() + _WAITING_EVERY_S
     socket_path = state / "run" / "vigil.sock"
