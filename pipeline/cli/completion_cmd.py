@@ -1,7 +1,7 @@
 """``vigil completion bash|zsh|fish`` and what completers share.
 
 The script is click's own completion (``_VIGIL_COMPLETE``). Schedule names complete from the local
-daemon (here), watcher ids from the command processor (``watch_cmd.complete_watcher_ids``), each
+daemon (here), watcher ids from the command processor (``round_trip.complete_watcher_ids``), each
 within :data:`ASK_TIMEOUT_S`; with vigil not running nothing completes, and a completer never fails
 the shell. Left out: the commands that use the completers."""
 

@@ -14,7 +14,7 @@ import click
 
 from pipeline.cli.context import CliState, pass_state
 from pipeline.cli.options import subject_option, timeout_option
-from pipeline.cli.watch_cmd import report, send_command
+from pipeline.cli.round_trip import report, send_command
 from pipeline.control.deliveries import (
     delivery_state_filter,
     delivery_view,

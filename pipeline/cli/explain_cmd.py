@@ -14,7 +14,7 @@ import click
 
 from pipeline.cli.context import CliState, pass_state
 from pipeline.cli.options import subject_option
-from pipeline.cli.watch_cmd import complete_watcher_ids
+from pipeline.cli.round_trip import complete_watcher_ids
 from pipeline.kafka.scan import Progress
 from pipeline.ops.explain import ExplainRow, read_explanation
 

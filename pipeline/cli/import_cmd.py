@@ -18,7 +18,7 @@ import click
 from pipeline.cli.context import CliState, pass_state
 from pipeline.cli.identity import cli_principal
 from pipeline.cli.options import timeout_option
-from pipeline.cli.watch_cmd import send_command
+from pipeline.cli.round_trip import send_command
 from pipeline.rules.commands import CommandVerb, watcher_view
 from pipeline.rules.commands.transfer import MAX_FILE_BYTES, parse_export
 

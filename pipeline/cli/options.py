@@ -107,7 +107,7 @@ def spread_from(group: click.Group, command: click.Command) -> None:
 
 def timeout_option(command: F) -> F:
     """``--timeout S`` of the commands that wait for the command processor's answer (one
-    definition; the command stores it where ``watch_cmd`` reads it, and it spreads to
+    definition; the command stores it where ``round_trip`` reads it, and it spreads to
     subcommands like the other group options)."""
     return click.option(
         "--timeout",

@@ -15,13 +15,13 @@ from typing import Any
 import click
 
 from pipeline.cli.context import CliState
-from pipeline.cli.watch_cmd import send_command
+from pipeline.cli.round_trip import send_command
 from pipeline.kafka.serde import default_codec
 from pipeline.ops.replay_apply import read_grants, write_recovery
 from pipeline.ops.replay_reader import Scope, key_ring
 from pipeline.rules.commands import CommandVerb
 from pipeline.rules.recovery import RecoveryPlan, plan_recovery
-from pipeline.rules.replay import History
+from pipeline.rules.replay_model import History
 
 __all__ = ["print_recovery", "recover", "recovery_scope"]
 

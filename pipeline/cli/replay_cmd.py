@@ -22,7 +22,8 @@ from pipeline.kafka.scan import Bound, Progress
 from pipeline.ops.replay_reader import Scope, read_history
 from pipeline.ops.validate import load_definition
 from pipeline.rules.definition import WatcherDefinition
-from pipeline.rules.replay import Difference, ReplayClock, ReplayReport, affected_keys, replay
+from pipeline.rules.replay import replay
+from pipeline.rules.replay_model import Difference, ReplayClock, ReplayReport, affected_keys
 
 __all__ = ["replay_command", "report_json"]
 

@@ -28,7 +28,7 @@ from pipeline.rules.errors import DefinitionError, ErasedError, SerdeError
 from pipeline.rules.evidence import position_of
 from pipeline.rules.outbox import OutboxEntry
 from pipeline.rules.receipts import Receipt
-from pipeline.rules.replay import DefinitionVersion, History, ReplayInput
+from pipeline.rules.replay_model import DefinitionVersion, History, ReplayInput
 from pipeline.runtime.keys import read_keys
 
 __all__ = ["Scope", "key_ring", "read_history", "read_receipts"]

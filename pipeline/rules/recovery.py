@@ -19,7 +19,8 @@ from pipeline.rules.evaluation import authorization_for
 from pipeline.rules.outbox import OutboxEntry
 from pipeline.rules.outcomes import Reason
 from pipeline.rules.receipts import Receipt
-from pipeline.rules.replay import History, ReplayReport, replay
+from pipeline.rules.replay import replay
+from pipeline.rules.replay_model import History, ReplayReport
 
 __all__ = ["NOTE", "Recovery", "RecoveryPlan", "plan_recovery"]
 
