@@ -49,13 +49,10 @@ def send_command(
     """Send one command as the CLI's principal (``cli_principal``) and wait for its result."""
     if (tenant is None) != (user is None):
         raise click.UsageError("--subject names a tenant and a user: TENANT/USER")
-    config = cli.config
-    me = config.subject
+    me = cli.config.subject
     other = tenant is not None and (tenant, user) != (me.tenant_id, me.user_id)
     principal = cli_principal(cli, operator_verb=operator_verb, other_subject=other)
-    return _ask(
-        cli, _timeout(), verb, principal, tenant or me.tenant_id, user or me.user_id, **fields
-    )
+    return _ask(cli, _timeout(), verb, principal, *cli.subject(tenant, user), **fields)
 
 
 def _ask(

@@ -77,12 +77,12 @@ def _definition_from(
     """The definition in ``source``, checked here first: every problem is printed as
     ``FILE:line:col: field: message (hint)`` and nothing is sent (exit 1)."""
     text = source.read()
-    me = state.config.subject
+    tenant_id, user_id = state.subject(tenant, user)
     findings = check_definition_text(
         text,
         _file_name(source),
-        tenant_id=tenant or me.tenant_id,
-        user_id=user or me.user_id,
+        tenant_id=tenant_id,
+        user_id=user_id,
         proposal=proposal,
     )
     if findings:
