@@ -35,92 +35,92 @@ class DeliveryMetrics:
     end_to_end: Histogram
 
 
-def delivery_metrics(registry: CollectorRegistry = REGISTRY) -> DeliveryMetrics:
-    """The delivery metrics in ``registry``, created on first use (tests build many workers)."""
-    return _made(registry)
+def delivery_metrics(metrics_registry: CollectorRegistry = REGISTRY) -> DeliveryMetrics:
+    """The delivery metrics in ``metrics_registry``, made on first use (many workers share them)."""
+    return _made(metrics_registry)
 
 
-def _create(registry: CollectorRegistry) -> DeliveryMetrics:
-    return DeliveryMetrics(**_attempts(registry), **_settled(registry))
+def _create(metrics_registry: CollectorRegistry) -> DeliveryMetrics:
+    return DeliveryMetrics(**_attempts(metrics_registry), **_settled(metrics_registry))
 
 
-def _attempts(registry: CollectorRegistry) -> dict[str, Any]:
+def _attempts(metrics_registry: CollectorRegistry) -> dict[str, Any]:
     """Sends and their answers: deliveries, attempts, retries, deferrals, dead letters."""
     return dict(
         deliveries=Counter(
             "vigil_delivery_results",
             "Delivery attempts ended, by result (delivered or a categorical error) and adapter.",
             ["result", "adapter"],
-            registry=registry,
+            registry=metrics_registry,
         ),
         attempts=Counter(
             "vigil_delivery_attempts",
             "Destinations called (claims persisted, then sent), by adapter.",
             ["adapter"],
-            registry=registry,
+            registry=metrics_registry,
         ),
         retries=Counter(
             "vigil_delivery_retries_scheduled",
             "Failed attempts that will be retried after the backoff, by error.",
             ["error"],
-            registry=registry,
+            registry=metrics_registry,
         ),
         deferrals=Counter(
             "vigil_delivery_deferrals",
             "Due entries deferred without an attempt, by reason.",
             ["reason"],
-            registry=registry,
+            registry=metrics_registry,
         ),
         dead_letters=Counter(
             "vigil_delivery_dead_letters",
             "Entries dead-lettered (retry ceiling or a terminal error), by error.",
             ["reason"],
-            registry=registry,
+            registry=metrics_registry,
         ),
     )
 
 
-def _settled(registry: CollectorRegistry) -> dict[str, Any]:
+def _settled(metrics_registry: CollectorRegistry) -> dict[str, Any]:
     """What else settles an entry, what is in flight, and how long it all took."""
     return dict(
         suppressions=Counter(
             "vigil_delivery_suppressions",
             "Entries settled without sending, by reason.",
             ["reason"],
-            registry=registry,
+            registry=metrics_registry,
         ),
         redeliveries=Counter(
             "vigil_delivery_redeliveries",
             "Redeliver requests, by result: applied (pending again) or ignored.",
             ["result"],
-            registry=registry,
+            registry=metrics_registry,
         ),
         cancellations=Counter(
             "vigil_delivery_cancellations",
             "Undelivered entries dropped: cancelled watcher or erased subject.",
-            registry=registry,
+            registry=metrics_registry,
         ),
         purges=Counter(
             "vigil_delivery_purges",
             "Entries tombstoned on outbox and delivery-state.",
-            registry=registry,
+            registry=metrics_registry,
         ),
         in_flight=Gauge(
             "vigil_delivery_in_flight",
             "Claimed attempts whose destination has not answered yet.",
-            registry=registry,
+            registry=metrics_registry,
         ),
         repeat_risk=Counter(
             "vigil_delivery_repeat_risk_sends",
             "Sends to destinations without an idempotency key (a crash may repeat them).",
             ["adapter"],
-            registry=registry,
+            registry=metrics_registry,
         ),
         end_to_end=Histogram(
             "vigil_delivery_end_to_end_seconds",
             "From evidence time (or entry creation) to delivered.",
             buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600),
-            registry=registry,
+            registry=metrics_registry,
         ),
     )
 

@@ -201,8 +201,8 @@ class StreamApp:
         input records.
 
         A batch fills for up to ``timeout`` (a window, not a wait per record: returning at the
-        first record made batches small, and per-batch work — table catch-up, the budget round
-        trip — cost ~7% more CPU per event in the benchmark), but never past the moment the
+        first record made batches small and per-batch work — table catch-up, the budget round
+        trip — dearer per event), but never past the moment the
         transaction falls due (:func:`~pipeline.runtime.batch.gather`): the commit is issued
         when the interval has passed, not a window later. While a failed batch is replayed
         (``isolation``), one record per step, each committed on its own."""

@@ -36,74 +36,74 @@ class RuntimeMetrics:
     batches_cut: Counter  # labels: group
 
 
-def runtime_metrics(registry: CollectorRegistry = REGISTRY) -> RuntimeMetrics:
-    """The runtime's metrics in ``registry``, created on first use (many apps share them)."""
-    return _made(registry)
+def runtime_metrics(metrics_registry: CollectorRegistry = REGISTRY) -> RuntimeMetrics:
+    """The runtime's metrics in ``metrics_registry``, made on first use (apps share them)."""
+    return _made(metrics_registry)
 
 
-def _create(registry: CollectorRegistry) -> RuntimeMetrics:
-    return RuntimeMetrics(**_flow(registry), **_health(registry))
+def _create(metrics_registry: CollectorRegistry) -> RuntimeMetrics:
+    return RuntimeMetrics(**_flow(metrics_registry), **_health(metrics_registry))
 
 
-def _flow(registry: CollectorRegistry) -> dict[str, Any]:
+def _flow(metrics_registry: CollectorRegistry) -> dict[str, Any]:
     """What passes through: records, transactions, commits, rebalances, dead letters."""
     return dict(
         consumed=Counter(
             "vigil_runtime_records_consumed",
             "Input records handed to the processor or dead-lettered.",
             ["group", "topic"],
-            registry=registry,
+            registry=metrics_registry,
         ),
         transactions=Counter(
             "vigil_runtime_transactions",
             "Transactions ended, by result.",
             ["group", "result"],
-            registry=registry,
+            registry=metrics_registry,
         ),
         commit_seconds=Histogram(
             "vigil_runtime_commit_seconds",
             "Time to send offsets and commit one transaction.",
             ["group"],
             buckets=(0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.5, 5.0),
-            registry=registry,
+            registry=metrics_registry,
         ),
         rebalances=Counter(
             "vigil_runtime_rebalances",
             "Partition assignment events.",
             ["group", "event"],
-            registry=registry,
+            registry=metrics_registry,
         ),
         dead_letters=Counter(
             "vigil_runtime_dead_letters",
             "Input records sent to the dead-letter topic, by cause: undecodable, "
             "unregistered_schema (garbage), processing_failed.",
             ["group", "topic", "cause"],
-            registry=registry,
+            registry=metrics_registry,
         ),
     )
 
 
-def _health(registry: CollectorRegistry) -> dict[str, Any]:
+def _health(metrics_registry: CollectorRegistry) -> dict[str, Any]:
     """What needs an operator's eye: pauses, resyncs, replaced consumers, restores, cuts."""
     return dict(
         unknown_schema=Counter(
             "vigil_runtime_unknown_schema",
             "Records with a schema fingerprint this build does not know (partition paused).",
             ["group", "topic"],
-            registry=registry,
+            registry=metrics_registry,
         ),
         paused_partitions=Gauge(
             "vigil_runtime_paused_partitions",
             "Input partitions paused on an unknown schema: alert when above zero.",
             ["group"],
-            registry=registry,
+            registry=metrics_registry,
         ),
         resyncs=Counter(
             "vigil_runtime_resyncs",
             "Resyncs after a broker failure left a transaction's outcome unknown (producer "
             "rebuilt, tables restored, inputs rewound).",
             ["group"],
-            registry=registry,
+            registry=metrics_registry,
         ),
         under_replicated=Gauge(
             "vigil_runtime_under_replicated_partitions",
@@ -111,33 +111,33 @@ def _health(registry: CollectorRegistry) -> dict[str, Any]:
             "leader, as its last resync saw them: its writes wait for them (the log names "
             "them).",
             ["group"],
-            registry=registry,
+            registry=metrics_registry,
         ),
         consumer_replacements=Counter(
             "vigil_runtime_consumer_replacements",
             "Consumers replaced because their group stopped answering while the broker did "
             "(partitions given up and taken again through a new join).",
             ["group"],
-            registry=registry,
+            registry=metrics_registry,
         ),
         restored_partitions=Counter(
             "vigil_runtime_restored_partitions",
             "Partition numbers whose tables a rebalance restored from their changelogs.",
             ["group"],
-            registry=registry,
+            registry=metrics_registry,
         ),
         group_protocol=Gauge(
             "vigil_runtime_group_protocol",
             "The consumer group protocol this member runs (1): classic or consumer (KIP-848).",
             ["group", "protocol"],
-            registry=registry,
+            registry=metrics_registry,
         ),
         batches_cut=Counter(
             "vigil_runtime_batches_cut",
             "Batches cut short to commit within the transaction timeout (the rest read again "
             "by the next step): frequent cuts mean records that are slow to process.",
             ["group"],
-            registry=registry,
+            registry=metrics_registry,
         ),
     )
 
@@ -150,11 +150,11 @@ def per_registry(create: Callable[[CollectorRegistry], T]) -> Callable[[Collecto
     lock = threading.Lock()
     made: weakref.WeakKeyDictionary[CollectorRegistry, T] = weakref.WeakKeyDictionary()
 
-    def get(registry: CollectorRegistry = REGISTRY) -> T:
+    def get(metrics_registry: CollectorRegistry = REGISTRY) -> T:
         with lock:
-            found = made.get(registry)
+            found = made.get(metrics_registry)
             if found is None:
-                found = made[registry] = create(registry)
+                found = made[metrics_registry] = create(metrics_registry)
             return found
 
     return get
