@@ -32,6 +32,7 @@ from typing import Any
 
 from prometheus_client import REGISTRY
 
+from consumers.evaluator.fused import FusedItem, FusedWrites, Written, encoded
 from consumers.evaluator.heap import settle_heap
 from consumers.evaluator.lifecycle import LifecycleTracker
 from consumers.evaluator.metrics import EvaluatorMetrics, evaluator_metrics
@@ -41,14 +42,11 @@ from pipeline.crypto import KeyEncryptionKeys, KeyRing
 from pipeline.kafka.partitioner import partition_for
 from pipeline.kafka.serde import AvroCodec, default_codec
 from pipeline.kafka.topics import Topic, Topology
-from pipeline.records.codec import json_text
 from pipeline.records.command import encode_command
 from pipeline.records.event import evidence_from_event
-from pipeline.records.outbox_entry import encode_outbox_entry
-from pipeline.records.receipt import encode_receipt
 from pipeline.records.tick import evidence_from_tick
 from pipeline.records.watcher import Watch
-from pipeline.records.watcher_state import decode_state, encode_state
+from pipeline.records.watcher_state import decode_state
 from pipeline.redis.budgets import RedisBudgets
 from pipeline.rules.budgets import NO_CEILINGS, BudgetCaps, BudgetCeilings
 from pipeline.rules.commands.system import close_command
@@ -61,7 +59,6 @@ from pipeline.rules.evaluation import Evaluation
 from pipeline.rules.evidence import Evidence, position_of
 from pipeline.rules.keys import watcher_key
 from pipeline.rules.outcomes import Outcome, Reason
-from pipeline.rules.retention import retain_until
 from pipeline.rules.watcher_state import WatcherState
 from pipeline.runtime.app import InputRecord, ProcessContext
 from pipeline.runtime.processing import Message
@@ -124,6 +121,7 @@ class Evaluator:
         self._clock = clock or SystemClock()
         self._codec = codec or default_codec()
         self._ring = KeyRing(keks or KeyEncryptionKeys.load(), self._codec, cache_size=key_cache)
+        self._fused = FusedWrites.of(self._codec, self._ring)
         self._keys: KeyView | None = None
         self._evaluators = evaluators
         self.metrics = metrics or evaluator_metrics(REGISTRY)
@@ -212,17 +210,17 @@ class Evaluator:
                 )
                 plan.add(watch, state, evidence, position, grants.of(*watch.parts[:2]))
         tally: dict[tuple[Outcome, Reason], int] = {}
-        entries = 0
+        decided: list[tuple[Watch, WatcherState, Evaluation]] = []
         for step in plan.settle():
             if step.erased:
                 self.metrics.skipped.labels("watcher_erased").inc()
             elif step.invalid:
                 self.metrics.skipped.labels("watcher_invalid").inc()
             elif step.result is not None:
-                entries += self._write(ctx, task, step.watch, step.state, step.result, now)
-                decided = (step.result.outcome, step.result.reason)
-                tally[decided] = tally.get(decided, 0) + 1
-        self._count(tally, entries)
+                decided.append((step.watch, step.state, step.result))
+                kind = (step.result.outcome, step.result.reason)
+                tally[kind] = tally.get(kind, 0) + 1
+        self._count(tally, self._write(ctx, task, decided, now))
 
     def _opened(self, item: Input) -> Evidence | None:
         """A tick's evidence once the keys are caught up; None (counted) when it is erased."""
@@ -255,37 +253,61 @@ class Evaluator:
         self,
         ctx: ProcessContext,
         task: _Task,
-        watch: Watch,
-        state: WatcherState,
-        result: Evaluation,
+        decided: list[tuple[Watch, WatcherState, Evaluation]],
         now: datetime,
     ) -> int:
-        """The evaluation's records; returns how many outbox entries it wrote."""
-        codec, ring = self._codec, self._ring
-        receipt = result.receipt
-        trigger_key = receipt.trigger_key
-        text = json_text(receipt.trigger, "trigger")
-        next_state = result.next_state
-        if next_state is not state:
-            checkpoint = next_state.checkpoint
-            same = checkpoint is not None and checkpoint.trigger_key == trigger_key
-            data = encode_state(
-                codec, watch.parts, watch.source_id, next_state, now, text if same else None
+        """The batch's records, in the order decided; returns how many outbox entries it wrote.
+        On the native path one fused call writes them all (``fused``); an evaluation it leaves
+        (None) is written here by the Python encoders, which are the specification."""
+        if not decided:
+            return 0
+        items: list[FusedItem] = [
+            (
+                watch.parts,
+                watch.source_id,
+                result.receipt,
+                None if result.next_state is state else result.next_state,
+                result.outbox,
+                watch.definition.privacy.evidence_retention,
             )
+            for watch, state, result in decided
+        ]
+        fused = self._fused
+        answers = [None] * len(items) if fused is None else fused.write(items, now)
+        codec, ring = self._codec, self._ring
+        entries = 0
+        for (watch, _, result), item, written in zip(decided, items, answers, strict=True):
+            if written is None:
+                written = encoded(codec, ring, item, now)
+            entries += self._produce(ctx, task, watch, result, written, now)
+        return entries
+
+    def _produce(
+        self,
+        ctx: ProcessContext,
+        task: _Task,
+        watch: Watch,
+        result: Evaluation,
+        written: Written,
+        now: datetime,
+    ) -> int:
+        """One evaluation's records into the transaction; returns its outbox entries (0 or 1)."""
+        data, value, sealed = written
+        if data is not None:
             task.state.set(watch.key, data)
-            task.cache.put(watch.key, data, next_state)
-        home = self._home_of(watch.source_id)
-        until = retain_until(receipt.evaluated_at, watch.definition.privacy.evidence_retention)
-        value = encode_receipt(codec, ring, receipt, watch.source_id, text, until)
-        ctx.produce(self._receipts, watch.key, value, partition=home)
+            task.cache.put(watch.key, data, result.next_state)
+        ctx.produce(self._receipts, watch.key, value, partition=self._home_of(watch.source_id))
         entry = result.outbox
-        if entry is not None:
-            value = encode_outbox_entry(codec, ring, entry, text)
-            ctx.produce(self._outbox, entry.delivery_key, value)
+        if entry is not None and sealed is not None:
+            ctx.produce(self._outbox, entry.delivery_key, sealed)
         if result.close is not None:
+            trigger_key = result.receipt.trigger_key
             command = close_command(watch.parts, watch.version, result.close, trigger_key, now)
-            value = encode_command(codec, ring, command)
-            ctx.produce(self._commands, command.subject_key, value)
+            ctx.produce(
+                self._commands,
+                command.subject_key,
+                encode_command(self._codec, self._ring, command),
+            )
             self.metrics.close_commands.labels(result.close.value).inc()
         return 0 if entry is None else 1
 

@@ -15,7 +15,7 @@ use pyo3::types::{
     PyList, PyString, PyTimeAccess, PyTuple, PyTzInfoAccess,
 };
 
-enum Node {
+pub(crate) enum Node {
     Boolean,
     Int,
     Long,
@@ -133,7 +133,7 @@ fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
 }
 
 /// `timestamp-micros` of an aware datetime (`pipeline.rules.instants.to_epoch_micros`).
-fn epoch_micros(value: &Bound<'_, PyDateTime>) -> PyResult<i64> {
+pub(crate) fn epoch_micros(value: &Bound<'_, PyDateTime>) -> PyResult<i64> {
     let py = value.py();
     let Some(zone) = value.get_tzinfo() else { return Err(refuse("a naive instant")) };
     let utc = UTC.get_or_try_init(py, || -> PyResult<PyObject> {
@@ -155,7 +155,7 @@ fn epoch_micros(value: &Bound<'_, PyDateTime>) -> PyResult<i64> {
     Ok(seconds * 1_000_000 + value.get_microsecond() as i64 - offset_us)
 }
 
-fn write(node: &Node, value: &Bound<'_, PyAny>, out: &mut Vec<u8>) -> PyResult<()> {
+pub(crate) fn write(node: &Node, value: &Bound<'_, PyAny>, out: &mut Vec<u8>) -> PyResult<()> {
     match node {
         Node::Str => {
             let text = value.downcast_exact::<PyString>().map_err(|_| refuse("not a str"))?;
@@ -237,9 +237,9 @@ fn write_record(fields: &[(Py<PyString>, Node)], value: &Bound<'_, PyAny>, out: 
 
 /// A record schema's compiled writer; `header` (the single-object header) starts `encode`'s bytes.
 #[pyclass(frozen, module = "vigil_native")]
-struct Writer {
-    root: Node,
-    header: Vec<u8>,
+pub(crate) struct Writer {
+    pub(crate) root: Node,
+    pub(crate) header: Vec<u8>,
 }
 
 #[pymethods]
