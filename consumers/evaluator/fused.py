@@ -66,7 +66,7 @@ def encoded(codec: Codec, sealer: Sealer, item: FusedItem, now: datetime) -> Wri
 class FusedWrites:
     """One ``write_evaluations`` call per batch, with the codec's native writers."""
 
-    __slots__ = ("_headers", "_native", "_ring", "_writers")
+    __slots__ = ("_headers", "_memo", "_native", "_ring", "_writers")
 
     def __init__(
         self,
@@ -79,6 +79,7 @@ class FusedWrites:
         self._writers = writers
         self._headers = headers
         self._ring = ring
+        self._memo = native.CipherMemo()  # owner → cipher while the ring is unchanged
 
     @classmethod
     def of(cls, codec: AvroCodec, ring: KeyRing) -> FusedWrites | None:
@@ -97,7 +98,15 @@ class FusedWrites:
         """Each item's bytes, or None where the Python path writes it (``nonce``: tests only).
         An error the key ring raises for an owner (a KEK not configured) stands."""
         answers: list[Written | None] | None = self._native.write_evaluations(
-            list(items), self._writers, self._headers, self._cipher_of, FAR_FUTURE, now, nonce
+            list(items),
+            self._writers,
+            self._headers,
+            self._cipher_of,
+            self._memo,
+            self._ring.generation,
+            FAR_FUTURE,
+            now,
+            nonce,
         )
         return [None] * len(items) if answers is None else answers
 

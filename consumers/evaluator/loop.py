@@ -19,7 +19,8 @@ erased) is skipped and counted, never evaluated on an empty payload.
 
 Redis unreachable: the batch aborts and rewinds, and the stage (``stage``) backs off and
 retries; nothing is ever evaluated unbudgeted. Leaves out the stage and its app (``stage``),
-the record layouts (``pipeline.records``) and the rules themselves (``pipeline.rules``).
+the batch's records written in one native call (``fused``), the record layouts
+(``pipeline.records``) and the rules themselves (``pipeline.rules``).
 """
 
 from __future__ import annotations

@@ -133,8 +133,9 @@ fn text<'a>(value: &'a Bound<'_, PyAny>) -> Step<&'a str> {
 struct Batch<'py, 'a> {
     py: Python<'py>,
     cipher_of: &'a Bound<'py, PyAny>,
-    ciphers: HashMap<(usize, usize, usize, i64), Option<Py<Cipher>>>,
+    ciphers: PyRefMut<'py, CipherMemo>,
     nonce: Option<[u8; NONCE]>,
+    nonces: Vec<u8>, // fresh random nonces for the batch, drawn in one call, used from the end
     far_future: &'a Bound<'py, PyAny>,
     updated_at: &'a Bound<'py, PyAny>,
     receipt: (&'a [u8], Vec<(&'a Node, usize)>),
@@ -144,7 +145,8 @@ struct Batch<'py, 'a> {
 
 impl<'py> Batch<'py, '_> {
     /// The ring's cipher for an owner (None: no key, the record is written withheld), asked
-    /// once per owner per batch; an error the ring raises (a KEK not configured) stands.
+    /// once per owner while the ring is unchanged; an error the ring raises (a KEK not
+    /// configured) stands.
     fn cipher(&mut self, tenant: &Bound<'py, PyAny>, user: &Bound<'py, PyAny>, watcher: Option<(&Bound<'py, PyAny>, &Bound<'py, PyAny>)>) -> Step<Option<Py<Cipher>>> {
         text(tenant)?;
         text(user)?;
@@ -158,8 +160,12 @@ impl<'py> Batch<'py, '_> {
             }
             None => -1,
         };
-        let key = (tenant.as_ptr() as usize, user.as_ptr() as usize, watcher.map_or(0, |(w, _)| w.as_ptr() as usize), version);
-        if let Some(found) = self.ciphers.get(&key) {
+        let watcher_id = match watcher {
+            Some((w, _)) => text(w)?.to_owned(),
+            None => String::new(),
+        };
+        let key = (text(tenant)?.to_owned(), text(user)?.to_owned(), watcher_id, version);
+        if let Some(found) = self.ciphers.map.get(&key) {
             return Ok(found.as_ref().map(|c| c.clone_ref(self.py)));
         }
         let asked = match watcher {
@@ -173,17 +179,25 @@ impl<'py> Batch<'py, '_> {
             // not a native cipher: the Python path seals
             Some(answer.downcast_into::<Cipher>().map_err(|_| Fallback)?.unbind())
         };
-        self.ciphers.insert(key, cipher.as_ref().map(|c| c.clone_ref(self.py)));
+        if self.ciphers.map.len() >= MEMO {
+            self.ciphers.map.clear(); // owners are input: the memo stays bounded
+        }
+        self.ciphers.map.insert(key, cipher.as_ref().map(|c| c.clone_ref(self.py)));
         Ok(cipher)
     }
 
-    fn seal(&self, cipher: &Option<Py<Cipher>>, plaintext: &[u8], aad: &[u8]) -> Step<Bound<'py, PyAny>> {
+    fn seal(&mut self, cipher: &Option<Py<Cipher>>, plaintext: &[u8], aad: &[u8]) -> Step<Bound<'py, PyAny>> {
         let Some(cipher) = cipher else { return Ok(PyBytes::new(self.py, b"").into_any()) };
         let nonce = match self.nonce {
             Some(given) => given,
             None => {
-                let mut fresh = [0u8; NONCE];
-                getrandom::getrandom(&mut fresh).map_err(|_| Fallback)?;
+                if self.nonces.len() < NONCE {
+                    self.nonces.resize(NONCE * 64, 0);
+                    getrandom::getrandom(&mut self.nonces).map_err(|_| Fallback)?;
+                }
+                let start = self.nonces.len() - NONCE;
+                let fresh: [u8; NONCE] = self.nonces[start..].try_into().map_err(|_| Fallback)?;
+                self.nonces.truncate(start); // each nonce is used once
                 fresh
             }
         };
@@ -420,15 +434,38 @@ impl<'py> Batch<'py, '_> {
     }
 }
 
+const MEMO: usize = 65_536;
+
+/// The owner → cipher answers of earlier batches (by tenant, user, watcher, version), kept
+/// while the key ring's `generation` stays the same: any keys record it takes in clears them.
+#[pyclass(module = "vigil_native")]
+struct CipherMemo {
+    map: HashMap<(String, String, String, i64), Option<Py<Cipher>>>,
+    generation: u64,
+}
+
+#[pymethods]
+impl CipherMemo {
+    #[new]
+    fn new() -> Self {
+        Self { map: HashMap::new(), generation: 0 }
+    }
+
+    fn __len__(&self) -> usize {
+        self.map.len()
+    }
+}
+
 /// Each evaluation's `(state | None, receipt, entry | None)` bytes, or None where the Python
 /// path writes it. `items`: `(parts, source_id, receipt, next_state | None, entry | None,
 /// evidence_retention)`; `cipher_of(tenant, user, watcher | None, version | None)`: the key
-/// ring's native cipher or None (no key: withheld); `writers` and `headers`: the receipt's,
+/// ring's native cipher or None (no key: withheld), remembered in `memo` while the ring's
+/// `generation` stays; `writers` and `headers`: the receipt's,
 /// watcher-state's and outbox entry's native writers and single-object headers. `nonce` only
 /// for tests (else random).
 /// None in place of the whole list: the writers' schemas are not the ones written here.
 #[pyfunction]
-#[pyo3(signature = (items, writers, headers, cipher_of, far_future, updated_at, nonce = None))]
+#[pyo3(signature = (items, writers, headers, cipher_of, memo, generation, far_future, updated_at, nonce = None))]
 #[allow(clippy::too_many_arguments)]
 fn write_evaluations<'py>(
     py: Python<'py>,
@@ -436,6 +473,8 @@ fn write_evaluations<'py>(
     writers: (Bound<'py, Writer>, Bound<'py, Writer>, Bound<'py, Writer>),
     headers: (Vec<u8>, Vec<u8>, Vec<u8>),
     cipher_of: &Bound<'py, PyAny>,
+    memo: &Bound<'py, CipherMemo>,
+    generation: u64,
     far_future: &Bound<'py, PyAny>,
     updated_at: &Bound<'py, PyAny>,
     nonce: Option<&[u8]>,
@@ -448,11 +487,21 @@ fn write_evaluations<'py>(
     let (Some(r), Some(s), Some(o)) = (plan(py, receipt, &RECEIPT)?, plan(py, state, &STATE)?, plan(py, outbox, &OUTBOX)?) else {
         return Ok(None);
     };
+    let mut ciphers = memo.try_borrow_mut()?;
+    if ciphers.generation != generation {
+        ciphers.map.clear();
+        ciphers.generation = generation;
+    }
+    let mut nonces = vec![0u8; NONCE * 2 * items.len()]; // at most two seals per evaluation
+    if nonce.is_none() {
+        getrandom::getrandom(&mut nonces).map_err(|e| pyo3::exceptions::PyOSError::new_err(e.to_string()))?;
+    }
     let mut batch = Batch {
         py,
         cipher_of,
-        ciphers: HashMap::new(),
+        ciphers,
         nonce,
+        nonces,
         far_future,
         updated_at,
         receipt: (&headers.0, r),
@@ -472,5 +521,6 @@ fn write_evaluations<'py>(
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(write_evaluations, m)?)?;
+    m.add_class::<CipherMemo>()?;
     Ok(())
 }

@@ -72,6 +72,7 @@ class KeyRing:
         "_records",
         "_sealing",
         "_warned",
+        "generation",
         "undecodable",
     )
 
@@ -93,6 +94,9 @@ class KeyRing:
         self._warned: set[bytes] = set()
         self._lock = threading.RLock()
         self.undecodable = 0
+        self.generation = 0
+        """Counts the ``keys`` records taken in: a cipher remembered under one generation
+        (``consumers.evaluator.fused``) is asked again under the next."""
 
     @property
     def keks(self) -> KeyEncryptionKeys:
@@ -106,6 +110,7 @@ class KeyRing:
             self._apply(topic_key, raw)
 
     def _apply(self, topic_key: str, raw: bytes | None) -> None:
+        self.generation += 1
         old = self._records.pop(topic_key, None)
         if old is not None:
             self._forget(old)

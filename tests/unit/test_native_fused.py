@@ -364,3 +364,16 @@ def test_the_python_path_has_no_fused_step() -> None:
         assert FusedWrites.of(default_codec(), _RING) is None
     assert NATIVE is not None
     assert ring is not None  # the ring module is the one the fused step's ciphers come from
+
+
+def test_a_shredded_key_is_not_sealed_under_from_the_next_batch_on() -> None:
+    own = _ring()
+    step = FusedWrites.of(default_codec(), own)
+    assert step is not None
+    item = _plain()
+    (before,) = step.write([item], NOW, NONCE)
+    assert before is not None and tuple(before) == _python(item, own)
+    own.apply(evidence_owner("acme", "ann", "w", 1).topic_key, None)  # the version's key shredded
+    (after,) = step.write([item], NOW, NONCE)
+    assert after is not None and tuple(after) == _python(item, own)
+    assert after[1] != before[1] and after[2] == before[2]  # the receipt withheld, not the entry
