@@ -27,15 +27,17 @@ from pipeline.records.codec import Codec, json_text
 from pipeline.records.outbox_entry import OUTBOX_ENTRY, encode_outbox_entry
 from pipeline.records.receipt import RECEIPT, encode_receipt
 from pipeline.records.sealing import Sealer
+from pipeline.records.watcher import Watch
 from pipeline.records.watcher_state import WATCHER_STATE, encode_state
 from pipeline.rules.data_keys import evidence_owner, subject_owner
+from pipeline.rules.evaluation import Evaluation
 from pipeline.rules.native import NATIVE
 from pipeline.rules.outbox import OutboxEntry
 from pipeline.rules.receipts import Receipt
 from pipeline.rules.retention import FAR_FUTURE, retain_until
 from pipeline.rules.watcher_state import WatcherState
 
-__all__ = ["FusedItem", "FusedWrites", "Written", "encoded"]
+__all__ = ["FusedItem", "FusedWrites", "Written", "encoded", "written"]
 
 FusedItem = tuple[
     tuple[str, str, str], str, Receipt, WatcherState | None, OutboxEntry | None, timedelta
@@ -61,6 +63,34 @@ def encoded(codec: Codec, sealer: Sealer, item: FusedItem, now: datetime) -> Wri
     value = encode_receipt(codec, sealer, receipt, source_id, text, until)
     sealed = None if entry is None else encode_outbox_entry(codec, sealer, entry, text)
     return data, value, sealed
+
+
+def written(
+    fused: FusedWrites | None,
+    codec: Codec,
+    sealer: Sealer,
+    decided: Sequence[tuple[Watch, WatcherState, Evaluation]],
+    now: datetime,
+) -> list[Written]:
+    """Each decided evaluation's records (watch, the state it was evaluated on, the result):
+    from one fused call when there is one, by the Python encoders where it leaves one (or on
+    the Python path, ``fused`` None)."""
+    items: list[FusedItem] = [
+        (
+            watch.parts,
+            watch.source_id,
+            result.receipt,
+            None if result.next_state is state else result.next_state,
+            result.outbox,
+            watch.definition.privacy.evidence_retention,
+        )
+        for watch, state, result in decided
+    ]
+    answers = [None] * len(items) if fused is None or not items else fused.write(items, now)
+    return [
+        encoded(codec, sealer, item, now) if answer is None else answer
+        for item, answer in zip(items, answers, strict=True)
+    ]
 
 
 class FusedWrites:

@@ -33,7 +33,7 @@ from typing import Any
 
 from prometheus_client import REGISTRY
 
-from consumers.evaluator.fused import FusedItem, FusedWrites, Written, encoded
+from consumers.evaluator.fused import FusedWrites, Written, written
 from consumers.evaluator.heap import settle_heap
 from consumers.evaluator.lifecycle import LifecycleTracker
 from consumers.evaluator.metrics import EvaluatorMetrics, evaluator_metrics
@@ -257,31 +257,11 @@ class Evaluator:
         decided: list[tuple[Watch, WatcherState, Evaluation]],
         now: datetime,
     ) -> int:
-        """The batch's records, in the order decided; returns how many outbox entries it wrote.
-        On the native path one fused call writes them all (``fused``); an evaluation it leaves
-        (None) is written here by the Python encoders, which are the specification."""
-        if not decided:
-            return 0
-        items: list[FusedItem] = [
-            (
-                watch.parts,
-                watch.source_id,
-                result.receipt,
-                None if result.next_state is state else result.next_state,
-                result.outbox,
-                watch.definition.privacy.evidence_retention,
-            )
-            for watch, state, result in decided
-        ]
-        fused = self._fused
-        answers = [None] * len(items) if fused is None else fused.write(items, now)
-        codec, ring = self._codec, self._ring
-        entries = 0
-        for (watch, _, result), item, written in zip(decided, items, answers, strict=True):
-            if written is None:
-                written = encoded(codec, ring, item, now)
-            entries += self._produce(ctx, task, watch, result, written, now)
-        return entries
+        """The batch's records in the order decided (one fused native call on the native path,
+        ``fused.written``); returns how many outbox entries it wrote."""
+        records = written(self._fused, self._codec, self._ring, decided, now)
+        pairs = zip(decided, records, strict=True)
+        return sum(self._produce(ctx, task, w, r, one, now) for (w, _, r), one in pairs)
 
     def _produce(
         self,
@@ -289,11 +269,11 @@ class Evaluator:
         task: _Task,
         watch: Watch,
         result: Evaluation,
-        written: Written,
+        records: Written,
         now: datetime,
     ) -> int:
         """One evaluation's records into the transaction; returns its outbox entries (0 or 1)."""
-        data, value, sealed = written
+        data, value, sealed = records
         if data is not None:
             task.state.set(watch.key, data)
             task.cache.put(watch.key, data, result.next_state)
@@ -304,11 +284,8 @@ class Evaluator:
         if result.close is not None:
             trigger_key = result.receipt.trigger_key
             command = close_command(watch.parts, watch.version, result.close, trigger_key, now)
-            ctx.produce(
-                self._commands,
-                command.subject_key,
-                encode_command(self._codec, self._ring, command),
-            )
+            value = encode_command(self._codec, self._ring, command)
+            ctx.produce(self._commands, command.subject_key, value)
             self.metrics.close_commands.labels(result.close.value).inc()
         return 0 if entry is None else 1
 
