@@ -51,7 +51,7 @@ class _Message:
 def _world(watchers: int, inputs: int) -> tuple[Any, ...]:
     """An evaluator (no broker, no Redis: its budget gate is given), its watchers with their
     data keys, and ``inputs`` encoded events of their source."""
-    from consumers.evaluator.loop import Evaluator, _Task
+    from consumers.evaluator.loop import Evaluator, _Task, table_specs
     from pipeline.crypto import KeyEncryptionKeys, generate_kek_text
     from pipeline.kafka.partitioner import partition_for
     from pipeline.kafka.topics import Topic, Topology
@@ -65,14 +65,16 @@ def _world(watchers: int, inputs: int) -> tuple[Any, ...]:
     from pipeline.rules.lifecycle import WatcherStatus
     from pipeline.rules.watcher_state import WatcherState
     from pipeline.runtime.processing import ProcessContext
-    from pipeline.runtime.tables import Table, TableKind, TableSpec
+    from pipeline.runtime.state import TaskState
+    from pipeline.runtime.tables import Table, TableKind, TableReader, TableSpec
 
     now = datetime.now(UTC)
     topology = Topology("bench.", 4)
     keks = KeyEncryptionKeys.parse(generate_kek_text("bench"))
     caps = BudgetCaps(window=timedelta(hours=1))
     budgets: Any = None  # the gate is given: Redis is never asked
-    evaluator = Evaluator(topology, budgets, caps, keks=keks, metrics=_metrics())
+    tables = TaskState(table_specs(topology), TableReader({}), lambda _topic: 4)  # never read
+    evaluator = Evaluator(topology, budgets, caps, tables, keks=keks, metrics=_metrics())
     ring, codec = evaluator._ring, evaluator.codec
     grant = Grant(
         grant_id="g",

@@ -56,9 +56,8 @@ from prometheus_client import CollectorRegistry
 
 from benchmarks.runtime import bare
 from benchmarks.write_equivalent import census, fanout
-from consumers.evaluator.loop import Evaluator
 from consumers.evaluator.metrics import evaluator_metrics
-from consumers.evaluator.stage import EvaluatorSettings, EvaluatorStage
+from consumers.evaluator.stage import EvaluatorDeps, EvaluatorSettings, EvaluatorStage
 from pipeline.crypto import KeyEncryptionKeys, KeyRing, generate_kek_text
 from pipeline.kafka.admin import connect_admin, ensure_topics
 from pipeline.kafka.clients import producer_config
@@ -286,9 +285,9 @@ def _evaluate(
     metrics = evaluator_metrics(registry)
     budgets = RedisBudgets(redis.Redis.from_url(redis_url), key_prefix=f"bench:{topology.prefix}")
     caps = BudgetCaps(window=timedelta(hours=1), evaluations=10_000_000)
-    processor = Evaluator(topology, budgets, caps, metrics=metrics)
-    settings = EvaluatorSettings(bootstrap, topology, "bench")
-    app = EvaluatorStage(settings, processor, metrics_registry=registry).app
+    settings = EvaluatorSettings(bootstrap, topology, "bench", default_caps=caps)
+    stage = EvaluatorStage(settings, EvaluatorDeps(budgets, metrics_registry=registry))
+    app = stage.app
     events_topic = topology.name(Topic.EVENTS)
     labels = {"group": settings.group, "topic": events_topic}
 
@@ -299,7 +298,7 @@ def _evaluate(
         deadline = time.monotonic() + 60
         while len(app.assignment()) < 2 * PARTITIONS and time.monotonic() < deadline:
             app.step()
-        indexed = processor.prepare(app.tables, compile_definitions=compiled)
+        indexed = stage.prepare(compile_definitions=compiled)
         loader.events(n, sources, first, event_type)
         started = 0.0
         cpu = main_cpu = 0.0

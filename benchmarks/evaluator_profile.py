@@ -26,7 +26,6 @@ import subprocess
 import sys
 import tempfile
 from collections import Counter
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +35,6 @@ from benchmarks.evaluator import _evaluate, _world
 from consumers.evaluator.loop import Evaluator
 from pipeline.crypto import generate_kek_text
 from pipeline.rules.native import path_name
-from pipeline.runtime.tables import Table
 
 __all__ = ["main"]
 
@@ -126,8 +124,8 @@ def _profile(bootstrap: str, redis_url: str, n: int, idle: bool, out: Path) -> d
     sampler = _Sampler(out, idle)
     prepare = Evaluator.prepare
 
-    def prepared(self: Evaluator, held: Iterable[Table], compile_definitions: bool = False) -> int:
-        found = prepare(self, held, compile_definitions)
+    def prepared(self: Evaluator, compile_definitions: bool = False) -> int:
+        found = prepare(self, compile_definitions)
         sampler.start()
         return found
 

@@ -35,9 +35,7 @@ import redis
 from confluent_kafka import Producer
 from prometheus_client import CollectorRegistry
 
-from consumers.evaluator.loop import Evaluator
-from consumers.evaluator.metrics import evaluator_metrics
-from consumers.evaluator.stage import EvaluatorSettings, EvaluatorStage
+from consumers.evaluator.stage import EvaluatorDeps, EvaluatorSettings, EvaluatorStage
 from pipeline.kafka.admin import connect_admin, ensure_topics
 from pipeline.kafka.clients import producer_config
 from pipeline.kafka.partitioner import partition_for
@@ -86,14 +84,10 @@ def source_ids(bootstrap: str, redis_url: str, total: int) -> dict[str, Any]:
     ensure_topics(connect_admin(bootstrap), topology)
     registry = CollectorRegistry()
     budgets = RedisBudgets(redis.Redis.from_url(redis_url), key_prefix=f"bench:{topology.prefix}")
-    evaluator = Evaluator(
-        topology,
-        budgets,
-        BudgetCaps(window=timedelta(hours=1)),
-        metrics=evaluator_metrics(registry),
-    )
-    settings = EvaluatorSettings(bootstrap, topology, "bench")
-    app = EvaluatorStage(settings, evaluator, metrics_registry=registry).app
+    caps = BudgetCaps(window=timedelta(hours=1))
+    settings = EvaluatorSettings(bootstrap, topology, "bench", default_caps=caps)
+    stage = EvaluatorStage(settings, EvaluatorDeps(budgets, metrics_registry=registry))
+    app, evaluator = stage.app, stage.evaluator
     labels = {"group": app.group_id, "topic": topology.name(Topic.EVENTS)}
     overrides: dict[str, Any] = {"linger.ms": 50}
     producer = Producer(producer_config(bootstrap, **overrides))

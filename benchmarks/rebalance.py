@@ -28,9 +28,7 @@ import redis
 from prometheus_client import CollectorRegistry
 
 from benchmarks.evaluator import PARTITIONS, _Loader, _world
-from consumers.evaluator.loop import Evaluator
-from consumers.evaluator.metrics import evaluator_metrics
-from consumers.evaluator.stage import EvaluatorSettings, EvaluatorStage
+from consumers.evaluator.stage import EvaluatorDeps, EvaluatorSettings, EvaluatorStage
 from pipeline.crypto import generate_kek_text
 from pipeline.kafka.topics import Topology
 from pipeline.redis.budgets import RedisBudgets
@@ -44,15 +42,20 @@ _SETTLE_S = 120.0
 
 def _app(
     bootstrap: str, redis_url: str, topology: Topology, group: str, name: str, protocol: str
-) -> tuple[StreamApp, Evaluator, CollectorRegistry]:
+) -> tuple[StreamApp, EvaluatorStage, CollectorRegistry]:
     registry = CollectorRegistry()
     budgets = RedisBudgets(redis.Redis.from_url(redis_url), key_prefix=f"bench:{topology.prefix}")
     caps = BudgetCaps(window=timedelta(hours=1), evaluations=10_000_000)
-    processor = Evaluator(topology, budgets, caps, metrics=evaluator_metrics(registry))
     settings = EvaluatorSettings(
-        bootstrap, topology, name, group_id=group, group_protocol=GroupProtocol(protocol)
+        bootstrap,
+        topology,
+        name,
+        group_id=group,
+        group_protocol=GroupProtocol(protocol),
+        default_caps=caps,
     )
-    return EvaluatorStage(settings, processor, metrics_registry=registry).app, processor, registry
+    stage = EvaluatorStage(settings, EvaluatorDeps(budgets, metrics_registry=registry))
+    return stage.app, stage, registry
 
 
 def _member(argv: list[str]) -> None:
@@ -89,7 +92,7 @@ def _join(
     rate: float,
 ) -> dict[str, Any]:
     group = f"{topology.prefix}evaluator-{protocol}"
-    app, processor, registry = _app(bootstrap, redis_url, topology, group, "a", protocol)
+    app, stage, registry = _app(bootstrap, redis_url, topology, group, "a", protocol)
     restored = {"group": group}
 
     def restores() -> float:
@@ -101,7 +104,7 @@ def _join(
         deadline = time.monotonic() + _SETTLE_S
         while len(app.assignment()) < 2 * PARTITIONS and time.monotonic() < deadline:
             app.step()
-        indexed = processor.prepare(app.tables, compile_definitions=True)
+        indexed = stage.prepare(compile_definitions=True)
         publisher = threading.Thread(target=_publish, args=(loader, sources, rate, stop))
         publisher.start()
         for _ in range(40):  # warm: a few seconds of steady steps

@@ -1,7 +1,7 @@
-"""vigil's rules, pure: models, conditions, freshness, keys, time, budgets, authz, lifecycle,
-evaluation, dispatch and privacy.
+"""vigil's library under the stages: the pure rules (``rules``), record layouts (``records``), the
+Kafka and Redis clients, crypto, configuration, the stream runtime, the control plane and the CLI.
 
-Modules directly in this package never import Kafka, Redis or read the wall clock: every
-decision is a function of its arguments, with ``now`` passed in. Plumbing lives in the
-subpackages (``pipeline.kafka``, ``pipeline.redis``, ``pipeline.control``, ``pipeline.cli``).
+Owns only the layering ``lint-imports`` checks: ``rules`` import no I/O and nothing of vigil,
+``records`` only the rules, ``runtime`` no stage, and nothing imports ``cli``. Leaves the stages
+to ``consumers`` and ``producers``.
 """

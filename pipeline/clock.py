@@ -1,14 +1,8 @@
 """The one place vigil reads the wall clock.
 
-Rule modules in ``pipeline/`` never import this: they take ``now`` (an aware UTC datetime) as an
-argument. Processes read the clock once per step through a :class:`Clock`, so tests inject a
-:class:`ManualClock` and never wait for real minutes.
-
-Fault tests run whole processes, which cannot be handed a :class:`ManualClock`; for them, and
-only them, :func:`clock_from_env` reads ``VIGIL_TEST_CLOCK_RATE`` (and the shared
-``VIGIL_TEST_CLOCK_ANCHOR``, epoch seconds) and gives a :class:`ScaledClock` that runs that many
-times faster than the wall clock from the anchor, so every process of a test agrees on the time
-and a restarted one continues it. Unset (always, outside tests), processes use the real clock.
+Owns :class:`Clock`, :class:`SystemClock`, :class:`ManualClock` (tests) and, for fault tests
+that run whole processes only, :class:`ScaledClock` via :func:`clock_from_env`. Rule modules never
+import this: they take ``now`` (an aware UTC datetime); processes read the clock once per step.
 """
 
 from __future__ import annotations
@@ -70,6 +64,11 @@ class ScaledClock:
 
     At the anchor it reads the real time; ``n`` real seconds later it reads ``rate * n``
     seconds later. Every process given the same anchor and rate reads the same instant.
+
+    For fault tests only, through :func:`clock_from_env`: ``VIGIL_TEST_CLOCK_RATE`` (and the shared
+    ``VIGIL_TEST_CLOCK_ANCHOR``, epoch seconds) make every process of a test agree on a time that
+    runs that many times faster than the wall clock from the anchor, and a restarted process
+    continues it. Unset (always, outside tests), processes use the real clock.
     """
 
     def __init__(self, anchor: float, rate: float) -> None:

@@ -1,30 +1,10 @@
-"""The one outbound HTTP client (webhooks, chats, governed tools): one keep-alive client, one
-POST, and the mapping of every outcome onto the closed set of
-:class:`~pipeline.rules.outcomes.ErrorCode`.
+"""The one outbound HTTP client (webhooks, chats, governed tools): one keep-alive client, one POST,
+and every outcome mapped onto the closed set of :class:`~pipeline.rules.outcomes.ErrorCode`.
 
-A synchronous, thread-safe ``httpx.Client`` (why: ``docs/architecture.md``). Redirects are
-never followed (a delivery goes exactly where configuration says) and the environment's proxy
-and ``.netrc`` settings are not read (``trust_env=False``) for the same reason.
-
-Status table: 2xx → delivered; 410 → ``http_410`` (terminal); 429 → ``http_429`` with its
-``Retry-After``; other 4xx → ``http_4xx`` (terminal); 5xx → ``http_5xx`` (also with a
-``Retry-After`` if given); 1xx and 3xx (a redirect not followed) → ``rejected``. Transport:
-a timeout of any phase → ``timeout``; a failed TLS handshake → ``tls``; a refused, reset or
-dropped connection → ``connect``; an unusable URL → ``rejected``. A response body is read
-(at most 64 KiB, so keep-alive can reuse the connection) and dropped, never kept.
-
-One total deadline per call (:func:`deadline`; :func:`post` and the governed tools use it):
-httpx's own timeouts apply to each connect, read and write, so a server trickling one byte
-every few seconds could hold a caller forever. The client's network layer (an httpcore
-backend) clamps every socket operation to what is left of the caller's deadline and fails with
-a timeout once it has passed, so a call lasts at most its timeout, however the peer behaves.
-
-httpx logs every request's URL at INFO; a chat URL holds the bot token and a webhook path may
-be a capability, so this module installs a filter on the ``httpx`` logger that shows only
-scheme, host and port.
-
-Left out: what a code means for retries (``pipeline.rules.dispatch``), an adapter's result
-(``consumers.delivery.adapters.base.SendResult.of_reply``) and each API's own shape.
+Owns :func:`make_client` (synchronous, thread-safe, no redirects, ``trust_env=False``),
+:func:`post`, :func:`deadline`, the status and transport tables (:func:`classify_status`,
+:func:`classify_error`) and URLs redacted in httpx's logs. Leaves out what a code means for
+retries (``pipeline.rules.dispatch``).
 """
 
 from __future__ import annotations
@@ -100,7 +80,13 @@ _DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar(
 @contextmanager
 def deadline(timeout: timedelta) -> Iterator[None]:
     """Every request this thread makes through a :func:`make_client` client inside the block
-    ends within ``timeout`` from now (a timeout error past it), however slowly the peer sends."""
+    ends within ``timeout`` from now (a timeout error past it), however slowly the peer sends.
+
+    httpx's own timeouts apply to each connect, read and write, so a server trickling one byte every
+    few seconds could hold a caller forever; the client's network layer clamps every socket
+    operation to what is left of the caller's deadline, so a call lasts at most its timeout, however
+    the peer behaves.
+    """
     token = _DEADLINE.set(time.monotonic() + timeout.total_seconds())
     try:
         yield
@@ -203,7 +189,13 @@ def make_client(
 ) -> httpx.Client:
     """A keep-alive client for many destinations; size the caller's thread pool to
     ``max_connections`` or less, or a request waits for a connection (``timeout`` bounds it).
-    Requests made inside :func:`deadline` end by it."""
+    Requests made inside :func:`deadline` end by it.
+
+    Redirects are never followed (a delivery goes exactly where configuration says) and the
+    environment's proxy and ``.netrc`` settings are not read (``trust_env=False``). httpx logs every
+    request's URL at INFO; a chat URL holds the bot token and a webhook path may be a capability, so
+    a filter on the ``httpx`` logger shows only scheme, host and port.
+    """
     limits = httpx.Limits(
         max_connections=max_connections,
         max_keepalive_connections=max_connections,
@@ -231,7 +223,13 @@ class Reply:
 
 
 def classify_status(status: int) -> ErrorCode | None:
-    """``None`` for 2xx, else the code of the status table above."""
+    """``None`` for 2xx, else the code of the status table above.
+
+    2xx → delivered; 410 → ``http_410`` (terminal); 429 → ``http_429`` with its ``Retry-After``;
+    other 4xx → ``http_4xx`` (terminal); 5xx → ``http_5xx`` (also with a ``Retry-After`` if given);
+    1xx and 3xx (a redirect not followed) → ``rejected``. A response body is read (at most 64 KiB,
+    so keep-alive can reuse the connection) and dropped, never kept.
+    """
     if 200 <= status < 300:
         return None
     if status == 410:
@@ -257,7 +255,11 @@ def _is_tls(exc: BaseException) -> bool:
 
 
 def classify_error(exc: httpx.HTTPError) -> ErrorCode:
-    """The code of a transport failure (never its message: it may hold a URL with a token)."""
+    """The code of a transport failure (never its message: it may hold a URL with a token).
+
+    A timeout of any phase → ``timeout``; a failed TLS handshake → ``tls``; a refused, reset or
+    dropped connection → ``connect``; an unusable URL → ``rejected``.
+    """
     if isinstance(exc, httpx.TimeoutException):
         return ErrorCode.TIMEOUT
     if isinstance(exc, httpx.UnsupportedProtocol):

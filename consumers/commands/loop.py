@@ -1,35 +1,9 @@
 """The command processor's loop: decode a command, ask :func:`pipeline.rules.commands.apply.apply`,
-write.
+write (DESIGN.md §2, §10).
 
-Consumes ``commands`` (key: subject) on the exactly-once :class:`StreamApp` with ``registry`` and
-``keys`` as its owned, co-partitioned changelog tables (one writer per subject partition: caps,
-CAS, collapse and data keys are atomic) and ``grants`` as a global table. Everything one command
-decides —
-registry, ``watchers`` (on the partition of its source id; the old partition's key tombstoned
-when the source moves), ``lifecycle``, ``definition-log``, ``grants``, an immediate ``send``'s
-``outbox`` entry or a ``redeliver``'s ``redeliveries`` request (on Java's partition of its
-delivery key) and its ``command-results`` record —
-goes out in the transaction that commits its input offset.
-
-The limits on what a subject holds (``[limits]``, DESIGN.md §10) are the processor's to apply.
-Data keys (DESIGN §10 "Erasure's reach") are made here and nowhere else: the subject's key when
-a command first writes something of the subject's (or asks, verb ``key``), a watcher version's
-evidence key with each new version, both re-wrapped under the newest key-encryption key when a
-command touches an older one; ``cancel`` tombstones the watcher's evidence keys, erasure every
-key of the subject. Every subject field written here is sealed with the partition's
-:class:`~pipeline.crypto.ring.KeyRing`, and commands' sealed content is opened with it.
-
-Every step commits (commands are few and callers wait for them), so the grants this processor
-wrote are in the global table by the next step; grants written earlier in the same step are
-overlaid until then. A step whose commands are slow is cut where its transaction has used a
-third of its timeout (the runtime's batch budget, 16 commands at a time): it commits what ran and
-reads the rest again, so a burst of creates never overruns the timeout. A fenced producer
-(overrun anyway, or a newer instance with this one's id) resyncs like every stage's
-(``pipeline.runtime.recovery``): new producer, tables restored, inputs rewound.
-A record that is not Avro goes to ``dead-letter``; a command that decodes
-but breaks a rule gets an ``invalid`` result.
-
-Left out: the rules (``pipeline.rules.commands.apply``) and the process entry point (``cli``).
+Owns :class:`CommandProcessor` with its settings and deps: ``commands`` in, ``registry`` and
+``keys`` owned (one writer per subject partition), ``grants`` whole, every step committed; the
+only maker of data keys. Leaves out the rules and the process entry point (``cli``).
 """
 
 from __future__ import annotations
@@ -138,7 +112,28 @@ class CommandDeps:
 
 class CommandProcessor:
     """One member of the ``<namespace>.command-processor`` group (``settings.group``). No
-    network until :meth:`run` (or :meth:`start`)."""
+    network until :meth:`run` (or :meth:`start`).
+
+    Everything one command decides — registry, ``watchers`` (on the partition of its source id; the
+    old partition's key tombstoned when the source moves), ``lifecycle``, ``definition-log``,
+    ``grants``, an immediate ``send``'s ``outbox`` entry or a ``redeliver``'s ``redeliveries``
+    request (on Java's partition of its delivery key) and its ``command-results`` record — goes out
+    in the transaction that commits its input offset. The limits on what a subject holds
+    (``[limits]``, DESIGN.md §10) are applied here.
+
+    Data keys (DESIGN §10 "Erasure's reach") are made here and nowhere else: the subject's key when
+    a command first writes something of the subject's (or asks, verb ``key``), a watcher version's
+    evidence key with each new version, both re-wrapped under the newest key-encryption key when a
+    command touches an older one; ``cancel`` tombstones the watcher's evidence keys, erasure every
+    key of the subject. Every subject field written here is sealed with the partition's ring, and
+    commands' sealed content is opened with it.
+
+    Every step commits (commands are few and callers wait for them), so the grants this processor
+    wrote are in the global table by the next step; grants written earlier in the same step are
+    overlaid until then. A step whose commands are slow is cut where its transaction has used a
+    third of its timeout. A record that is not Avro goes to ``dead-letter``; a command that decodes
+    but breaks a rule gets an ``invalid`` result.
+    """
 
     def __init__(self, settings: CommandSettings, deps: CommandDeps) -> None:
         topology = settings.topology

@@ -1,23 +1,9 @@
 """Which ``registry`` keys belong to a subject, per task partition: the view a command needs.
 
-A command reads only its subject's watchers; scanning a whole partition per command would cost
-O(watchers on the partition). :class:`SubjectIndex` maps each subject key to its watcher keys,
-built once per restored table (a rebalance or a producer rebuild gives a new table object, which
-is rebuilt from scratch) and kept up to date on writes. It is a superset that an aborted
-transaction's rollback cannot make wrong: readers check each key against the table, and a key is
-dropped only once it is gone from the table and untouched by the open transaction (which alone
-a rollback could bring back) — so forgotten watchers (expired proposals, erasure) leave it and
-it stays as large as the table.
-
-:meth:`SubjectIndex.view` is the subject's decoded view kept incrementally: each entry is held
-with the very bytes object it was decoded from, and a command's view re-decodes only the keys
-whose value in the table is no longer that object (written, restored or rolled back since) —
-one pass of identity checks instead of sorting the subject's keys, hashing each value into a
-decode cache and building a new dict per command. The view is the same dict from command to
-command, updated in place; :func:`pipeline.rules.commands.apply.apply` only reads it.
-
-Left out: how an entry is decoded (the processor passes its decoder) and deciding anything
-(``pipeline.rules.commands.apply``).
+Owns :class:`SubjectIndex`: subject key → watcher keys, a superset a rollback cannot make wrong
+(readers check each key against the table), and each subject's decoded view, updated in place
+by the identity of the table's bytes. Leaves out decoding an entry (the processor's decoder)
+and deciding anything.
 """
 
 from __future__ import annotations
@@ -42,7 +28,18 @@ class _Held:
 
 
 class SubjectIndex:
-    """Subject key → registry keys (and their decoded view), for each task partition's table."""
+    """Subject key → registry keys (and their decoded view), for each task partition's table.
+
+    Built once per restored table (a rebalance or a producer rebuild gives a new table object, which
+    is rebuilt from scratch) and kept up to date on writes. A key is dropped only once it is gone
+    from the table and untouched by the open transaction (which alone a rollback could bring back),
+    so forgotten watchers (expired proposals, erasure) leave it and it stays as large as the table.
+
+    :meth:`view` is the subject's decoded view kept incrementally: each entry is held with the very
+    bytes object it was decoded from, and a command's view re-decodes only the keys whose value in
+    the table is no longer that object. The view is the same dict from command to command, updated
+    in place; :func:`pipeline.rules.commands.apply.apply` only reads it.
+    """
 
     def __init__(self) -> None:
         self._by_partition: dict[int, tuple[Table, dict[str, set[str]]]] = {}

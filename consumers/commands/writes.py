@@ -1,11 +1,9 @@
 """What one command decided, written in the open transaction: the command processor's writes.
 
-Owns :class:`DecisionWriter` — ``registry`` (keeping the subject index), ``watchers`` at each
-source's partition, ``lifecycle``, ``definition-log``, ``grants`` (overlaid on the global table
-until read back), an immediate send's ``outbox`` entry, a ``redeliver``'s request and the
-``command-results`` record — and the data keys a command makes or shreds (:func:`shred_keys`,
-:func:`ensure_keys`). Leaves out deciding (``pipeline.rules.commands.apply``) and reading
-commands (``loop``).
+Owns :class:`DecisionWriter` (``registry``, ``watchers`` at each source's partition,
+``lifecycle``, ``definition-log``, ``grants``, an immediate send's ``outbox`` entry, a
+``redeliver``'s request, ``command-results``) and the data keys a command makes or shreds
+(:func:`shred_keys`, :func:`ensure_keys`). Leaves out deciding and reading commands (``loop``).
 """
 
 from __future__ import annotations

@@ -1,16 +1,10 @@
 """Step one of a delivery: fire the due timers — purge settled entries, decide due ones, claim
 those that may go (DESIGN §4, steps 1–3).
 
-:class:`Claimer` takes the due timers the worker popped, in the open transaction: a settled
-entry's purge writes tombstones on ``delivery-state`` and ``outbox``; a due ``pending`` entry is
-decided by the :class:`~consumers.delivery.planner.Planner` (lifecycle, authorization, quiet
-hours), its budget charged with the whole batch's in one Redis round trip, and the decision
-persisted — a dispatch as a claim (``dispatching``, attempt + 1) that the worker sends only once
-the transaction holding it has committed. An interrupted claim found again is ``pending`` once
-more with the same attempt count.
-
-Leaves out sending (``sends``), recording answers (``results``) and the rules themselves
-(``pipeline.rules.dispatch``).
+Owns :class:`Claimer`: in the open transaction a purge tombstones ``delivery-state`` and
+``outbox``; a due entry is planned, charged with its batch in one Redis round trip and claimed
+(``dispatching``, attempt + 1), sent only once that transaction committed. Leaves out sending
+(``sends``), recording answers (``results``) and the rules.
 """
 
 from __future__ import annotations

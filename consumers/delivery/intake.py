@@ -1,11 +1,9 @@
 """Delivery's input: ``outbox`` entries and ``redeliveries`` requests, decoded and taken in.
 
-Owns :class:`Intake`, the decoder and processor of the delivery stage's stream app: a new
-entry becomes ``pending`` in ``delivery-state`` (a key already known never starts over), and a
-``redeliver`` request for a key this member holds ``dead_letter`` or ``suppressed`` (for the
-same subject) makes it ``pending`` again, due now, with a fresh attempt count; any other
-request is ignored (logged, counted). A record keyed by anything but its delivery key is
-dead-lettered. Leaves out deciding and sending what falls due (``loop``, ``claims``).
+Owns :class:`Intake`: a new entry becomes ``pending`` (a known key never starts over); a
+``redeliver`` for a key this member holds ``dead_letter`` or ``suppressed`` makes it ``pending``
+again, due now; any other request is ignored and counted; a record keyed by anything but its
+delivery key is dead-lettered. Leaves out what falls due (``loop``, ``claims``).
 """
 
 from __future__ import annotations

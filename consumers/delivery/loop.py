@@ -1,52 +1,9 @@
-"""The delivery consumer group: outbox entries delivered at least once, fenced, budgeted.
+"""The delivery consumer group: outbox entries delivered at least once, fenced, budgeted (§4).
 
-DESIGN.md §4 and seed 000's dispatch sequence, on the exactly-once runtime
-(:class:`~pipeline.runtime.app.StreamApp`; the worker drives its transactions through the app's
-``transaction()`` handle and reads its tables by name through ``tables``):
-
-- ``outbox`` is the input (``read_committed``), co-partitioned with ``delivery-state``, this
-  group's own changelog table. A new entry becomes ``pending`` in ``delivery-state`` in the
-  transaction that commits its outbox offset; from then on the restored table and a due-time
-  queue (:class:`~consumers.delivery.due.DueQueue`) drive it, so one slow key never holds
-  back a partition. The queue is rebuilt whenever the table is restored (assignment, a fenced
-  producer) or rolled back (an aborted transaction); ``dispatching`` entries found there are
-  ``pending`` again with the same key and attempt count, unless this worker sent that very
-  claim (its answer awaited or held: recorded, not sent again).
-- Due entries are decided (:class:`~consumers.delivery.planner.Planner`: lifecycle,
-  authorization, quiet hours, Redis budgets), and the many that may go are claimed
-  (``dispatching``, attempt + 1) in one transaction, which carries the consumer's offsets and
-  group metadata, so a zombie's claim cannot commit. Only after it commits are their
-  destinations called, concurrently, on a thread pool off the poll thread; the results are
-  recorded in a later transaction: ``delivered`` (with any ledger records an adapter returns),
-  ``pending`` after the §8 backoff, or ``dead_letter`` (also copied to ``dead-letter`` with its
-  categorical reason).
-- ``redeliveries`` is a second input, co-partitioned with ``outbox``: a ``redeliver`` command's
-  request for a key this member holds ``dead_letter`` or ``suppressed`` (for the same subject)
-  makes it ``pending`` again, due now, with a fresh attempt count under the same key
-  (:func:`~pipeline.rules.dispatch.redeliver`); it is then decided like any due entry —
-  lifecycle, grants and budgets rechecked. Any other request is ignored (logged, counted); a
-  record that is no request keyed by its delivery key (no value, another key, out of bounds) is
-  dead-lettered, as is an ``outbox`` record keyed by anything but its entry's delivery key.
-- ``keys`` is read whole too: entries are opened with its :class:`~pipeline.crypto.ring.KeyRing`,
-  ledger texts sealed with it; an entry that no longer opens (its subject erased) is never sent,
-  only ``cancelled`` and purged.
-- ``lifecycle`` and ``grants`` are read whole. Entries of a cancelled watcher or an erased
-  subject are ``cancelled`` and purged at once (tombstones on ``outbox`` and
-  ``delivery-state``; an erasure also deletes the subject's Redis budgets); other settled
-  entries are purged once their delivery retention has passed.
-
-Delivery is at least once: a crash between a send and its recorded result sends again under
-the same delivery key, which every adapter passes on. A failover that rolls the worker's
-transaction back or resyncs it (new producer, tables restored) sends nothing again that the
-worker knows: a claim whose send is in flight or whose answer it holds is recorded with that
-answer once the tables are back (``results``).
-
-The worker reads as its steps, one turn at a time (:meth:`DeliveryWorker.step`): read the outbox
-(new entries become ``pending``), record the answers that came back (``results``), fire the due
-timers — purge, decide, claim (``claims``) — commit, and only then send the claims (``sends``).
-The tables and the due-time queue are ``states``, the verdicts ``planner``, cancel and erase
-``sweep``. Leaves out the rules (``pipeline.rules.dispatch`` and friends), destinations
-(``consumers.delivery.adapters``) and the process around it (``pipeline.cli.delivery_cmd``).
+Owns :class:`DeliveryWorker` with its settings and deps; a turn reads the outbox, records the
+answers that came back (``results``), fires the due timers (``claims``), commits, and only then
+sends the claims (``sends``). Leaves out the rules (``pipeline.rules.dispatch``), destinations
+(``adapters``) and the process around it (``pipeline.cli.delivery_cmd``).
 """
 
 from __future__ import annotations
@@ -142,7 +99,33 @@ class DeliveryDeps:
 
 
 class DeliveryWorker:
-    """One member of the delivery group. No network until :meth:`run` (or :meth:`start`)."""
+    """One member of the delivery group. No network until :meth:`run` (or :meth:`start`).
+
+    - ``outbox`` is the input (``read_committed``), co-partitioned with ``delivery-state``, this
+      group's own changelog table. A new entry becomes ``pending`` in the transaction that commits
+      its outbox offset; from then on the restored table and a due-time queue drive it, so one slow
+      key never holds back a partition. The queue is rebuilt whenever the table is restored or
+      rolled back; ``dispatching`` entries found there are ``pending`` again with the same key and
+      attempt count, unless this worker sent that very claim (its answer awaited or held: recorded,
+      not sent again).
+    - Due entries are decided (lifecycle, authorization, quiet hours, Redis budgets), and the many
+      that may go are claimed (``dispatching``, attempt + 1) in one transaction carrying the offsets
+      and group metadata, so a zombie's claim cannot commit. Only after it commits are their
+      destinations called, concurrently, off the poll thread; the results are recorded in a later
+      transaction: ``delivered``, ``pending`` after the §8 backoff, or ``dead_letter`` (also copied
+      to ``dead-letter``).
+    - ``redeliveries`` is a second input, co-partitioned with ``outbox`` (see ``intake``); a
+      redelivered entry is decided like any due entry — lifecycle, grants and budgets rechecked.
+    - ``keys``, ``lifecycle`` and ``grants`` are read whole: an entry that no longer opens (its
+      subject erased) is never sent, only ``cancelled`` and purged; entries of a cancelled watcher
+      or an erased subject are ``cancelled`` and purged at once; other settled entries are purged
+      once their delivery retention has passed.
+
+    Delivery is at least once: a crash between a send and its recorded result sends again under the
+    same delivery key, which every adapter passes on. A failover that rolls the worker's transaction
+    back or resyncs it sends nothing again that the worker knows: a claim whose send is in flight or
+    whose answer it holds is recorded with that answer once the tables are back (``results``).
+    """
 
     def __init__(self, settings: DeliverySettings, deps: DeliveryDeps) -> None:
         self.settings = settings

@@ -1,16 +1,9 @@
 """Due entries' pre-dispatch decisions, with their verdicts gathered from the live views.
 
-Owns :class:`Planner`: for a due ``pending`` entry it gathers what
-:func:`pipeline.rules.dispatch.plan_attempt` needs — the lifecycle verdict, authorization rechecked
-against the current grants (``deliver`` on the entry's target), quiet hours, and the budget
-charge in Redis (unique delivery on the first attempt, one attempt every time, idempotent per
-delivery key + attempt, DESIGN.md §10; many entries per Redis round trip) — and returns the
-plan with a categorical detail for the audit record. Redis unreachable is a verdict
-(``unavailable``: defer), never an error, and nothing is charged for an attempt that is
-deferred, suppressed or cancelled before the charge.
-
-Leaves out persistence and sending (``consumers.delivery.loop``) and the rules themselves
-(``pipeline.rules.dispatch``, ``pipeline.rules.authz``, ``pipeline.rules.budgets``).
+Owns :class:`Planner`: for a due entry, the lifecycle verdict, authorization rechecked against
+the current grants, quiet hours and the budget charge (idempotent per delivery key + attempt,
+many per Redis round trip) for :func:`pipeline.rules.dispatch.plan_attempt`; Redis unreachable
+is a verdict (defer), never an error. Leaves out persistence, sending and the rules.
 """
 
 from __future__ import annotations
@@ -76,6 +69,9 @@ class Planner:
     Two phases, so the budget charges of many due entries share one Redis round trip:
     :meth:`prepare` decides what needs no budget (cancel, suppress, quiet hours) or returns a
     :class:`Pending`; :meth:`charge` charges a batch; :meth:`complete` finishes each.
+
+    Nothing is charged for an attempt that is deferred, suppressed or cancelled before the charge;
+    the plan carries a categorical detail for the audit record.
     """
 
     def __init__(

@@ -1,20 +1,9 @@
 """Step three of a delivery: record what the destinations answered (DESIGN §4, step 5).
 
-:class:`Recorder` writes each answer in the open transaction: ``delivered`` (with the ledger
-records an adapter returns, which must commit with it, and what waits for that commit, such as
-the ``wake_session`` wake), ``pending`` after the §8 backoff, or ``dead_letter`` (also copied to
-``dead-letter`` with its categorical reason). A retry of a watcher cancelled meanwhile is
-``cancelled`` at once.
-
-An answer is **held** until the write that records it has committed: a transaction rolled
-back or lost in a resync (new producer, tables restored) puts the claim's ``dispatching``
-record back, and the held answer is recorded on it again instead of the entry being sent
-again. An answer is recorded only on its own claim (:meth:`Claim.is_claim_of
-<consumers.delivery.sends.Claim.is_claim_of>`: key, attempt, redelivery count, claim time,
-outbox entry); one whose claim this member no longer holds (revoked, moved on, a later attempt)
-is dropped and the owner sends again, at least once.
-
-Leaves out claiming (``claims``) and calling destinations (``sends``).
+Owns :class:`Recorder`: ``delivered`` (with its ledger records), ``pending`` after the backoff or
+``dead_letter`` (copied to ``dead-letter``); an answer is held until its write commits, and
+recorded only on its own claim. Leaves out claiming (``claims``) and calling destinations
+(``sends``).
 """
 
 from __future__ import annotations
@@ -42,7 +31,14 @@ _HELD_AWAY = 4096
 
 class Recorder:
     """Records answers, holding each until its write commits; collects what may only be
-    written once their transaction commits."""
+    written once their transaction commits.
+
+    A transaction rolled back or lost in a resync puts the claim's ``dispatching`` record back, and
+    the held answer is recorded on it again instead of the entry being sent again. An answer is
+    recorded only on its own claim (key, attempt, redelivery count, claim time, outbox entry); one
+    whose claim this member no longer holds is dropped and the owner sends again, at least once. A
+    retry of a watcher cancelled meanwhile is ``cancelled`` at once.
+    """
 
     def __init__(
         self,

@@ -1,17 +1,9 @@
 """Calling destinations off the poll thread: persisted claims in, categorical answers out.
 
-Owns :class:`Claim` (a claim that has committed, whose destination is being called) and
-:class:`SendPool`: a thread pool that calls :meth:`AdapterRegistry.send` for each claim — or,
-for a fired ``prompt`` or ``run`` (``consumers.delivery.adapters.verbs.EXECUTED_VERBS``), the
-:class:`Executor` that runs it where delivery runs (DESIGN.md §4; without one, such an entry is
-``rejected``, never sent as a message) — the claims in flight, and the answers collected in
-batches: every fixed cost of a turn of the delivery loop (a commit, a Redis round trip) is paid
-once per batch, not once per answer. A batch is ready when it is big, when every send in
-flight has answered, when its oldest answer has waited ``linger_s``, or when the worker is
-stopping.
-
-Leaves out what an answer means (``pipeline.rules.dispatch``; recorded by
-``consumers.delivery.loop``) and the destinations themselves (``consumers.delivery.adapters``).
+Owns :class:`Claim` and :class:`SendPool`: a thread pool calling each claim's adapter (or the
+executor of a fired ``prompt`` or ``run``), and the answers collected in batches, so a turn's
+fixed costs are paid once per batch. Leaves out what an answer means
+(``pipeline.rules.dispatch``) and the destinations (``adapters``).
 """
 
 from __future__ import annotations
@@ -76,7 +68,12 @@ class Claim:
 
 class SendPool:
     """Claims in flight and their answers. Used from the poll thread only, except the pool's
-    completion callbacks, which only put on a thread-safe queue."""
+    completion callbacks, which only put on a thread-safe queue.
+
+    A batch of answers is ready when it is big, when every send in flight has answered, when its
+    oldest answer has waited ``linger_s``, or when the worker is stopping. A fired ``prompt`` or
+    ``run`` without an executor is ``rejected``, never sent as a message.
+    """
 
     def __init__(
         self,

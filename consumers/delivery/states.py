@@ -1,17 +1,9 @@
-"""The delivery worker's view of its tables: ``delivery-state`` stores, the due-time queue kept
-in step with them, and the outbox entries they refer to.
+"""The delivery worker's view of its tables: ``delivery-state`` stores, the due-time queue kept in
+step with them, and the outbox entries they refer to.
 
-Owns :class:`DeliveryStates`: which stores the queue reflects, rebuilding the queue for every
-partition restored, revoked or rolled back (:meth:`~DeliveryStates.sync`), where each record's
-timer goes (:meth:`~DeliveryStates.schedule`: ``pending`` → an attempt at its due time, an
-interrupted ``dispatching`` → an attempt now, settled → a purge after its retention, at once
-when cancelled), writing records, and the outbox entries (decoded once, from the input or from
-the restored ``outbox`` table).
-
-Decoded records are cached by the very bytes object their store holds, so a rollback (which
-puts older bytes back) is never served a stale record.
-
-Leaves out every decision (``consumers.delivery.loop``, ``pipeline.rules.dispatch``).
+Owns :class:`DeliveryStates`: the queue rebuilt for every partition restored, revoked or rolled
+back, each record's timer, writes, and outbox entries decoded once (cached by the very bytes
+object, so a rollback is never served a stale record). Leaves out every decision.
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 """Cancel and erase reach delivery (DESIGN.md §10): what a new ``lifecycle`` record drops.
 
-Owns :func:`sweep`: when a watcher is cancelled or a subject erased, every queued ``pending``
-entry it drops becomes ``cancelled`` at once and is purged (tombstones on ``outbox`` and
-``delivery-state``, written by the worker's purge timer); an erasure also purges the subject's
-settled entries and deletes its Redis budget keys. Entries in flight are left to their answer:
-the worker cancels a retry of a dropped entry when it records the failure.
-
-Leaves out reading ``lifecycle`` (``pipeline.runtime.views.LifecycleIndex``) and writing tombstones
-(``consumers.delivery.loop``).
+Owns :func:`sweep`: queued ``pending`` entries of a cancelled watcher or an erased subject become
+``cancelled`` and are purged; an erasure also purges the subject's settled entries and its
+Redis budget keys; entries in flight are left to their answer. Leaves out reading
+``lifecycle`` (``LifecycleIndex``) and writing tombstones (``loop``).
 """
 
 from __future__ import annotations

@@ -1,18 +1,8 @@
 """The evaluator's write side in one native call per batch (DESIGN §10 "Compiled hot path").
 
-On the native path (``pipeline.rules.native``) :class:`FusedWrites` hands a batch's
-evaluations — each one's typed :class:`~pipeline.rules.receipts.Receipt`, changed
-:class:`~pipeline.rules.watcher_state.WatcherState` and
-:class:`~pipeline.rules.outbox.OutboxEntry` — to ``vigil_native.write_evaluations``, which
-writes what ``encode_state``, ``encode_receipt`` and ``encode_outbox_entry`` write: the field
-maps, the RFC 8785 content, the seal's identity, AES-256-GCM under the cipher this process's
-:class:`~pipeline.crypto.ring.KeyRing` hands over for each owner, and the Avro bytes. Those
-encoders stay the specification: an evaluation the native step does not write the plain way
-comes back None and the evaluator writes it on the Python path, whose bytes or exception stand
-(a property in ``tests/unit/test_native.py`` holds the two byte for byte).
-
-Owns the call and the owner → cipher question; leaves producing, the transaction and the key
-ring itself to the evaluator (``loop``).
+Owns :func:`written` and :class:`FusedWrites` (``vigil_native.write_evaluations``, with the
+ciphers the key ring hands over) and :func:`encoded`, the Python encoders they are held to byte
+for byte; leaves producing, the transaction and the key ring itself to the evaluator (``loop``).
 """
 
 from __future__ import annotations
@@ -94,7 +84,12 @@ def written(
 
 
 class FusedWrites:
-    """One ``write_evaluations`` call per batch, with the codec's native writers."""
+    """One ``write_evaluations`` call per batch, with the codec's native writers: for each
+    evaluation, the watcher-state, receipt and outbox entry as ``encode_state``,
+    ``encode_receipt`` and ``encode_outbox_entry`` write them — field maps, RFC 8785 content,
+    the seal's identity, AES-256-GCM under the cipher the :class:`KeyRing` hands over for each
+    owner, the Avro bytes. An evaluation it does not write the plain way comes back None and is
+    written by :func:`encoded`, whose bytes or exception stand."""
 
     __slots__ = ("_headers", "_memo", "_native", "_ring", "_writers")
 

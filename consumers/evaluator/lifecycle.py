@@ -1,14 +1,9 @@
 """Cancel and erase reach the evaluator: which ``watcher-state`` keys to tombstone (DESIGN.md §10).
 
-Owns :class:`LifecycleTracker`, which follows the global ``lifecycle`` table (only the command
-processor writes it) and remembers cancelled watcher versions and erased subjects. Per task
-partition it keeps the keys still to check; a key leaves that set only once its tombstone is
-committed (absent and not in the open transaction) or it is no longer doomed, so an aborted
-transaction never loses a tombstone and a re-created watcher is never tombstoned by an old
-cancel. Closing (satisfied, expired, …) keeps the state: only cancel and erasure remove it.
-
-Leaves out writing the changelog (the runtime does, in the transaction) and what a cancel
-means for the outbox (delivery's).
+Owns :class:`LifecycleTracker`: cancelled versions and erased subjects from the global
+``lifecycle`` table, and per task partition the keys still to check, each kept until its
+tombstone committed (an abort never loses one; an old cancel never hits a re-created watcher).
+Closing keeps the state. Leaves out writing the changelog and the outbox side (delivery's).
 """
 
 from __future__ import annotations

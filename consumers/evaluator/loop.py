@@ -1,35 +1,18 @@
 """The evaluator's processor: decisions in one transaction with their inputs (DESIGN §2, §3, §10).
 
-A :class:`~pipeline.runtime.app.StreamApp` over ``events`` and ``ticks`` with ``watchers`` as
-an external co-partitioned table (caught up to its end before each batch, so a create, pause
-or revocation applies to everything after it), ``grants``, ``lifecycle`` and ``keys`` as global
-tables and ``watcher-state`` as its own changelog. For each input, :class:`Evaluator` finds the
-watchers of its source through :class:`~pipeline.runtime.views.WatcherIndex` (a tick applies
-to the watcher it names only), charges the evaluation budget in Redis with an idempotency token
-(input position + watcher key), calls the pure :func:`~pipeline.rules.evaluation.evaluate`, and
-writes watcher-state, the receipt, the outbox entry and a ``close`` command, all in the
-transaction that commits the input offsets. An event found off its source's Java-default
-partition (a foreign producer) is re-produced to that partition instead.
-
-Subject fields are sealed (DESIGN §10 "Erasure's reach"): definitions and tick payloads are
-opened with the ``keys`` table's :class:`~pipeline.crypto.ring.KeyRing`; receipts are sealed
-under the watcher version's evidence key (with ``retain_until`` from its evidence retention),
-outbox entries under the subject's key. A tick or a definition that no longer opens (cancelled,
-erased) is skipped and counted, never evaluated on an empty payload.
-
-Redis unreachable: the batch aborts and rewinds, and the stage (``stage``) backs off and
-retries; nothing is ever evaluated unbudgeted. Leaves out the stage and its app (``stage``),
-the batch's records written in one native call (``fused``), the record layouts
-(``pipeline.records``) and the rules themselves (``pipeline.rules``).
+Owns :class:`Evaluator`: for each input, the watchers of its source (a tick: the one it names),
+the budget charged in Redis per input position + watcher key, the pure
+:func:`~pipeline.rules.evaluation.evaluate`, and watcher-state, receipt, outbox entry and
+``close`` command written in the input's transaction. Leaves out the stage (``stage``) and the
+batch's records written in one native call (``fused``).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Set
+from collections.abc import Set
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
 from prometheus_client import REGISTRY
 
@@ -79,13 +62,11 @@ _HOME_MEMO = 16_384  # source ids whose partition is remembered (every in-memory
 @dataclass(frozen=True, slots=True)
 class Input:
     """A decoded input record: its evidence, and its raw bytes for a re-route. ``evidence``
-    None: a tick that does not open — erased, or (decoded before :meth:`Evaluator.follow_keys`)
-    kept as ``sealed_tick`` to be opened once the keys are caught up."""
+    None: a tick whose key is gone (erased), found so with the keys caught up."""
 
     evidence: Evidence | None
     raw: bytes
     watcher_version: int | None = None  # ticks name the version they were made for
-    sealed_tick: tuple[dict[str, Any], str] | None = None
 
 
 @dataclass(slots=True)
@@ -98,13 +79,27 @@ class _Task:
 
 
 class Evaluator:
-    """The processor: one call per task partition per batch, inside the open transaction."""
+    """The processor: one call per task partition per batch, inside the open transaction. Its
+    views of the whole tables are built once over ``tables`` (the app's: the global ones exist,
+    empty, before start), so nothing is attached later.
+
+    ``watchers`` is an external co-partitioned table caught up to its end before each batch, so a
+    create, pause or revocation applies to everything after it. An event found off its source's
+    Java-default partition (a foreign producer) is re-produced to that partition instead.
+
+    Definitions and tick payloads are opened with the ``keys`` table's ring; receipts are sealed
+    under the watcher version's evidence key (``retain_until`` from its evidence retention), outbox
+    entries under the subject's key. A tick or a definition that no longer opens (cancelled, erased)
+    is skipped and counted, never evaluated on an empty payload. Redis unreachable: the batch aborts
+    and rewinds and the stage retries; nothing is ever evaluated unbudgeted.
+    """
 
     def __init__(
         self,
         topology: Topology,
         budgets: RedisBudgets,
         default_caps: BudgetCaps,
+        tables: TaskState,
         *,
         clock: Clock | None = None,
         codec: AvroCodec | None = None,
@@ -123,7 +118,10 @@ class Evaluator:
         self._codec = codec or default_codec()
         self._ring = KeyRing(keks or KeyEncryptionKeys.load(), self._codec, cache_size=key_cache)
         self._fused = FusedWrites.of(self._codec, self._ring)
-        self._keys: KeyView | None = None
+        self._tables = tables
+        self._keys = KeyView(tables.whole(_KEYS), self._ring)
+        self._grants = GrantIndex(tables.whole(_GRANTS), self._codec)
+        self._lifecycle = LifecycleTracker(tables.whole(_LIFECYCLE), self._codec)
         self._evaluators = evaluators
         self.metrics = metrics or evaluator_metrics(REGISTRY)
         self._events = topology.name(Topic.EVENTS)
@@ -134,8 +132,6 @@ class Evaluator:
         self._partitions = topology.partitions_for(Topic.EVENTS)
         self._home: dict[str, int] = {}  # source id → its partition, at most _HOME_MEMO
         self._tasks: dict[int, _Task] = {}
-        self._grants: GrantIndex | None = None
-        self._lifecycle: LifecycleTracker | None = None
 
     @property
     def codec(self) -> AvroCodec:
@@ -159,14 +155,11 @@ class Evaluator:
             if expected == "event":
                 return Input(evidence_from_event(value, position), raw)
             version = int(value["watcher_version"])
-            if self._keys is not None:
-                self._keys.refresh()  # the runtime caught the tables up before decoding
+            self._keys.refresh()  # the runtime caught the tables up before decoding
             try:
                 return Input(evidence_from_tick(value, position, self._ring), raw, version)
             except ErasedError:
-                if self._keys is not None:
-                    return Input(None, raw, version)  # its key is gone: opened once, erased
-                return Input(None, raw, version, (value, position))
+                return Input(None, raw, version)  # its key is gone: opened once, erased
         except SerdeError:
             raise
         except Exception as exc:  # any value a decoder cannot read is the record's failure
@@ -176,10 +169,11 @@ class Evaluator:
 
     def __call__(self, batch: list[InputRecord], ctx: ProcessContext) -> None:
         now = self._clock.now()
-        self._key_view(ctx)
+        self._keys.refresh()
         task = self._task(ctx)
-        grants = self._grant_index(ctx)
-        lifecycle = self._lifecycle_tracker(ctx)
+        grants = self._grants
+        grants.refresh()
+        lifecycle = self._lifecycle
         lifecycle.refresh()
         lifecycle.apply(ctx.partition, task.state)
         plan = Plan(self._budgets, self._default_caps, now, self._evaluators, self._ceilings)
@@ -188,9 +182,8 @@ class Evaluator:
             item: Input = record.value
             evidence = item.evidence
             if evidence is None:
-                evidence = self._opened(item)
-                if evidence is None:
-                    continue
+                self.metrics.skipped.labels("tick_erased").inc()
+                continue
             topic = record.topic
             if topic == events:
                 home = self._home_of(evidence.source_id)
@@ -222,21 +215,6 @@ class Evaluator:
                 kind = (step.result.outcome, step.result.reason)
                 tally[kind] = tally.get(kind, 0) + 1
         self._count(tally, self._write(ctx, task, decided, now))
-
-    def _opened(self, item: Input) -> Evidence | None:
-        """A tick's evidence once the keys are caught up; None (counted) when it is erased."""
-        if item.sealed_tick is None:  # erased when it was decoded, with the keys caught up
-            self.metrics.skipped.labels("tick_erased").inc()
-            return None
-        try:
-            return evidence_from_tick(*item.sealed_tick, self._ring)
-        except ErasedError:
-            self.metrics.skipped.labels("tick_erased").inc()
-            return None
-        except (DefinitionError, SerdeError, ValueError, KeyError) as exc:
-            log.error("tick at %s is not valid evidence: %s", item.sealed_tick[1], exc)
-            self.metrics.skipped.labels("tick_invalid").inc()
-            return None
 
     def _ticked(self, task: _Task, item: Input, evidence: Evidence) -> tuple[Watch, ...]:
         """A tick names its watcher: only that one, and only the version it was made for."""
@@ -320,53 +298,25 @@ class Evaluator:
             task.index.refresh()
         return task
 
-    def prepare(self, held: Iterable[Table], compile_definitions: bool = False) -> int:
-        """Index the partitions in ``held`` (the app's tables) before the first batch (and compile
-        every definition if asked, as a running evaluator has); returns the watchers indexed."""
-        tables = {(t.spec.name, t.partition): t for t in held}
-        keys = tables.get((_KEYS, -1))
-        if self._keys is not None:
-            self._keys.refresh()  # followed since before start: take in what start loaded
-        elif keys is not None:
-            self._keys = KeyView(keys, self._ring)
-        for (name, partition), watchers in tables.items():
-            state = tables.get((_STATE, partition))
-            if name == _WATCHERS and state is not None:
-                task = _Task(WatcherIndex(watchers, self._codec, self._ring), state)
-                self._tasks[partition] = task
-                if compile_definitions:
-                    for watch in task.index:
-                        try:
-                            watch.definition.compile()
-                        except (ErasedError, DefinitionError) as exc:
-                            log.warning("watcher %s not compiled: %s", watch.key, exc)
+    def prepare(self, compile_definitions: bool = False) -> int:
+        """Index the partitions the app holds now before the first batch (and compile every
+        definition if asked, as a running evaluator has); returns the watchers indexed."""
+        self._keys.refresh()  # take in what start loaded
+        states = self._tables.stores_of(_STATE)
+        for partition, watchers in self._tables.stores_of(_WATCHERS).items():
+            state = states.get(partition)
+            if state is None:
+                continue
+            task = _Task(WatcherIndex(watchers, self._codec, self._ring), state)
+            self._tasks[partition] = task
+            if compile_definitions:
+                for watch in task.index:
+                    try:
+                        watch.definition.compile()
+                    except (ErasedError, DefinitionError) as exc:
+                        log.warning("watcher %s not compiled: %s", watch.key, exc)
         settle_heap()
         return sum(len(task.index) for task in self._tasks.values())
-
-    def follow_keys(self, tables: TaskState) -> None:
-        """Follow the app's ``keys`` table (it exists, empty, before start): a tick is opened
-        once, at decode time, with the keys its batch sees."""
-        if self._keys is None:
-            self._keys = KeyView(tables.whole(_KEYS), self._ring)
-
-    def _key_view(self, ctx: ProcessContext) -> KeyView:
-        if self._keys is None:
-            self._keys = KeyView(ctx.table(_KEYS), self._ring)
-        else:
-            self._keys.refresh()
-        return self._keys
-
-    def _grant_index(self, ctx: ProcessContext) -> GrantIndex:
-        if self._grants is None:
-            self._grants = GrantIndex(ctx.table(_GRANTS), self._codec)
-        else:
-            self._grants.refresh()
-        return self._grants
-
-    def _lifecycle_tracker(self, ctx: ProcessContext) -> LifecycleTracker:
-        if self._lifecycle is None:
-            self._lifecycle = LifecycleTracker(ctx.table(_LIFECYCLE), self._codec)
-        return self._lifecycle
 
     def _stored(self, task: _Task, key: str) -> WatcherState | None:
         raw = task.state.get(key)

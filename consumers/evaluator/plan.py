@@ -1,16 +1,9 @@
 """One batch of evaluations, decided with a single budget round trip.
 
-Owns :class:`Plan`: every (watcher, evidence) pair of a batch is first evaluated assuming its
-budget answers ``ok``, recording the charge it would make (each watcher's steps in input order,
-each seeing the state the previous one left); then every charge goes to Redis in one pipeline
-(:meth:`~pipeline.redis.budgets.RedisBudgets.verdicts_many`); a watcher whose charge came back
-``exhausted`` is evaluated again from that step on, charging one by one with the same idempotency
-tokens (the first verdict of a token stands). The result is exactly what evaluating in order with
-one round trip per charge would give. Also :func:`effective_state`, which merges the stored
-watcher-state with the registry's status.
-
-Leaves out reading and writing Kafka (``consumers.evaluator.loop``) and the rules themselves
-(``pipeline.rules.evaluation``).
+Owns :class:`Plan` (every pair evaluated assuming ``ok``, every charge sent in one pipeline, a
+watcher whose charge came back ``exhausted`` evaluated again from that step, one charge at a
+time: the same result as one round trip per charge) and :func:`effective_state`. Leaves out
+Kafka (``loop``) and the rules themselves (``pipeline.rules.evaluation``).
 """
 
 from __future__ import annotations

@@ -1,17 +1,8 @@
-"""``vigil api``: serve the HTTP API with uvicorn (DESIGN.md §9); ``--openapi`` prints its
-contract instead (the checked-in ``docs/openapi.json`` is this output).
+"""``vigil api``: serve the HTTP API with uvicorn (DESIGN.md §9), or print its OpenAPI contract
+(``--openapi``: the checked-in ``docs/openapi.json``); ``vigil mcp``: the MCP tool, its client.
 
 Owns :func:`build_services`, the wiring from ``vigil.toml`` that ``vigil api`` and the tests
-share: principals from ``[principals.NAME]``, a pool of command clients (``[api]
-command_clients``, each request waiting ``command_wait`` at most), the rate limits (``[api] rate``,
-``burst``, ``sign_in_per_minute``), the ledger reader,
-and a dispatch core per caller for schedules (``list`` and ``cancel``; the verbs that start
-agents or scripts are the daemon's, not served over HTTP).
-
-``vigil mcp`` serves the MCP tool as a client of that API: the agent's own bearer token
-(``$VIGIL_API_TOKEN``), no key and no Kafka client (DESIGN.md §10).
-
-Left out: the routes (``pipeline.control.http.api``) and the MCP server
+share. Leaves out the routes (``pipeline.control.http.api``) and the MCP server
 (``pipeline.control.mcp.server``).
 """
 
@@ -142,14 +133,8 @@ def build_services(
         per_subject=api.index_per_subject,
         max_records=api.index_records,
     )
-    zone = host_zone(config.subject.timezone)
     chats = tuple(config.chats)
-    not_here = _NotOverHttp()
-
-    def schedules(who: Principal) -> SchedulePort:
-        subject = Subjecthood(who.tenant_id, who.user_id, chats, zone)
-        return Dispatcher(subject, commands=commands, agent=not_here, runner=not_here, clock=clock)
-
+    schedules = _schedules(config, commands, clock)
     events = SdkEvents(config)
     budgets = RedisBudgets.from_url(config.redis.url.get_secret_value())
     services = ApiServices(
@@ -162,11 +147,7 @@ def build_services(
         max_body=config.api.max_body,
         events=events,
         wakes=KafkaWakes(bootstrap, topology),
-        publishers={
-            name: frozenset(p.sources)
-            for name, p in config.principals.items()
-            if p.role is Role.PUBLISHER
-        },
+        publishers=_publishers(config),
         status=StatusReader(bootstrap, topology, clock, budgets),
         limiter=RateLimiter(api.rate, api.burst),
         sign_ins=RateLimiter(api.sign_in_per_minute / 60.0, api.sign_in_per_minute),
@@ -181,6 +162,31 @@ def build_services(
         budgets.close()
 
     return services, close
+
+
+def _schedules(
+    config: VigilConfig, commands: ClientPool, clock: Clock
+) -> Callable[[Principal], SchedulePort]:
+    """A dispatch core per caller that serves only ``list`` and ``cancel`` of schedules (the
+    verbs that start agents or scripts are the daemon's)."""
+    zone = host_zone(config.subject.timezone)
+    chats = tuple(config.chats)
+    not_here = _NotOverHttp()
+
+    def schedules(who: Principal) -> SchedulePort:
+        subject = Subjecthood(who.tenant_id, who.user_id, chats, zone)
+        return Dispatcher(subject, commands=commands, agent=not_here, runner=not_here, clock=clock)
+
+    return schedules
+
+
+def _publishers(config: VigilConfig) -> dict[str, frozenset[str]]:
+    """The sources each ``publisher`` principal may publish to."""
+    return {
+        name: frozenset(p.sources)
+        for name, p in config.principals.items()
+        if p.role is Role.PUBLISHER
+    }
 
 
 def openapi_document() -> dict[str, Any]:

@@ -1,14 +1,10 @@
 """``vigil command-processor``: run one member of the command processor group until SIGTERM.
 
-Reads ``[kafka]``, ``[instance]``, ``[metrics]``, ``[limits]``, ``[subject]`` and ``[chats]``
-(the daemon's subject and chats, the only ones that may ``run`` and ``prompt``) from vigil.toml;
-refuses to start when its topics are missing or drifted (naming the command that fixes it);
-serves metrics
-(``vigil_commands_total{verb,result}`` and the runtime's) on ``[metrics] listen``; on SIGTERM
-or SIGINT commits the open transaction and leaves the group.
-
-Left out: the loop (``consumers.commands.loop``) and the rules (``pipeline.rules.commands.apply``).
-"""
+Reads ``[kafka]``, ``[instance]``, ``[metrics]``, ``[limits]``, ``[subject]`` and ``[chats]`` (the
+only subject and chats that may ``run`` and ``prompt``); refuses drifted or missing topics; serves
+``vigil_commands_total{verb,result}`` and the runtime's metrics; on SIGTERM or SIGINT commits and
+leaves the group. Left out: the loop (``consumers.commands.loop``) and the rules
+(``pipeline.rules.commands.apply``)."""
 
 from __future__ import annotations
 

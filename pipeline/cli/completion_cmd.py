@@ -1,14 +1,9 @@
 """``vigil completion bash|zsh|fish`` and what completers share.
 
-The script is click's own shell completion for the ``vigil`` command (``_VIGIL_COMPLETE``).
-Schedule names complete from the local daemon (the ``list`` verb, over its socket; here) and
-watcher ids from the command processor (``watch_cmd.complete_watcher_ids``, over Kafka); each
-asks with a short deadline (:data:`ASK_TIMEOUT_S`) and completes nothing when vigil is not
-running — a completer never fails the shell.
-
-Left out: the commands whose arguments use the completers (``watch_cmd``, ``verbs_cmd``,
-``explain_cmd``).
-"""
+The script is click's own completion (``_VIGIL_COMPLETE``). Schedule names complete from the local
+daemon (here), watcher ids from the command processor (``round_trip.complete_watcher_ids``), each
+within :data:`ASK_TIMEOUT_S`; with vigil not running nothing completes, and a completer never fails
+the shell. Left out: the commands that use the completers."""
 
 from __future__ import annotations
 

@@ -41,6 +41,11 @@ class CliState:
             self._config = config
         return self._config
 
+    def subject(self, tenant: str | None, user: str | None) -> tuple[str, str]:
+        """The subject a command names, else ``[subject]`` of the configuration."""
+        me = self.config.subject
+        return tenant or me.tenant_id, user or me.user_id
+
     def reach_kafka(self) -> BrokerInfo:
         """Check that the configured broker answers, within seconds: an ``UnavailableError``
         (exit 69, one line naming the address, the key and the fix) rather than a long stall."""

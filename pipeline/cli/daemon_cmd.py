@@ -1,25 +1,9 @@
 """``vigil daemon``: serve the control plane on a local Unix socket until SIGTERM.
 
-Wires the pieces at the edge: the socket path (``--socket`` → ``$VIGIL_SOCKET`` →
-``[rpc] socket_path`` → ``$XDG_RUNTIME_DIR/vigil.sock`` → ``~/.config/vigil/vigil.sock``), the
-subject's zone (``[subject] timezone``, else the host's), the command client (immediate sends
-are commands too: the command processor writes their outbox entries), the agent runner with its
-tokens, the script runner and the :class:`Dispatcher`. Who a peer is follows
-:class:`~pipeline.control.identity.PeerIdentity`: our own uid (``SO_PEERCRED``) is the
-configured user unless it bears a live agent token or descends from an agent run; with
-``[agent] run_as`` the agent runs under that user's uid, reaches the daemon on a socket of its
-own and is the agent whatever it forks. Without ``run_as`` an agent is refused unless
-``[agent] allow_same_uid`` opts in (``vigil dev`` does), and the daemon warns at start that
-agent isolation is by process ancestry only. Agents and scripts get an allowlisted environment.
-Each Telegram chat with ``listen`` is read (``pipeline.control.chat``): its messages are turns
-of its conversation, its inbox kept in ``<state dir>/chats``. At
-start the daemon ensures, in the background and idempotently, the one grant its verbs need
-(``vigil grant list`` shows it; revoking it locks the verbs); until the command processor has
-answered, verbs are answered ``starting`` (the CLI asks again for a while) and ``/readyz`` of
-its metrics listener says so.
-
-Left out: the verbs' meaning (``pipeline.control.core``) and the framing
-(``pipeline.control.socket.server``).
+Owns the wiring at the edge: the socket path, the subject's zone (:func:`host_zone`), the
+dispatcher and who a peer is, the chats read (inboxes in ``<state dir>/chats``) and the daemon's
+grant ensured in the background (:func:`ensure_grant`; until then verbs answer ``starting``).
+Leaves out the verbs' meaning (``pipeline.control.core``) and the framing (``socket.server``).
 """
 
 from __future__ import annotations
@@ -52,6 +36,7 @@ from pipeline.control.run import ScriptRunner
 from pipeline.control.skill import skill_path
 from pipeline.control.socket.server import Handler, Peer, SocketServer, default_socket_path
 from pipeline.control.verbs import VerbErrorKind, VerbName, VerbResponse
+from pipeline.crypto import KeyEncryptionKeys
 from pipeline.ops.health import state_dir
 from pipeline.rules.commands.immediate import daemon_grant
 from pipeline.rules.commands.model import CommandVerb
@@ -223,81 +208,28 @@ def daemon(state: CliState, socket_path: Path | None, log_level: str) -> None:
     config: VigilConfig = state.config
     path = default_socket_path(socket_path, config.rpc.socket_path)
     subject = config.subject
-    topology = config.kafka.topology()
-    bootstrap = config.kafka.bootstrap_servers
     tokens = AgentTokens(subject.tenant_id, subject.user_id)
     agent_user = _agent_user(config)
     agent_path = (
         path if agent_user is None else agent_socket_path(config.agent.socket_path, agent_user)
     )
-    who = Subjecthood(
-        tenant_id=subject.tenant_id,
-        user_id=subject.user_id,
-        chats=tuple(config.chats),
-        zone=host_zone(subject.timezone),
-    )
+    zone = host_zone(subject.timezone)
+    who = Subjecthood(subject.tenant_id, subject.user_id, tuple(config.chats), zone)
     keks = config.privacy.keks()  # first: a missing KEK is one line and no broker round trip
     bots = listening_bots(
         config, state_dir(configured=config.instance.state_dir) / "chats", os.environ
     )
     state.reach_kafka()
-    commands = CommandClient(bootstrap, topology, keks=keks)
-    dispatcher = Dispatcher(
-        who,
-        commands=commands,
-        agent=AgentRunner(
-            config.agent.command,
-            config.agent.timeout,
-            agent_path,
-            tokens,
-            pass_env=config.agent.env,
-            user=agent_user,
-            skill=skill_path(config.agent.skill),
-            max_output=config.limits.agent_output,
-        ),
-        runner=ScriptRunner(config.run.allow_dir, path, pass_env=config.run.env),
-        clock=SystemClock(),
-    )
-    identity = PeerIdentity(
-        user_principal(subject.tenant_id, subject.user_id),
-        tokens,
-        None if agent_user is None else agent_user.uid,
-    )
+    commands = CommandClient(config.kafka.bootstrap_servers, config.kafka.topology(), keks=keks)
+    dispatcher = _dispatcher(config, who, commands, tokens, path, agent_path, agent_user)
     ready = threading.Event()
-    handler = _handler(dispatcher, identity, ready)
-    served = functools.partial(
-        SocketServer,
-        handler=handler,
-        max_connections=config.limits.socket_connections,
-        idle_s=config.limits.socket_idle.total_seconds(),
-    )
-    servers = [served(path)]
-    if agent_user is not None:
-        servers.append(
-            served(
-                agent_path,
-                owner=agent_user.uid,
-                peers={agent_user.uid},
-                remove_dir=config.agent.socket_path is None,  # a fresh private directory
-            )
-        )
-    for server in servers:
-        server.start()
-    if agent_user is None:
-        log.warning(BEST_EFFORT)
-        click.echo(f"warning: {BEST_EFFORT}", err=True)
-    else:
-        click.echo(
-            f"agents run as {agent_user.name} (uid {agent_user.uid}) on {agent_path}", err=True
-        )
+    handler = _handler(dispatcher, _peer_identity(config, tokens, agent_user), ready)
+    servers = _serve_sockets(config, handler, path, agent_path, agent_user)
+    _say_how_agents_run(agent_user, agent_path)
     stop = shutdown.catch()
     ingress = ChatIngress(bots, dispatcher, ready, stop)
     ingress.start()
-    granter = CommandClient(bootstrap, topology, keks=keks)
-    grant_thread = threading.Thread(
-        target=ensure_grant, args=(granter, config, stop, ready), name="control-grant", daemon=True
-    )
-    grant_thread.start()
+    granter, grant_thread = _ensure_grant_in_background(config, keks, stop, ready)
     health = serve_health(config, "daemon", config.instance.resolved_id())
     health.add("control_grant", lambda: None if ready.is_set() else f"starting: {STARTING}")
     click.echo(f"vigil daemon listening on {path}", err=True)
@@ -316,3 +248,104 @@ def daemon(state: CliState, socket_path: Path | None, log_level: str) -> None:
             granter.close()
         commands.close()
         click.echo("vigil daemon stopped", err=True)
+
+
+def _dispatcher(
+    config: VigilConfig,
+    who: Subjecthood,
+    commands: CommandClient,
+    tokens: AgentTokens,
+    path: Path,
+    agent_path: Path,
+    agent_user: AgentUser | None,
+) -> Dispatcher:
+    """The verbs' core: commands through ``commands``, the agent (reaching the daemon on
+    ``agent_path``) and the script runner (on ``path``)."""
+    return Dispatcher(
+        who,
+        commands=commands,
+        agent=AgentRunner(
+            config.agent.command,
+            config.agent.timeout,
+            agent_path,
+            tokens,
+            pass_env=config.agent.env,
+            user=agent_user,
+            skill=skill_path(config.agent.skill),
+            max_output=config.limits.agent_output,
+        ),
+        runner=ScriptRunner(config.run.allow_dir, path, pass_env=config.run.env),
+        clock=SystemClock(),
+    )
+
+
+def _peer_identity(
+    config: VigilConfig, tokens: AgentTokens, agent_user: AgentUser | None
+) -> PeerIdentity:
+    """Who a peer is: the configured user, unless it is an agent (a token, an agent run's
+    descendant, or ``[agent] run_as``'s uid).
+
+    Our own uid (``SO_PEERCRED``) is the configured user unless it bears a live agent token or
+    descends from an agent run; with ``[agent] run_as`` the agent runs under that user's uid,
+    reaches the daemon on a socket of its own and is the agent whatever it forks. Without ``run_as``
+    an agent is refused unless ``[agent] allow_same_uid`` opts in (``vigil dev`` does), and the
+    daemon warns at start that agent isolation is by process ancestry only. Agents and scripts get
+    an allowlisted environment.
+    """
+    subject = config.subject
+    return PeerIdentity(
+        user_principal(subject.tenant_id, subject.user_id),
+        tokens,
+        None if agent_user is None else agent_user.uid,
+    )
+
+
+def _serve_sockets(
+    config: VigilConfig,
+    handler: Handler,
+    path: Path,
+    agent_path: Path,
+    agent_user: AgentUser | None,
+) -> list[SocketServer]:
+    """The daemon's socket, and with ``[agent] run_as`` the agent's own one; both serving."""
+    served = functools.partial(
+        SocketServer,
+        handler=handler,
+        max_connections=config.limits.socket_connections,
+        idle_s=config.limits.socket_idle.total_seconds(),
+    )
+    servers = [served(path)]
+    if agent_user is not None:
+        servers.append(
+            served(
+                agent_path,
+                owner=agent_user.uid,
+                peers={agent_user.uid},
+                remove_dir=config.agent.socket_path is None,  # a fresh private directory
+            )
+        )
+    for server in servers:
+        server.start()
+    return servers
+
+
+def _say_how_agents_run(agent_user: AgentUser | None, agent_path: Path) -> None:
+    if agent_user is None:
+        log.warning(BEST_EFFORT)
+        click.echo(f"warning: {BEST_EFFORT}", err=True)
+    else:
+        click.echo(
+            f"agents run as {agent_user.name} (uid {agent_user.uid}) on {agent_path}", err=True
+        )
+
+
+def _ensure_grant_in_background(
+    config: VigilConfig, keks: KeyEncryptionKeys, stop: threading.Event, ready: threading.Event
+) -> tuple[CommandClient, threading.Thread]:
+    """:func:`ensure_grant` on a thread of its own, with a client of its own."""
+    granter = CommandClient(config.kafka.bootstrap_servers, config.kafka.topology(), keks=keks)
+    thread = threading.Thread(
+        target=ensure_grant, args=(granter, config, stop, ready), name="control-grant", daemon=True
+    )
+    thread.start()
+    return granter, thread

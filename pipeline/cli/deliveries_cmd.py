@@ -1,15 +1,9 @@
 """``vigil deliveries list|show|redeliver``: deliveries and dead letters, and sending one again.
 
-``list`` prints the subject's deliveries newest first (``--state dead`` for dead letters,
-``--watcher`` for one watcher's), ``show KEY`` one delivery, both read from ``delivery-state``
-for the configured subject or ``--tenant/--user``. ``redeliver KEY`` is a ``redeliver`` command
-through the command processor (authorization rechecked; delivery then sends a dead-lettered or
-suppressed entry again under the same key with a fresh attempt count and budgets rechecked). A
-key that is missing, another subject's, or not redeliverable is refused with exit code 1.
-``--json`` prints JSON.
-
-Left out: reading (``pipeline.control.deliveries``) and the rule (``pipeline.rules.commands``).
-"""
+``list`` (newest first; ``--state dead``, ``--watcher``) and ``show KEY`` read ``delivery-state``
+for the configured subject or ``--tenant/--user``; ``redeliver KEY`` is a ``redeliver`` command. A
+missing, foreign or non-redeliverable key exits 1; ``--json`` prints JSON. Left out: reading
+(``pipeline.control.deliveries``) and the rule (``pipeline.rules.commands``)."""
 
 from __future__ import annotations
 
@@ -20,7 +14,7 @@ import click
 
 from pipeline.cli.context import CliState, pass_state
 from pipeline.cli.options import subject_option, timeout_option
-from pipeline.cli.watch_cmd import report, send_command
+from pipeline.cli.round_trip import report, send_command
 from pipeline.control.deliveries import (
     delivery_state_filter,
     delivery_view,
@@ -45,11 +39,6 @@ def render(view: dict[str, Any]) -> str:
         if view.get(name):
             line += f" {name}={view[name]}"
     return line
-
-
-def _subject(state: CliState, tenant: str | None, user: str | None) -> tuple[str, str]:
-    me = state.config.subject
-    return tenant or me.tenant_id, user or me.user_id
 
 
 def _one(state: CliState, tenant: str, user: str, key: str) -> dict[str, Any]:
@@ -98,7 +87,7 @@ def list_cmd(
     Example:
       vigil deliveries list --state dead --watcher release-build-failed --json
     """
-    tenant_id, user_id = _subject(state, tenant, user)
+    tenant_id, user_id = state.subject(tenant, user)
     config = state.config
     records = read_deliveries(
         config.kafka.bootstrap_servers,
@@ -132,7 +121,7 @@ def show(
     Example:
       vigil deliveries show 3f5c…e1 --json
     """
-    view = _one(state, *_subject(state, tenant, user), delivery_key)
+    view = _one(state, *state.subject(tenant, user), delivery_key)
     if as_json:
         click.echo(json.dumps(view, indent=2, sort_keys=True))
         return
@@ -153,7 +142,7 @@ def redeliver(
     Example:
       vigil deliveries redeliver 3f5c…e1
     """
-    tenant_id, user_id = _subject(state, tenant, user)
+    tenant_id, user_id = state.subject(tenant, user)
     view = _one(state, tenant_id, user_id, delivery_key)
     if not view["redeliverable"]:
         click.echo(

@@ -1,17 +1,10 @@
 """``vigil delivery``: run one member of the delivery consumer group until SIGTERM.
 
 Reads ``[kafka]``, ``[redis]``, ``[destinations.*]``, ``[chats.*]``, ``[budgets.defaults]``,
-``[instance]``, ``[metrics]``, ``[subject]`` and ``[rpc]`` from vigil.toml (a fired ``prompt``
-or ``run`` of the daemon's subject asks the local daemon over its socket, which runs the agent
-or starts the script; anyone else's is dead-lettered). Refuses to start when its topics are
-missing or drifted (with the command that fixes it) or a destination's secret variable is unset;
-serves Prometheus metrics on ``[metrics] listen``. On SIGTERM or SIGINT it stops claiming,
-waits (bounded) for the sends in flight, records their results, commits and leaves the group;
-what it could not record is sent again by the next owner (at least once).
-
-Left out: the loop itself (``consumers.delivery.loop``) and the adapters
-(``consumers.delivery.adapters``).
-"""
+``[instance]``, ``[metrics]``, ``[subject]`` and ``[rpc]`` (the daemon's socket, for its subject's
+fired ``prompt`` and ``run``); refuses drifted topics or an unset destination secret. On SIGTERM it
+stops claiming, waits (bounded) for sends in flight, commits and leaves; the rest is resent by the
+next owner. Left out: the loop and adapters (``consumers.delivery``)."""
 
 from __future__ import annotations
 

@@ -1,15 +1,9 @@
 """``vigil dev``: everything on one machine, for a first look.
 
-Starts a broker and Redis with their data in the state directory (default ``.vigil/dev``; the
-default ports when free, free ones otherwise), creates the topics, runs the command processor,
-evaluator, ticker, delivery, daemon and HTTP API as one supervised group (a crashed process is
-restarted with backoff; a live status line on stderr), loads a demo (grants, a watcher with a
-``log`` destination, a schedule to the console chat, a stream of events) once every process
-answers ``/readyz`` (a line every 15 s names what is still starting), prints where metrics and
-the API listen and then ``ready``. SIGINT or SIGTERM stops the group and the servers; if
-``vigil dev`` dies any other way its children die with it (``pipeline.ops.guard``).
-
-Left out: the pieces themselves (``pipeline.ops.dev_stack``, ``pipeline.ops.supervisor``).
+Owns the run: broker and Redis in the state directory, the topics, every vigil process as one
+supervised group, a demo loaded once every process answers ``/readyz``, where things listen,
+then ``ready``; SIGINT or SIGTERM stops it all, any other death takes the children with it
+(``pipeline.ops.guard``). Leaves out the pieces (``pipeline.ops.dev_stack``, ``supervisor``).
 """
 
 from __future__ import annotations
@@ -107,13 +101,7 @@ def dev(
       vigil dev --broker tansu
       vigil dev --brokers 3
     """
-    stop = threading.Event()
-
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
+    stop = _stop_on_signals()
     state = state_dir.resolve()
     (state / "logs").mkdir(parents=True, exist_ok=True)
     if brokers > 1 and broker == "tansu":
@@ -134,17 +122,13 @@ def dev(
         config = write_config(state, ports, token, partitions)
         topology = Topology("vigil.", partitions, replication(brokers))
         ensure_topics(connect_admin(ports.bootstrap), topology)
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        for name in ("VIGIL_CONFIG", "VIGIL_SOCKET", "VIGIL_CHAT_ID", "VIGIL_AGENT_TOKEN"):
-            env.pop(name, None)
+        env = _child_env()
         for stale in addresses(state).values():  # a killed run's would point at old ports
             stale.unlink(missing_ok=True)
         supervisor = Supervisor(services(state, env))
         supervisor.start()
         _wait_up(supervisor, state, stop)
-        demo = None if no_demo else Demo(config, env, state / "logs" / "demo.log")
-        if demo is not None and not stop.is_set():
-            demo.load()
+        demo = None if no_demo else _load_demo(config, env, state, stop)
         if not stop.is_set():
             _announce(ports, state, config, token)
             _loop(supervisor, ports, demo, stop)
@@ -161,10 +145,42 @@ def dev(
         _say("stopped")
 
 
+def _stop_on_signals() -> threading.Event:
+    """An event SIGINT and SIGTERM set."""
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    return stop
+
+
+def _child_env() -> dict[str, str]:
+    """Our environment for the processes, less what would point them at another vigil."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    for name in ("VIGIL_CONFIG", "VIGIL_SOCKET", "VIGIL_CHAT_ID", "VIGIL_AGENT_TOKEN"):
+        env.pop(name, None)
+    return env
+
+
+def _load_demo(config: Path, env: dict[str, str], state: Path, stop: threading.Event) -> Demo:
+    """The demo, loaded unless we are already stopping."""
+    demo = Demo(config, env, state / "logs" / "demo.log")
+    if not stop.is_set():
+        demo.load()
+    return demo
+
+
 def _wait_up(supervisor: Supervisor, state: Path, stop: threading.Event) -> None:
     """Until every process answers ``/readyz`` ready (a stage has joined its group and caught
     up; the daemon holds its control grant, so the command processor answers) and the daemon's
-    socket exists. Every 15 s a line names what is still starting, and why."""
+    socket exists. Every 15 s a line names what is still starting, and why.
+
+    A first start picks the default ports when free and free ones otherwise; a crashed process is
+    restarted with backoff and a status line stays live on stderr.
+    """
     deadline = time.monotonic() + _UP_TIMEOUT_S
     next_word = time.monotonic() + _WAITING_EVERY_S
     socket_path = state / "run" / "vigil.sock"

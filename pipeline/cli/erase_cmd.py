@@ -1,19 +1,9 @@
 """``vigil erase --tenant T --user U``: forget a subject, for operators (DESIGN.md §10).
 
-Sends the command processor's ``erase`` command as the operator (``vigil --as-operator erase``)
-and waits for its
-result, after asking for confirmation (``--yes`` skips it; with no terminal to answer, the
-answer is no). The processor shreds every data key of the subject (so every sealed field it
-ever wrote, in every topic, stops opening at once), tombstones every watcher in ``registry``,
-``watchers`` and ``lifecycle``, revokes its grants and writes one subject-wide ``lifecycle``
-record, from which the evaluator, delivery and the budget store erase their own state. The CLI
-prints what was shredded, what erasure cannot reach (copies outside Kafka) and the longest time
-ciphertext and identifiers remain in the topics (their retention), or ``--json``; a refusal
-prints one line and exits 1.
-
-Left out: the rule (``pipeline.rules.commands.apply``) and what each consumer does with the erasure
-record.
-"""
+Sends the ``erase`` command as the operator after a confirmation (``--yes`` skips it; no terminal
+means no) and prints what was shredded, what erasure cannot reach and how long ciphertext and ids
+remain in the topics (or ``--json``); a refusal prints one line and exits 1. Left out: the rule
+(``pipeline.rules.commands.apply``) and what each consumer does with the erasure record."""
 
 from __future__ import annotations
 
@@ -23,7 +13,7 @@ import click
 
 from pipeline.cli.context import CliState, pass_state
 from pipeline.cli.options import subject_option, timeout_option
-from pipeline.cli.watch_cmd import report, send_command
+from pipeline.cli.round_trip import report, send_command
 from pipeline.kafka.topics import SPECS, Topic
 from pipeline.rules.commands import CommandVerb
 from pipeline.rules.durations import format_duration

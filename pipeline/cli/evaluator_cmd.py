@@ -1,20 +1,15 @@
 """``vigil evaluator``: run one member of the evaluator consumer group until SIGTERM.
 
-Reads ``[kafka]``, ``[redis]``, ``[budgets.defaults]``, ``[instance]`` and ``[metrics]`` from
-vigil.toml; registers the pinned evaluators this build ships (``producers.ticker.tools.REGISTERED``:
-any other ``key@vN`` evaluates as ``evaluator_missing``); refuses to start when its topics are
-missing or drifted (with the command that fixes it); serves Prometheus metrics on
-``[metrics] listen``; on SIGTERM or SIGINT commits the open transaction and leaves the group.
-
-Left out: the stage itself (``consumers.evaluator``).
-"""
+Reads ``[kafka]``, ``[redis]``, ``[budgets.defaults]``, ``[instance]`` and ``[metrics]``; registers
+the pinned evaluators this build ships (any other ``key@vN`` evaluates as ``evaluator_missing``);
+refuses drifted or missing topics; serves metrics; on SIGTERM or SIGINT commits and leaves the
+group. Left out: the stage itself (``consumers.evaluator``)."""
 
 from __future__ import annotations
 
 import click
 
-from consumers.evaluator.loop import Evaluator
-from consumers.evaluator.stage import EvaluatorSettings, EvaluatorStage
+from consumers.evaluator.stage import EvaluatorDeps, EvaluatorSettings, EvaluatorStage
 from pipeline.cli.context import CliState, pass_state
 from pipeline.cli.options import group_protocol_option, log_level_option
 from pipeline.cli.process import run_stage, start
@@ -73,16 +68,6 @@ def evaluator(
         verbose=verbose,
         redis=True,
     )
-    processor = Evaluator(
-        process.topology,
-        process.budgets(),
-        process.default_caps,
-        clock=process.clock,
-        evaluators=REGISTERED,
-        ceilings=process.ceilings,
-        keks=process.keks,
-        key_cache=process.config.privacy.key_cache,
-    )
     settings = EvaluatorSettings(
         bootstrap=process.bootstrap,
         topology=process.topology,
@@ -90,5 +75,10 @@ def evaluator(
         group_id=process.group("evaluator"),
         static_membership=static_membership,
         group_protocol=process.group_protocol,
+        default_caps=process.default_caps,
+        ceilings=process.ceilings,
+        evaluators=REGISTERED,
+        key_cache=process.config.privacy.key_cache,
     )
-    run_stage(process, "evaluator", EvaluatorStage(settings, processor))
+    deps = EvaluatorDeps(process.budgets(), keks=process.keks, clock=process.clock)
+    run_stage(process, "evaluator", EvaluatorStage(settings, deps))

@@ -14,7 +14,7 @@ import click
 
 from pipeline.cli.context import CliState, pass_state
 from pipeline.cli.options import subject_option
-from pipeline.cli.watch_cmd import complete_watcher_ids
+from pipeline.cli.round_trip import complete_watcher_ids
 from pipeline.kafka.scan import Progress
 from pipeline.ops.explain import ExplainRow, read_explanation
 
@@ -43,8 +43,7 @@ def explain(
     rows = read_explanation(
         config.kafka.bootstrap_servers,
         config.kafka.topology(),
-        tenant or config.subject.tenant_id,
-        user or config.subject.user_id,
+        *state.subject(tenant, user),
         watcher_id,
         progress,
         keks=config.privacy.keks(),

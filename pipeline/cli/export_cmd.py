@@ -1,13 +1,9 @@
 """``vigil --as-operator export --subject T/U > FILE``: one subject's watchers as a file that
-``vigil import`` restores in another namespace or cluster (seed 000's snapshot).
+``vigil import`` restores elsewhere (seed 000's snapshot).
 
-Asks the command processor for the subject's watchers a page at a time (the ``export`` verb:
-operators only) and prints one JSON document (``pipeline.rules.commands.transfer``): every
-watcher's definition, version, revision and lifecycle, closed ones too; no secrets (definitions
-hold registry references only) and no receipts. A refusal prints one line and exits 1.
-
-Left out: the file's shape and parser, and the verb (``pipeline.rules.commands.transfer``).
-"""
+Asks the command processor a page at a time (the ``export`` verb) and prints one JSON document,
+closed watchers included, no secrets or receipts; a refusal prints one line and exits 1. Left out:
+the file's shape, parser and verb (``pipeline.rules.commands.transfer``)."""
 
 from __future__ import annotations
 
@@ -18,7 +14,7 @@ import click
 
 from pipeline.cli.context import CliState, pass_state
 from pipeline.cli.options import subject_option, timeout_option
-from pipeline.cli.watch_cmd import report, send_command
+from pipeline.cli.round_trip import report, send_command
 from pipeline.rules.commands import CommandVerb
 from pipeline.rules.commands.transfer import MAX_WATCHERS, PAGE_MAX
 

@@ -1,13 +1,9 @@
 """``vigil grant add|list|revoke``: grants as records, written by the command processor.
 
-Operator verbs (DESIGN.md §9): ``vigil --as-operator grant …`` with an ``[operator]`` identity.
-``add`` prints the new grant's id; ``list`` prints every grant (``--tenant/--user`` narrow it);
-``revoke`` takes an id, or a subject and a source (a grant naming only that source is removed, one
-naming more loses that source). Results, errors and ``--json`` behave as in ``vigil watch``.
-
-Left out: the rules (``pipeline.rules.commands.apply``) and the round trip
-(``pipeline.cli.watch_cmd``).
-"""
+Operator verbs (DESIGN.md §9, ``vigil --as-operator grant …``): ``add`` prints the new id, ``list``
+every grant (``--tenant/--user`` narrow it), ``revoke`` an id, or a subject and a source (a grant
+naming more sources loses that one). Results, errors and ``--json`` as in ``vigil watch``. Left out:
+the rules (``pipeline.rules.commands.apply``) and the round trip."""
 
 from __future__ import annotations
 
@@ -18,7 +14,7 @@ import click
 
 from pipeline.cli.context import CliState, pass_state
 from pipeline.cli.options import subject_option, timeout_option
-from pipeline.cli.watch_cmd import report, send_command
+from pipeline.cli.round_trip import report, send_command
 from pipeline.rules.authz import Action
 from pipeline.rules.commands import CommandVerb, GrantSpec
 from pipeline.rules.durations import parse_duration

@@ -1,19 +1,9 @@
 """Who the ``vigil`` CLI acts as when it sends a command over Kafka (DESIGN.md §10).
 
-Owns :func:`cli_principal`: by default the configured ``[subject]`` as a user — never more.
-Operator verbs (grants, erasure, acting for another subject with ``--tenant/--user``) need an
-explicit operator identity: ``vigil --as-operator …`` *and* ``[operator] name`` in vigil.toml;
-either missing is a clear refusal before anything is sent. Inside an agent run
-(``$VIGIL_AGENT_TOKEN`` set) the CLI acts as the agent of that run's session
-(``$VIGIL_SESSION_ID``) and refuses operator verbs, so an agent shelling out to
-``vigil watch approve`` cannot approve its own proposal. This is best effort by itself — a
-process with the config and Kafka credentials can assert anything; ``[agent] run_as`` (no
-access to the user's files) and Kafka ACLs on ``commands`` make it hold (DESIGN.md §10
-"Commands carry an asserted principal").
-
-Left out: the commands themselves (``watch_cmd``, ``grant_cmd``, ``erase_cmd``) and what each
-principal may do (the command processor).
-"""
+Owns :func:`cli_principal`: the configured ``[subject]`` as a user; operator verbs need both
+``--as-operator`` and ``[operator] name``; inside an agent run (``$VIGIL_AGENT_TOKEN``) the agent of
+``$VIGIL_SESSION_ID``, never an operator. Best effort alone: ``[agent] run_as`` and Kafka ACLs on
+``commands`` make it hold. Left out: the commands and what each principal may do."""
 
 from __future__ import annotations
 

@@ -1,15 +1,10 @@
-"""``vigil --as-operator import -f FILE``: restore an export file's watchers in this deployment
-(another namespace or cluster), each kept as it was — version, revision, lifecycle.
+"""``vigil --as-operator import -f FILE``: restore an export file's watchers in this deployment,
+each kept as it was (version, revision, lifecycle).
 
-The file is parsed whole first (``pipeline.rules.commands.transfer.parse_export``: bounded and
-total; a bad file is refused before anything is sent, naming the field), then one ``import``
-command per watcher goes to the command processor, which refuses conflicts as ``create`` does
-(a live watcher of that id, or a closed one at that version or later) and checks grants, limits
-and agent-watch bounds. Prints one line per watcher (``--json``: one object); exit 1 when any was
-refused. Grants are not in the file: add them in the target first.
-
-Left out: the file's shape and the verb (``pipeline.rules.commands.transfer``).
-"""
+The file is parsed whole first (a bad one is refused naming the field), then one ``import`` command
+per watcher; one line per watcher (``--json``: one object), exit 1 when any was refused. Grants are
+not in the file: add them first. Left out: the file's shape and the verb
+(``pipeline.rules.commands.transfer``)."""
 
 from __future__ import annotations
 
@@ -23,7 +18,7 @@ import click
 from pipeline.cli.context import CliState, pass_state
 from pipeline.cli.identity import cli_principal
 from pipeline.cli.options import timeout_option
-from pipeline.cli.watch_cmd import send_command
+from pipeline.cli.round_trip import send_command
 from pipeline.rules.commands import CommandVerb, watcher_view
 from pipeline.rules.commands.transfer import MAX_FILE_BYTES, parse_export
 

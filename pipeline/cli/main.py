@@ -1,20 +1,10 @@
 """The ``vigil`` command group and the registry of its subcommands.
 
-A subcommand lives in its own module and is registered here with one line in
-:data:`COMMANDS` (``"name": "module:attribute"``); modules are imported only when their
-command runs, so ``vigil --help`` stays fast and one broken module cannot break the others.
-
-Exit codes, one meaning each (``vigil --help`` lists them): 0 done; 1 refused (a :class:`VigilError`
-a command lets escape, printed as one ``Error: …`` line); 2 usage (click's); 69 unavailable
-(:class:`UnavailableError`: the broker or Redis does not answer; the line names the address,
-the key and the fix); 130 interrupted (Ctrl-C). With ``--json`` the error is one JSON object,
-``{"error": {"code", "message"}}``, on stderr instead.
-
-Every ``vigil`` process first makes itself non-dumpable, and drops vigil's secret variables from
-its environment once configuration has read them (``pipeline.control.hardening``).
-
-Left out: the commands themselves and configuration loading (``pipeline.config``).
-"""
+Owns :data:`COMMANDS` (``"name": "module:attribute"``, imported only when run) and the exit codes: 0
+done, 1 refused (a :class:`VigilError`), 2 usage, 69 unavailable (:class:`UnavailableError`), 130
+interrupted; with ``--json`` the error is ``{"error": {"code", "message"}}`` on stderr. Every
+process first hardens itself (``pipeline.control.hardening``). Left out: the commands and
+configuration loading (``pipeline.config``)."""
 
 from __future__ import annotations
 

@@ -1,23 +1,10 @@
 """One option grammar for every ``vigil`` command.
 
-- **Options may follow the subcommand.** A group's options (``vigil --config F``,
-  ``--as-operator``; ``vigil watch --timeout S``) are also accepted by every command below it:
-  ``vigil watch create --timeout 5 --config F`` means the same as ``vigil --config F watch
-  --timeout 5 create``. :func:`spread_group_options` adds the copies once, when the command
-  group loads a subcommand; a command that has an option of the same name keeps its own.
-- **One subject form.** :func:`subject_option` is ``--subject TENANT/USER`` (also
-  ``["tenant","user"]``), with the old ``--tenant``/``--user`` as hidden aliases; the command
-  receives ``tenant`` and ``user`` as before.
-- **``-h``** is ``--help`` everywhere (:data:`CONTEXT_SETTINGS`, inherited by subcommands).
-- **Group protocol.** Every stream process takes ``--group-protocol auto|consumer|classic``
-  (:func:`group_protocol_option`), which wins over ``[kafka] group_protocol``
-  (:func:`chosen_group_protocol`).
-- **Logging.** Every long-running process takes ``-v/--verbose`` (INFO) and ``--log-level``
-  (which wins): :func:`log_level_option` and :func:`verbose_option` add the one it lacks,
-  :func:`chosen_level` is what the process then logs at.
-
-Left out: the commands and what the options mean to them.
-"""
+Owns :func:`spread_group_options` (a group's options also follow its subcommands; a command's own
+option of that name wins), :func:`subject_option` (``--subject TENANT/USER``), ``-h``
+(:data:`CONTEXT_SETTINGS`), ``--group-protocol`` (:func:`group_protocol_option`,
+:func:`chosen_group_protocol`) and ``-v``/``--log-level`` (:func:`chosen_level`). Left out: the
+commands and what the options mean to them."""
 
 from __future__ import annotations
 
@@ -120,7 +107,7 @@ def spread_from(group: click.Group, command: click.Command) -> None:
 
 def timeout_option(command: F) -> F:
     """``--timeout S`` of the commands that wait for the command processor's answer (one
-    definition; the command stores it where ``watch_cmd`` reads it, and it spreads to
+    definition; the command stores it where ``round_trip`` reads it, and it spreads to
     subcommands like the other group options)."""
     return click.option(
         "--timeout",

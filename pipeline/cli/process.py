@@ -1,12 +1,10 @@
-"""What every long-running ``vigil`` process does before its loop, in one place: logging, the
-configuration, its key-encryption keys (none configured: it refuses to start, saying how to fix
-it), refusing to start on missing or drifted topics (with the command that fixes them), its
-stable instance id, its clock (the real one; a fault test may scale it through the environment,
-``pipeline.clock.clock_from_env``), the ``/metrics`` server and the stop event SIGTERM sets;
-and :func:`run_stage`, which runs a built stage (``pipeline.runtime.stage``) until then.
+"""What every long-running ``vigil`` process does before its loop, in one place.
 
-Leaves out each process's own loop and which topics it needs (its command module says).
-"""
+Logging, configuration, key-encryption keys (none: refuse to start, saying how to fix it), topics
+(missing or drifted: refuse, naming the fix), the stable instance id, the clock
+(``pipeline.clock.clock_from_env``), the ``/metrics`` server and the SIGTERM stop event; and
+:func:`run_stage`, which runs a built stage until then. Leaves out each process's loop and topics
+(its command module)."""
 
 from __future__ import annotations
 

@@ -1,17 +1,10 @@
 """``vigil publish [FILE|-]``: publish events given as JSON lines (docs/definitions.md#events).
 
-Each non-blank line is one event object. A bad line is reported as
-``FILE:line:col: field: message``, every problem of the line at once; by default publishing
-stops there (what came before is still flushed), with ``--skip-invalid`` it goes on. An
-``observed_at`` outside the freshness window this side can know earns a warning line (the event
-is still published). ``--dry-run`` checks every line and publishes nothing: no broker is needed.
-Long inputs get a progress line on stderr; every run ends with ``published N, rejected M``
-there, and exits 1 when anything was rejected. A leader moving on the cluster is waited out up to
-``--timeout`` (default a minute: a broker's loss and a controller failover). Every event carries
-the configured subject's tenant (``[subject] tenant_id``), the one pinned evaluators match it to.
-
-Left out: the checks (``pipeline.ops.validate``) and the producer (``producers.publish``).
-"""
+A bad line is reported as ``FILE:line:col: field: message`` and stops publishing (``--skip-invalid``
+goes on); an ``observed_at`` outside the knowable freshness window warns; ``--dry-run`` needs no
+broker. Ends with ``published N, rejected M`` (exit 1 on any rejection); leader moves are waited out
+up to ``--timeout``; events carry ``[subject] tenant_id``. Left out: the checks
+(``pipeline.ops.validate``) and the producer (``producers.publish``)."""
 
 from __future__ import annotations
 

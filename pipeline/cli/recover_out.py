@@ -1,16 +1,10 @@
-"""``vigil replay``'s recovery of what an authorization failure skipped: the dry run and
-``--apply`` (DESIGN.md §10 "Authorization failure and checkpoints").
+"""``vigil replay``'s recovery of what an authorization failure skipped: the dry run and ``--apply``
+(DESIGN.md §10 "Authorization failure and checkpoints").
 
-For one watcher, :func:`recover` reads the current grants, plans the recovery
-(:func:`pipeline.rules.recovery.plan_recovery`) and says what ``--apply`` would write. With
-``--apply`` (operators only) it first sends the command processor a ``replay_apply`` command —
-which authorizes the operator, checks the watcher is active at that version and that the current
-grants allow it, and audits it in ``definition-log`` — and only on its ``ok`` writes the
-recovered receipts and outbox entries in one transaction. Applying twice writes nothing twice:
-a receipt of the first apply marks each trigger decided, and delivery knows each key it has.
-
-Left out: the rules, the reads and writes (``pipeline.ops.replay_apply``), the replay report.
-"""
+:func:`recover` plans one watcher's recovery with the current grants and says what ``--apply`` would
+write; with ``--apply`` (operators) a ``replay_apply`` command must answer ``ok`` before the
+receipts and entries are written in one transaction; applying twice writes nothing twice. Left out:
+the rules, reads and writes (``pipeline.ops.replay_apply``) and the replay report."""
 
 from __future__ import annotations
 
@@ -21,13 +15,13 @@ from typing import Any
 import click
 
 from pipeline.cli.context import CliState
-from pipeline.cli.watch_cmd import send_command
+from pipeline.cli.round_trip import send_command
 from pipeline.kafka.serde import default_codec
 from pipeline.ops.replay_apply import read_grants, write_recovery
 from pipeline.ops.replay_reader import Scope, key_ring
 from pipeline.rules.commands import CommandVerb
 from pipeline.rules.recovery import RecoveryPlan, plan_recovery
-from pipeline.rules.replay import History
+from pipeline.rules.replay_model import History
 
 __all__ = ["print_recovery", "recover", "recovery_scope"]
 
@@ -43,8 +37,7 @@ def recovery_scope(state: CliState, scope: Scope, definition: Path | None) -> Sc
         raise click.UsageError(
             "--apply is an operator action: run `vigil --as-operator replay … --apply`"
         )
-    me = state.config.subject
-    return Scope(scope.tenant_id or me.tenant_id, scope.user_id or me.user_id, scope.watcher_id)
+    return Scope(*state.subject(scope.tenant_id, scope.user_id), scope.watcher_id)
 
 
 def recover(

@@ -1,15 +1,9 @@
 """``vigil replay``: re-derive decisions over a range of inputs and print what differs.
 
-Reads the history (``pipeline.ops.replay_reader``, a progress line on stderr), runs
-:func:`pipeline.rules.replay.replay` and prints a summary and one line per difference (``--json``:
-one object). Exit status: 0 when nothing differs or when ``--definition`` asked a what-if
-question, 1 when unchanged definitions reproduce differently (an incident to look at). For one
-watcher, it also says what recovering the evaluations an authorization failure skipped would
-write with the current grants (a dry run); ``--apply`` (operators) writes it
-(``pipeline.cli.recover_out``).
-
-Left out: reading Kafka and the replay rules themselves.
-"""
+Reads the history (``pipeline.ops.replay_reader``), runs :func:`pipeline.rules.replay.replay`,
+prints a summary and one line per difference (``--json``: one object). Exit 0 when nothing differs
+or for a ``--definition`` what-if, 1 when unchanged definitions reproduce differently. For one
+watcher it adds the recovery dry run (``--apply``: ``pipeline.cli.recover_out``)."""
 
 from __future__ import annotations
 
@@ -28,7 +22,8 @@ from pipeline.kafka.scan import Bound, Progress
 from pipeline.ops.replay_reader import Scope, read_history
 from pipeline.ops.validate import load_definition
 from pipeline.rules.definition import WatcherDefinition
-from pipeline.rules.replay import Difference, ReplayClock, ReplayReport, affected_keys, replay
+from pipeline.rules.replay import replay
+from pipeline.rules.replay_model import Difference, ReplayClock, ReplayReport, affected_keys
 
 __all__ = ["replay_command", "report_json"]
 

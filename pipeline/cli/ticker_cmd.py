@@ -1,13 +1,9 @@
 """``vigil ticker``: run one member of the poll ticker group until SIGTERM.
 
 Reads ``[kafka]``, ``[redis]``, ``[tools.*]``, ``[budgets.defaults]``, ``[instance]`` and
-``[metrics]`` from vigil.toml; refuses to start when its topics are missing or drifted (with the
-command that fixes it); serves Prometheus metrics on ``[metrics] listen`` (due instants, missed
-instants by policy, tool latency and errors by code, the runtime's own); on SIGTERM or SIGINT
-commits the open transaction and leaves the group.
-
-Left out: the loop itself (``producers.ticker.loop``).
-"""
+``[metrics]``; refuses drifted or missing topics; serves metrics (due and missed instants, tool
+latency and errors, the runtime's); on SIGTERM or SIGINT commits and leaves the group. Left out: the
+loop itself (``producers.ticker.loop``)."""
 
 from __future__ import annotations
 

@@ -1,13 +1,9 @@
 """``vigil topics create|describe``: make the broker hold the topics of DESIGN.md §2.
 
-``create`` is idempotent (creates what is missing, resets drifted configs) and refuses a
-drifted partition count; ``describe`` prints each topic's state (partitions, replicas, min
-ISR) and exits 1 on any drift or on a cluster setting that would lose acknowledged data or stall
-transactions (``pipeline.kafka.durability``), saying what and what fixes it; ``create`` warns of
-the latter.
-
-Left out: the specs (``pipeline.kafka.topics``) and the broker calls (``pipeline.kafka.admin``).
-"""
+``create`` is idempotent (creates what is missing, resets drifted configs, refuses a drifted
+partition count, warns of unsafe cluster settings); ``describe`` prints each topic's state and exits
+1 on drift or a setting that would lose acknowledged data or stall transactions
+(``pipeline.kafka.durability``). Left out: the specs and broker calls (``pipeline.kafka``)."""
 
 from __future__ import annotations
 

@@ -1,15 +1,10 @@
 """The control-plane verbs as ``vigil`` subcommands: ``send``, ``prompt``, ``query``, ``run``,
 ``schedule``, ``list``, ``cancel`` (seed 001, DESIGN.md §5).
 
-Each command builds one request (``pipeline.control.verbs``), sends it to the local daemon over
-its socket (``--socket`` → ``$VIGIL_SOCKET`` → ``[rpc] socket_path`` → the default path),
-prints the answer and exits: 0 on success, 1 on any refusal (a taken name, an unknown schedule,
-a denied verb) with ``Error: …`` on stderr, 2 on a usage error found before anything is sent.
-The target chat is ``--chat``, else ``$VIGIL_CHAT_ID``; the daemon falls back to the sole
-configured chat. ``$VIGIL_AGENT_TOKEN``, when set (inside an agent run), goes with every request.
-
-Left out: what the verbs do (``pipeline.control.core``, inside the daemon).
-"""
+Each builds one request, sends it over the daemon's socket (``--socket`` → ``$VIGIL_SOCKET`` →
+``[rpc] socket_path`` → default), prints the answer and exits 0, 1 on a refusal (``Error: …``) or 2
+on usage. The chat is ``--chat``, else ``$VIGIL_CHAT_ID``; ``$VIGIL_AGENT_TOKEN`` goes with every
+request. Left out: what the verbs do (``pipeline.control.core``)."""
 
 from __future__ import annotations
 
@@ -88,8 +83,9 @@ def _text(words: tuple[str, ...]) -> str:
     return text
 
 
-def _print_json(result: dict[str, Any]) -> None:
-    click.echo(json.dumps(result, ensure_ascii=False, indent=2))
+def _answer(result: dict[str, Any], as_json: bool, line: Callable[[dict[str, Any]], str]) -> None:
+    """Print the daemon's result: the raw JSON with ``--json``, else ``line`` of it."""
+    click.echo(json.dumps(result, ensure_ascii=False, indent=2) if as_json else line(result))
 
 
 @click.command(short_help='Deliver text to a chat now: vigil send "deploy done"')
@@ -115,10 +111,7 @@ def send(
     result = _request(
         state, socket_path, {"verb": "send", "text": _text(words), "chat": _chat(chat)}
     )
-    if as_json:
-        _print_json(result)
-    else:
-        click.echo(f"sent to chat {result['chat']}")
+    _answer(result, as_json, lambda r: f"sent to chat {r['chat']}")
 
 
 @click.command(short_help='Ask the agent, deliver its answer: vigil prompt "digest"')
@@ -145,10 +138,7 @@ def prompt(
     """
     body = {"verb": "prompt", "text": _text(words), "chat": _chat(chat)}
     result = _request(state, socket_path, body)
-    if as_json:
-        _print_json(result)
-    else:
-        click.echo(f"the agent's answer was sent to chat {result['chat']}")
+    _answer(result, as_json, lambda r: f"the agent's answer was sent to chat {r['chat']}")
 
 
 @click.command(short_help='Ask the agent, print its answer: vigil query "status?"')
@@ -172,10 +162,7 @@ def query(
     """
     body = {"verb": "query", "text": _text(words), "chat": _chat(chat)}
     result = _request(state, socket_path, body)
-    if as_json:
-        _print_json(result)
-    else:
-        click.echo(result["answer"])
+    _answer(result, as_json, lambda r: r["answer"])
 
 
 @click.command(
@@ -209,10 +196,7 @@ def run(
     result = _request(
         state, socket_path, {"verb": "run", "args": [_script(script), *args], "chat": _chat(chat)}
     )
-    if as_json:
-        _print_json(result)
-    else:
-        click.echo(f"started {result['script']} (pid {result['pid']})")
+    _answer(result, as_json, lambda r: f"started {r['script']} (pid {r['pid']})")
 
 
 def _script(script: str) -> str:
@@ -287,11 +271,12 @@ def schedule(
         raise click.UsageError(str(exc).splitlines()[-1].strip()) from None
     body = request.model_dump(mode="json", by_alias=True, exclude_none=True)
     result = _request(state, socket_path, body)
-    if as_json:
-        _print_json(result)
-        return
+    _answer(result, as_json, _scheduled)
+
+
+def _scheduled(result: dict[str, Any]) -> str:
     verb = "updated" if result.get("updated") else "scheduled"
-    click.echo(
+    return (
         f"{verb} {result['name']} in chat {result['chat']}: "
         f"{_command_text(result['argv'])}, next at {result['next_fire']}"
     )
@@ -358,10 +343,7 @@ def cancel(
       vigil cancel --name digest
     """
     result = _request(state, socket_path, {"verb": "cancel", "name": name, "chat": _chat(chat)})
-    if as_json:
-        _print_json(result)
-    else:
-        click.echo(f"cancelled {result['name']} in chat {result['chat']}")
+    _answer(result, as_json, lambda r: f"cancelled {r['name']} in chat {r['chat']}")
 
 
 def _when(schedule: dict[str, Any]) -> str:

@@ -1,128 +1,29 @@
-"""``vigil watch create|update|propose|approve|show|list|pause|resume|cancel`` over Kafka.
+"""``vigil watch create|update|propose|approve|show|list|pause|resume|cancel|validate``.
 
-Each verb builds one command, sends it to the command processor and waits for its result
-(:class:`pipeline.control.client.CommandClient`). The CLI acts as the configured ``[subject]``
-(a user, ``pipeline.cli.identity``); ``--tenant T --user U`` acts for another subject, an
-operator action (``vigil --as-operator``). ``update`` names the revision it read
-(``--revision``, required: a stale or missing one is refused). ``show`` and ``list`` are
-commands too, answered by the processor from its registry: one path, authorized like the rest,
-and a ``show`` right after a ``create`` already sees it (same subject partition, in order).
-A refusal prints one line (``Error: <field>: <message> [<code>]``) and exits 1; ``--json``
-prints the result object (or ``{"error": …}``) instead.
-
-Left out: the rules (``pipeline.rules.commands.apply``) and the processor (``consumers.commands``).
+Owns each verb's options and how its result prints; every verb but ``validate`` (offline) is one
+command sent and answered through ``round_trip``. ``update`` names the revision it read, and
+``show`` right after ``create`` sees it (same subject partition, in order). Leaves out the rules
+(``pipeline.rules.commands.apply``) and the processor (``consumers.commands``).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from dataclasses import asdict
-from typing import Any, Final, TextIO, TypeVar
+from typing import Any, Final, TextIO
 
 import click
-from click.shell_completion import CompletionItem
 
-from pipeline.cli.completion_cmd import ASK_TIMEOUT_S, cli_state, matching
 from pipeline.cli.context import CliState, pass_state
-from pipeline.cli.identity import cli_principal
-from pipeline.cli.options import subject_option, timeout_option
-from pipeline.control.client import DEFAULT_TIMEOUT_S, CommandClient
+from pipeline.cli.options import timeout_option
+from pipeline.cli.round_trip import complete_watcher_ids, report, send_command, subject_options
 from pipeline.ops.validate import check_definition_text, load_definition
-from pipeline.rules.authz import Principal
-from pipeline.rules.commands import CommandResult, CommandVerb
+from pipeline.rules.commands import CommandVerb
 from pipeline.rules.lifecycle import WatcherStatus
 
-__all__ = ["complete_watcher_ids", "report", "send_command", "subject_options", "watch"]
-
-F = TypeVar("F", bound=Callable[..., Any])
+__all__ = ["watch"]
 
 _LIST_COLUMNS: Final = ("watcher_id", "status", "version", "revision", "source_id")
-
-
-def subject_options(command: F) -> F:
-    """``--subject TENANT/USER`` (operators acting for another subject) and ``--json``."""
-    command = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")(
-        command
-    )
-    return subject_option(help="Act for this subject (operators: --as-operator).")(command)
-
-
-def send_command(
-    cli: CliState,
-    verb: CommandVerb,
-    tenant: str | None,
-    user: str | None,
-    /,
-    operator_verb: bool = False,
-    **fields: Any,
-) -> CommandResult:
-    """Send one command as the CLI's principal (``cli_principal``) and wait for its result."""
-    if (tenant is None) != (user is None):
-        raise click.UsageError("--subject names a tenant and a user: TENANT/USER")
-    config = cli.config
-    me = config.subject
-    other = tenant is not None and (tenant, user) != (me.tenant_id, me.user_id)
-    principal = cli_principal(cli, operator_verb=operator_verb, other_subject=other)
-    return _ask(
-        cli, _timeout(), verb, principal, tenant or me.tenant_id, user or me.user_id, **fields
-    )
-
-
-def _ask(
-    cli: CliState,
-    timeout: float,
-    verb: CommandVerb,
-    principal: Principal,
-    tenant: str,
-    user: str,
-    **fields: Any,
-) -> CommandResult:
-    config = cli.config
-    keks = config.privacy.keks()  # first: a missing KEK is one line and no broker round trip
-    cli.reach_kafka()
-    with CommandClient(
-        config.kafka.bootstrap_servers,
-        config.kafka.topology(),
-        timeout_s=timeout,
-        keks=keks,
-    ) as client:
-        return client.send(client.command(verb, principal, tenant, user, **fields))
-
-
-def complete_watcher_ids(
-    ctx: click.Context, _param: click.Parameter, incomplete: str
-) -> list[CompletionItem]:
-    """The subject's live watcher ids, from the command processor; none when it does not
-    answer in time (``vigil completion``)."""
-    try:
-        state = cli_state(ctx)
-        me = state.config.subject
-        principal = cli_principal(state, operator_verb=False, other_subject=False)
-        result = _ask(state, ASK_TIMEOUT_S, CommandVerb.LIST, principal, me.tenant_id, me.user_id)
-        watchers: list[dict[str, Any]] = (result.result or {}).get("watchers", [])
-        return matching([str(w["watcher_id"]) for w in watchers], incomplete)
-    except Exception:  # a completer completes nothing rather than break the shell
-        return []
-
-
-def _timeout() -> float:
-    found = click.get_current_context().find_root().meta.get("vigil.timeout")
-    return float(found) if found is not None else DEFAULT_TIMEOUT_S
-
-
-def report(result: CommandResult, as_json: bool, render: Callable[[dict[str, Any]], str]) -> None:
-    """Print the result (or one error line) and exit 1 on a refusal."""
-    if as_json:
-        click.echo(json.dumps(result.as_json(), indent=2, sort_keys=True))
-    elif result.ok:
-        click.echo(render(result.result or {}))
-    if result.error is not None:
-        if not as_json:
-            error = result.error
-            where = f"{error.field}: " if error.field else ""
-            click.echo(f"Error: {where}{error.message} [{error.code.value}]", err=True)
-        raise click.exceptions.Exit(1)
 
 
 def _summary(view: dict[str, Any]) -> str:
@@ -176,12 +77,12 @@ def _definition_from(
     """The definition in ``source``, checked here first: every problem is printed as
     ``FILE:line:col: field: message (hint)`` and nothing is sent (exit 1)."""
     text = source.read()
-    me = state.config.subject
+    tenant_id, user_id = state.subject(tenant, user)
     findings = check_definition_text(
         text,
         _file_name(source),
-        tenant_id=tenant or me.tenant_id,
-        user_id=user or me.user_id,
+        tenant_id=tenant_id,
+        user_id=user_id,
         proposal=proposal,
     )
     if findings:

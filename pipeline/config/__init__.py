@@ -1,15 +1,9 @@
-"""``vigil.toml``: the configuration every vigil process shares, validated once and frozen.
+"""``vigil.toml``: the configuration every vigil process shares, validated once and frozen (§9).
 
-DESIGN.md §9. :func:`load_config` finds the file (``--config`` → ``$VIGIL_CONFIG`` →
-``./vigil.toml`` → built-in defaults), parses it with ``tomllib``, lays the environment's
-``VIGIL_<SECTION>__<KEY>`` variables over it (pydantic-settings; precedence: variables, then the
-file, then defaults) and validates the result with pydantic; any error becomes one
-:class:`ConfigError` whose lines name the dotted key (``destinations.ops-hook.url: …``).
-Secret values are ``SecretStr`` and never printed; credentials themselves stay in the
-environment (``*_env`` keys name the variable).
-
-Left out: resolving runtime defaults that depend on the host (the RPC socket directory, the
-system time zone) and using the settings; each process does that at its edge.
+Owns :func:`load_config` (``--config`` → ``$VIGIL_CONFIG`` → ``./vigil.toml`` → defaults;
+``VIGIL_<SECTION>__<KEY>`` variables over the file; any error one :class:`ConfigError` naming the
+dotted key; secrets ``SecretStr``, never printed). Leaves out host-dependent defaults (the
+socket directory, the system zone) and using the settings: each process does that at its edge.
 """
 
 from pipeline.config.budgets import DEFAULT_CAPS, BudgetsConfig

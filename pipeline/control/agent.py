@@ -1,28 +1,10 @@
 """The agent behind ``prompt`` and ``query``: one fresh process per call, and its agent token.
 
-Owns :class:`AgentRunner`, which runs ``[agent] command`` as an ephemeral session (seed 001): a
-new process per call, the prompt on stdin, the answer on stdout (at most ``max_output`` bytes of
-it and of stderr kept: ``capture``; an answer cut there ends with a marker that says so), a
-timeout that kills the whole process group, never inside a Kafka transaction (callers run it
-between two). The process gets an allowlisted environment (``isolation.allowlisted_env``: never
-vigil's secrets) plus
-``VIGIL_SOCKET``, ``VIGIL_CHAT_ID``, ``VIGIL_SESSION_ID``, ``VIGIL_SKILL`` (``skill``) and a
-per-run ``VIGIL_AGENT_TOKEN`` from :class:`AgentTokens`; it starts with no capability and no way
-to gain one (``isolation.clean_start``), and with ``[agent] run_as`` under that user's uid. Requests
-bearing the token — or coming from the run's process, its descendants (its process group or
-session survives a double fork) or, after the run, what it left behind — act with the agent
-role (DESIGN.md §10), in the session of their chat's conversation
-(:func:`conversation_session`: a conversation is the daemon's subject and one chat, so every
-run for that chat — a reply to a message, a fired ``prompt`` — owns and counts what the others
-created). The command starts behind a gate — a ``/bin/sh`` that reads one empty line from
-stdin, then execs it in place (same pid, stdin left at the prompt) — and that line is written
-only once the run holds its pid: else a tokenless child it forks at once could reach the
-socket before the daemon knew the run, and be taken for the user.
-
-Left out: what the agent is (any command that reads stdin and answers on stdout), delivering
-the answer (``dispatch`` for immediate prompts, the delivery consumer for scheduled ones) and
-deciding a socket peer's principal (``identity``).
-"""
+Owns :class:`AgentRunner` (seed 001's ephemeral session: prompt on stdin, bounded answer on stdout,
+a timeout that kills the process group; never inside a Kafka transaction), :class:`AgentTokens` and
+:func:`conversation_session`. Left out: what the agent is (any command reading stdin), delivering
+the answer (``dispatch``, the delivery consumer) and deciding a socket peer's principal
+(``identity``)."""
 
 from __future__ import annotations
 
@@ -179,7 +161,17 @@ class AgentTokens:
 
 
 class AgentRunner:
-    """Runs ``[agent] command``. Thread-safe: each call is its own process."""
+    """Runs ``[agent] command``. Thread-safe: each call is its own process.
+
+    At most ``max_output`` bytes of stdout and stderr are kept (``capture``; a cut answer ends with
+    a marker saying so). The process gets an allowlisted environment (``isolation.allowlisted_env``:
+    never vigil's secrets) plus ``VIGIL_SOCKET``, ``VIGIL_CHAT_ID``, ``VIGIL_SESSION_ID``,
+    ``VIGIL_SKILL`` and a per-run ``VIGIL_AGENT_TOKEN``; it starts with no capability
+    (``isolation.clean_start``), under ``[agent] run_as``'s uid when named. Requests bearing the
+    token, or from the run's process, its descendants or what it left behind, act as the agent
+    (DESIGN.md §10) in the session of the chat's conversation. The command starts behind a gate
+    (``/bin/sh`` reads one empty line, then execs it in place), written only once the run holds its
+    pid."""
 
     def __init__(
         self,

@@ -1,23 +1,10 @@
 """Send one command over Kafka and wait for its answer: the control plane's client core.
 
-:class:`CommandClient` produces a :class:`~pipeline.rules.commands.apply.Command` to ``commands``
-(key: the subject, on Java's partition of it) and reads ``command-results`` — only the partition its
-request id hashes to, from the end it had before the command was sent, ``read_committed`` — until
-the record keyed by that request id arrives or the timeout passes (a clear
-:class:`BrokerError` naming the request and the likely cause). Sending the command and finding
-the channel's end wait out a leader move (``pipeline.kafka.failover``). The CLI uses it today; the
-socket and HTTP adapters of the control-plane issue serve the same core.
-
-Commands carry their subject content sealed (DESIGN §10 "Erasure's reach"): before sending a
-definition or a text, the client reads the subject's ``keys`` partition to its end now, from
-where its last read stopped (:class:`~pipeline.runtime.keys.FollowedKeys`: a key shredded by an
-erasure is never used again, and a long-lived client does not re-read every key per command;
-when the subject has none, it asks the processor for one with verb ``key``); results are opened
-with the same ring, read again once when they name a key the client has not seen.
-
-Left out: deciding commands (``pipeline.rules.commands.apply``, run by ``consumers.commands``) and
-authenticating callers (the principal is asserted by whoever builds the command).
-"""
+Owns :class:`CommandClient`: a command to ``commands`` (keyed by subject), then its answer read from
+``command-results`` (the request's partition, from its prior end) until that request id's record or
+the timeout (:class:`BrokerError`); subject content sealed with the subject's followed keys (DESIGN
+§10). Left out: deciding commands (``consumers.commands``) and authenticating callers (the principal
+is asserted)."""
 
 from __future__ import annotations
 
@@ -67,6 +54,12 @@ def operator_principal(tenant_id: str, user_id: str, *, name: str | None = None)
 
 class CommandClient:
     """Round trips to the command processor. No network until the first :meth:`send`.
+
+    Sending and finding the channel's end wait out a leader move (``pipeline.kafka.failover``).
+    Before sealing a definition or a text it reads the subject's ``keys`` partition on to its end
+    (:class:`~pipeline.runtime.keys.FollowedKeys`: a shredded key is never used again; with none, it
+    asks the processor for one with verb ``key``); results open with the same ring, re-read once
+    when they name an unseen key.
 
     Thread-safe: concurrent :meth:`send` calls take turns (one reader follows one result
     partition at a time); a control-plane command is a short round trip, so turns are cheap.

@@ -1,28 +1,10 @@
 """The transport-agnostic control-plane core: ``dispatch(request, principal, chat) → response``.
 
 Owns what each verb means once a caller is authenticated and its chat resolved (DESIGN.md §5, §10;
-seed 001): ``schedule`` becomes a ``schedule`` command (or, with ``--update``, ``schedule_update``:
-seed 001's upsert, the one update without an expected revision) of the schedule watcher
-``schedule:<chat>:<name>`` through the command processor; ``list`` and ``cancel`` read and cancel
-those watchers; ``send`` is a ``send`` command, whose outbox entry (keyed by the request delivery
-key) the command processor writes in its transaction; ``prompt`` runs the agent here (outside any
-transaction) and then sends its answer as a ``send`` command naming the prompt, keyed by a key
-derived from the prompt's; ``query`` returns the answer and delivers nothing; ``run`` starts an
-allowlisted script (also a fired schedule's, which delivery asks for with the entry's delivery key
-and schedule: the daemon spawns every run). Seed 000 at every edge: before the agent step of
-``prompt``, before ``query`` and before ``run``, the command processor authorizes the verb against
-the subject's grants (a ``run``/``query``/``prompt`` command that writes nothing), so revoking the
-daemon's grant locks these verbs as it locks the others. Roles are checked here, at the edge
-(agents: send, schedule send or prompt, list and cancel their own schedules —
-:func:`pipeline.rules.authz.may`), and again by the command processor, which sees the principal as
-asserted (an agent stays an agent) and decides grants, limits and ownership, fail-closed.
-
-Also owns :func:`resolve_chat` (``--chat`` → ``$VIGIL_CHAT_ID``, both sent by the CLI → the
-sole configured chat → error) and :meth:`Dispatcher.handle`, which turns a raw JSON body into a
-:class:`VerbResponse`, never raising. Transports (the Unix socket, an HTTP API) only
-authenticate and frame; timing and the ``list`` shape are ``schedules``; the outbox entries of
-immediate verbs are ``immediate`` (built by the command processor).
-"""
+seed 001; :class:`Dispatcher` spells it out), :func:`resolve_chat` and :meth:`Dispatcher.handle`
+(raw JSON → :class:`VerbResponse`, never raising). Transports only authenticate and frame; timing
+and the ``list`` shape are ``schedules``'; grants, limits and ownership are the command
+processor's."""
 
 from __future__ import annotations
 
@@ -157,8 +139,19 @@ def resolve_chat(requested: str | None, chats: Sequence[str]) -> str:
 
 
 class Dispatcher:
-    """Executes verbs for one subject. Thread-safe: command round trips are serialized (the
-    command client is one consumer); agents and scripts run concurrently, outside the lock."""
+    """Executes verbs for one subject. Thread-safe: command round trips are serialized (the command
+    client is one consumer); agents and scripts run concurrently, outside the lock.
+
+    - ``schedule`` is a ``schedule`` (``--update``: ``schedule_update``) command on the watcher
+      ``schedule:<chat>:<name>``; ``list`` and ``cancel`` read and cancel those watchers;
+    - ``send`` is a ``send`` command (the processor writes its outbox entry); ``prompt`` runs the
+      agent here, outside any transaction, then sends its answer keyed by a key derived from the
+      prompt's; ``query`` returns the answer and delivers nothing; ``run`` starts an allowlisted
+      script (also a fired schedule's, asked for by delivery).
+    - Before the agent step of ``prompt``, ``query`` and ``run``, the processor authorizes the verb
+      against the subject's grants (seed 000), so revoking the daemon's grant locks them all.
+    - Roles are checked here (:func:`pipeline.rules.authz.may`) and again by the processor, which
+      sees the asserted principal and decides grants, limits and ownership, fail-closed."""
 
     def __init__(
         self,

@@ -1,16 +1,10 @@
 """Reading deliveries back: one subject's ``delivery-state`` records as the API, the CLI and the
-console show them (DESIGN.md §9: ``GET /v1/deliveries``, ``vigil deliveries list|show``).
+console show them (DESIGN.md §9).
 
-Owns :func:`read_deliveries` (the newest record of each delivery key of one subject, filtered by
-state — ``dead`` names ``dead_letter`` — and watcher, newest first), :func:`read_delivery` (one key,
-read from its own partition only), :func:`matching` (the state and watcher filter, newest first: the
-API's index filters with it too) and :func:`delivery_view` (the JSON a record is shown as: state,
-attempts, next attempt, last error, receiver status, reason and its categorical detail). Reads are
-bounded: at most ``max_scan`` of the newest records of each partition.
-
-Left out: who may read (the callers authorize first: ``authz.may``), redelivering (a command:
-``pipeline.rules.commands.redeliver``) and the outbox entries' sealed content (never shown here).
-"""
+Owns :func:`read_deliveries` (newest per key, filtered, newest first), :func:`read_delivery` (one
+key, its own partition only), :func:`matching` and :func:`delivery_view`; reads are bounded by
+``max_scan`` per partition. Left out: who may read (callers authorize first), redelivering (a
+command) and the entries' sealed content (never shown)."""
 
 from __future__ import annotations
 

@@ -1,23 +1,10 @@
-"""What a vigil process does so that the processes around it — an agent above all — cannot read
-its secrets or inherit its powers (DESIGN.md §10 "Secrets are out of the agent's reach").
+"""What a vigil process does so that the processes around it, an agent above all, cannot read its
+secrets or inherit its powers (DESIGN.md §10 "Secrets are out of the agent's reach").
 
-Owns :func:`harden`, the first thing ``vigil`` does: the process becomes non-dumpable
-(``prctl(PR_SET_DUMPABLE, 0)``), so another process of the same uid can no longer read its
-``/proc/<pid>/environ``, ``mem`` or ``fd``, nor ptrace it, and no core dump is written;
-:func:`conceal`, once configuration has named and read the secret variables: they leave the C
-environment (a child started with the inherited environment no longer gets them) and the initial
-environment block, which is what ``/proc/<pid>/environ`` shows, is overwritten in place; and
-:func:`drop_capabilities`, what a child (agent, ``run`` script) does before its exec: no new
-privileges (setuid binaries and file capabilities grant nothing), no ambient, bounding,
-inheritable, permitted or effective capabilities.
-
-What it cannot do, and ``docs/operations.md`` says: from the exec until :func:`harden` runs
-(the interpreter's start-up) the environment is readable by the same uid; root (or
-``CAP_SYS_PTRACE``) reads any process; Python's ``os.environ`` keeps the values for code that
-reads them late (a tool's token), in memory that only non-dumpable protects; files the uid can
-open (``vigil.toml``, a key file) stay readable to a same-uid agent — ``[agent] run_as`` is the
-isolation. Linux only: elsewhere each step is skipped.
-"""
+Owns :func:`harden` (non-dumpable: no ``/proc`` reads, ptrace or core dump by the same uid),
+:func:`conceal` (secret variables leave the C environment and the initial environment block) and
+:func:`drop_capabilities` (a child before its exec: no new privileges, no capabilities). Linux only.
+What it cannot protect is listed in ``docs/operations.md``; ``[agent] run_as`` isolates."""
 
 from __future__ import annotations
 

@@ -1,18 +1,10 @@
-"""What a process vigil starts may see and who it runs as (DESIGN.md §10 "Agents are principals
-with less power").
+"""What a process vigil starts may see and who it runs as (DESIGN.md §10 "Agents are principals with
+less power").
 
-Owns :func:`allowlisted_env` (PATH, HOME, LANG, TZ plus the keys configuration names — never vigil's
-secrets, which ``pipeline.config`` refuses to pass), :class:`AgentUser` (``[agent] run_as``: the
-local user an agent runs as, whose uid the daemon maps to the agent role), :func:`can_switch_user`
-(root, or CAP_SETUID and CAP_SETGID), :func:`agent_socket_path` (where an agent under its own uid
-reaches the daemon: by default a fresh private directory), :func:`clean_start` (a child starts with
-no capability, as ``[agent] run_as``'s user when one is named) and :func:`process_chain` (a process
-and its ancestors with their process group, session and start time, from Linux ``/proc``), which
-recognises an agent's descendants after a fork.
-
-Left out: the tokens and runs themselves (``agent``), deciding a peer's principal
-(``identity``) and serving sockets (``socket.server``).
-"""
+Owns :func:`allowlisted_env` (never vigil's secrets), :class:`AgentUser` (``[agent] run_as``),
+:func:`can_switch_user`, :func:`agent_socket_path`, :func:`clean_start` (no capability, the agent
+user's uid) and :func:`process_chain` (a process's ancestry from Linux ``/proc``). Left out: runs
+and tokens (``agent``), a peer's principal (``identity``) and sockets (``socket.server``)."""
 
 from __future__ import annotations
 

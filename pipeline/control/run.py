@@ -1,17 +1,10 @@
 """The ``run`` verb: start an operator-allowlisted script with vigil's context, fire and forget.
 
-Owns :func:`resolve_script` (only regular, executable files inside ``[run] allow_dir``, after
-resolving every symlink — a link that points outside is refused) and :class:`ScriptRunner`,
-which starts the script in an allowlisted environment (``isolation.allowlisted_env``: PATH,
-HOME, LANG, TZ and ``[run] env``, never vigil's secrets), with no capability
-(``isolation.clean_start``), with ``VIGIL_CHAT_ID``,
-``VIGIL_SOCKET``, ``VIGIL_DELIVERY_KEY`` and, when a schedule fired it,
-``VIGIL_SCHEDULE_NAME`` and ``VIGIL_SCHEDULE_TIME`` (RFC 3339 UTC),
-then watches it from a thread: stdout at debug, the exit code at info, failures at warning
-(seed 001). A bare name (``backup.sh``) is looked up in the allowlist directory.
-
-Left out: who may run (``dispatch``) and retries (a started script counts as delivered).
-"""
+Owns :func:`resolve_script` (regular executables inside ``[run] allow_dir`` after resolving every
+symlink; a bare name is looked up there) and :class:`ScriptRunner` (allowlisted environment and
+``[run] env``, no capability, ``VIGIL_CHAT_ID``, ``VIGIL_SOCKET``, ``VIGIL_DELIVERY_KEY`` and a
+fired schedule's ``VIGIL_SCHEDULE_NAME``/``VIGIL_SCHEDULE_TIME``; output and exit code logged). Left
+out: who may run (``dispatch``) and retries (a started script counts as delivered)."""
 
 from __future__ import annotations
 

@@ -1,16 +1,10 @@
-"""Schedules as the control plane shows them: ids, timing flags → a schedule source, and a
-schedule watcher → the ``list --json`` entry (seed 001, DESIGN.md §5, §8, §10).
+"""Schedules as the control plane shows them: timing flags → a schedule source, and a schedule
+watcher → its ``list --json`` entry (seed 001, DESIGN.md §5, §8, §10).
 
-Pure: ``now`` and the subject's zone are parameters. ``--in`` counts from ``now`` (whole
-seconds, rounded up, since a fire's identity is its UTC second); ``--at`` and ``--cron`` are
-local wall-clock time in the subject's zone (an ambiguous ``--at`` is its first occurrence, a
-nonexistent one an error); an ``--at`` already past is refused. :func:`last_fire` reads a
-schedule's newest receipt as its last fire, late when it fired past the ticker's grace (the
-same rule the ticker flags one-shots with); :func:`next_look` is when a polling watcher or a
-schedule next comes due by its definition's cron or cadence (the one cron rule,
-``pipeline.rules.cron``). Left out: creating and cancelling the watchers
-(``dispatch`` through the command processor) and reading receipts (``http.backend``).
-"""
+Pure over ``now`` and the subject's zone: ``--in`` counts whole seconds up from ``now``; ``--at``
+and ``--cron`` are local wall time (ambiguous: first occurrence; nonexistent or past: refused). Owns
+:func:`last_fire` and :func:`next_look`. Left out: creating and cancelling (``dispatch``) and
+reading receipts (``http.backend``)."""
 
 from __future__ import annotations
 

@@ -1,17 +1,10 @@
-"""The console's status header, gathered: vigil's processes ready, their consumer lag, and the
-budgets the signed-in subject used in the current window (DESIGN.md §9 ``/ui/``).
+"""The console's status header, gathered: processes ready, their consumer lag, and the budgets the
+signed-in subject used this window (DESIGN.md §9 ``/ui/``).
 
-Owns :class:`StatusReader`: the four consumer groups of a deployment (``<prefix>command-processor``,
-``<prefix>evaluator``, ``<prefix>ticker``, ``<prefix>delivery``) — a group with a member is a
-process ready — their summed read-committed lag (``pipeline.kafka.groups``), and the subject's
-budget usage summed over its watchers' current windows (``RedisBudgets.subject_usage``: read from
-the subject's window index, never a scan of the Redis keyspace). Answers
-are cached for :data:`CACHE_S` (the groups once, budgets per subject), so a busy console costs
-the broker and Redis a few requests a second at most; a broker or Redis that does not answer
-shows as ``?``, never as an error page.
-
-Left out: rendering (``pipeline.control.http.console``).
-"""
+Owns :class:`StatusReader`: the four consumer groups (a member means ready), their read-committed
+lag and the subject's budget usage (its window index, never a keyspace scan), cached
+:data:`CACHE_S`; a server that does not answer shows as ``?``, never an error page. Left out:
+rendering (``pipeline.control.http.console``)."""
 
 from __future__ import annotations
 

@@ -1,16 +1,10 @@
 """The control plane's verbs on the wire: request and response models and the schedule grammar.
 
-Owns one pydantic model per verb (DESIGN.md §1, §5; seed 001) — ``send``, ``prompt``,
-``query``, ``run``, ``schedule``, ``list``, ``cancel`` — discriminated by ``verb``, the
-:class:`VerbResponse` every verb answers (ok with a result, or an error of a closed
-:class:`VerbErrorKind`), and the argv grammar a schedule wraps: ``send|prompt|run ARGS…``,
-validated at creation so a nonsense deferral is refused before it is stored. Timing flags
-(``--in | --at | --cron``) are a required, mutually exclusive group.
-
-Left out: resolving the chat, reading local time and executing a verb (``dispatch``), and the
-transport (``pipeline.control.socket.server``, ``pipeline.control.socket.client``, the click
-commands in ``pipeline.cli``).
-"""
+Owns one pydantic model per verb (``send``, ``prompt``, ``query``, ``run``, ``schedule``, ``list``,
+``cancel``; DESIGN.md §5, seed 001) discriminated by ``verb``, :class:`VerbResponse` (ok, or a
+:class:`VerbErrorKind`) and the argv grammar a schedule wraps, validated at creation; ``--in``,
+``--at`` and ``--cron`` are required and exclusive. Left out: chats, local time and executing
+(``dispatch``) and the transports."""
 
 from __future__ import annotations
 

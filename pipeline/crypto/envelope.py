@@ -1,12 +1,9 @@
 """One sealed field on the wire: AES-256-GCM under a data key, the key's id in front.
 
-Layout: version byte ``0x01``, the 16-byte key id, a 12-byte random nonce, then ciphertext and
-the 16-byte tag. The associated data is the record's identity (the record module computes it
-from the record's plaintext fields), so a sealed value copied into another record, another
-field or another owner's record does not open. The key id lets a reader find the key without
-knowing whose it is, and tells "erased" (no such key any more) from "ours".
-
-Leaves out where keys come from (``pipeline.crypto.ring``) and what is sealed (records).
+Layout: version byte ``0x01``, the 16-byte key id, a 12-byte nonce, ciphertext and tag. The
+associated data is the record's identity, so a sealed value copied elsewhere does not open; the
+key id tells "erased" (no such key any more) from "ours". Leaves out where keys come from
+(``ring``) and what is sealed (records).
 """
 
 from __future__ import annotations

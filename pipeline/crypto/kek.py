@@ -1,18 +1,9 @@
 """The operator's key-encryption keys (KEKs): the one secret that unwraps every data key.
 
-Owns :class:`KeyEncryptionKeys`, read once at a process's edge from the environment variable
-``[privacy] master_key_env`` names (default ``VIGIL_MASTER_KEYS``) or from ``[privacy]
-master_key_file``: comma-separated ``ID:KEY`` entries, ``KEY`` 32 random bytes in URL-safe
-base64. Several entries rotate: every entry unwraps the data keys wrapped under it, and new
-wraps use the **last** one listed (append a new KEK to rotate; drop an old one once the
-command processor has re-wrapped every data key under the newer). Wrapping is AES-256-GCM with
-the ``keys`` record's identity as associated data, so a wrapped key cannot be moved to another
-owner. :func:`generate_kek_text` makes a fresh entry (``vigil keys generate``).
-
-A missing or malformed value is a :class:`ConfigError` of one line that says how to fix it;
-no message, ``repr`` or log line ever holds key material.
-
-Leaves out data keys and sealing (``pipeline.crypto.ring``, ``pipeline.crypto.envelope``).
+Owns :class:`KeyEncryptionKeys` (``ID:KEY`` entries from ``[privacy]``'s variable or file; new
+wraps under the last one listed; AES-256-GCM with the ``keys`` record's identity as associated
+data) and :func:`generate_kek_text`. A bad value is a one-line ``ConfigError``; key material is
+never in a message, ``repr`` or log. Leaves out data keys and sealing (``ring``, ``envelope``).
 """
 
 from __future__ import annotations
@@ -50,7 +41,14 @@ def _fix(source: str) -> str:
 
 
 class KeyEncryptionKeys:
-    """Key-encryption keys by id, in rotation order: the last is the newest."""
+    """Key-encryption keys by id, in rotation order: the last is the newest.
+
+    Read once at a process's edge from the variable ``[privacy] master_key_env`` names (default
+    ``VIGIL_MASTER_KEYS``) or from ``[privacy] master_key_file``: comma-separated ``ID:KEY``
+    entries, ``KEY`` 32 random bytes in URL-safe base64. Every entry unwraps the data keys wrapped
+    under it; append a new KEK to rotate, and drop an old one once the command processor has
+    re-wrapped every data key under the newer.
+    """
 
     __slots__ = ("_by_id", "_ids")
 

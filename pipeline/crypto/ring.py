@@ -1,21 +1,8 @@
 """The data keys one process knows: the ``keys`` table, unwrapped on demand, and the sealer.
 
-Owns :class:`KeyRing`. It is fed the ``keys`` topic's records (:meth:`KeyRing.apply`, by the
-runtime's table view or a reader's scan) and answers the records layer's
-:class:`~pipeline.records.sealing.Sealer`: :meth:`~KeyRing.seal` under an owner's current key,
-:meth:`~KeyRing.open` by the key id a sealed value carries. A tombstone forgets the key at once,
-so from the next batch on nothing sealed under it opens in this process. Unwrapped keys live in
-a bounded cache (oldest out first) of raw 32-byte keys, and the ciphers made from them in a
-smaller one (sizes: ``benchmarks/README.md``); wrapped
-records are as many as the topic holds, like any global table. The command processor, the
-only writer of ``keys``, also makes keys here (:meth:`~KeyRing.create`) and re-wraps old ones
-under the newest key-encryption key (:meth:`~KeyRing.rewrapped`).
-
-Thread-safe (one lock): delivery's ``in_app`` adapter seals on sender threads while the poll
-thread applies the table. Nothing here logs or prints key material: log lines name owners, key
-ids and KEK ids only. On the native path (``pipeline.rules.native``) a cipher is
-``vigil_native.Cipher``: the same envelope (``pipeline.crypto.envelope``), sealed in one call.
-
+Owns :class:`KeyRing`: fed the ``keys`` records, it seals under an owner's current key and opens
+by key id; a tombstone forgets the key at once; unwrapped keys live in a bounded cache; the
+command processor also creates and re-wraps keys here. Thread-safe; no key material logged.
 Leaves out reading the topic (``pipeline.runtime``) and what records seal (``pipeline.records``).
 """
 
@@ -57,7 +44,16 @@ def wrap_context(topic_key: str, key_id: bytes) -> bytes:
 
 
 class KeyRing:
-    """Data keys by owner and by id; a bounded cache of the unwrapped ones."""
+    """Data keys by owner and by id; a bounded cache of the unwrapped ones.
+
+    Fed by the runtime's table view or a reader's scan (:meth:`apply`); a tombstone forgets the key,
+    so from the next batch on nothing sealed under it opens in this process. Unwrapped raw keys live
+    in a bounded cache (oldest out first) and the ciphers made from them in a smaller one; wrapped
+    records are as many as the topic holds. One lock: delivery's ``in_app`` adapter seals on sender
+    threads while the poll thread applies the table. Log lines name owners, key ids and KEK ids
+    only. On the native path a cipher is ``vigil_native.Cipher``: the same envelope, sealed in one
+    call.
+    """
 
     __slots__ = (
         "_aeads",

@@ -1,12 +1,9 @@
 """Creating vigil's topics and checking them for drift against their specs.
 
-``ensure_topics`` is idempotent: it creates what is missing and sets drifted configs back, but
-never adds partitions: that would remap keys away from their state (DESIGN.md §6), so a
-drifted partition count needs an offline repartition and is refused. ``check_topology`` is
-what every process calls before it starts: missing topics or a drifted count raise
-:class:`TopologyError` naming the command that fixes it.
-
-Left out: the specs themselves (``pipeline.kafka.topics``) and printing (``pipeline.cli``).
+Owns :func:`ensure_topics` (idempotent: creates what is missing, sets drifted configs back, never
+adds partitions, which would remap keys away from their state, DESIGN.md §6) and
+:func:`check_topology` (every process, before it starts: a :class:`TopologyError` naming the
+fixing command). Leaves out the specs (``topics``) and printing (``pipeline.cli``).
 """
 
 from __future__ import annotations

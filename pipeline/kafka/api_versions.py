@@ -1,16 +1,9 @@
 """Which Kafka APIs a broker serves: one ``ApiVersions`` request, asked before anything else.
 
-Owns :func:`offers_consumer_groups` (whether a broker serves KIP-848's
-``ConsumerGroupHeartbeat``, asked once when a process starts to choose its group protocol) and
-the two halves it is made of, tested on their own: :func:`api_versions_request` (the bytes of
-an ``ApiVersions`` v0 request) and :func:`parse_api_versions` (a response, total and bounded:
-anything malformed is a :class:`ProbeError`, never another exception). librdkafka asks the same
-question of every broker it connects to but does not tell the application, so the probe speaks
-the protocol itself: ``ApiVersions`` is the one request a broker answers before authentication,
-so plaintext and ``SASL_PLAINTEXT`` listeners answer on a bare socket and ``SSL``/``SASL_SSL``
-ones inside TLS (``ssl.ca.location`` and a client certificate, when configured, are used).
-
-Leaves out what is done with the answer (``pipeline.runtime.assignment`` chooses the protocol).
+Owns :func:`offers_consumer_groups` (does the broker serve KIP-848's heartbeat: asked once at
+start to choose the group protocol), :func:`api_versions_request` and :func:`parse_api_versions`
+(total and bounded: anything malformed is a :class:`ProbeError`). Leaves out what is done with
+the answer (``pipeline.runtime.assignment``).
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
-r"""librdkafka settings, the one producer wrapper and the table-reader factory: the one place
-vigil configures Kafka clients.
+"""librdkafka settings, the one producer wrapper and the table-reader factory: the one place vigil
+configures Kafka clients (DESIGN §2, §4, §10).
 
-Owns the settings every producer and consumer of vigil starts from (DESIGN §2, §4, §10), the
-:class:`Producer` that every non-transactional writer uses (the control plane's commands, the
-API's acknowledgements, the publisher SDK: created on first use, a delivery report per record,
-one flush that raises) and :func:`table_consumer` (a reader that ``assign()``\ s partitions and
-never joins a group; ``pipeline.kafka.tail`` follows a reply channel with one). Error
-translation lives in ``pipeline.kafka.failures`` (its names are re-exported here for callers).
+Owns the settings every producer and consumer starts from, :class:`Producer` (every
+non-transactional writer: created on first use, a report per record, one flush that raises) and
+:func:`table_consumer` (``assign()``, never a group). Error translation is ``failures``'s.
 Leaves out the stream runtime (``pipeline.runtime``) and topic specs (``topics``).
 """
 

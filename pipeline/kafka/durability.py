@@ -1,14 +1,9 @@
-"""What on a cluster would lose acknowledged data or stall transactions, in one line each.
+"""What on a cluster would lose acknowledged data or stall transactions, in one line each (DESIGN
+§10 "Replicated safely").
 
-DESIGN §10 "Replicated safely". Owns :class:`BrokerSettings` (how many brokers, the broker
-defaults that decide replication, and the internal topics as they exist), read by
-:func:`broker_settings`; :func:`findings`, the checks ``vigil topics`` and ``vigil doctor``
-print (vigil's topics' replication and min ISR, the transaction state log's and the offsets
-topic's, unclean leader election), each line naming the setting that fixes it; and
-:func:`replication_refusal`, the line that refuses replication -1 where the broker's default
-would leave a multi-broker cluster's topics on one replica.
-
-Leaves out creating topics (``pipeline.kafka.admin``) and printing.
+Owns :class:`BrokerSettings` (:func:`broker_settings`), :func:`findings` (what ``vigil topics``
+and ``vigil doctor`` print, each line naming the setting that fixes it) and
+:func:`replication_refusal`. Leaves out creating topics (``admin``) and printing.
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
-"""Leader and coordinator moves as waits bounded by the caller's deadline (DESIGN §10
-"Replicated safely"): the one retry rule every client path outside the stream runtime uses.
+"""Leader and coordinator moves as waits bounded by the caller's deadline (DESIGN §10 "Replicated
+safely"): the one retry rule every client path outside the stream runtime uses.
 
-Owns :data:`FAILOVER_WAIT_S` (how long a client waits by default for a cluster to move
-leadership: longer than a broker's session timeout plus a controller election),
-:func:`ride_out` (call again while the failure is retriable, until the deadline; then the last
-failure) and :func:`partition_condition` (one partition's leader and in-sync replicas in words,
-for the error a caller raises when its deadline passed; :func:`unsettled_partitions` lists the
-partitions of some topics that have no leader or are short of in-sync replicas).
-
-Leaves out classifying errors (``pipeline.kafka.failures``) and the stream runtime's own resync
-(``pipeline.runtime``).
+Owns :data:`FAILOVER_WAIT_S` (longer than a session timeout plus a controller election),
+:func:`ride_out`, :func:`partition_condition` and :func:`unsettled_partitions`. Leaves out
+classifying errors (``failures``) and the stream runtime's own resync (``pipeline.runtime``).
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """Following topics from their start for a long-lived reader outside a stream app (the API's
 ledger index): read-committed, every partition, on a thread of its own.
 
-Owns :class:`Follower`: it hands each committed record to its ``take`` callback in offset order
-(a callback's exception skips that record, never the reader), knows how far it has read each
-partition (transaction markers take offsets, so "read to the end" is the partition-EOF event's
-offset, DESIGN.md §10), and lets a caller wait for the first catch-up of every partition or for
-one partition's end as the broker has it now. A broker that does not answer is retried; a caller
-that waits past its deadline gets :class:`BrokerError`.
-
-Leaves out what records mean (the ``take`` callback's owner).
+Owns :class:`Follower`: each committed record handed to ``take`` in offset order (its exception
+skips the record, never the reader), how far each partition is read, and waits for the first
+catch-up or one partition's end (past the deadline: :class:`BrokerError`). Leaves out meaning.
 """
 
 from __future__ import annotations

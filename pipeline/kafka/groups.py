@@ -1,12 +1,9 @@
 """Consumer groups as an operator sees them: members, state and lag (the console's header).
 
-Owns :func:`group_status`: for each group, how many members it has, its state, and its lag —
-the sum over the partitions it has committed of (last stable offset − committed offset), read
-committed — asked of the broker in a handful of admin requests. A group the broker does not
-know has no members and no lag; a broker that does not answer is a
-:class:`~pipeline.rules.errors.BrokerError`.
-
-Left out: which groups vigil runs (the caller names them) and what is shown (``pipeline.control``).
+Owns :func:`group_status`: per group its members, state and lag (last stable offset − committed,
+over the partitions it committed) in a handful of admin requests; an unknown group has none, a
+broker that does not answer is a :class:`~pipeline.rules.errors.BrokerError`. Leaves out which
+groups vigil runs (the caller names them) and what is shown (``pipeline.control``).
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """Consumer-group lag, as the broker sees it: committed offsets against read-committed ends.
 
-vigil's groups commit offsets through their transactions (``send_offsets_to_transaction``),
-which librdkafka's own ``consumer_lag`` statistic never sees; the group coordinator does.
-:func:`group_lag` asks it, for every partition of the group's inputs: a partition the group never
-committed counts from its earliest retained offset. Any process (or ``vigil doctor``) can ask
-for any group.
-
-Leaves out what lag means for readiness (``pipeline.ops.health``).
+Owns :func:`group_lag`, asked of the group coordinator for every partition of a group's inputs
+(librdkafka's ``consumer_lag`` never sees offsets committed through transactions); a partition
+never committed counts from its earliest retained offset. Leaves out what lag means for
+readiness (``pipeline.ops.health``).
 """
 
 from __future__ import annotations

@@ -1,19 +1,9 @@
 """librdkafka properties from configuration, and where librdkafka's own log lines go.
 
-Owns ``[kafka.client]`` (every client), ``[kafka.producer]`` and ``[kafka.consumer]``: TOML keys
-are librdkafka property names with ``_`` for ``.`` (``security_protocol``) or quoted as they are
-(``"security.protocol"``); a key ending in ``_env`` names the environment variable that holds the
-value (``sasl_password_env = "KAFKA_PASSWORD"``), the only way a secret property may be given.
-:func:`check` validates names and values with librdkafka itself (a throwaway client handle that
-never connects) and refuses the properties vigil sets on purpose (group and transactional ids,
-isolation, idempotence, placement…). :func:`use` makes resolved properties the base of every
-client this process creates afterwards (``pipeline.kafka.clients``, ``pipeline.kafka.admin``,
-``pipeline.runtime``); the CLI calls it once, when it loads the configuration.
-
-librdkafka logs through the Python logger ``librdkafka`` (:data:`LOG`), silent unless a process
-is verbose (:func:`verbose`), instead of writing to stderr itself.
-
-Leaves out: which defaults vigil starts each kind of client from (``pipeline.kafka.clients``).
+Owns ``[kafka.client]``, ``[kafka.producer]`` and ``[kafka.consumer]`` (``_env`` keys name a
+secret's variable), :func:`check` (validated by librdkafka itself; the properties vigil sets on
+purpose refused), :func:`use` (the base of every client made afterwards) and the ``librdkafka``
+logger (:data:`LOG`, :func:`verbose`). Leaves out each kind of client's defaults (``clients``).
 """
 
 from __future__ import annotations
@@ -133,6 +123,12 @@ def check(table: Mapping[str, Any], role: PropertyScope) -> list[tuple[str, str]
     """Problems of one ``[kafka.<role>]`` table as ``(key, message)`` pairs (none: valid).
 
     Total over any mapping: names are length- and pattern-checked before librdkafka sees them.
+
+    TOML keys are librdkafka property names with ``_`` for ``.`` (``security_protocol``) or quoted
+    as they are (``"security.protocol"``); a key ending in ``_env`` names the environment variable
+    that holds the value (``sasl_password_env = "KAFKA_PASSWORD"``), the only way a secret property
+    may be given. Validated with a throwaway client handle that never connects; the properties vigil
+    sets on purpose (group and transactional ids, isolation, idempotence, placement…) are refused.
     """
     problems: list[tuple[str, str]] = []
     literal: dict[str, tuple[str, str]] = {}  # property name → (its key, a text value)

@@ -1,13 +1,9 @@
 """Whether the Kafka broker answers, asked once and quickly before a command relies on it.
 
-:func:`probe_broker` asks for the cluster's metadata with a short deadline (a broker that does
-not answer within it is as good as absent to a person at a terminal) and turns any failure into
-one :class:`~pipeline.rules.errors.UnavailableError` naming the address, the configuration key
-that set it and the fix; the CLI prints that one line and exits 69. librdkafka's own log lines
-go to the ``librdkafka`` logger (``pipeline.kafka.properties``), never to the terminal.
-
-Leaves out what a process does once the broker answered (and later goes away: the runtime
-rides that out, ``pipeline.runtime``).
+Owns :func:`probe_broker`: the cluster's metadata within a short deadline, any failure one
+:class:`~pipeline.rules.errors.UnavailableError` naming the address, the configuration key that
+set it and the fix (the CLI prints it and exits 69). Leaves out what a process does once the
+broker answered (and later goes away: ``pipeline.runtime`` rides that out).
 """
 
 from __future__ import annotations

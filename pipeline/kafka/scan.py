@@ -1,15 +1,9 @@
 """Bounded scans of topics for operators: by time or by offsets, read-committed, with progress.
 
-Owns :class:`Bound` (``earliest``, ``latest``, an RFC 3339 instant, or offsets written
-``events:0:1200,ticks:1:40``), :func:`scan` (every committed record of one topic between two
-bounds — or only the newest ``tail`` offsets of them — partition by partition, ending at the
-end offsets taken when it starts so a busy topic cannot keep it reading) and
-:class:`Progress` (one self-overwriting line on stderr).
-
-A leader moving under a scan (a broker lost or restarted) is waited out up to
-:data:`~pipeline.kafka.failover.FAILOVER_WAIT_S`.
-
-Leaves out decoding records (callers) and what they mean (``pipeline.rules.replay``).
+Owns :class:`Bound`, :func:`scan` (every committed record of one topic between two bounds, or
+the newest ``tail`` of them, ending at the end offsets taken when it starts; a moving leader
+waited out up to :data:`~pipeline.kafka.failover.FAILOVER_WAIT_S`) and :class:`Progress`.
+Leaves out decoding records (callers) and what they mean.
 """
 
 from __future__ import annotations

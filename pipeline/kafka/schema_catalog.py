@@ -1,16 +1,10 @@
-"""The ``schemas`` topic: which schema fingerprints some vigil build has written (DESIGN.md §2,
-§10 "Schema upgrades").
+"""The ``schemas`` topic: which schema fingerprints some vigil build has written (DESIGN.md §2, §10
+"Schema upgrades").
 
-Every writer registers each schema it writes before its first record
-(:func:`register_schemas`: key the fingerprint in hex, value the schema's parsing canonical form,
-on a compacted topic, so registering again changes nothing). A reader that meets a fingerprint
-its own build does not know asks the topic, read whole and caught up after the record was read
-(:class:`SchemaCatalog`): registered there means a newer writer, so the partition pauses and an
-alert fires; registered nowhere means garbage (a forged or foreign record), which is
-dead-lettered so that ten forged bytes can never stall a partition.
-
-Leaves out reading the topic (the stream runtime holds it as a global table, caught up before
-every batch) and what to do with the answer (``pipeline.runtime.poison``).
+Owns :func:`register_schemas` (every writer, before its first record; idempotent on a compacted
+topic) and :class:`SchemaCatalog`: an unknown fingerprint registered there is a newer writer
+(pause and alert), registered nowhere garbage (dead-letter). Leaves out reading the topic (a
+global table of the runtime) and acting on the answer (``pipeline.runtime.poison``).
 """
 
 from __future__ import annotations

@@ -1,21 +1,10 @@
-"""Record values as Avro single-object encoding, with every shipped schema version known.
+"""Record values as Avro single-object encoding, with every shipped schema version known (DESIGN.md
+§2, §10).
 
-DESIGN.md §2 and §10. A value is ``C3 01``, the 8-byte little-endian CRC-64-AVRO fingerprint
-of the writer schema's parsing canonical form, then the ``schemaless_writer`` body. A reader
-finds the writer schema by fingerprint among all ``schemas/<type>.v<N>.avsc`` files and reads
-into the newest version of that type (Avro schema resolution), so old records stay readable
-and no registry server is needed. Schemas are parsed once per process (:func:`default_codec`).
-A schema's values are written by its prepared writer (``pipeline.kafka.writers``: the same
-bytes, compiled once) and by fastavro when it has none or declines a value.
-
-Two failures, two errors: bytes that do not decode raise :class:`SerdeError` (the caller
-dead-letters them); a well-formed header with a fingerprint this build does not know raises
-:class:`UnknownSchemaError` carrying it, and the caller asks the ``schemas`` topic
-(``pipeline.kafka.schema_catalog``): a registered one is a newer writer (pause the partition
-and alert), an unregistered one garbage (dead-letter it).
-
-Left out: which schema a topic carries (callers name the record type), dead-letter headers
-(``pipeline.kafka.topics``), and the Confluent Schema Registry wire format.
+Owns :class:`AvroCodec` and :func:`default_codec`: ``C3 01``, the writer schema's CRC-64-AVRO
+fingerprint, then the body; read into the newest version of its type, so old records stay
+readable without a registry server. Undecodable bytes raise :class:`SerdeError`, an unknown
+fingerprint :class:`UnknownSchemaError`. Leaves out which schema a topic carries (callers).
 """
 
 from __future__ import annotations
@@ -76,7 +65,15 @@ class SchemaVersion:
 
 class AvroCodec:
     """The Avro codec: every schema version this build ships, indexed by type and by
-    fingerprint; it encodes a named record type's value and decodes any known version."""
+    fingerprint; it encodes a named record type's value and decodes any known version.
+
+    A reader finds the writer schema by fingerprint among all ``schemas/<type>.v<N>.avsc`` files and
+    reads into the newest version of that type (Avro schema resolution). A schema's values are
+    written by its prepared writer (``pipeline.kafka.writers``) and by fastavro when it has none or
+    declines a value. An :class:`UnknownSchemaError` carries the fingerprint, and the caller asks
+    the ``schemas`` topic (``pipeline.kafka.schema_catalog``). The Confluent Schema Registry wire
+    format is not spoken.
+    """
 
     __slots__ = ("_by_fingerprint", "_newest")
 

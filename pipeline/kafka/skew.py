@@ -1,12 +1,9 @@
 """This host's clock against the broker's: the one time source every vigil process shares.
 
-Kafka has no time request, but a topic with ``message.timestamp.type=LogAppendTime`` stamps each
-record with the broker's clock and says so in the delivery report. :func:`broker_clock_skew`
-writes one small record to the ``<prefix>doctor`` topic (created on first use: one partition,
-one hour of retention) and compares the broker's stamp with the midpoint of the local send and
-acknowledgement times; the answer is good to half the round trip.
-
-Leaves out what skew is acceptable (``vigil doctor`` says).
+Owns :func:`broker_clock_skew`: one small record to the ``<prefix>doctor`` topic
+(``LogAppendTime``, made on first use) and the broker's stamp compared with the midpoint of the
+local send and acknowledgement, good to half the round trip. Leaves out what skew is acceptable
+(``vigil doctor`` says).
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 """Every Kafka topic vigil uses, in one place: names, keys, partitioning, cleanup and configs.
 
-DESIGN.md §2 and §10. A :class:`TopicSpec` says what a topic holds and how it is cleaned; a
-:class:`Topology` applies a prefix and partition counts and yields full names and broker
-configs. Every process gets its topic names from here, never from a string literal.
-
-Also here: the header convention for records written to ``dead-letter``.
-
-Left out: talking to the broker (``pipeline.kafka.admin`` creates and checks topics) and
-choosing a partition for a key (``pipeline.kafka.partitioner``).
+Owns :class:`TopicSpec`, :class:`Topology` (a prefix and partition counts applied: full names and
+broker configs; every process gets its topic names here, never from a literal) and the header
+convention of ``dead-letter`` records. Leaves out talking to the broker (``admin``) and choosing
+a partition for a key (``partitioner``).
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 """One Kafka transaction from outside a stream stage: a batch of records written all or none.
 
-Owns :func:`write_in_one_transaction`, for an operator's one-off write (``vigil replay
---apply``): a transactional producer under a stable ``transactional.id`` — so a second writer of
-the same id fences the first, and a crashed one's open transaction is aborted by the next
-``init_transactions`` — then begin, produce each record on its explicit partition, commit. Any
-failure aborts (best effort) and raises :class:`~pipeline.rules.errors.BrokerError`.
-
-Left out: consumers' offsets (nothing is consumed here) and the stream runtime's transactions,
-which are its own (``pipeline.runtime.transactions``).
+Owns :func:`write_in_one_transaction` (``vigil replay --apply``): a stable ``transactional.id``
+(a second writer fences the first, a crashed one's transaction is aborted by the next), each
+record on its explicit partition; any failure aborts and raises ``BrokerError``. Leaves out
+consumed offsets and the stream runtime's transactions (``pipeline.runtime.transactions``).
 """
 
 from __future__ import annotations

@@ -1,27 +1,9 @@
 """Prepared Avro writers: one compiled function per schema, for the records written per event.
 
-fastavro's ``schemaless_writer`` walks the parsed schema on every call (a dict lookup per
-field, a validation pass per union branch); for the evaluator's records (receipt, watcher-state,
-outbox entry: twenty-odd fields each, three per matching event) that walk is most of the
-encoding cost. :func:`prepare` turns a parsed record schema into straight-line Python once, so
-a call is only the field reads and the byte writes of the Avro binary encoding.
-
-It covers the types vigil's hot records use: ``null``, ``boolean``, ``int``, ``long``
-(``timestamp-micros`` of an aware ``datetime`` included), ``string``, ``bytes``, nested
-records, arrays and unions of ``null`` with one other type. A schema with anything else gets no
-prepared writer (``None``). A prepared writer never decides a value alone: whatever it does
-not write the plain way (a missing or extra field, a value of another type, a naive instant, a
-number out of range) raises, and :class:`~pipeline.kafka.serde.AvroCodec` hands that value
-to fastavro, whose answer (bytes or an error) stands. So the bytes are fastavro's bytes; a
-hypothesis property in the tests holds them to that for every shipped schema.
-
-Instants and longs past one byte are remembered encoded, by value (bounded maps, cleared whole
-when full): a batch writes the same ``now``, ``observed_at`` and durations into record after
-record. A value is looked up only after its type check, so a ``bool`` or ``float`` equal to a
-remembered ``int`` never borrows its bytes.
-
-On the native path (``pipeline.rules.native``) a prepared writer is ``vigil_native.Writer``:
-the same schemas, the same rules, the same bytes (a property holds the two to each other).
+Owns :func:`prepare`: a parsed record schema of the types vigil's hot records use turned into
+straight-line Python once (``None`` for anything else); whatever it does not write the plain
+way raises, and :class:`~pipeline.kafka.serde.AvroCodec` hands that value to fastavro, so the
+bytes are fastavro's. On the native path a writer is ``vigil_native.Writer``, the same bytes.
 """
 
 from __future__ import annotations
@@ -249,7 +231,17 @@ def _record(src: _Source, depth: int, schema: dict[str, Any], expr: str) -> None
 
 def prepare(parsed: Any) -> Writer | None:
     """The prepared writer of a fastavro-parsed record schema; None when it uses a type this
-    module does not write (fastavro writes every value of it)."""
+    module does not write (fastavro writes every value of it).
+
+    Types covered: ``null``, ``boolean``, ``int``, ``long`` (``timestamp-micros`` of an aware
+    ``datetime`` included), ``string``, ``bytes``, nested records, arrays and unions of ``null``
+    with one other type. A prepared writer never decides a value alone: a missing or extra field,
+    another type, a naive instant or a number out of range raises, and fastavro's answer stands (a
+    hypothesis property holds the bytes to fastavro's for every shipped schema). Instants and longs
+    past one byte are remembered encoded, by value (bounded maps, cleared whole when full), looked
+    up only after their type check, so a ``bool`` or ``float`` equal to a remembered ``int`` never
+    borrows its bytes.
+    """
     if not isinstance(parsed, dict) or parsed.get("type") != "record":
         return None
     if NATIVE is not None:

@@ -1,13 +1,9 @@
 """The ports and servers of ``vigil dev``: a broker (or a KRaft cluster) and Redis of its own.
 
-Owns :class:`DevPorts` (the defaults when they are free, free ones otherwise; a cluster's nodes
-on consecutive ports) and :class:`Servers` (the broker through ``deploy/kafka/kafka.sh`` —
-Apache Kafka when Java is present, Tansu otherwise, ``cluster-start N`` for several brokers —
-and Redis through ``deploy/redis/redis.sh``, all with their data in the state directory,
-stopped by the same scripts).
-
-Leaves out the configuration, processes and demo (``pipeline.ops.dev_stack``).
-"""
+Owns :class:`DevPorts` (defaults when free, else free ones; a cluster on consecutive ports) and
+:class:`Servers` (the broker through ``deploy/kafka/kafka.sh``, Apache Kafka with Java, else Tansu,
+and Redis through ``deploy/redis/redis.sh``; data in the state directory, stopped by the same
+scripts). Leaves out configuration, processes and demo (``pipeline.ops.dev_stack``)."""
 
 from __future__ import annotations
 

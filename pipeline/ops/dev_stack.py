@@ -1,16 +1,10 @@
 """What ``vigil dev`` runs: its servers, its configuration, its processes and its demo.
 
-Owns :func:`write_config` (one ``vigil.toml``
-plus one per process that differ only in ``[metrics] listen``; ``[privacy]`` points at a
-key-encryption key file in the state directory, generated on first use — ``$VIGIL_MASTER_KEYS``,
-when set, takes precedence, in the processes and the CLI alike), :func:`services` (the
-supervised group), :func:`not_ready` (which processes' ``/readyz`` do not say ready yet, and
-why) and :class:`Demo` (grants, an event watcher with a ``log`` destination, a
-schedule that sends to the console chat, and a stream of events).
-
-Leaves out its ports and servers (``pipeline.ops.dev_servers``), supervision
-(``pipeline.ops.supervisor``) and the terminal (``pipeline.cli.dev_cmd``).
-"""
+Owns :func:`write_config` (one ``vigil.toml`` plus one per process; a generated key-encryption key
+file unless ``$VIGIL_MASTER_KEYS`` is set), :func:`services`, :func:`not_ready` (who is not ready
+yet, and why) and :class:`Demo` (grants, an event watcher, a schedule, events). Leaves out ports and
+servers (``dev_servers``), supervision (``supervisor``) and the terminal
+(``pipeline.cli.dev_cmd``)."""
 
 from __future__ import annotations
 

@@ -1,16 +1,9 @@
 """``vigil doctor``'s checks: is this deployment, as configured here, able to run?
 
-Owns :func:`diagnose`, which runs every check in order and returns one :class:`Finding` each —
-the configuration and where it came from; the broker (cluster id, brokers) and Redis (version)
-answer; every topic exists with its partition count and configs; nothing on the cluster would
-lose acknowledged data or stall transactions (``pipeline.kafka.durability``); each process of
-this namespace that wrote its address in the state directory answers ``/readyz`` (and which hot
-path it runs, native or python); and this host's clock is within :data:`MAX_SKEW_S` of the
-broker's. A check that cannot run because an earlier one failed says so instead of waiting out
-another timeout. No check raises: a failure is a finding.
-
-Leaves out printing (``pipeline.cli.doctor_cmd``).
-"""
+Owns :func:`diagnose` and :class:`Finding`: configuration, broker and Redis, topics, cluster
+durability, each process's ``/readyz`` and hot path, clock skew within :data:`MAX_SKEW_S`. A check
+an earlier failure blocks says so rather than timing out; no check raises. Leaves out printing
+(``pipeline.cli.doctor_cmd``)."""
 
 from __future__ import annotations
 

@@ -1,12 +1,9 @@
 """Why a watcher did or did not fire: its receipts in time order, joined with delivery state.
 
-Owns :class:`ExplainRow` (one evaluation: outcome, reason code, trigger, evidence digest and,
-when it created an outbox entry, that entry's delivery status by delivery key) and
-:func:`explain` (the pure join) plus :func:`read_explanation` (reading ``receipts`` and
-``delivery-state`` for one watcher). A receipt whose data key is shredded (cancel, erasure) is
-a row that says ``erased`` and nothing of its trigger, digest or decision; one past its
-``retain_until`` is not shown. Leaves out printing (``pipeline.cli.explain_cmd``).
-"""
+Owns :class:`ExplainRow`, :func:`explain` (the pure join) and :func:`read_explanation` (reads
+``receipts`` and ``delivery-state`` for one watcher). A shredded receipt is an ``erased`` row
+showing nothing of its trigger or decision; one past ``retain_until`` is not shown. Leaves out
+printing (``pipeline.cli.explain_cmd``)."""
 
 from __future__ import annotations
 

@@ -1,18 +1,9 @@
-"""What makes ``vigil dev``'s children die with it, however it is stopped (Ctrl-C, SIGTERM, a
-closed terminal, ``kill -9``, the end of a ``make run | tee log`` pipe).
+"""What makes ``vigil dev``'s children die with it, however it is stopped.
 
-Two mechanisms, one per kind of child:
-
-- :func:`die_with_parent` (a ``preexec_fn``): a supervised vigil process gets SIGTERM from the
-  kernel when the process that started it dies (Linux ``PR_SET_PDEATHSIG``);
-- :class:`Guard`: the broker and Redis are daemons the deploy scripts detach, so no signal
-  follows them. A guard process of its own session holds the read end of a pipe whose write end
-  only ``vigil dev`` has; when ``vigil dev`` dies the pipe reads end-of-file and the guard runs
-  the stop commands it was given. A clean stop tells the guard ``done`` first, so it exits
-  without running them.
-
-Leaves out what is started (``pipeline.ops.dev_stack``) and the supervision itself.
-"""
+Owns :func:`die_with_parent` (a ``preexec_fn``: SIGTERM when the parent dies, Linux
+``PR_SET_PDEATHSIG``) and :class:`Guard` (for the detached broker and Redis: a process of its own
+session runs the stop commands when ``vigil dev``'s pipe reads end-of-file, unless told ``done``).
+Leaves out what is started (``pipeline.ops.dev_stack``) and the supervision itself."""
 
 from __future__ import annotations
 

@@ -1,23 +1,9 @@
 """One listener per process for ``/metrics``, ``/healthz`` and ``/readyz`` (DESIGN.md §6).
 
-Owns :class:`HealthServer`: Prometheus's text format on ``/metrics``; ``/healthz`` answers 200
-while the process runs (liveness); ``/readyz`` answers 200 ``{"status": "ready"}`` when every
-registered :class:`Check` passes, else 503 with each failing check's problem — for a stream
-process: the broker answers, Redis answers (the processes that spend budgets), the member has
-joined its group (``assigned``) and the group is caught up (its lag at most ``max_lag``
-records). A process that has not run its checks yet says ``starting``. ``/readyz`` and
-``vigil_hot_path_info`` name the hot path the process runs (``pipeline.rules.native``).
-Checks run in a background thread every ``ttl_s`` seconds; a probe reads their last answers
-and never waits. Another thread measures every registered group's lag
-(``vigil_consumer_group_lag``), for the caught-up check and for dashboards: consumer lag for
-every group, whichever process it is.
-
-Where a process listens: :func:`listen_address` (each process its own default port), and the
-address file it writes in the state directory (:func:`address_file`) so ``vigil doctor`` finds
-every process of a namespace, also one that picked a free port with port 0.
-
-Leaves out what the stages count (their ``metrics`` modules) and the HTTP API's own probes.
-"""
+Owns :class:`HealthServer` (its docstring says what each probe answers), :class:`Check`,
+:func:`listen_address` (each process its own default port) and :func:`address_file` (where a process
+writes its address so ``vigil doctor`` finds it). Leaves out what the stages count (their
+``metrics`` modules) and the HTTP API's own probes."""
 
 from __future__ import annotations
 
@@ -117,7 +103,15 @@ class _Group:
 
 
 class HealthServer:
-    """``/metrics``, ``/healthz`` and ``/readyz`` on one listener, in a daemon thread."""
+    """``/metrics``, ``/healthz`` and ``/readyz`` on one listener, in a daemon thread.
+
+    ``/metrics`` is Prometheus's text format; ``/healthz`` answers 200 while the process runs;
+    ``/readyz`` answers 200 ``{"status": "ready"}`` when every registered :class:`Check` passes,
+    else 503 with each failing check's problem (for a stream process: broker and Redis answer, the
+    member is ``assigned``, its lag is at most ``max_lag``), ``starting`` before the first run.
+    ``/readyz`` and ``vigil_hot_path_info`` name the hot path (``pipeline.rules.native``). Checks
+    run in a background thread every ``ttl_s``, so a probe never waits; another thread measures
+    every registered group's lag (``vigil_consumer_group_lag``)."""
 
     def __init__(
         self,

@@ -1,16 +1,10 @@
-"""``vigil replay --apply``'s reads and writes: the current grants, and a recovery plan written
-as the evaluator would have written it — receipts and outbox entries, in one transaction.
+"""``vigil replay --apply``'s reads and writes: the current grants, and a recovery plan written as
+the evaluator would have written it.
 
-Owns :func:`read_grants` (the compacted ``grants`` topic, latest record per key; an unreadable
-one is left out: fail-closed), :func:`recovery_records` (each recovery's receipt keyed by its
-watcher and placed by its source id, sealed under the version's evidence key with its
-``retain_until``; each entry keyed and placed by its delivery key, sealed as the evaluator seals
-it) and :func:`write_recovery`, one transaction under the namespace's stable
-``<namespace>-replay-apply`` transactional id, so two operators' applies never interleave.
-
-Left out: deciding (``pipeline.rules.recovery``), authorizing and auditing (the command
-processor's ``replay_apply``), reading the history (``pipeline.ops.replay_reader``).
-"""
+Owns :func:`read_grants` (latest per key; an unreadable one is left out: fail-closed),
+:func:`recovery_records` (keyed, placed and sealed as the evaluator does) and :func:`write_recovery`
+(one transaction under ``<namespace>-replay-apply``, so applies never interleave). Left out:
+deciding, authorizing and auditing, and reading the history."""
 
 from __future__ import annotations
 

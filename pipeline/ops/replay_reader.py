@@ -1,18 +1,9 @@
 """Reading what replay needs from the topics: a :class:`~pipeline.rules.replay.History`.
 
-Owns :func:`read_history`: ``definition-log`` and ``watchers`` whole (every accepted version,
-and the activation instant a window counts from), ``events`` and ``ticks`` between the two
-bounds (their positions are the range), ``receipts`` from the start up to now (those before the
-range seed dedupe memory), and the latest ``outbox`` record per delivery key. :class:`Scope`
-narrows it to one subject or one watcher. A progress line goes to stderr while it reads.
-
-Sealed fields are opened with the ``keys`` topic as it is when the read starts
-(:func:`~pipeline.runtime.keys.read_keys`); definitions, receipts and tick payloads whose key is
-shredded are marked erased in the history, and replay reports their decisions as erased.
-
-Leaves out the replay rules (``pipeline.rules.replay``) and the command line
-(``pipeline.cli.replay_cmd``).
-"""
+Owns :func:`read_history` (``definition-log`` and ``watchers`` whole, ``events`` and ``ticks``
+within the range, ``receipts`` up to now, the latest ``outbox`` per key; a progress line on stderr)
+and :class:`Scope`. Sealed fields open with the ``keys`` topic as the read starts; shredded ones are
+marked erased. Leaves out the rules and the command line."""
 
 from __future__ import annotations
 
@@ -37,7 +28,7 @@ from pipeline.rules.errors import DefinitionError, ErasedError, SerdeError
 from pipeline.rules.evidence import position_of
 from pipeline.rules.outbox import OutboxEntry
 from pipeline.rules.receipts import Receipt
-from pipeline.rules.replay import DefinitionVersion, History, ReplayInput
+from pipeline.rules.replay_model import DefinitionVersion, History, ReplayInput
 from pipeline.runtime.keys import read_keys
 
 __all__ = ["Scope", "key_ring", "read_history", "read_receipts"]

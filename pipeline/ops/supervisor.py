@@ -1,16 +1,9 @@
 """A small process supervisor for ``vigil dev``: start a group, restart crashes, stop cleanly.
 
-Owns :class:`Service` (a command, its environment and log file) and :class:`Supervisor`: each
-service runs in its own session (so a terminal's Ctrl-C reaches only the supervisor, which
-then stops the group in order); one that exits is restarted after a capped, doubling backoff
-that resets once it has stayed up a while; :meth:`Supervisor.stop` sends SIGTERM, waits, and
-SIGKILLs what is left; each service also gets SIGTERM from the kernel if the supervisor dies
-without stopping it (``pipeline.ops.guard``). Time comes from an injectable monotonic function
-so tests can drive it.
-
-Leaves out what the services are (``pipeline.ops.dev_stack``) and the terminal
-(``pipeline.cli.dev_cmd``).
-"""
+Owns :class:`Service` and :class:`Supervisor`: each service in its own session (Ctrl-C reaches only
+the supervisor), restarted after a capped doubling backoff; :meth:`Supervisor.stop` sends SIGTERM,
+waits, then SIGKILL; time is an injectable monotonic function. Leaves out what the services are
+(``dev_stack``) and the terminal (``pipeline.cli.dev_cmd``)."""
 
 from __future__ import annotations
 

@@ -1,16 +1,10 @@
-"""Offline checks of what users write: definition files and event lines, every problem at once,
-each placed in its file as ``FILE:line:col: field.path: message (hint)``.
+"""Offline checks of what users write: definition files and event lines, every problem at once, each
+placed as ``FILE:line:col: field.path: message (hint)``.
 
-Owns reading a definition file (JSON or YAML; YAML without YAML 1.1's surprises), the place of a
-dotted field in it (from the YAML node tree, which also reads JSON), the event line shape
-:class:`EventLine` that ``vigil publish`` reads, and the warnings an event earns when its
-``observed_at`` falls outside a freshness window this side can know (in the future beyond the
-evaluator's 30 s skew, or older than ``--max-age`` or the longest ``max_age`` a definition may
-name). Nothing here touches a broker.
-
-Left out: the rules themselves (``pipeline.rules.definition_check``, ``pipeline.records.event``)
-and the command line (``pipeline.cli.watch_cmd``, ``pipeline.cli.publish_cmd``).
-"""
+Owns reading a definition file (JSON or YAML, without YAML 1.1's surprises), placing a dotted field
+in it, :class:`EventLine` and the freshness warnings an event's ``observed_at`` earns. No broker.
+Left out: the rules (``pipeline.rules.definition_check``, ``pipeline.records.event``) and the
+command line."""
 
 from __future__ import annotations
 

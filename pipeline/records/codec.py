@@ -1,11 +1,9 @@
-"""What every record module shares: the :class:`Codec` it writes through, and the small
-conversions Avro values need (instants stay ``datetime``; durations travel as microseconds,
-``pipeline.rules.durations.to_micros``;
-JSON bodies as RFC 8785 canonical text).
+"""What every record module shares: the :class:`Codec` it writes through, and the conversions Avro
+values need (instants stay ``datetime``; durations travel as microseconds; JSON bodies as RFC
+8785 canonical text).
 
-A record module maps a rules model to and from an Avro value and asks a :class:`Codec` for the
-bytes. The codec is a protocol so that this layer imports nothing but the rules: the Kafka
-layer's :class:`~pipeline.kafka.serde.AvroCodec` (Avro single-object encoding) satisfies it.
+The codec is a protocol so that this layer imports nothing but the rules; the Kafka layer's
+:class:`~pipeline.kafka.serde.AvroCodec` satisfies it.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """The ``command`` record (``schemas/command.v4.avsc``; v1 to v3 still read): one command as an
-authenticated edge asserts it, keyed by subject on ``commands``. JSON bodies (a definition, a
-grant) travel as RFC 8785 canonical text.
+authenticated edge asserts it, keyed by subject on ``commands``.
 
-A command's subject content — the definition and a ``send``'s text — is sealed under the
-subject's data key (associated data: request id and subject), so erasure makes a week of
-``commands`` unreadable at once. The edge gets the key first (verb ``key``); without one a
-command with content is not written at all (:class:`~pipeline.rules.errors.ErasedError`).
+Its subject content (the definition, a ``send``'s text) is sealed under the subject's data key
+(associated data: request id and subject), so erasure makes ``commands`` unreadable at once;
+without a key a command with content is not written (:class:`~pipeline.rules.errors.ErasedError`).
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """The ``definition-log`` record (``schemas/definition_log.v3.avsc``; v1, v2 still read): every
-accepted definition version, who asserted it and when — the history replay needs once
-compaction has dropped older versions from ``registry`` and ``watchers`` (DESIGN §10) — and
-audit records (the same version logged again with a ``note`` saying what an operator's command
-did, such as ``replay --apply``). The definition is sealed under the subject's data key: after
-erasure replay reads it as erased.
+accepted definition version, who asserted it and when, and audit records (a ``note``).
 
-Owns :class:`LoggedDefinition` (one decoded record) and its Avro mapping.
+Owns :class:`LoggedDefinition` and its Avro mapping: the history replay needs once compaction
+has dropped older versions (DESIGN §10); the definition is sealed under the subject's data key,
+so after erasure replay reads it as erased.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """The ``event`` record (``schemas/event.v2.avsc``): what an upstream service publishes, and the
 evidence the evaluator reads from it.
 
-:func:`event_record` checks one event (ids non-empty and bounded, a payload RFC 8785 can
-canonicalize and at most :data:`MAX_PAYLOAD_BYTES`, an aware ``observed_at``, the publishing
-tenant when one is named — set by the edge, never read from the payload) and builds its Avro
-value; :func:`event_tenant` reads that tenant back; :func:`evidence_from_event` reads a decoded
-value back as :class:`~pipeline.rules.evidence.Evidence`. :class:`SharedEvidence` computes the
-evidence digest once however many watchers an input reaches (ticks use it too).
+Owns :func:`event_record` (one event checked: bounded ids and payload, an aware ``observed_at``,
+the publishing tenant set by the edge, never the payload), :func:`event_tenant`,
+:func:`evidence_from_event` and :class:`SharedEvidence` (one digest however many watchers).
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """The ``notifications`` record (``schemas/notification.v2.avsc``; v1 still read): the per-user
-in-app ledger, keyed by subject; readers dedupe on the delivery key it carries (DESIGN §4).
+in-app ledger, keyed by subject; readers dedupe on its delivery key (DESIGN §4).
 
-Three kinds share the record: a ``notification`` (what an ``in_app`` delivery says), a
-content-free ``wake`` (seed 003's ``wake_session``: who and which notification, nothing of what
-it says) and an ``ack`` (the user read it; written by the API, keyed like its notification so
-it lives and is erased exactly as long as the ledger does).
-
-A notification's text and trigger are sealed under the subject's data key (associated data:
-kind and delivery key), so erasure makes them unreadable at once; ``retain_until`` (creation
-plus the watcher's ``delivery_retention``) is when the ledger stops showing it.
+Three kinds: a ``notification``, a content-free ``wake`` and an ``ack`` (keyed like its
+notification). Text and trigger are sealed under the subject's data key; ``retain_until``
+(creation plus ``delivery_retention``) is when the ledger stops showing it.
 """
 
 from __future__ import annotations

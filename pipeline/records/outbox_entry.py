@@ -1,12 +1,9 @@
-"""The ``outbox`` record (``schemas/outbox_entry.v2.avsc``; v1 still read): one notification
-intent, complete enough that delivery needs nothing else, keyed by its delivery key (DESIGN §2,
-§4). The trigger, text, message and arguments are sealed under the subject's data key
-(associated data: the delivery key); without that key the entry reads as ``erased``.
+"""The ``outbox`` record (``schemas/outbox_entry.v2.avsc``; v1 still read): one notification intent,
+complete enough that delivery needs nothing else, keyed by its delivery key (DESIGN §2, §4).
 
-Written by the evaluator, by the command processor (immediate ``send``) and by delivery (a
-prompt's answer); read by delivery, replay and explain. Durations travel as microseconds, the
-trigger as RFC 8785 JSON text. What is read back is checked here (the sealed trigger, text and
-arguments are JSON of any shape until then) before an :class:`OutboxEntry` is built.
+Owns its mapping to and from :class:`OutboxEntry`: trigger, text, message and arguments sealed
+under the subject's data key (without it the entry reads as ``erased``), durations as
+microseconds, the trigger as RFC 8785 text, and everything read back checked here.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """The ``receipt`` record (``schemas/receipt.v2.avsc``; v1 still read): the privacy-filtered
-record of one evaluation (DESIGN §10, §11). What is read back is checked here before a
-:class:`Receipt` is built.
+record of one evaluation (DESIGN §10, §11), checked here when read back.
 
-The trigger and the kept payload are sealed under the watcher version's own data key
-(``pipeline.rules.data_keys.evidence_owner``), so ``cancel`` shreds them with the watcher and
-erasure with the subject; a receipt whose key is gone reads as ``erased``. ``retain_until`` is
-the evaluation time plus the watcher's ``evidence_retention``: readers drop the receipt after.
+The trigger and the kept payload are sealed under the watcher version's own data key, so
+``cancel`` shreds them with the watcher and erasure with the subject (then it reads as
+``erased``); ``retain_until`` is the evaluation time plus ``evidence_retention``.
 """
 
 from __future__ import annotations

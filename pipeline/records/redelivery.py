@@ -1,11 +1,9 @@
-"""The ``redeliveries`` record (``schemas/redelivery.v1.avsc``): a ``redeliver`` command's
-request, keyed by delivery key, written by the command processor and read by delivery.
+"""The ``redeliveries`` record (``schemas/redelivery.v1.avsc``): a ``redeliver`` command's request,
+keyed by delivery key, written by the command processor and read by delivery.
 
-Owns its Avro mapping to and from :class:`~pipeline.rules.commands.model.Redelivery`, and the
-bounds of a decoded one (DESIGN.md §10 "Hostile input": a delivery key's shape, the subject's
-ids of at most 256 characters, a request id of at most 128, an instant in years 1970..9999):
-anything else is a :class:`SerdeError`, which dead-letters the record. Whether the request
-applies is delivery's to decide (``pipeline.rules.dispatch.redeliver``).
+Owns its mapping to and from :class:`~pipeline.rules.commands.model.Redelivery` and a decoded
+one's bounds (anything else is a :class:`SerdeError`, which dead-letters the record). Leaves out
+whether the request applies (``pipeline.rules.dispatch.redeliver``).
 """
 
 from __future__ import annotations

@@ -1,18 +1,9 @@
 """Sealed subject fields: the :class:`Sealer` record modules write through, like the ``Codec``.
 
-DESIGN §10 "Erasure's reach": every field of a vigil record that holds a subject's data is
-written as AEAD ciphertext under that subject's data key (or its watcher version's), with the
-record's identity as associated data. A record module gathers those fields into one JSON object,
-seals it into the record's ``sealed`` field and writes the plaintext fields empty. The sealer is
-a protocol so that this layer imports nothing but the rules: the crypto layer's
-:class:`~pipeline.crypto.ring.KeyRing` satisfies it.
-
-Reading, ``sealed`` is one of three things: absent (a record written before sealing existed —
-its plaintext fields stand), :data:`WITHHELD` (the writer found no key for the owner: nothing
-was kept), or a sealed value, which opens or, when its key is gone, reads as erased.
-
-Leaves out keys and ciphers (``pipeline.crypto``) and whose key seals what
-(``pipeline.rules.data_keys``).
+A record's subject fields are gathered into one JSON object sealed (AEAD, the record's identity
+as associated data) into its ``sealed`` field; read back it is absent (an older record: the
+plaintext stands), :data:`WITHHELD` (no key: nothing kept), or opens or reads as erased. Leaves
+out keys and ciphers (``pipeline.crypto``) and whose key seals what (``rules.data_keys``).
 """
 
 from __future__ import annotations

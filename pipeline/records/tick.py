@@ -1,11 +1,9 @@
 """The ``tick`` record (``schemas/tick.v2.avsc``; v1 still read): one scheduled instant of one
-watcher, and what its governed tool answered; the poll ticker writes it, the evaluator reads it
-as evidence.
+watcher and what its governed tool answered; the ticker writes it, the evaluator reads it.
 
-A tick is keyed by source id for co-partitioning but names its watcher (DESIGN §10: ticks belong
-to one watcher). The tool's payload is sealed under the watcher version's data key (the same key
-as its receipts, so ``cancel`` shreds both); a tick whose key is gone is :class:`ErasedError`
-to its reader, never evidence with an empty payload.
+Keyed by source id for co-partitioning, it names its watcher. The tool's payload is sealed under
+the watcher version's data key (as its receipts), so a tick whose key is gone is
+:class:`ErasedError` to its reader, never evidence with an empty payload.
 """
 
 from __future__ import annotations

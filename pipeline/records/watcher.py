@@ -1,12 +1,9 @@
-"""The ``watchers`` record (``schemas/watcher.v2.avsc``; v1 still read): a definition re-keyed
-for the evaluator and the ticker (partitioned by source id), with status, revision and the typed
-fields their indexes route on (source kind and id, event type).
+"""The ``watchers`` record (``schemas/watcher.v2.avsc``; v1 still read): a definition re-keyed by
+source id for the evaluator and the ticker, with status, revision and routing fields.
 
-Owns :func:`encode_watcher` (from the command processor's :class:`RegistryEntry`) and
-:class:`Watch`, one watcher as the stages hold it: routing fields decoded at once, the
-definition opened and parsed on first use and once per version. The definition is sealed under
-the subject's data key (``pipeline.records.sealing.seal_definition``); once that key is
-shredded, :attr:`Watch.definition` raises :class:`ErasedError`.
+Owns :func:`encode_watcher` and :class:`Watch` (routing fields decoded at once; the definition,
+sealed under the subject's data key, opened once per version on first use, and
+:class:`ErasedError` once that key is shredded).
 """
 
 from __future__ import annotations

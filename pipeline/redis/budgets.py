@@ -1,36 +1,9 @@
 """Budget counters in Redis: one Lua script per charge, idempotent per token and window.
 
-Owns the key layout, the charge (``budget_charge.lua``: read the window's counters, refuse or
-take the whole increment, remember the reply under the caller's token, file a new window in its
-subject's window index), a batch of charges in one round trip, reading usage (a subject's from
-its index: no keyspace scan), and erasing every budget key of one subject. Redis failures
-become ``BudgetStoreError``: the caller defers and never runs unbudgeted.
-
-One charge, single or batched: :meth:`RedisBudgets.charge_many` sends a whole batch (the
-evaluator's inputs, delivery's due entries) as one ``EVALSHA`` of a script that runs the very
-single-charge script once per :class:`~pipeline.rules.budgets.Charge`, with the same keys and
-tokens, so a token charges once per window whichever path sends it (why one call:
-``docs/architecture.md``). Only the dimensions a charge increments travel and are checked
-(a delivery spends deliveries and attempts; an exhausted evaluation budget must not stop it),
-and ``remaining`` of a verdict covers those dimensions. Each charge is atomic and idempotent on
-its own; a batch need not be atomic as a whole.
-
-Key layout: ``<prefix>{<hex(subject)>}:<hex(watcher_id)>:<window seconds>:<window start>``, one hash
-per scope and window, where ``<prefix>`` is the deployment namespace's (``<namespace>:budget:``,
-DESIGN §10) and ``subject`` is the canonical JSON array ``["<tenant_id>","<user_id>"]`` (DESIGN §2).
-Hex has no ``:``, braces and no glob characters, so ``<prefix>{<hex(subject)>}:*`` matches that
-subject's keys and no other's. The braces are a Redis Cluster hash tag: every key of one subject
-lives in one slot. ``<prefix>{<hex(subject)>}:windows`` (no hex id is ``windows``) is the subject's
-window index: its window hashes scored by window end, entries of ended windows dropped as new
-windows are filed.
-
-On a Redis Cluster a batch is split by hash slot and sent as one call per slot (one
-subject's charges share a slot; why per subject: ``docs/architecture.md``). With Sentinel, a
-charge during a failover fails (``BudgetStoreError``: the caller defers) and is retried with the
-same token later.
-
-Leaves out the rules (``pipeline.rules.budgets``: caps, windows, verdicts) and what a verdict
-means for a watcher or a delivery.
+Owns :class:`RedisBudgets`: the key layout, the charge (``budget_charge.lua``), a batch of
+charges in one round trip per hash slot, usage read from each subject's window index, and
+erasing a subject's keys; Redis failures become ``BudgetStoreError`` (the caller defers). Leaves
+out the rules (``pipeline.rules.budgets``) and what a verdict means.
 """
 
 from __future__ import annotations
@@ -113,7 +86,21 @@ def _checked(increment: Mapping[Dimension, int]) -> Mapping[Dimension, int]:
 
 
 class RedisBudgets:
-    """Per-watcher, per-window budget counters. Thin: no network until the first call."""
+    """Per-watcher, per-window budget counters. Thin: no network until the first call.
+
+    A batch is one ``EVALSHA`` of a script that runs the single-charge script once per
+    :class:`~pipeline.rules.budgets.Charge`, with the same keys and tokens, so a token charges once
+    per window whichever path sends it. Only the dimensions a charge increments travel and are
+    checked (a delivery spends deliveries and attempts; an exhausted evaluation budget must not stop
+    it). Each charge is atomic and idempotent on its own; a batch need not be atomic as a whole.
+
+    Key layout: ``<prefix>{<hex(subject)>}:<hex(watcher_id)>:<window seconds>:<window start>``, one
+    hash per scope and window, where ``<prefix>`` is ``<namespace>:budget:`` and ``subject`` the
+    canonical JSON ``["<tenant_id>","<user_id>"]``. Hex has no ``:``, braces or glob characters, so
+    ``<prefix>{<hex(subject)>}:*`` matches that subject's keys only; the braces are a Redis Cluster
+    hash tag. ``<prefix>{<hex(subject)>}:windows`` is the subject's window index: its window hashes
+    scored by window end, ended ones dropped as new windows are filed.
+    """
 
     def __init__(self, client: redis.Redis, *, key_prefix: str = DEFAULT_KEY_PREFIX) -> None:
         self._client = client

@@ -1,19 +1,8 @@
 """One Redis client from ``[redis] url``, whichever shape the deployment's Redis has.
 
-Owns :func:`connect` and the URL forms it accepts:
-
-- ``redis://[[user]:password@]host:port/db``, ``rediss://…``, ``unix:///path?db=0``: one server
-  (redis-py's own URL parsing);
-- ``redis+cluster://[[user]:password@]host:port[,host:port…]`` (``rediss+cluster://`` for TLS): a
-  Redis Cluster, found from any of the listed nodes;
-- ``redis+sentinel://[[user]:password@]host:port[,host:port…]/service[/db]`` (``rediss+…``):
-  the master Sentinel names for ``service``, looked up again after a failover.
-
-Every client gets the same short socket timeouts, so an outage or a failover is a quick error
-(the caller defers), never a stall. :func:`is_cluster` says whether a client spreads keys over
-slots (a script's keys must then share one). The password never appears in an error.
-
-Leaves out what is stored (``pipeline.redis.budgets``).
+Owns :func:`connect` (one server, ``redis+cluster://`` or ``redis+sentinel://``; the same short
+socket timeouts for every client, so an outage is a quick error, never a stall; the password
+never in an error) and :func:`is_cluster`. Leaves out what is stored (``budgets``).
 """
 
 from __future__ import annotations
@@ -99,7 +88,14 @@ def parse_url(url: str) -> RedisUrl:
 
 def connect(url: str, *, timeout_s: float = 2.0, retry: Any = None) -> Any:
     """A client for ``url`` (see the module docstring); no network until its first command.
-    ``retry``: a redis-py ``Retry`` (None: the library's default)."""
+    ``retry``: a redis-py ``Retry`` (None: the library's default).
+
+    URL forms: ``redis://[[user]:password@]host:port/db``, ``rediss://…``, ``unix:///path?db=0``
+    (one server); ``redis+cluster://[[user]:password@]host:port[,host:port…]``
+    (``rediss+cluster://`` for TLS), a Redis Cluster found from any listed node;
+    ``redis+sentinel://[[user]:password@]host:port[,host:port…]/service[/db]``, the master Sentinel
+    names for ``service``, looked up again after a failover.
+    """
     options: dict[str, Any] = {"socket_timeout": timeout_s, "socket_connect_timeout": timeout_s}
     if retry is not None:
         options["retry"] = retry

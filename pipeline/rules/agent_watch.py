@@ -1,15 +1,9 @@
 """What makes a watch an agent watch (seed 003, DESIGN.md §10): every proposal is one.
 
-Owns :data:`AGENT_EVALUATORS` (the pinned ``key@version`` evaluators an agent watch may use) and
-:func:`proposal_body` / :func:`check_agent_watch`, which hold a proposal to seed 003's bounds
-whatever its body omits: mode ``once`` (filled in when left out, refused otherwise), a ``window``
-from the allowed set (never ``expires_at``), a polling source on a pinned evaluator with a
-``cadence`` of 1, 5, 15 or 60 minutes (never a cron), a session, and conditions that name only
-the evaluator's registered states (``pinned``). A proposal without a
-``watcher_id`` gets one derived from its request id, so a retried request names the same watch.
-The window and cadence sets themselves are ``definition.AGENT_WINDOWS`` and
-``sources.CADENCES``; who may propose and the three-active cap are the command processor's.
-"""
+Owns :data:`AGENT_EVALUATORS` (the pinned ``key@version`` evaluators an agent watch may use),
+:func:`proposal_body` (fills in what a proposal may omit) and :func:`check_agent_watch` (seed 003's
+bounds, listed there). The window and cadence sets are ``definition.AGENT_WINDOWS`` and
+``sources.CADENCES``; who may propose and the three-active cap are the command processor's."""
 
 from __future__ import annotations
 
@@ -37,8 +31,9 @@ def generated_id(request_id: str) -> str:
 def proposal_body(
     body: Mapping[str, Any], *, request_id: str, session_id: str | None
 ) -> dict[str, Any]:
-    """``body`` with what a proposal may leave out filled in: its id, mode ``once`` and, for a
-    session-bound caller, that caller's session."""
+    """``body`` with what a proposal may leave out filled in: its id (derived from the request
+    id, so a retried request names the same watch), mode ``once`` and, for a session-bound
+    caller, that caller's session."""
     filled = dict(body)
     if filled.get("watcher_id") is None:
         filled["watcher_id"] = generated_id(request_id)
@@ -54,7 +49,10 @@ def proposal_body(
 
 
 def check_agent_watch(definition: WatcherDefinition) -> None:
-    """Refuse (:class:`DefinitionError`) a proposal that is not a bounded agent watch."""
+    """Refuse (:class:`DefinitionError`) a proposal that is not a bounded agent watch: mode
+    ``once``, a ``window`` from the allowed set (never ``expires_at``), a polling source on a
+    pinned evaluator with a ``cadence`` of 1, 5, 15 or 60 minutes (never a cron), a session, and
+    conditions naming only the evaluator's registered states (``pinned``)."""
     if definition.mode is not Mode.ONCE:
         raise DefinitionError("a proposal is an agent watch: mode once", "mode")
     if definition.window is None:

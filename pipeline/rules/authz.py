@@ -1,12 +1,10 @@
 """Authorization: grants matched fail-closed, and what each principal role may do.
 
-Owns the :class:`Grant` record, the :class:`Principal` of a request, grant matching for an
-action (:func:`authorize`, rechecked before every evaluation, delivery attempt and management
-command — DESIGN.md §3) and role rules (:func:`may`, seed 003 and DESIGN.md §10: agents
-propose, send, schedule, and list and cancel their own schedules). Nothing is granted that a
-grant does not name: no wildcards. Authentication (tokens, sockets) and where grants are
-stored are left to ``pipeline.control`` and the command processor.
-"""
+Owns :class:`Grant`, the :class:`Principal` of a request, :func:`authorize` (grant matching for
+an action, rechecked before every evaluation, delivery attempt and management command; no
+wildcards: nothing is granted that a grant does not name) and :func:`may` (role rules, DESIGN.md
+§3, §10). Authentication and where grants are stored are ``pipeline.control``'s and the command
+processor's."""
 
 from __future__ import annotations
 

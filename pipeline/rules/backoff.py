@@ -1,14 +1,9 @@
 """Deterministic, capped, exponential backoff between delivery attempts (DESIGN.md §8).
 
-Owns :class:`RetryPolicy` (how many attempts, the first included, and the base and cap of the
-wait: one model for definitions, outbox entries and the delivery state machine) and the wait
-after the n-th failed attempt: ``w = min(cap, base · 2^(n-1))`` plus a jitter of
-``w · 0.1 · u``, where ``u`` comes from SHA-256 of ``"<delivery key>:<n>"``, so that replay,
-restart and every worker agree on the same wait. A ``Retry-After`` can only lengthen it.
-
-Leaves out when to stop retrying (the retry ceiling is ``pipeline.rules.dispatch``) and where the
-chosen due time is persisted (``delivery-state``, by the delivery consumer).
-"""
+Owns :class:`RetryPolicy` (attempts, the first included; base and cap of the wait) and the wait
+after the n-th failed attempt: ``min(cap, base · 2^(n-1))`` plus a jitter hashed from the delivery
+key and ``n``, so replay, restart and every worker agree; a ``Retry-After`` only lengthens it.
+Leaves out when to stop (``pipeline.rules.dispatch``) and persisting the due time (delivery)."""
 
 from __future__ import annotations
 

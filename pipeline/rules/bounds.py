@@ -1,23 +1,10 @@
-"""The bounds of hostile input (DESIGN.md §10 "Hostile input"): one home for the numbers, and
-the checks of JSON values and JSON text that every parser shares.
+"""The bounds of hostile input (DESIGN.md §10 "Hostile input"): one home for the numbers.
 
-Every parser in vigil is total: for any input it returns a value or a named refusal
-(:class:`~pipeline.rules.errors.DefinitionError`), bounded in size, depth and time. The bounds:
-
-- durations at most :data:`MAX_DURATION` (ten years, retentions included);
-- instants in years :data:`MIN_YEAR`..:data:`MAX_YEAR`, written back with four digits;
-- text length-checked before any regular expression sees it (:func:`bounded_text`);
-- JSON nested at most :data:`MAX_JSON_DEPTH` levels, integers at most :data:`MAX_JSON_INT` in
-  magnitude (payloads that must canonicalize: ±(2^53 - 1)), floats finite, at most
-  :data:`MAX_JSON_NODES` values;
-- a message template at most :data:`MAX_TEMPLATE` characters naming at most
-  :data:`MAX_TEMPLATE_FIELDS` fields, a rendered message at most :data:`MAX_MESSAGE`.
-
-:func:`check_json` walks a value already in memory (a definition body, a condition) without
-recursion; :func:`parse_json` reads JSON text (a record's payload) with the same bounds, in C
-where it can. Leaves out what each field means (its own module's rules) and how a refusal
-reaches the caller (the command processor's result, a dead letter).
-"""
+Owns the limits (durations, instant years, text, JSON depth, integers, nodes, templates and
+messages: the ``MAX_*``/``MIN_*`` constants), :func:`bounded_text`, :func:`check_json` (a value in
+memory, without recursion) and :func:`parse_json` (JSON text, same bounds); any breach is a
+:class:`~pipeline.rules.errors.DefinitionError`. Leaves out what each field means and how a refusal
+reaches the caller (the command processor's result, a dead letter)."""
 
 from __future__ import annotations
 

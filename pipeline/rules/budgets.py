@@ -1,15 +1,10 @@
 """Per-window budgets, pure: dimensions, caps, window math and the all-or-nothing check.
 
-DESIGN.md §3 and §8: each fixed window (``start = floor(epoch_seconds / length) · length``,
-UTC) caps evaluations, unique deliveries, delivery attempts, tokens and micro-USD. Amounts are
-non-negative integers supplied by the governed caller. A charge either fits in every dimension
-and is taken whole, or is refused whole and names the first dimension that ran out. Budgets are
-per watcher (§10), so a scope is ``(tenant_id, user_id, watcher_id)``.
-
-Leaves out where counters live and how a charge is made atomic and idempotent
-(``pipeline.redis.budgets``), and what a refused charge means for a watcher or a delivery
-(``pipeline.rules.evaluation``, ``pipeline.rules.dispatch``).
-"""
+Fixed UTC windows (``start = floor(epoch_seconds / length) · length``) cap evaluations, unique
+deliveries, attempts, tokens and micro-USD per ``(tenant_id, user_id, watcher_id)`` (DESIGN.md §3,
+§8); a charge fits in every dimension and is taken whole, or is refused naming the first one that
+ran out. Leaves out counters and atomicity (``pipeline.redis.budgets``) and what a refusal means
+(``pipeline.rules.evaluation``, ``pipeline.rules.dispatch``)."""
 
 from __future__ import annotations
 

@@ -1,13 +1,10 @@
 """Alerts on change (``mode: change``, DESIGN.md §3): which evaluations of a condition notify.
 
-Owns :class:`ChangePolicy` (a definition's ``change`` part: ``resolved``, ``repeat_after``) and
-:func:`change_step`, the pure transition over the condition's last known truth (unknown, false,
-true): notify when it becomes true, stay quiet while it stays true (unless ``repeat_after``
-passed since the last notification), re-arm when it turns false, with a ``resolved``
-notification then when asked. Leaves out the earlier checks (an evaluation that makes no truth
-claim never reaches here), dedupe of a trigger seen twice and building entries (``evaluation``).
-:func:`recorded_truth` is the same memory rebuilt from a receipt, for replay.
-"""
+Owns :class:`ChangePolicy` (``resolved``, ``repeat_after``), :func:`change_step` (the pure
+transition over the last known truth: notify on becoming true, quiet while true unless
+``repeat_after`` passed, re-arm on false, ``resolved`` when asked) and :func:`recorded_truth` (the
+same memory rebuilt from a receipt, for replay). Leaves out the earlier checks, dedupe and building
+entries (``evaluation``)."""
 
 from __future__ import annotations
 

@@ -1,32 +1,10 @@
-"""The condition DSL: parsing, bounds, the immutable AST, and the reference interpreter.
+"""The condition DSL (DESIGN.md §9): parsing, bounds, the immutable AST and the interpreter.
 
-Shape (DESIGN.md §9): ``{"eq"|"ne"|"lt"|"le"|"gt"|"ge": [path, literal]}``,
-``{"contains": [path, string]}``, ``{"exists": path}``, ``{"all": [...]}``, ``{"any": [...]}``,
-``{"not": cond}``; paths follow ``pipeline.rules.paths``. Bounds (``ConditionLimits``) are checked
-while parsing, so a definition that passes creation can never blow up evaluation: depth (a
-lone leaf is depth 1), fan-out of ``all``/``any`` (never empty), total nodes, path segments,
-and the UTF-8 size of paths and string literals.
-
-Semantics, shared by ``interpret`` and the compiler (``pipeline.rules.condition_compile``):
-
-- Payload values are plain JSON values as ``json.loads`` makes them; a value's JSON type is
-  its exact Python type (``bool`` is never a number, a ``str`` subclass is not a string).
-- A path that does not resolve makes every comparison false, ``ne`` included (``ne`` means
-  "present and different"; ``not eq`` is true on a missing path). ``exists`` is true iff the
-  path resolves; a ``null`` value exists.
-- ``eq``/``ne`` are strict, with no coercion: ``1`` never equals ``"1"`` or ``true``; ints and
-  floats compare numerically (``1 == 1.0``, exactly, as Python compares them). A ``null``
-  literal is allowed for ``eq``/``ne`` and matches only a ``null`` value. A list or object
-  value equals no literal.
-- ``lt le gt ge`` hold only number against number or string against string (code-point
-  order); any other pairing is false. Their literal must be a number or a string.
-- ``contains`` holds only for a string value containing the literal substring.
-- Literals are scalars: strings, booleans, ``null``, integers within ±(2^53 - 1), finite floats.
-
-What it leaves out: where a condition comes from (models) and what a result means
-(evaluation). ``condition_fingerprint`` identifies equal conditions for collapse; it does
-not reorder ``all``/``any`` children.
-"""
+Owns the shape (``eq ne lt le gt ge contains exists all any not`` over ``pipeline.rules.paths``),
+:class:`ConditionLimits` (checked while parsing, so a created definition never blows up evaluation),
+:func:`interpret` (the reference semantics, spelled out there and shared with ``condition_compile``)
+and :func:`condition_fingerprint`. Leaves out where a condition comes from (models) and what a
+result means (evaluation)."""
 
 from __future__ import annotations
 
@@ -289,7 +267,8 @@ def condition_to_json(cond: Condition) -> Any:
 
 
 def condition_fingerprint(cond: Condition) -> str:
-    """Hex SHA-256 of the canonical JSON: equal conditions (``1`` and ``1.0`` alike) match."""
+    """Hex SHA-256 of the canonical JSON: equal conditions (``1`` and ``1.0`` alike) match; the
+    children of ``all``/``any`` are not reordered."""
     return hashlib.sha256(canonical_json(condition_to_json(cond), "condition")).hexdigest()
 
 
@@ -332,7 +311,22 @@ def compile_condition(cond: Condition) -> Predicate:
 
 
 def interpret(cond: Condition, payload: Mapping[str, Any]) -> bool:
-    """The plain reference semantics; ``compile_condition`` must agree with it everywhere."""
+    """The plain reference semantics; ``compile_condition`` must agree with it everywhere.
+
+    - Payload values are plain JSON values as ``json.loads`` makes them; a value's JSON type is
+      its exact Python type (``bool`` is never a number, a ``str`` subclass is not a string).
+    - A path that does not resolve makes every comparison false, ``ne`` included (``ne`` means
+      "present and different"; ``not eq`` is true on a missing path). ``exists`` is true iff the
+      path resolves; a ``null`` value exists.
+    - ``eq``/``ne`` are strict, with no coercion: ``1`` never equals ``"1"`` or ``true``; ints and
+      floats compare numerically (``1 == 1.0``). A ``null`` literal matches only a ``null``
+      value. A list or object value equals no literal.
+    - ``lt le gt ge`` hold only number against number or string against string (code-point
+      order); any other pairing is false.
+    - ``contains`` holds only for a string value containing the literal substring.
+    - Literals are scalars: strings, booleans, ``null``, integers within ±(2^53 - 1), finite
+      floats.
+    """
     match cond:
         case Compare(path=path):
             return _compare(cond, resolve(payload, path))

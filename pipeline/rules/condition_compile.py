@@ -1,15 +1,9 @@
 """The condition compiler: a Condition turned once into nested closures.
 
-Same semantics as ``pipeline.rules.condition.interpret`` (the module docstring there is the rule
-book); this module only makes them fast, by deciding everything that depends on the condition
-at compile time: the path is pre-split, one-segment paths read the payload with a single
-``dict.get``, each operator and literal kind gets its own closure, and type tests are exact
-class checks (``bool`` is its own class, so it never passes for a number). Hypothesis tests
-hold the two implementations to agreement.
-
-What it leaves out: parsing and bounds (``pipeline.rules.condition``), caching compiled predicates
-per definition version (the evaluator does that).
-"""
+Same semantics as :func:`pipeline.rules.condition.interpret` (its docstring is the rule book),
+faster; Hypothesis tests hold the two to agreement. Leaves out parsing and bounds
+(``pipeline.rules.condition``) and caching compiled predicates per definition version (the
+evaluator)."""
 
 from __future__ import annotations
 

@@ -1,16 +1,10 @@
 """Credential-looking values: what a definition must never hold where a reference is expected.
 
-Definitions name destinations, tools and sources by opaque registry references (DESIGN.md §3);
-the secrets live in configuration. This module only recognises values that look like a secret
-(URLs, userinfo, authorization schemes, ``key=value`` secrets, well-known token prefixes, long
-high-entropy runs) so creation can refuse them with a clear error. It does not validate the
-charset of references (``definition`` does) and it cannot prove a value is *not* a secret.
-
-Bounded (DESIGN.md §10): a value longer than :data:`MAX_SCANNED` characters is refused before
-any expression runs, and every expression is linear in the length of what it scans (matches
-can start only at a boundary of their run, and quantifiers that could backtrack are
-possessive), so a hostile megabyte costs microseconds, not minutes.
-"""
+Owns :func:`credential_reason` and :func:`reject_credential`: values that look like a secret (URLs,
+userinfo, authorization schemes, ``key=value`` secrets, token prefixes, high-entropy runs) are
+refused at creation. Bounded (DESIGN.md §10): longer than :data:`MAX_SCANNED` is refused unscanned,
+every expression is linear. It cannot prove a value is *not* a secret, and leaves reference charsets
+to ``definition``."""
 
 from __future__ import annotations
 

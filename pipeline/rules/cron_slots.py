@@ -1,20 +1,10 @@
 """Cron slots: which UTC instants a five-field cron fires at in a zone (Debian cron DST rules).
 
-Owns the slot engine behind :mod:`pipeline.rules.cron`. croniter parses and expands the fields and
-finds matching calendar days (it handles names, ranges, steps, ``L`` and ``#``); the DST rules
-are ours, applied to each matching local wall time rather than to croniter's own tz iteration,
-which fires a fixed-hour fall-back slot twice:
-
-- a *fixed* job (neither minute nor hour field starts with ``*``, as Debian cron and cronsim
-  decide) fires once per wall time: an ambiguous one at its first occurrence, a nonexistent one
-  at the first whole minute after the gap;
-- any other job follows the wall clock: every real instant whose local time matches fires, so
-  both 01:00s fire on fall-back night and times inside a gap never happen.
-
-Fires are computed per local calendar day as epoch seconds and memoised, so a ticker that asks
-"what fell due in this minute" for many watchers sharing a (cron, zone) does a few dictionary
-hits and bisects. Policies (missed runs, one-shots) live in :mod:`pipeline.rules.cron`.
-"""
+Owns the slot engine behind :mod:`pipeline.rules.cron`: croniter expands fields and finds days; a
+*fixed* job fires once per wall time (an ambiguous one at its first occurrence, one in a gap at the
+first minute after it), any other job at every real instant whose local time matches. Fires are
+epoch seconds, memoised per local day. Policies (missed runs, one-shots) are
+:mod:`pipeline.rules.cron`'s."""
 
 from __future__ import annotations
 

@@ -1,16 +1,10 @@
 """Whose data key seals what: the owners of data keys and the rule that picks one (DESIGN §10
 "Erasure's reach").
 
-Owns :class:`KeyOwner` — a subject, or one watcher version of a subject — and its record key on
-the compacted ``keys`` topic (``["<tenant>","<user>"]`` or ``["<tenant>","<user>","<watcher>",
-"<version>"]``, RFC 8785 arrays of strings, partitioned by subject), and :func:`evidence_owner`:
-evidence (receipts, tick payloads) is sealed under its watcher version's own key, so ``cancel``
-shreds that watcher's evidence alone; everything else a subject owns (definitions, commands,
-outbox and ledger texts) under the subject's key, which erasure shreds with the rest.
-
-Leaves out keys themselves, wrapping and encryption (``pipeline.crypto``) and which fields of a
-record are sealed (each ``pipeline.records`` module says).
-"""
+Owns :class:`KeyOwner` (a subject, or one watcher version of it) with its record key on the
+compacted ``keys`` topic, and :func:`evidence_owner`: evidence is sealed under its watcher version's
+key (``cancel`` shreds it alone), everything else under the subject's (erasure shreds all). Leaves
+out keys and encryption (``pipeline.crypto``) and which fields are sealed."""
 
 from __future__ import annotations
 

@@ -1,16 +1,10 @@
-"""Every problem of a definition body at once, each with a hint: what ``vigil watch validate``
-and ``watch create`` report before anything reaches a broker.
+"""Every problem of a definition body at once, each with a hint: what ``vigil watch validate`` and
+``watch create`` report before anything reaches a broker.
 
-:meth:`WatcherDefinition.from_json` stops at the first rule a body breaks, which is right for
-the command processor (one refusal) and tiresome for a person fixing a file. Here the same model
-is run again and again: pydantic's own errors come all together, a rule that raises
-:class:`DefinitionError` comes alone, and each time the top-level sections already found wrong
-are set aside so the next run can find what else is wrong. Rules that need several sections
-(a verb that needs text, an expiry that needs a mode) run only once every section is valid,
-so they add at most one problem. The run count is bounded by the number of top-level fields.
-
-Left out: where a field sits in its file (``pipeline.ops.validate``) and how problems print.
-"""
+Owns :func:`definition_problems` (bounded by the number of top-level fields; cross-section rules add
+at most one problem), :class:`Problem` and :func:`hint_for`. The command processor uses
+:meth:`WatcherDefinition.from_json` instead (one refusal). Left out: where a field sits in its file
+(``pipeline.ops.validate``) and printing."""
 
 from __future__ import annotations
 

@@ -1,16 +1,10 @@
 """The JSON Schema of a watcher definition, generated from :class:`WatcherDefinition`.
 
-pydantic writes the schema of the models; this module corrects what pydantic cannot know:
-vigil's durations are ``45s``/``1h30m`` (not ISO 8601), conditions are the recursive DSL of
-``condition`` (a ``dict`` to pydantic), ``tenant_id``/``user_id`` come from the caller and
-``version`` is assigned on acceptance. :func:`watcher_schema` is what ``vigil schema watcher``
-prints and ``docs/schemas/watcher.json`` holds; :func:`field_schemas` are the same fields with
-every reference inlined, for the HTTP API's OpenAPI document (whose components have no room for
-``$defs``), where a condition is described one level deep.
-
-A schema describes the shape; the rules still decide (bounds, cross-field rules, credentials):
-``vigil watch validate`` checks both. Left out: events (``pipeline.ops.json_schema``).
-"""
+Owns :func:`watcher_schema` (``vigil schema watcher``, ``docs/schemas/watcher.json``) and
+:func:`field_schemas` (references inlined, for the HTTP API's OpenAPI document), correcting what
+pydantic cannot know: vigil's durations, the recursive condition DSL, caller-supplied and assigned
+fields. A schema describes the shape; the rules still decide. Left out: events
+(``pipeline.ops.json_schema``)."""
 
 from __future__ import annotations
 

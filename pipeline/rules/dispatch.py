@@ -1,19 +1,10 @@
 """The delivery state machine and the pre-dispatch decision (DESIGN.md §4, §8, §11; seed 000).
 
-``pending → dispatching → delivered | pending (retry) | dead_letter``, and from ``pending``:
-deferral (still ``pending``, later due time, a reason), ``suppressed`` or ``cancelled``. A
-restart turns ``dispatching`` back into ``pending`` with the same key and attempt count. A
-``redeliver`` command turns ``dead_letter`` or ``suppressed`` back into ``pending``: the same
-key (receivers still dedupe), a fresh attempt count, one more ``redeliveries`` (so its budget
-charges are new ones, not replays of the first one's). This module owns the states' record, the
-transition table (an illegal move raises :class:`TransitionError` naming both states), the retry
-ceiling and backoff due times, and :func:`plan_attempt`, the ordered checks before each attempt.
-
-Leaves out persistence and fencing (the delivery consumer writes each state to ``delivery-state``
-in a Kafka transaction), calling destinations (adapters), and where verdicts come from:
-authorization (``pipeline.rules.authz``), quiet hours (``pipeline.rules.quiet_hours``) and
-budgets (``pipeline.rules.budgets`` rules, ``pipeline.redis.budgets`` counters).
-"""
+Owns :class:`DeliveryState`, the transition table (``pending → dispatching → delivered | pending
+| dead_letter``, deferral, ``suppressed``, ``cancelled``, restart, :func:`redeliver`; an illegal
+move raises :class:`TransitionError`), the retry ceiling, due times and :func:`plan_attempt`.
+Leaves out persistence and fencing (the delivery consumer), destinations (adapters) and the
+verdicts' sources."""
 
 from __future__ import annotations
 

@@ -1,18 +1,9 @@
-"""Every error vigil raises, in one place.
+"""Every error vigil raises, in one place, under one base: :class:`VigilError`, whose docstring
+draws the hierarchy.
 
-VigilError
-├── DefinitionError        a definition, condition or value breaks a rule (names the field)
-├── TransitionError        an illegal lifecycle or dispatch state move
-├── ConfigError            vigil.toml is missing or invalid (names the key)
-├── SerdeError             bytes that do not decode as a record
-│   └── UnknownSchemaError a schema fingerprint this build does not know (newer, or garbage)
-├── ErasedError            a sealed field whose data key is gone: the record reads as erased
-├── TopologyError          topics missing or drifted (says the command that fixes it)
-├── InfrastructureError    a server vigil depends on failed: no record is to blame, retry
-│   ├── BrokerError        Kafka failed (translated at the boundary)
-│   └── BudgetStoreError   Redis unreachable or failed (translated at the boundary)
-└── UnavailableError       a server a command needs does not answer (names address, key, fix)
-"""
+Each error names what its reader needs to act on (the field, the key, the states, the address or the
+fixing command). Kafka and Redis failures become :class:`BrokerError` and :class:`BudgetStoreError`
+(both :class:`InfrastructureError`) at their boundaries."""
 
 from __future__ import annotations
 
@@ -33,7 +24,21 @@ __all__ = [
 
 
 class VigilError(Exception):
-    """Base of every error vigil raises on purpose."""
+    """Base of every error vigil raises on purpose::
+
+    VigilError
+    ├── DefinitionError        a definition, condition or value breaks a rule (names the field)
+    ├── TransitionError        an illegal lifecycle or dispatch state move
+    ├── ConfigError            vigil.toml is missing or invalid (names the key)
+    ├── SerdeError             bytes that do not decode as a record
+    │   └── UnknownSchemaError a schema fingerprint this build does not know
+    ├── ErasedError            a sealed field whose data key is gone: reads as erased
+    ├── TopologyError          topics missing or drifted (says the command that fixes it)
+    ├── InfrastructureError    a server vigil depends on failed: no record is to blame, retry
+    │   ├── BrokerError        Kafka failed (translated at the boundary)
+    │   └── BudgetStoreError   Redis unreachable or failed (translated at the boundary)
+    └── UnavailableError       a server a command needs does not answer (address, key, fix)
+    """
 
 
 class DefinitionError(VigilError):

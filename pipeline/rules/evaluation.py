@@ -1,13 +1,10 @@
 """The evaluator's decision: one pure function of (definition, state, evidence, grants, now).
 
-Owns :func:`evaluate` and its result :class:`Evaluation`: outcome, reason code, next watcher
-state (checkpoint advanced or not), at most one outbox entry, the receipt, and whether the
-watch closes. Checks run in DESIGN.md §11's order and the first that applies decides; which
-judgments of a ``change`` watcher notify is ``change``'s transition. Reading
-Kafka, charging Redis and emitting the ``close`` command are the evaluator consumer's: the
-budget is asked through a callable, invoked only once every earlier check has passed, so
-stale or unauthorized evidence is never charged; replay passes the recorded verdict.
-"""
+Owns :func:`evaluate` and :class:`Evaluation` (outcome, reason, next watcher state, at most one
+outbox entry, the receipt, whether the watch closes); checks run in DESIGN.md §11's order and the
+first that applies decides. The budget is a callable asked only once every earlier check passed
+(replay passes the recorded verdict). Reading Kafka, charging Redis and emitting ``close`` are the
+evaluator consumer's."""
 
 from __future__ import annotations
 

@@ -1,20 +1,10 @@
-"""Exact encodings every process and replay must agree on: canonical JSON, record keys, the
-delivery key v1, derived keys and the evidence digest v1 (DESIGN.md §2, §8, §10).
+"""Exact encodings every process and replay must agree on: canonical JSON, record keys, the delivery
+key v1, derived keys and the evidence digest v1 (DESIGN.md §2, §8, §10).
 
-The delivery key is the dedupe identity of an outbox entry: SHA-256 over length-prefixed
-fields ``"vigil.delivery.v1", tenant_id, user_id, watcher_id, watcher_version, source_id``,
-the trigger kind and the trigger identity. Envelope ids, cursors, observation times and
-payloads never take part, so the same evidence seen twice yields the same key. The evidence
-digest is the opposite: it covers everything, for audit, and is never used to dedupe.
-
-On the native path (``pipeline.rules.native``) canonical JSON, length-prefixed fields, the
-delivery key and the evidence digest are written by ``vigil_native`` when a value is of the
-subset it writes; it answers None otherwise and the code here decides, as it does everywhere
-on the Python path.
-
-What it leaves out: building evidence records and deciding which trigger a piece of
-evidence has (models and evaluation do that); this module only encodes what it is given.
-"""
+The delivery key (the dedupe identity) hashes subject, watcher version, source and trigger only, so
+the same evidence seen twice yields the same key; the evidence digest covers everything, for audit,
+never dedupe. ``vigil_native`` writes them byte for byte when it can (``native``). Leaves out
+building evidence and choosing triggers: this module only encodes what it is given."""
 
 from __future__ import annotations
 

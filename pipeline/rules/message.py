@@ -1,17 +1,10 @@
 """Messages: what a person reads when a watcher fires (DESIGN.md §3 "Messages").
 
-Owns the ``delivery.message`` grammar and its total, bounded parser (:func:`parse_template`: a
-:class:`MessageTemplate` or a :class:`DefinitionError` naming ``delivery.message``), the check
-that every field names evidence the watcher keeps (:meth:`MessageTemplate.check`), rendering over
-retained leaves only (:func:`render`, :func:`default_message`) and each channel's escaping
-(:func:`for_channel`). All pure: replay renders the same text. Left out: which entry carries a
-message and where it goes (``outbox``, the delivery adapters).
-
-The grammar is literal text, ``{field}``, and ``{{``/``}}`` for braces: nothing else. It is not
-``string.Formatter``'s, which reaches attributes and items (``{x.__class__}``, ``{x[0]}``) and
-takes conversions and nested, unbounded format specs (``{x:>999999999}``): logic a template
-must not have.
-"""
+Owns the ``delivery.message`` grammar (literal text, ``{field}``, ``{{``/``}}``; nothing else), its
+total, bounded parser :func:`parse_template`, :meth:`MessageTemplate.check` (fields name kept
+evidence), rendering over retained leaves (:func:`render`, :func:`default_message`) and each
+channel's escaping (:func:`for_channel`); all pure. Left out: which entry carries a message and
+where it goes (``outbox``, adapters)."""
 
 from __future__ import annotations
 

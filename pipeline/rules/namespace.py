@@ -1,15 +1,10 @@
-"""The deployment namespace: the one name that keeps deployments sharing a Kafka cluster or a
-Redis apart (DESIGN.md §10 "Deployment namespace").
+"""The deployment namespace: the one name that keeps deployments sharing a Kafka cluster or a Redis
+apart (DESIGN.md §10 "Deployment namespace").
 
-``[instance] namespace`` (default: the topic prefix without its trailing dot, ``vigil`` when the
-prefix is empty) prefixes every consumer group (``<namespace>.<stage>``), hence every
-transactional id (``<group>-<instance>``), and every Redis key (``<namespace>:budget:…``). Two
-deployments with identical subjects and watcher ids on one broker and one Redis therefore share
-no group, no transactional id and no budget counter.
-
-Leaves out: where the name comes from (``pipeline.config``) and the key layout below the prefix
-(``pipeline.redis.budgets``).
-"""
+``[instance] namespace`` (default: the topic prefix without its dot, else ``vigil``) prefixes
+every consumer group (``<namespace>.<stage>``), hence every transactional id, and every Redis
+key. Leaves out where the name comes from (``pipeline.config``) and the key layout
+(``pipeline.redis.budgets``)."""
 
 from __future__ import annotations
 

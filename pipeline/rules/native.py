@@ -1,15 +1,9 @@
 """Which hot path this process runs: the compiled accelerator or the pure-Python rules.
 
-DESIGN.md §10 "Compiled hot path": ``vigil_native`` (Rust, built from ``native/`` by ``make``)
-carries pure-data pieces of an evaluation — condition, delivery key, evidence digest,
-partition, Avro records, AES-GCM — and must give the Python rules' answers byte for byte; the
-Python rules stay the specification and the fallback. ``VIGIL_NATIVE`` chooses: unset (or
-``auto``) uses the module when it imports, ``0`` forces the Python path, ``1`` requires the
-module (a process started so without it stops at import with :class:`ImportError`).
-
-Owns the choice and its one-line description (``python -m pipeline.rules.native`` prints it);
-leaves each piece's use to its own home (``keys``, ``condition``, ``partitioner``, ``writers``).
-"""
+``vigil_native`` (DESIGN.md §10 "Compiled hot path") must answer byte for byte as the Python rules,
+which stay the specification and fallback. ``VIGIL_NATIVE``: unset or ``auto`` uses it when it
+imports, ``0`` forces Python, ``1`` requires it (:class:`ImportError` otherwise). Owns the choice
+and its description (``python -m pipeline.rules.native``); each piece's use is its own module's."""
 
 from __future__ import annotations
 

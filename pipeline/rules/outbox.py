@@ -1,13 +1,10 @@
 """The outbox entry: one notification intent, complete enough that delivery needs nothing else.
 
-Owns :class:`OutboxEntry`, keyed in ``vigil.outbox`` by its delivery key (DESIGN.md §2, §4).
-It carries the subject, the watcher version, the trigger, the verb and its arguments, the
-message a person reads (rendered here by ``message``, from the evidence the receipt keeps), the
-retry policy, quiet hours, budget caps and retention, so the delivery consumer never reads a
-definition. Creating one is ``evaluation``'s (or the command processor's for immediate verbs);
-dispatch states are ``dispatch``'s. An entry read back without its data key is ``erased``
-(trigger, text and arguments gone): it is never sent.
-"""
+Owns :class:`OutboxEntry`, keyed in ``vigil.outbox`` by its delivery key (DESIGN.md §2, §4):
+subject, version, trigger, verb and arguments, the rendered message, retry policy, quiet hours,
+budget caps and retention. An entry read back without its data key is ``erased`` and never sent.
+Creating one is ``evaluation``'s (or the command processor's); dispatch states are
+``dispatch``'s."""
 
 from __future__ import annotations
 

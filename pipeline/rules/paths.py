@@ -1,12 +1,9 @@
 """Dotted payload paths: the one grammar shared by conditions and the privacy filter.
 
-A path is ``segment(.segment)*`` with every segment ``[A-Za-z_][A-Za-z0-9_]*`` (ASCII only, so
-no path can smuggle an index, a wildcard or an expression), at most ``max_segments`` of them.
-A path descends through JSON objects only: a list, a string or any other scalar on the way
-means the path does not resolve. This module owns the grammar and resolution; what a resolved
-value means (comparison, retention) belongs to ``pipeline.rules.condition`` and
-``pipeline.rules.privacy``.
-"""
+A path is ``segment(.segment)*``, each ``[A-Za-z_][A-Za-z0-9_]*`` (ASCII: no index, wildcard or
+expression), at most ``max_segments``; it descends through JSON objects only, anything else means it
+does not resolve. What a resolved value means is ``pipeline.rules.condition``'s and
+``pipeline.rules.privacy``'s."""
 
 from __future__ import annotations
 

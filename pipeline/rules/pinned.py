@@ -1,14 +1,9 @@
 """The pinned evaluators' registered states (seed 003): what each ``key@version`` can report.
 
-Owns :data:`REGISTERED` — per pinned evaluator, the payload field that carries the state and the
-values it may take — and :func:`check_registered_states`, which refuses (a
-:class:`~pipeline.rules.errors.DefinitionError` naming the allowed values) a condition or
-terminal condition that compares that field with anything else: a misspelled status could never
-be satisfied. A version's values never change; a new value is a new version.
-
-Left out: reading the states (``producers.ticker.tools.pinned``) and which evaluators an agent
-watch may name (``agent_watch``).
-"""
+Owns :data:`REGISTERED` (per evaluator, the state field and its values; a new value is a new
+version) and :func:`check_registered_states`, which refuses a condition comparing that field with
+anything else. Left out: reading the states (``producers.ticker.tools.pinned``) and which evaluators
+an agent watch may name (``agent_watch``)."""
 
 from __future__ import annotations
 

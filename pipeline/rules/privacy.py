@@ -1,13 +1,8 @@
 """The receipt privacy filter: only scalar leaves at allowlisted paths survive (DESIGN.md §3).
 
-A retained path keeps its value only when that value is a JSON scalar (string, number,
-boolean or ``null``); an object or a list at a listed path keeps nothing, so listing a parent
-never leaks its unlisted children, and lists are never descended. The kept leaves are
-rebuilt into the same nesting. Paths use the shared grammar of ``pipeline.rules.paths``.
-
-What it leaves out: *whether* a payload is kept at all (stale or budget-rejected evidence
-keeps none; evaluation decides) and encryption of what is kept.
-"""
+An object or list at a listed path keeps nothing (listing a parent never leaks its children) and
+lists are never descended; kept leaves keep their nesting. Paths are ``pipeline.rules.paths``'.
+Leaves out *whether* a payload is kept (evaluation decides) and encryption."""
 
 from __future__ import annotations
 

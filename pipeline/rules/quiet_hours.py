@@ -1,13 +1,9 @@
 """Quiet hours: a daily window of local minutes in which deliveries wait.
 
-Owns :class:`QuietHours` — the window as users write it (``HH:MM`` start and end, an IANA
-zone; ``[start, end)`` of local wall time, wrapping midnight when start > end), validated once
-and carried as is by definitions and outbox entries — the "is this instant quiet" test and the
-next allowed instant. The next allowed instant is found the way DESIGN §8 fixes it: step whole
-UTC minutes and convert each to local wall time, so spring-forward gaps and both fall-back
-occurrences come out right with no special cases. Deciding to defer a delivery, and recording
-why, is the dispatch state machine's job.
-"""
+Owns :class:`QuietHours` (``HH:MM`` start and end in an IANA zone, ``[start, end)`` of local wall
+time, wrapping midnight when start > end), the "is this instant quiet" test and the next allowed
+instant, found by stepping whole UTC minutes (DESIGN §8), so DST gaps and overlaps need no special
+case. Deciding to defer, and recording why, is the dispatch state machine's."""
 
 from __future__ import annotations
 

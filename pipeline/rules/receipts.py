@@ -1,12 +1,10 @@
 """The receipt: the immutable, privacy-filtered record of one evaluation (DESIGN.md §10, §11).
 
-Owns :class:`Receipt`: what was decided, why, on which evidence and definition version, with
-the authorization and budget verdicts replay takes as recorded. Which payload it may keep is
-decided by ``evaluation`` through ``privacy``; encryption and retention are the writer's. A
-receipt read back after its data key was shredded is ``erased``: its trigger and payload are
-gone, its decision metadata (outcome, reason, verdicts, digests, times) remains until the
-topic's retention.
-"""
+Owns :class:`Receipt`: what was decided, why, on which evidence and definition version, with the
+authorization and budget verdicts replay takes as recorded. Read back after its data key was
+shredded it is ``erased``: trigger and payload gone, decision metadata kept until retention.
+Which payload it keeps is ``evaluation``'s (via ``privacy``); encryption and retention are the
+writer's."""
 
 from __future__ import annotations
 

@@ -1,23 +1,10 @@
-"""Recovery: what ``vigil replay --apply`` writes for evaluations an authorization failure
-skipped (DESIGN.md §10 "Authorization failure and checkpoints"), pure.
+"""Recovery: what ``vigil replay --apply`` writes for evaluations an authorization failure skipped
+(DESIGN.md §10 "Authorization failure and checkpoints"), pure.
 
-Owns :func:`plan_recovery`. Replay threads every receipt in log order as the evaluator did; each
-``authorization_denied`` receipt of an ``every`` watcher (its checkpoint stayed) is decided again
-with the **current** grants, judged at ``now``, at its recorded evaluation time — so freshness,
-the condition, dedupe and the delivery key are what they would have been had the grant held. A
-skipped evaluation that some authorized receipt of the same watcher version and trigger already
-decided (an earlier ``--apply``, or the evidence published again) is not decided twice; an entry
-whose delivery key the outbox already holds is not written again (delivery would drop it too:
-a key it knows never starts over). Each recovery is a new receipt (noted as recovered) and,
-when the condition held, its outbox entry. A recovered evaluation is not charged to the
-evaluation budget (the skipped one never was); delivery charges its own budgets as for any entry.
-
-Left out: reading the history and writing the records (``pipeline.ops.replay_apply``), the
-operator's authorization and audit (``pipeline.rules.commands.recover``). ``once`` watches are
-never recovered: a denial cancelled them (``access_revoked``) before data was read; nor are
-``change`` watches: their later evaluations judged transitions without the skipped ones, so a
-recovered one would announce a change a person was already told of (or a stale one).
-"""
+Owns :func:`plan_recovery` (its docstring gives the rules): each skipped evaluation of an ``every``
+watcher decided again with the current grants, at most once, as a new receipt and its outbox entry.
+Left out: reading history and writing records (``pipeline.ops.replay_apply``) and the operator's
+authorization and audit (``pipeline.rules.commands.recover``)."""
 
 from __future__ import annotations
 
@@ -32,7 +19,8 @@ from pipeline.rules.evaluation import authorization_for
 from pipeline.rules.outbox import OutboxEntry
 from pipeline.rules.outcomes import Reason
 from pipeline.rules.receipts import Receipt
-from pipeline.rules.replay import History, ReplayReport, replay
+from pipeline.rules.replay import replay
+from pipeline.rules.replay_model import History, ReplayReport
 
 __all__ = ["NOTE", "Recovery", "RecoveryPlan", "plan_recovery"]
 
@@ -84,7 +72,17 @@ def plan_recovery(
     history: History, grants: Sequence[Grant], now: datetime, *, version: int | None = None
 ) -> RecoveryPlan:
     """The recoveries of the skipped evaluations in ``history`` (of watcher ``version`` only,
-    when given), with ``grants`` as they are at ``now``."""
+    when given), with ``grants`` as they are at ``now``.
+
+    Receipts are threaded in log order as the evaluator did; each ``authorization_denied``
+    receipt of an ``every`` watcher is decided again with the current grants at its recorded
+    evaluation time, so freshness, the condition, dedupe and the delivery key are what they
+    would have been had the grant held. A trigger an authorized receipt of the same version
+    already decided is not decided twice, and an entry whose delivery key the outbox holds is not
+    written again. Each recovery is a new receipt (noted as recovered) and, when the condition
+    held, its outbox entry; it is not charged to the evaluation budget (delivery charges its
+    own). ``once`` and ``change`` watches are never recovered.
+    """
     decided = {_trigger(r) for r in history.receipts if r.authorized is True}
     plan = RecoveryPlan()
 

@@ -1,27 +1,15 @@
 """Replay: re-derive recorded decisions and report what differs (DESIGN.md §2, §6, §10).
 
-Owns :func:`replay`, a pure function over a :class:`History` (definition versions, input
-evidence by position, receipts in log order, the outbox's latest records). Each receipt in the
-range is evaluated again by :func:`pipeline.rules.evaluation.evaluate` with the receipt's
-evaluation time (or the input's arrival, :attr:`ReplayClock.ARRIVAL`), and with what replay
-cannot recompute taken as recorded: the authorization and budget verdicts, the lifecycle status
-the command processor set (a ``not_active`` receipt was evaluated while paused) and whether the
-pinned evaluator was registered. Conditions, freshness, expiry, dedupe, keys, late flags,
-messages and a change watcher's transitions are recomputed (receipts before the range seed
-them). A replacement definition (``override``) answers "what would this have fired?"; a
-``regrant`` decides chosen receipts with another authorization instead of the recorded one.
-
-Leaves out reading Kafka (``pipeline.ops.replay_reader``) and printing (``pipeline.cli``).
-Inputs that no watcher evaluated have no receipt and are not replayed; neither are inputs a
-recorded closed watch never saw (a changed definition that would not have closed it).
+Owns :func:`replay`: each selected receipt evaluated again by the pure
+:func:`~pipeline.rules.evaluation.evaluate`, with what replay cannot recompute (authorization,
+budget, the status the processor set, pinned registration) taken as recorded, and compared.
+Leaves out what it reads and reports (``replay_model``), reading Kafka
+(``pipeline.ops.replay_reader``) and printing (``pipeline.cli``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from enum import StrEnum
 from typing import Final
 
 from pipeline.rules.authz import Action, AuthzDecision, Grant
@@ -30,149 +18,29 @@ from pipeline.rules.change import recorded_truth
 from pipeline.rules.definition import WatcherDefinition
 from pipeline.rules.errors import DefinitionError, TransitionError
 from pipeline.rules.evaluation import Evaluation, evaluate, recorded_budget
-from pipeline.rules.evidence import Evidence
 from pipeline.rules.lifecycle import WatcherStatus, is_closed
-from pipeline.rules.outbox import OutboxEntry
-from pipeline.rules.outcomes import Outcome, Reason
+from pipeline.rules.outcomes import Reason
 from pipeline.rules.receipts import Receipt
+from pipeline.rules.replay_model import (
+    Decision,
+    DefinitionVersion,
+    Difference,
+    DifferenceKind,
+    History,
+    Regrant,
+    ReplayClock,
+    ReplayInput,
+    ReplayReport,
+    SkipReason,
+    WatcherKey,
+)
 from pipeline.rules.sources import PollingSource
 from pipeline.rules.watcher_state import WatcherState
 
-__all__ = [
-    "Decision",
-    "DefinitionVersion",
-    "Difference",
-    "DifferenceKind",
-    "History",
-    "Regrant",
-    "ReplayClock",
-    "ReplayInput",
-    "ReplayReport",
-    "SkipReason",
-    "affected_keys",
-    "replay",
-]
+__all__ = ["replay"]
 
 _RECORDED_GRANT: Final = "replay:recorded-verdict"
 _FOREVER: Final = datetime(9999, 1, 1, tzinfo=UTC)
-
-WatcherKey = tuple[str, str, str]
-Regrant = Callable[[Receipt, WatcherDefinition], AuthzDecision | None]
-"""The authorization to decide a receipt with instead of the recorded one, or None."""
-
-
-class ReplayClock(StrEnum):
-    """Which instant a replayed evaluation runs at."""
-
-    RECORDED = "recorded"  # the receipt's evaluation time: must reproduce every decision
-    ARRIVAL = "arrival"  # the input record's broker timestamp: what an outage made stale
-
-
-class DifferenceKind(StrEnum):
-    DECISION = "decision"  # outcome, reason or outbox key differ
-    EVIDENCE = "evidence"  # same decision, but the input's digest is not what was evaluated
-    NOT_EVALUATED = "not_evaluated"  # replay closed the watch before this input
-    OUTBOX_MISSING = "outbox_missing"  # a still-retained decision has no outbox record
-    OUTBOX_MISMATCH = "outbox_mismatch"  # the outbox record is not the replayed entry (message too)
-
-
-class SkipReason(StrEnum):
-    """Why a receipt in range could not be replayed (not a difference: data is gone)."""
-
-    DEFINITION_MISSING = "definition_missing"  # its version is not in definition-log
-    INPUT_MISSING = "input_missing"  # its input record is past retention or out of range
-    INVALID = "invalid"  # the definition or state did not validate
-    ERASED = "erased"  # its receipt, definition or input is sealed under a shredded key
-
-
-@dataclass(frozen=True, slots=True)
-class DefinitionVersion:
-    """One accepted version as definition-log holds it; ``activated_at`` bounds a window."""
-
-    definition: WatcherDefinition
-    logged_at: datetime
-    activated_at: datetime | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ReplayInput:
-    """One input record: its evidence and when the broker received it."""
-
-    evidence: Evidence
-    arrival: datetime
-
-
-@dataclass(frozen=True, slots=True)
-class History:
-    """What replay reads. ``receipts`` in log order, all of them up to the range's end: those
-    before it seed dedupe memory. ``selected`` are the input positions in range; ``outbox``
-    maps a delivery key to its latest record (``None``: purged). ``read_at`` is when the
-    outbox was read, to tell a purged entry from a missing one."""
-
-    definitions: Mapping[tuple[str, str, str, int], DefinitionVersion]
-    inputs: Mapping[str, ReplayInput]
-    receipts: Sequence[Receipt]
-    selected: frozenset[str]
-    outbox: Mapping[str, OutboxEntry | None] | None = None
-    read_at: datetime | None = None
-    erased: frozenset[tuple[str, str, str, int]] = frozenset()  # versions, definition erased
-    erased_inputs: frozenset[str] = frozenset()  # positions of ticks whose payload is erased
-
-
-@dataclass(frozen=True, slots=True)
-class Decision:
-    outcome: Outcome
-    reason: Reason
-    delivery_key: str | None
-    evidence_digest: str
-    late: bool = False  # the outbox entry's late flag (a schedule fire decided past its grace)
-    message: str | None = None  # the replayed entry's rendered message (a receipt has none)
-
-    @classmethod
-    def of(cls, receipt: Receipt) -> Decision:
-        return cls(receipt.outcome, receipt.reason, receipt.delivery_key, receipt.evidence_digest)
-
-
-@dataclass(frozen=True, slots=True)
-class Difference:
-    kind: DifferenceKind
-    watcher: WatcherKey
-    version: int
-    position: str | None
-    trigger: Mapping[str, str]
-    recorded: Decision
-    replayed: Decision | None
-
-
-@dataclass(slots=True)
-class ReplayReport:
-    replayed: int = 0
-    differences: list[Difference] = field(default_factory=list)
-    skipped: dict[SkipReason, int] = field(default_factory=dict)
-    reasons: dict[Reason, int] = field(default_factory=dict)  # replayed reason counts
-    fired: set[str] = field(default_factory=set)  # replayed outbox keys
-    regranted: list[tuple[Receipt, Evaluation]] = field(default_factory=list)
-
-    @property
-    def would_fire(self) -> list[str]:
-        """Outbox keys replay creates that the record does not have."""
-        return sorted(
-            d.replayed.delivery_key
-            for d in self.differences
-            if d.replayed is not None
-            and d.replayed.delivery_key is not None
-            and d.replayed.delivery_key != d.recorded.delivery_key
-        )
-
-    @property
-    def would_not_fire(self) -> list[str]:
-        """Recorded outbox keys replay does not create."""
-        return sorted(
-            d.recorded.delivery_key
-            for d in self.differences
-            if d.recorded.delivery_key is not None
-            and (d.replayed is None or d.replayed.delivery_key != d.recorded.delivery_key)
-        )
 
 
 def replay(
@@ -185,66 +53,126 @@ def replay(
     """Replay every receipt whose input position is in ``history.selected``.
 
     Receipts are threaded per watcher version in log order, so dedupe memory and closes carry
-    from one evaluation to the next as they did in the evaluator. A decision whose receipt,
-    definition or input is erased (its data key shredded, DESIGN.md §10) is reported as erased
-    (:attr:`SkipReason.ERASED`), never as a difference.
+    from one evaluation to the next as they did in the evaluator. Conditions, freshness,
+    expiry, dedupe, keys, late flags, messages and a change watcher's transitions are
+    recomputed (receipts before the range seed them), at the receipt's evaluation time or the
+    input's arrival (``clock``). ``override`` answers "what would this have fired?"; ``regrant``
+    decides chosen receipts with another authorization instead of the recorded one. Inputs no
+    watcher evaluated have no receipt and are not replayed; neither are inputs a recorded closed
+    watch never saw. A decision whose receipt, definition or input is erased (its data key
+    shredded, DESIGN.md §10) is reported as erased (:attr:`SkipReason.ERASED`), never as a
+    difference.
     """
-    report = ReplayReport()
-    states: dict[tuple[WatcherKey, int], WatcherState] = {}
-    overrides: dict[int, WatcherDefinition] = {}
+    replayer = _Replayer(history, clock, override, regrant)
     for receipt in history.receipts:
+        replayer.take(receipt)
+    return replayer.report
+
+
+class _Replayer:
+    """One replay's threaded state: each watcher version's state, and the report so far."""
+
+    __slots__ = ("_clock", "_history", "_override", "_overrides", "_regrant", "_states", "report")
+
+    def __init__(
+        self,
+        history: History,
+        clock: ReplayClock,
+        override: WatcherDefinition | None,
+        regrant: Regrant | None,
+    ) -> None:
+        self._history = history
+        self._clock = clock
+        self._override = override
+        self._regrant = regrant
+        self._states: dict[tuple[WatcherKey, int], WatcherState] = {}
+        self._overrides: dict[int, WatcherDefinition] = {}
+        self.report = ReplayReport()
+
+    def take(self, receipt: Receipt) -> None:
+        """Thread one receipt: seed it (before the range), skip it, or replay it."""
+        history = self._history
         watcher = (receipt.tenant_id, receipt.user_id, receipt.watcher_id)
         slot = (watcher, receipt.watcher_version)
-        version = _version_of(history, receipt, override, overrides)
-        state = states.get(slot) or _fresh(receipt, version)
-        if receipt.position not in history.selected:
-            states[slot] = _seeded(state, receipt)
-            continue
+        version = _version_of(history, receipt, self._override, self._overrides)
+        state = self._states.get(slot) or _fresh(receipt, version)
         item = history.inputs.get(receipt.position or "")
-        if (
-            receipt.erased
-            or (override is None and (*watcher, receipt.watcher_version) in history.erased)
-            or (item is None and receipt.position in history.erased_inputs)
-        ):
-            states[slot] = _seeded(state, receipt)
-            _skip(report, SkipReason.ERASED)
-            continue
-        if version is None or item is None:
+        if receipt.position not in history.selected:
+            self._states[slot] = _seeded(state, receipt)
+        elif self._erased(receipt, item):
+            self._skip(slot, state, receipt, SkipReason.ERASED)
+        elif version is None or item is None:
             # Not replayable: carry its trigger forward as recorded, so dedupe still holds.
-            states[slot] = _seeded(state, receipt)
             missing = SkipReason.DEFINITION_MISSING if version is None else SkipReason.INPUT_MISSING
-            _skip(report, missing)
-            continue
-        if is_closed(state.status):
-            report.replayed += 1
-            report.differences.append(_difference(DifferenceKind.NOT_EVALUATED, receipt, None))
-            continue
+            self._skip(slot, state, receipt, missing)
+        elif is_closed(state.status):
+            self.report.replayed += 1
+            self.report.differences.append(_difference(DifferenceKind.NOT_EVALUATED, receipt, None))
+        else:
+            self._replay(slot, state, receipt, version, item)
+
+    def _erased(self, receipt: Receipt, item: ReplayInput | None) -> bool:
+        """Its receipt, its definition (unless overridden) or its input is sealed under a
+        shredded key."""
+        history = self._history
+        logged = (receipt.tenant_id, receipt.user_id, receipt.watcher_id, receipt.watcher_version)
+        return (
+            receipt.erased
+            or (self._override is None and logged in history.erased)
+            or (item is None and receipt.position in history.erased_inputs)
+        )
+
+    def _skip(
+        self,
+        slot: tuple[WatcherKey, int],
+        state: WatcherState,
+        receipt: Receipt,
+        reason: SkipReason,
+    ) -> None:
+        self._states[slot] = _seeded(state, receipt)
+        skipped = self.report.skipped
+        skipped[reason] = skipped.get(reason, 0) + 1
+
+    def _replay(
+        self,
+        slot: tuple[WatcherKey, int],
+        state: WatcherState,
+        receipt: Receipt,
+        version: DefinitionVersion,
+        item: ReplayInput,
+    ) -> None:
+        """Evaluate the receipt again, then count and compare the decision."""
+        regrant = self._regrant
         granted = None if regrant is None else regrant(receipt, version.definition)
         try:
-            next_state, evaluation = _evaluate(version, state, receipt, item, clock, granted)
+            next_state, evaluation = _evaluate(version, state, receipt, item, self._clock, granted)
         except (DefinitionError, TransitionError, ValueError):
-            states[slot] = _seeded(state, receipt)
-            _skip(report, SkipReason.INVALID)
-            continue
-        states[slot] = next_state
+            self._skip(slot, state, receipt, SkipReason.INVALID)
+            return
+        self._states[slot] = next_state
+        report = self.report
         if granted is not None:
             report.regranted.append((receipt, evaluation))
-        decision = Decision(
-            evaluation.outcome,
-            evaluation.reason,
-            None if evaluation.outbox is None else evaluation.outbox.delivery_key,
-            evaluation.receipt.evidence_digest,
-            evaluation.outbox is not None and evaluation.outbox.late,
-            None if evaluation.outbox is None else evaluation.outbox.message,
-        )
+        decision = _decision(evaluation)
         report.replayed += 1
         report.reasons[decision.reason] = report.reasons.get(decision.reason, 0) + 1
         if decision.delivery_key is not None:
             report.fired.add(decision.delivery_key)
-        found = _compare(receipt, decision, version, history)
+        found = _compare(receipt, decision, version, self._history)
         if found is not None:
             report.differences.append(found)
-    return report
+
+
+def _decision(evaluation: Evaluation) -> Decision:
+    outbox = evaluation.outbox
+    return Decision(
+        evaluation.outcome,
+        evaluation.reason,
+        None if outbox is None else outbox.delivery_key,
+        evaluation.receipt.evidence_digest,
+        outbox is not None and outbox.late,
+        None if outbox is None else outbox.message,
+    )
 
 
 def _version_of(
@@ -279,10 +207,6 @@ def _seeded(state: WatcherState, receipt: Receipt) -> WatcherState:
         return state
     seeded = recorded_truth(state, receipt)
     return seeded.replace(recent_triggers=state.remember(receipt.trigger_key))
-
-
-def _skip(report: ReplayReport, reason: SkipReason) -> None:
-    report.skipped[reason] = report.skipped.get(reason, 0) + 1
 
 
 def _recorded_grants(definition: WatcherDefinition, receipt: Receipt) -> tuple[Grant, ...]:
@@ -387,17 +311,3 @@ def _still_retained(created: datetime, retention: timedelta, read_at: datetime |
     """Whether the outbox must still hold an entry created at ``created`` (else it was purged
     and its tombstone may be compacted away)."""
     return read_at is not None and created + retention > read_at
-
-
-def affected_keys(differences: Iterable[Difference]) -> list[str]:
-    """Every delivery key that appears on either side of a difference."""
-    keys = {
-        key
-        for d in differences
-        for key in (
-            d.recorded.delivery_key,
-            None if d.replayed is None else d.replayed.delivery_key,
-        )
-        if key is not None
-    }
-    return sorted(keys)

@@ -1,16 +1,10 @@
-"""How long subject data may live: the platform's topic retentions, the caps they put on a
-watcher's own retentions, and the read-time rule (DESIGN §10 "Retention per watcher").
+"""How long subject data may live: topic retentions, the caps they put on a watcher's own, and the
+read-time rule (DESIGN §10 "Retention per watcher").
 
-Owns the retention of the append-only topics that keep a watcher's evidence (``receipts``) and
-its delivered texts (the ``notifications`` ledger) — ``pipeline.kafka.topics`` configures the
-topics from these values, so the cap and the broker agree — :func:`check_retentions` (a
-definition asking to keep longer than its topic does is refused at creation), and
-:func:`retained` (every reader drops a record whose ``retain_until`` has passed, whatever the
-topic still holds).
-
-Leaves out purging: settled deliveries are tombstoned by delivery's purge timer; evidence on an
-append-only topic ages out with the topic, and is unreadable from ``retain_until`` on.
-"""
+Owns the retentions of ``receipts`` and the ``notifications`` ledger (``pipeline.kafka.topics``
+configures the topics from them), :func:`check_retentions` (a definition keeping longer is refused)
+and :func:`retained` (readers drop a record past its ``retain_until``). Leaves out purging
+(delivery's purge timer; append-only topics age out)."""
 
 from __future__ import annotations
 

@@ -1,26 +1,10 @@
 """The poll ticker's decision for one watcher: which ticks are due now, and what to remember.
 
-Owns :func:`plan_watcher` (a pure function of definition, status, activation, the ticker's
-memory of that watcher and ``now``), the :class:`TickerMemory` the ticker keeps per watcher in
-``ticker-state`` and the :class:`DueTick` it emits; each plan also says when the watcher next
-needs a look (``next_check``), so a ticker steps only watchers with something due.
-
-Rules (DESIGN.md §3, §5, §8, §10, §11):
-
-- *polling* watchers tick at their cron's instants (a cadence is ``*/N * * * *`` UTC), with the
-  watcher's missed-run policy and the backfill horizon ``now - delivery_retention``; a
-  ``once`` watch gets one final poll *at* its deadline (unless a cron instant already is it);
-- *schedule* watchers: a one-shot ``at`` fires exactly once, flagged late past the grace,
-  whatever the horizon; a cron schedule fires none of what it missed and resumes at its next
-  instant, but ticks the newest missed ones (up to 100) ``late``, so each is a ``missed``
-  receipt instead of a silent gap (``pipeline.rules.schedules``);
-- every watcher with a deadline gets one *expiry* tick at it, paused ones included;
-- a paused watcher's instants are not missed, they are skipped: on resume it starts afresh;
-- nothing is enumerated past the deadline.
-
-Which cron instants exist and how missed ones are chosen is :mod:`pipeline.rules.cron`; calling
-tools, checking grants and budgets, and writing ticks are the ticker's (``producers.ticker.loop``).
-"""
+Owns :func:`plan_watcher` (pure over definition, status, activation, memory and ``now``; its
+docstring gives the rules, DESIGN.md §3, §5, §8, §10, §11), the :class:`TickerMemory` kept per
+watcher in ``ticker-state`` and the :class:`DueTick` it emits; each plan says when the watcher next
+needs a look. Cron instants are :mod:`pipeline.rules.cron`'s; calling tools, grants, budgets and
+writing ticks are ``producers.ticker.loop``'s."""
 
 from __future__ import annotations
 
@@ -230,7 +214,19 @@ def plan_watcher(
     *,
     grace: timedelta = DEFAULT_GRACE,
 ) -> WatcherPlan:
-    """The ticks due for one watcher version at ``now`` and the memory after them."""
+    """The ticks due for one watcher version at ``now`` and the memory after them.
+
+    - *polling* watchers tick at their cron's instants (a cadence is ``*/N * * * *`` UTC), with
+      the missed-run policy and the backfill horizon ``now - delivery_retention``; a ``once``
+      watch gets one final poll *at* its deadline (unless a cron instant already is it);
+    - *schedule* watchers: a one-shot ``at`` fires exactly once, flagged late past the grace,
+      whatever the horizon; a cron schedule fires none of what it missed and resumes at its
+      next instant, but ticks the newest missed ones (up to 100) ``late``, so each is a
+      ``missed`` receipt instead of a silent gap (``pipeline.rules.schedules``);
+    - every watcher with a deadline gets one *expiry* tick at it, paused ones included;
+    - a paused watcher's instants are skipped, not missed: on resume it starts afresh;
+    - nothing is enumerated past the deadline.
+    """
     version = definition.version
     if version is None:
         raise DefinitionError("a ticked definition has an assigned version", "version")

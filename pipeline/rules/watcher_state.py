@@ -1,15 +1,10 @@
 """A watcher's runtime state, as the evaluator keeps it in ``watcher-state`` (DESIGN.md §2).
 
-Owns :class:`WatcherState` and its :class:`AppliedTrigger` (the last evidence applied: trigger
-identity, observation time and input position), the bounded memory of applied triggers used to
-refuse a second outbox entry for the same evidence, and a change watcher's last known truth.
-How it changes is decided by ``evaluation`` (and ``change``); how it is stored (Avro,
-compaction) by the serde and the stream runtime.
-
-Both are checked named tuples (why: ``docs/architecture.md``): the constructor and
-:meth:`WatcherState.replace` check every field (:class:`~pipeline.rules.errors.DefinitionError`
-naming it); ``_make`` builds unchecked, only for values the rules themselves computed.
-"""
+Owns :class:`WatcherState` and :class:`AppliedTrigger` (last evidence applied), the bounded memory
+of applied triggers that refuses a second entry for the same evidence, and a change watcher's last
+truth. Both are checked named tuples: constructor and :meth:`WatcherState.replace` check every
+field, ``_make`` does not (rules' own values only). Changes are ``evaluation``'s; storage the
+runtime's."""
 
 from __future__ import annotations
 

@@ -1,25 +1,9 @@
-"""The exactly-once stream runtime every vigil consumer runs on (DESIGN §2, §4, §10).
+"""The exactly-once stream runtime every vigil stage runs on (DESIGN §2, §4, §10).
 
-One :class:`StreamApp` per process instance: a group member subscribed to co-partitioned inputs
-(a range assignor: partition *p* of every input lands on the same member; the classic protocol
-by default, KIP-848's incremental one on request, see ``assignment``), one transactional
-producer with the stable id ``<group>-<instance>``, and keyed in-memory tables. Each
-transaction holds the outputs, the changelog of what the tables became and the consumed
-offsets; it commits every ``commit_every`` records or ``commit_interval_ms``.
-
-The app is built from collaborators that each own their state: the :class:`~.member.Member`
-(the two clients: start, replace, retire), the :class:`~.transactions.TransactionScope`
-(begin, commit, abort, recover, resync; the cadence and the input positions), the
-:class:`~.assignment.Assignment` (what a rebalance restores and drops), the
-:class:`~.state.TaskState` (the tables), the :class:`~.poison.Quarantine` and the
-:class:`~.batch.Batches` (decode, process, cut, isolate). This module wires them and reads as
-the loop: resync if asked → poll → decode → process → commit if due. No record can stop the
-process (DESIGN §10 "Hostile input", see ``batch``); only the broker's and the budget store's
-failures propagate, and the caller backs off and retries (``recovery``).
-
-Leaves out encoding (``pipeline.kafka.serde``), topic creation (``pipeline.kafka.topics``) and
-what is processed. Why the runtime is vigil's own rather than Quix Streams:
-``docs/architecture.md``.
+Owns :class:`StreamApp`: one group member over co-partitioned inputs, one transactional producer
+(``<group>-<instance>``) and keyed tables, wired from ``member``, ``transactions``,
+``assignment``, ``state``, ``poison`` and ``batch``; its step reads resync if asked → poll →
+decode → process → commit if due. Leaves out encoding, topic creation and what is processed.
 """
 
 from __future__ import annotations

@@ -1,28 +1,10 @@
 """Rebalances of a stream app member: what it restores when partitions arrive and gives up when
 they leave (DESIGN §2, §10).
 
-On assignment the committed offsets are read first (the broker answers once an earlier owner's
-pending transaction is resolved), then the tables of exactly the assigned partition numbers are
-restored, and each input resumes at its committed offset or past what the changelog already
-reflects, whichever is later. Revoke commits; lost aborts. A callback never raises: when the
-broker cannot answer one (it is restarting or stalled), the partitions are taken as they are and
-the member resyncs on its next step (``transactions``), before any of their records is
-processed. :class:`Assignment` is handed the task state and the transaction scope it acts on;
-the :class:`~pipeline.runtime.member.Member` passes it the consumer's callbacks.
-
-Two group protocols (:class:`GroupProtocol`). ``classic`` with the client-side ``range``
-assignor is eager: every rebalance revokes every partition of every member, and each restores
-all its tables again. ``consumer`` (KIP-848, Kafka 4.x brokers) with the server-side ``range``
-assignor is incremental: a rebalance revokes and assigns only what moves, so a member restores
-only the partition numbers it gains and keeps the tables of those it holds; the ``range``
-assignor still gives partition *p* of every input to one member. Should *p* of one input arrive
-(or leave) without *p* of another, the member resyncs (restores every number it holds from the
-changelogs and rewinds to the committed offsets) before it processes anything more: no table is
-ever served from two owners' writes. Brokers without KIP-848 (Tansu, Kafka before 4.0) need
-``classic``. Which one a process runs is ``[kafka] group_protocol``: ``classic`` (the default),
-``consumer``, or ``auto`` — :func:`resolve_group_protocol` asks the broker once, at start,
-whether it serves KIP-848's heartbeat (``pipeline.kafka.api_versions``) and takes ``consumer``
-where it does, ``classic`` where it does not or cannot be asked (:func:`choose_group_protocol`).
+Owns :class:`Assignment` (committed offsets first, then the tables of exactly the assigned
+partition numbers; revoke commits, lost aborts; a callback never raises: a broker that cannot
+answer leaves a resync) and the group protocol (:class:`GroupProtocol`, classic or KIP-848,
+:func:`resolve_group_protocol`). Leaves out transactions and the clients.
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
 """One batch of input through a stream app: gather, decode, run the processor, settle.
 
-Owns :func:`gather` and :func:`first_arrivals` (how long a step waits for input, given when the
-transaction falls due) and :class:`Batches`: the tables caught up, then each record decoded
-(whatever a decoder raises dead-letters that record; an unknown schema pauses its partition if
-a newer writer registered it), grouped by task partition and handed to the processor
-``slice_records`` at a time, cut where the transaction has used its budget, and — when the
-processor raises — replayed one record per transaction until the record to blame is found and
-dead-lettered (``isolation``). Only :class:`~pipeline.rules.errors.InfrastructureError`
-propagates: no record is to blame for the broker's or the budget store's failure.
-
-Leaves out committing (``transactions``), rebalances (``assignment``) and the clients
-(``member``).
+Owns :func:`gather`, :func:`first_arrivals` and :class:`Batches`: tables caught up, each record
+decoded (a failure dead-letters it; a newer writer's schema pauses its partition), the processor
+run ``slice_records`` at a time, a batch cut at the transaction's budget, a failed one replayed
+record by record (``isolation``). Only ``InfrastructureError`` propagates; committing is not here.
 """
 
 from __future__ import annotations

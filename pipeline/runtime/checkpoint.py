@@ -1,24 +1,9 @@
 """The open transaction of a stream app: when it is due, how it commits, where input resumes.
 
-A :class:`Checkpoint` begins a transaction at the first record after the last commit and is due
-after ``commit_every`` records or once ``interval_s`` has passed since the previous transaction
-ended, whichever comes first (back-to-back commits cost a broker round trip each: never commit
-per record; a record arriving after a quiet spell commits as soon as it is processed, a steady
-stream commits once per interval), and at once when it has been open its ``budget_s`` (a third
-of the transaction timeout: the app stops processing and commits, so a batch of slow records
-never overruns the timeout and gets its producer fenced). :meth:`Checkpoint.due_at` tells the
-loop when that is, so it stops gathering input then instead of at the end of its poll window.
-Committing writes each owned table's
-changed keys once, tagged with the input positions they reflect, then the consumed offsets
-(``send_offsets_to_transaction`` with the group metadata in every transaction of a member that
-holds partitions, KIP-447), then ends the transaction. :class:`InputPositions` gives those
-offsets, at least one even when no input delivered anything since it was assigned, so a
-transaction no input record started fences a zombie too. :func:`start_offsets` decides where
-a partition's input resumes after a restore.
-
-Leaves out recovery decisions (``pipeline.runtime.app`` turns the ``KafkaException`` it gets into
-abort, rewind or rebuild) and the clock: it reads a monotonic clock (``time.monotonic`` unless
-given one) only for the cadence.
+Owns :class:`Checkpoint` (due after ``commit_every`` records, ``interval_s`` after the last
+transaction ended, or at once after ``budget_s``, a third of the transaction timeout),
+:class:`InputPositions` (the offsets a commit sends, KIP-447) and :func:`start_offsets`. Leaves
+out recovery decisions (``transactions``); it reads a monotonic clock only for the cadence.
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
 """Finding the one record whose processing fails, so that it alone is dead-lettered.
 
-A processor sees a batch per task partition inside one transaction, so when it raises, the
-runtime cannot tell which record was to blame, and nothing of the batch may commit. The
-runtime then aborts, rewinds, and replays exactly the records of the failed batch one at a time,
-each in its own transaction (:class:`Isolation` remembers how far): a record that fails alone
-is dead-lettered with the exception as its reason and the partition moves on; the others commit
-as usual. Once every partition is past its mark, batches resume. Kafka Streams calls the same
-idea a processing exception handler; here it also covers processors written as batch loops.
-
-Leaves out the transactions themselves (``pipeline.runtime.app``, ``transactions``) and what a
-dead letter carries (``poison``).
+Owns :class:`Isolation`: after a processor raised, the failed batch's records are replayed one
+per transaction; one that fails alone is dead-lettered, the others commit, and batches resume
+once every partition is past its mark. Leaves out the transactions (``transactions``) and what
+a dead letter carries (``poison``).
 """
 
 from __future__ import annotations

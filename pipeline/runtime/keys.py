@@ -1,16 +1,9 @@
 """The ``keys`` topic for readers outside a stream app: the control plane and operators' tools.
 
-Owns :func:`read_keys`, which fills a :class:`~pipeline.crypto.ring.KeyRing` from the committed
-``keys`` records — of a few subjects (their partitions only, since ``keys`` is partitioned by
-subject) or of every subject — read to the end the broker has now, so that a key shredded before
-the call is shredded in the ring too. Readers call it per request (the API) or per run
-(``vigil explain``, ``vigil replay``): what they show after an erasure is erased, never a cached
-key's plaintext. :class:`FollowedKeys` does the same incrementally for a long-lived reader (the
-API): one ring, each partition read from where the last request stopped to its end now — the
-same freshness, without re-reading a subject's every watcher-version key per request. Stream
-apps hold ``keys`` as a global table instead (:class:`~pipeline.runtime.views.KeyView`).
-
-Leaves out the ring itself (``pipeline.crypto``) and deciding what to read (callers).
+Owns :func:`read_keys` (a :class:`~pipeline.crypto.ring.KeyRing` filled from the committed
+``keys`` records read to their end now, so a key shredded before the call is shredded in the
+ring) and :class:`FollowedKeys` (the same, incrementally, for a long-lived reader). Stream apps
+hold ``keys`` as a global table instead. Leaves out the ring (``pipeline.crypto``).
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
 """A stream app member's two clients: its transactional producer and its group consumer.
 
-Owns their lifecycle: :meth:`Member.start_producer` (a new producer whose
-``init_transactions`` fences every older incarnation of the same transactional id),
-:meth:`Member.join` (a new consumer subscribed to the inputs, its rebalance callbacks passed
-to a :class:`Rebalance` only while it is the member's consumer), :meth:`Member.replace_consumer`
-(a consumer that gets no answer from its group is retired and a new one joins) and
-:meth:`Member.leave`; also the group metadata every transaction sends (it changes with every
-rebalance). Leaves out what a rebalance restores (``assignment``) and transactions
-(``transactions``).
+Owns :class:`Member`: start the producer (fencing older incarnations), join, replace a consumer
+its group stopped answering, leave, and the group metadata every transaction sends. Leaves out
+what a rebalance restores (``assignment``) and transactions (``transactions``).
 """
 
 from __future__ import annotations

@@ -1,16 +1,10 @@
 """Records the processor must not see: undecodable ones, garbage, ones from a newer writer, and
-ones whose processing failed.
+ones whose processing failed (DESIGN.md §10 "Hostile input", "Schema upgrades").
 
-Undecodable bytes (``SerdeError``), a schema fingerprint registered nowhere (garbage: a forged
-or foreign record) and a record whose processing raised go to the dead-letter topic with their
-original key and value (a prefix of one near the record limit, with its length) and the
-headers ``vigil.dlq.reason/topic/partition/offset``, inside a
-transaction, counted by cause and logged, and the partition moves on: one record never stalls
-a partition or stops the process (DESIGN.md §2, §10 "Hostile input"). A fingerprint registered
-in the ``schemas`` topic but unknown to this build is a newer writer, not poison: its partition
-is paused at that record, counted and logged for an alert, and never dead-lettered (§10
-"Schema upgrades"). Leaves out decoding itself (``pipeline.kafka.serde``), the catalog of
-registered schemas (``pipeline.kafka.schema_catalog``) and transactions (``checkpoint``).
+Owns :class:`Quarantine`: poison goes to the dead-letter topic (key, value or a prefix of it,
+``vigil.dlq.*`` headers) in the transaction and the partition moves on; a newer writer's record
+pauses its partition, counted for an alert, never dead-lettered. Leaves out decoding, the
+schema catalog (``pipeline.kafka``) and transactions.
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
 """Riding out a broker that restarts or stalls: back off, resync, go on (DESIGN.md §10).
 
-Every long-running stage steps its stream app in :func:`run_steps`. A transient broker failure
-(:func:`~pipeline.kafka.clients.is_transient`: the broker away, a leader moving, a coordinator
-loading, a commit whose outcome is unknown) or a fenced producer (fatal: a newer instance took
-its transactional id, or the coordinator aborted a transaction that overran its timeout) raised
-anywhere in a step marks the member to resync — its next step rebuilds the producer, restores
-the tables and rewinds the inputs
-(:meth:`~pipeline.runtime.transactions.TransactionScope.resync`) — and the loop waits before that
-step, doubling from 0.2 s up to 5 s while failures last and starting over after a step that
-succeeds. Failures a stage names as its own transient ones (the evaluator's budget store) wait
-the same way. Anything else propagates: a bug or a misconfiguration is surfaced, not retried.
-
-Leaves out what a step does (each stage's loop) and how a member resyncs (``transactions``).
+Owns :func:`run_steps`: a transient broker failure or a fenced producer anywhere in a step marks
+the member to resync, and the loop waits before the next step (doubling from 0.2 s to 5 s,
+reset by a step that succeeds); a stage's own transient failures wait the same way; anything
+else propagates. Leaves out what a step does and how a member resyncs (``transactions``).
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
 """Under-replicated partitions a resyncing member waits on: a gauge and one log line.
 
-A write acknowledged by every in-sync replica waits while its partition has fewer of them than
-``min.insync.replicas`` (a broker lost and not yet back in sync; Kafka's own guarantee), and a
-member whose transactions fail meanwhile resyncs until the partition is back.
-:class:`ReplicationWatch` looks at every resync at the partitions of the topics the member
-reads and writes, sets ``vigil_runtime_under_replicated_partitions`` and logs one line naming
-them whenever that set changes (and one when they are back), so the wait is never a silent
-resync loop.
-
-Leaves out the resync itself (``transactions``) and reading a partition's condition
-(``pipeline.kafka.failover``).
+Owns :class:`ReplicationWatch`: at every resync it looks at the partitions the member reads and
+writes, sets ``vigil_runtime_under_replicated_partitions`` and logs once per change, so a wait
+for ``min.insync.replicas`` is never a silent resync loop. Leaves out the resync
+(``transactions``) and reading a partition's condition (``pipeline.kafka.failover``).
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """The one shape every stream stage has: built with no network, then run until stopped.
 
-Owns :class:`Stage`, what the command processor, the evaluator, delivery and the ticker each
-are: a constructor ``(settings, deps)`` — plain values, then collaborators — that wires its
-:class:`~pipeline.runtime.app.StreamApp` without a network call, the app itself (for
-readiness), and :meth:`Stage.run`, which starts the app, steps until ``stop`` is set (riding
-out broker and budget store outages through ``pipeline.runtime.recovery``) and leaves the group.
-Leaves out what a stage does (its own package) and the process around it
-(``pipeline.cli.process.run_stage``).
+Owns :class:`Stage`: a constructor ``(settings, deps)`` — plain values, then collaborators —
+that wires its :class:`~pipeline.runtime.app.StreamApp` without a network call, the app (for
+readiness) and ``run(stop)``. Leaves out what a stage does (its own package) and the process
+around it (``pipeline.cli.process.run_stage``).
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """Keyed in-memory tables backed by compacted topics, and the reader that fills them.
 
-Three kinds (:class:`TableKind`): ``owned`` tables are this app's state, one store per task
-partition, written back to their changelog inside the app's transaction; ``external`` tables are
-co-partitioned topics another app writes (``watchers``); ``global`` tables are whole topics
-(``grants``, ``lifecycle``). Every changelog record an owned table writes carries the input
-positions it reflects (header ``vigil.offsets``), so a restore knows where input resumes and
-never applies an input twice.
-
-Leaves out transactions and the group (``pipeline.runtime.app``) and value encoding: keys are
-``str``, values ``bytes``; callers decode.
+Owns :class:`Table` in three kinds (:class:`TableKind`: ``owned`` state written back in the
+app's transaction, tagged with the input positions it reflects; ``external`` co-partitioned
+topics another app writes; ``global`` whole topics) and :class:`TableReader`. Leaves out
+transactions and the group (``app``) and values: keys are ``str``, values ``bytes``.
 """
 
 from __future__ import annotations

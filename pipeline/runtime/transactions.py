@@ -1,30 +1,9 @@
-"""The transactions of a stream app member: commit with the consumed offsets, abort and roll
-the tables back, and recover — abort and rewind on an abortable error, rebuild the fenced
-producer and restore the tables on a fatal one (DESIGN §4, §10; KIP-447: every transaction sends
-the offsets with the group metadata, so a zombie's cannot commit).
+"""The transactions of a stream app member: commit, abort, recover and resync (DESIGN §4, §10).
 
-A retriable failure (the broker restarting, stalled, re-electing) leaves the outcome unknown: a
-commit that timed out may have landed. The member then needs a **resync** before it goes on
-(:meth:`TransactionScope.resync`, run by the next step): a new producer, whose
-``init_transactions`` completes or aborts whatever the old one left open; the tables of the
-assigned partitions restored from their changelogs; every input rewound to where that state
-resumes. Nothing is trusted from memory, so whatever the broker did with the last transaction,
-state and offsets agree again. While the broker cannot answer, a resync raises a retriable
-:class:`~pipeline.kafka.failures.BrokerFailure` and the process loop backs off and tries again
-(``pipeline.runtime.recovery``). Should the broker answer the new producer but the consumer's
-committed-offsets read get no answer at all, the consumer is the one stuck (it can keep a group
-coordinator the broker restart took away): the member replaces it
-(:meth:`~pipeline.runtime.member.Member.replace_consumer`), gives up what it held and takes its
-partitions again through a fresh join.
-
-:class:`TransactionScope` owns the cadence (:class:`~pipeline.runtime.checkpoint.Checkpoint`)
-and the input positions a commit sends; it reaches the clients through the
-:class:`~pipeline.runtime.member.Member` and the tables through the task state it is given.
-Work no input record started (a retry or a tick falls due) joins the same transactions through
-:meth:`TransactionScope.run`, or :meth:`~TransactionScope.begin`,
-:meth:`~TransactionScope.context` and :meth:`~TransactionScope.commit` when it spans several
-steps (``StreamApp.transaction()`` hands the scope to a stage). Leaves out what a rebalance
-restores (``assignment``) and the loop (``app``).
+Owns :class:`TransactionScope`: commit with the consumed offsets and group metadata (KIP-447),
+abort and roll the tables back, recover (abort and rewind, or rebuild a fenced producer), resync
+after an unknown outcome, the cadence and input positions, and ``run``/``begin``/``commit`` for
+work no input started. Leaves out what a rebalance restores (``assignment``) and the loop.
 """
 
 from __future__ import annotations

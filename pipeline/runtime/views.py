@@ -1,20 +1,9 @@
-"""The shared views over the runtime's tables: who watches what, who granted what, what was
-cancelled or erased, and which data keys exist. Several stages read them (the evaluator and
-ticker the watchers, everyone the grants and keys, delivery the lifecycle), so they live here,
-once.
+"""The shared views over the runtime's tables: watchers, grants, lifecycle and data keys.
 
-Owns :class:`TableView` (a table followed through :class:`ObservedDict`, which the runtime's
-table writes through: each changed key decoded once, with one exception policy, handed to the
-view's ``put`` / ``dropped`` hooks, undecodable ones counted) and its views:
-:class:`WatcherIndex` (one partition of ``watchers`` by ``(source_id, event_type)``, so an event
-costs what its matching watchers cost), :class:`GrantIndex` (``grants`` by subject),
-:class:`LifecycleIndex` (the latest ``lifecycle`` record per watcher and per erased subject, and
-which delivery it drops) and :class:`KeyView` (``keys`` into a
-:class:`~pipeline.crypto.ring.KeyRing`: a tombstone shreds the key at the next refresh); and
-:class:`DecodedCache`, values decoded from table bytes held with those very bytes.
-
-Leaves out deciding (``pipeline.rules``), the tables and transactions themselves
-(``pipeline.runtime.state``, ``transactions``) and the record layouts (``pipeline.records``).
+Owns :class:`TableView` (a table followed through :class:`ObservedDict`: each changed key
+decoded once, with one exception policy, handed to ``put``/``dropped``, undecodable ones
+counted), :class:`WatcherIndex`, :class:`GrantIndex`, :class:`LifecycleIndex`, :class:`KeyView`
+and :class:`DecodedCache`. Leaves out deciding (``pipeline.rules``) and the tables themselves.
 """
 
 from __future__ import annotations

@@ -1,22 +1,9 @@
-"""The event publisher SDK: how an upstream service puts an event on ``events``.
+"""The event publisher SDK: how an upstream service puts an event on ``events`` (DESIGN.md §2, §9).
 
-DESIGN.md §2 and §9. :class:`EventPublisher` checks an event
-(:func:`~pipeline.records.event.event_record`) and sends it with an idempotent producer (acks=all),
-keyed by source id and placed explicitly on Java's partition of that key, so every evaluator finds
-it where the co-partitioned tables are. The producer is created on first use (no network in
-``__init__``), and the first use also checks that ``events`` exists with the expected partition
-count and registers the event schema in ``schemas`` (DESIGN.md §10 "Schema upgrades").
-Leader moves are waits (DESIGN §10 "Replicated safely"): a record is retried until the
-publisher's ``timeout_s`` (default :data:`~pipeline.kafka.failover.FAILOVER_WAIT_S`, long enough
-for a broker loss and a controller failover) before it fails, and a failure names the partitions
-without a leader or short of in-sync replicas; "create the topics" is said only when they are
-missing.
-Each event carries the publishing tenant its caller names (``tenant_id``: the publisher's own, or
-per event), never one read from the payload; an event with none feeds no pinned evaluator
-(DESIGN.md §10 "Publishers belong to a tenant").
-
-Left out: transactions (a publisher is not part of vigil's exactly-once loop; duplicates are
-harmless because the trigger identity ``(event_type, event_id)`` dedupes) and reading events.
+Owns :class:`EventPublisher`: an event checked, sent with an idempotent producer (acks=all) to
+Java's partition of its source id, with the tenant its caller names, retried through leader
+moves until ``timeout_s``. Leaves out transactions (duplicates dedupe on the trigger identity
+``(event_type, event_id)``) and reading events.
 """
 
 from __future__ import annotations
@@ -55,6 +42,17 @@ class EventPublisher:
     which also supplies the topology unless one is given. ``tenant_id`` is the tenant its
     events carry unless :meth:`publish` names one (a Kafka-credentialed publisher is trusted
     to name its own, as the broker's ACLs decide who writes ``events``).
+
+    Placed explicitly on Java's partition of the source id, so every evaluator finds an event where
+    the co-partitioned tables are. The producer is created on first use (no network in
+    ``__init__``), and the first use also checks that ``events`` exists with the expected partition
+    count and registers the event schema in ``schemas`` (DESIGN.md §10 "Schema upgrades"). Leader
+    moves are waits (§10 "Replicated safely"): a record is retried until ``timeout_s`` (default
+    :data:`~pipeline.kafka.failover.FAILOVER_WAIT_S`) before it fails, and a failure names the
+    partitions without a leader or short of in-sync replicas; "create the topics" is said only when
+    they are missing. Each event carries the publishing tenant its caller names (the publisher's
+    own, or per event), never one read from the payload; an event with none feeds no pinned
+    evaluator.
     """
 
     def __init__(

@@ -1,17 +1,10 @@
 """The governed tool calls of the poll ticker's steps, and the answers held until their ticks
-commit (DESIGN.md §10; issue 28).
+commit (DESIGN.md §10).
 
-:class:`GovernedCalls` makes one step's calls: per watcher the grant is rechecked and the
-budget read earlier is applied (``guard``: withheld → ``rejected``, no call, no data read); a
-call whose answer is held is not made again; the others run concurrently. Every answer is held
-until a tick transaction commits (:meth:`GovernedCalls.committed`): a transaction that does not
-(aborted, its producer fenced, its outcome unknown and the ticker resynced) leaves the same
-instants to be planned again, and their calls — the same watcher, definition version, tick kind
-and instant — get the answers back instead of calling the tool twice. A committed instant is
-not planned again; one that was not planned in it calls its tool afresh.
-
-Leaves out planning and writing ticks (``producers.ticker.loop``), the checks (``guard``) and
-the tools (``producers.ticker.tools``).
+Owns :class:`GovernedCalls`: per watcher the grant rechecked and the budget applied (``guard``),
+the allowed calls run concurrently, and every answer held until a tick transaction commits, so
+a failover or resync never calls a tool twice for one instant. Leaves out planning and writing
+ticks (``loop``), the checks (``guard``) and the tools.
 """
 
 from __future__ import annotations
@@ -45,7 +38,14 @@ class Planned(Protocol):
 
 
 class GovernedCalls:
-    """Makes the due calls; holds their answers until a tick transaction commits."""
+    """Makes the due calls; holds their answers until a tick transaction commits.
+
+    Withheld by the guard → ``rejected``, no call, no data read. A transaction that does not commit
+    (aborted, fenced, its outcome unknown and the ticker resynced) leaves the same instants to be
+    planned again, and their calls — the same watcher, definition version, tick kind and instant —
+    get the held answers back instead of calling the tool twice. A committed instant is not planned
+    again; one that was not planned in it calls its tool afresh.
+    """
 
     def __init__(self, guard: ToolGuard, tools: ToolRegistry, metrics: TickerMetrics) -> None:
         self._guard = guard

@@ -1,14 +1,9 @@
 """What the poll ticker checks before it calls a governed tool, and the call it then makes.
 
-Owns :class:`ToolGuard`: the evaluation budget read (not charged: the evaluator charges, with
-its idempotency token, when it evaluates the tick; DESIGN.md §10 "the ticker checks the
-evaluation budget before it calls a tool"), the grant recheck (fail-closed, exact tenant, user,
-purpose, source and governed tool at ``now``: revoked → no call, no data read), and the
-:class:`~producers.ticker.tools.ToolRequest` of one due poll tick.
-
-Left out: what a withheld call becomes (``producers.ticker.loop`` writes the tick with
-``tool_error = rejected``) and the rules themselves (``pipeline.rules.authz``,
-``pipeline.rules.budgets``).
+Owns :class:`ToolGuard` (the evaluation budget read, not charged — the evaluator charges when it
+evaluates the tick — and the grant rechecked fail-closed at ``now``) and :func:`tool_request`.
+Leaves out what a withheld call becomes (``loop`` writes the tick with ``tool_error =
+rejected``) and the rules (``pipeline.rules.authz``, ``pipeline.rules.budgets``).
 """
 
 from __future__ import annotations

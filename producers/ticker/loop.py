@@ -1,28 +1,10 @@
 """The poll ticker: due instants → governed tool calls → ``ticks``, exactly once (DESIGN.md §2,
-§3, §5, §8, §10).
+§5, §8, §10).
 
-A consumer-group member over ``watchers`` and ``events`` (classic protocol, range assignor, so
-partition *p* of both — and of ``ticks`` and ``ticker-state`` — lands on the same member). It
-holds ``watchers`` of its partitions as an external table (caught up before every step, so a
-pause or revocation applies to every tick after it), ``grants`` whole, and its own compacted
-``ticker-state``: per watcher the last instant it enumerated (:class:`TickerMemory`), and per
-run or session the latest state that feeds the pinned evaluators
-(``producers.ticker.tools.pinned``).
-
-One step: read the clock once; plan every watcher the :class:`Agenda` says is due
-(:func:`pipeline.rules.ticker.plan_watcher`); for each poll tick recheck the grant (revoked → no
-call, no data read; the tick carries ``tool_error = rejected`` so the evaluator records the denial
-or cancels the once watch) and the evaluation budget (exhausted → no call, same; Redis down → the
-watcher is deferred, nothing is written for it); call the allowed tools concurrently, outside any
-transaction; then write the ticks and the new memories in one transaction that also commits the
-input offsets (``send_offsets_to_transaction``: a fenced zombie cannot commit). A restart restores
-the memories, so it neither loses nor repeats a tick; an aborted step rebuilds the views from the
-rolled-back tables and plans the same instants again, with the tool answers it holds (``calls``:
-a failover or a resync repeats no governed call whose answer the ticker has).
-
-``observed_at`` of a poll tick is when its tool answered; of a schedule or expiry tick, when it
-was made (§11). Leaves out the rules (``pipeline.rules.ticker``, ``pipeline.rules.cron``), the tools
-(``producers.ticker.tools``) and the command line (``pipeline.cli.ticker_cmd``).
+Owns :class:`PollTicker` with its settings and deps: a member over ``watchers`` and ``events``
+with its own ``ticker-state``, whose step plans the due watchers, calls the allowed tools outside
+any transaction, then writes the ticks and memories in one. Leaves out the rules
+(``pipeline.rules.ticker``, ``cron``), the tools and the command line.
 """
 
 from __future__ import annotations
@@ -131,7 +113,22 @@ class _Work:
 
 
 class PollTicker:
-    """The ticker process: :meth:`step` until stopped (see the module docstring)."""
+    """The ticker process: :meth:`step` until stopped (see the module docstring).
+
+    Partition *p* of ``watchers``, ``events``, ``ticks`` and ``ticker-state`` lands on one member
+    (range assignor). ``watchers`` is an external table caught up before every step, so a pause or
+    revocation applies to every tick after it; ``grants`` is whole; ``ticker-state`` holds per
+    watcher the last instant enumerated and per run or session the pinned evaluators' state.
+
+    One step: read the clock once; plan every watcher the :class:`Agenda` says is due; for each poll
+    tick recheck the grant (revoked → no call; the tick carries ``tool_error = rejected`` so the
+    evaluator records the denial) and the evaluation budget (exhausted → the same; Redis down → the
+    watcher is deferred); call the allowed tools concurrently, outside any transaction; then write
+    the ticks and the new memories in one transaction with the input offsets. A restart restores the
+    memories, so it neither loses nor repeats a tick; an aborted step plans the same instants again
+    with the answers it holds (``calls``). ``observed_at`` of a poll tick is when its tool answered;
+    of a schedule or expiry tick, when it was made (§11).
+    """
 
     def __init__(self, settings: TickerSettings, deps: TickerDeps) -> None:
         topology = settings.topology

@@ -1,16 +1,9 @@
 """The pinned evaluators' state inside ``ticker-state``: fed by events, read by the tools.
 
-Owns :class:`PinnedStates`, the ticker's decoder and processor for ``events`` (only events of a
-pinned evaluator's type — ``workflow.run.status``, ``agent.session.state`` — are decoded; every
-other record is not the ticker's to judge and the evaluator dead-letters what does not decode)
-and the :class:`~producers.ticker.tools.pinned.StateLookup` the evaluators read. The latest state
-per ``(event type, tenant, id)`` — the tenant the event's record carries, never its payload's —
-is written to the owned ``ticker-state`` table of the event's
-partition, in the transaction that commits the event's offset, so a restart restores it; an older
-observation never replaces a newer one. Where this table lives and why is explained in
-``producers.ticker.tools.pinned``.
-
-Left out: the tools (``producers.ticker.tools.pinned``) and the runtime's transactions.
+Owns :class:`PinnedStates`: the ticker's decoder and processor for ``events`` (only a pinned
+evaluator's event types decoded), keeping the latest state per ``(event type, tenant, id)`` in
+the event partition's ``ticker-state``, in the transaction with the event's offset, and the
+:class:`StateLookup` the evaluators read. Leaves out the tools (``tools.pinned``).
 """
 
 from __future__ import annotations
@@ -30,7 +23,12 @@ __all__ = ["PinnedStates"]
 
 
 class PinnedStates:
-    """Latest run and session states in this member's ``ticker-state`` partitions."""
+    """Latest run and session states in this member's ``ticker-state`` partitions.
+
+    Every other event is not the ticker's to judge (the evaluator dead-letters what does not
+    decode). The tenant is the one the event's record carries, never its payload's; an older
+    observation never replaces a newer one, and a restart restores the table.
+    """
 
     def __init__(
         self, codec: AvroCodec, events_topic: str, partitions: int, views: TickerViews

@@ -1,13 +1,9 @@
 """The poll ticker's decoded views of the tables it holds: watchers, memories, the agenda.
 
-Owns :class:`TickerViews`: per task partition the ``watchers`` table (external, caught up by
-the runtime) and the ``ticker-state`` table (owned), decoded into watchers by key, their home
-partition, the ticker's memory of each, the :class:`~producers.ticker.agenda.Agenda` of when
-each next needs a look, and the ``ticker-state`` keys to tombstone in the next transaction. Rebuilt
-whenever the runtime replaces the tables (assignment, restore, an aborted transaction);
-otherwise refreshed with only the ``watchers`` keys that changed.
-
-Left out: planning and writing (``producers.ticker.loop``) and the record layouts.
+Owns :class:`TickerViews`: per task partition ``watchers`` (external) and ``ticker-state``
+(owned) decoded into watchers, their home partition, the ticker's memory of each, the
+:class:`~producers.ticker.agenda.Agenda` and the keys to tombstone; rebuilt when the runtime
+replaces the tables. Leaves out planning and writing (``loop``) and the record layouts.
 """
 
 from __future__ import annotations
@@ -37,7 +33,11 @@ _ASAP: Final = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 class TickerViews:
-    """What the ticker knows about the partitions it holds now."""
+    """What the ticker knows about the partitions it holds now.
+
+    Rebuilt whenever the runtime replaces the tables (assignment, restore, an aborted transaction);
+    otherwise refreshed with only the ``watchers`` keys that changed.
+    """
 
     def __init__(self, codec: AvroCodec, sealer: Sealer) -> None:
         self.codec = codec

@@ -27,9 +27,7 @@ from prometheus_client import CollectorRegistry
 from consumers.commands.loop import CommandDeps, CommandProcessor, CommandSettings
 from consumers.delivery.adapters import build_adapters
 from consumers.delivery.loop import DeliveryDeps, DeliverySettings, DeliveryWorker
-from consumers.evaluator.loop import Evaluator
-from consumers.evaluator.metrics import evaluator_metrics
-from consumers.evaluator.stage import EvaluatorSettings, EvaluatorStage
+from consumers.evaluator.stage import EvaluatorDeps, EvaluatorSettings, EvaluatorStage
 from pipeline.clock import ManualClock
 from pipeline.config import ToolConfig, parse_config
 from pipeline.control.client import CommandClient, operator_principal
@@ -48,7 +46,7 @@ from pipeline.rules.authz import Action
 from pipeline.rules.budgets import BudgetCaps
 from pipeline.rules.commands import CommandResult, CommandVerb, GrantSpec
 from pipeline.rules.keys import subject_key
-from pipeline.rules.replay import History
+from pipeline.rules.replay_model import History
 from pipeline.runtime.keys import read_keys
 from producers.ticker.loop import PollTicker, TickerDeps, TickerSettings
 from producers.ticker.tools import REGISTERED
@@ -141,18 +139,18 @@ class Stack:
             CommandDeps(keks=self.keks, clock=clock, metrics_registry=CollectorRegistry()),
         )
         self._threads.start("command-processor", processor.run)
-        metrics = evaluator_metrics(CollectorRegistry())
-        evaluator = Evaluator(
+        settings = EvaluatorSettings(
+            bootstrap,
             topology,
-            self.budgets(),
-            BudgetCaps(window=timedelta(hours=1), evaluations=1000, deliveries=1000),
-            clock=clock,
-            metrics=metrics,
-            keks=self.keks,
+            "e",
+            consumer_overrides=FAST_GROUP,
+            default_caps=BudgetCaps(window=timedelta(hours=1), evaluations=1000, deliveries=1000),
             evaluators=REGISTERED,
         )
-        settings = EvaluatorSettings(bootstrap, topology, "e", consumer_overrides=FAST_GROUP)
-        stage = EvaluatorStage(settings, evaluator, metrics_registry=CollectorRegistry())
+        deps = EvaluatorDeps(
+            self.budgets(), keks=self.keks, clock=clock, metrics_registry=CollectorRegistry()
+        )
+        stage = EvaluatorStage(settings, deps)
         self._threads.start("evaluator", stage.run)
         ticker = PollTicker(
             TickerSettings(

@@ -9,7 +9,7 @@ run as processes on the real broker and Redis, and the tests speak HTTP to them.
 - a principal over its request rate is answered 429 with ``Retry-After``, API and console alike;
 - with every command client busy, a request waits ``[api] command_wait`` and is answered 503 with
   ``Retry-After``;
-- a subject whose grant was revoked reads neither its ledger nor its deliveries.
+- a subject whose grant was revoked reads neither its ledger, its wakes nor its deliveries.
 """
 
 from __future__ import annotations
@@ -327,14 +327,24 @@ def test_a_principal_over_its_rate_is_answered_429_with_retry_after(
     assert int(refused[0].headers["retry-after"]) >= 1
 
 
+def _wake_stream_status(deployment: Deployment, who: str) -> int:
+    """The status a wake stream opens with; the stream itself is closed at once."""
+    headers = {"Authorization": f"Bearer {token(who)}", "Vigil-Protocol-Version": "1"}
+    with httpx.stream("GET", f"{deployment.api}/v1/ledger/wakes", headers=headers,
+                      timeout=60) as opened:  # fmt: skip
+        return opened.status_code
+
+
 def test_a_revoked_grant_reads_neither_the_ledger_nor_the_deliveries(
     deployment: Deployment,
 ) -> None:
     grant_id = deployment.grant("u-former")
     for path in ("/v1/notifications", "/v1/deliveries"):
         assert deployment.call("GET", path, "former").status_code == 200, path
+    assert _wake_stream_status(deployment, "former") == 200
     revoked = deployment.call("DELETE", f"/v1/grants/{grant_id}", "operator")
     assert revoked.status_code < 300, revoked.text
+    assert _wake_stream_status(deployment, "former") == 403, "no wake stream opens"
     for path in ("/v1/notifications", "/v1/deliveries"):
         answer = deployment.call("GET", path, "former")
         assert (answer.status_code, answer.json()["error"]["code"]) == (403, "denied"), path

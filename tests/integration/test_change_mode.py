@@ -19,7 +19,8 @@ from pipeline.ops.replay_reader import Scope, read_history
 from pipeline.redis.budgets import RedisBudgets
 from pipeline.rules.budgets import BudgetCaps
 from pipeline.rules.receipts import Receipt
-from pipeline.rules.replay import DefinitionVersion, replay
+from pipeline.rules.replay import replay
+from pipeline.rules.replay_model import DefinitionVersion
 from tests.integration.evaluator_helpers import receipts, wait_for
 from tests.integration.ticker_helpers import (
     TENANT,

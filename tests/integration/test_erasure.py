@@ -34,7 +34,8 @@ from pipeline.rules.authz import Action
 from pipeline.rules.commands import CommandVerb, GrantSpec, ResultCode
 from pipeline.rules.data_keys import KeyOwner
 from pipeline.rules.errors import SerdeError
-from pipeline.rules.replay import SkipReason, replay
+from pipeline.rules.replay import replay
+from pipeline.rules.replay_model import SkipReason
 from pipeline.runtime.keys import read_keys
 from tests.integration.erasure_stack import FAST_GROUP, Stack, same_partition_user
 from tests.integration.runtime_helpers import header_pairs, read_all

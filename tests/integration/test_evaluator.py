@@ -19,10 +19,9 @@ from click.testing import CliRunner
 from prometheus_client import CollectorRegistry
 
 from consumers.commands import CommandDeps, CommandProcessor, CommandSettings
-from consumers.evaluator.loop import Evaluator
 from consumers.evaluator.metrics import EvaluatorMetrics, evaluator_metrics
 from consumers.evaluator.plan import Plan, effective_state
-from consumers.evaluator.stage import EvaluatorSettings, EvaluatorStage
+from consumers.evaluator.stage import EvaluatorDeps, EvaluatorSettings, EvaluatorStage
 from pipeline.cli.main import vigil
 from pipeline.clock import ManualClock
 from pipeline.kafka.partitioner import partition_for
@@ -85,11 +84,11 @@ def start(kafka_bootstrap: str, redis_url: str) -> Iterator[Callable[..., Runnin
         client = redis.Redis.from_url(url, socket_timeout=1, socket_connect_timeout=1)
         budgets = RedisBudgets(client, key_prefix=f"test:{uuid.uuid4().hex[:8]}:")
         caps = BudgetCaps(window=timedelta(hours=1), evaluations=1000)
-        processor = Evaluator(
-            topology, budgets, caps, clock=clock, metrics=metrics, evaluators=evaluators
+        settings = EvaluatorSettings(
+            kafka_bootstrap, topology, "one", default_caps=caps, evaluators=evaluators
         )
-        settings = EvaluatorSettings(kafka_bootstrap, topology, "one")
-        stage = EvaluatorStage(settings, processor, metrics_registry=registry)
+        deps = EvaluatorDeps(budgets, clock=clock, metrics_registry=registry)
+        stage = EvaluatorStage(settings, deps)
         stop = threading.Event()
         thread = threading.Thread(target=stage.run, args=(stop,), daemon=True)
         thread.start()

@@ -18,9 +18,7 @@ from click.testing import CliRunner
 from prometheus_client import CollectorRegistry
 
 from consumers.commands import CommandDeps, CommandProcessor, CommandSettings
-from consumers.evaluator.loop import Evaluator
-from consumers.evaluator.metrics import evaluator_metrics
-from consumers.evaluator.stage import EvaluatorSettings, EvaluatorStage
+from consumers.evaluator.stage import EvaluatorDeps, EvaluatorSettings, EvaluatorStage
 from pipeline.cli.main import vigil
 from pipeline.clock import ManualClock
 from pipeline.kafka.partitioner import partition_for
@@ -105,13 +103,12 @@ def recorded(
         encoding="utf-8",
     )
     registry = CollectorRegistry()
-    metrics = evaluator_metrics(registry)
     client = redis.Redis.from_url(redis_url, socket_timeout=2, socket_connect_timeout=2)
     budgets = RedisBudgets(client, key_prefix=f"test:{tenant}:")
     caps = BudgetCaps(window=timedelta(hours=1), evaluations=1_000_000)
-    evaluator = Evaluator(topology, budgets, caps, clock=ManualClock(NOW), metrics=metrics)
     stage = EvaluatorStage(
-        EvaluatorSettings(kafka_bootstrap, topology, "replay"), evaluator, metrics_registry=registry
+        EvaluatorSettings(kafka_bootstrap, topology, "replay", default_caps=caps),
+        EvaluatorDeps(budgets, clock=ManualClock(NOW), metrics_registry=registry),
     )
     stop = threading.Event()
     processor = CommandProcessor(

@@ -2,8 +2,8 @@
 watch fires, delivery writes the in-app notification and then its wake, and the caller's SSE
 stream carries the wake — content-free — only once the notification is durable: the client that
 rereads the ledger on the wake finds it. Another user's stream on the same ledger partition
-never shows it; roles that may not read a ledger are refused before anything is read; streams
-are bounded in number and end when idle."""
+never shows it; roles that may not read a ledger, and users with no grant that lets them manage
+watchers, are refused before anything is read; streams are bounded in number and end when idle."""
 
 from __future__ import annotations
 
@@ -93,6 +93,9 @@ def api(kafka_bootstrap: str, redis_url: str) -> Iterator[Api]:
             "owner": Principal(name="owner", role=Role.USER, tenant_id=TENANT, user_id=OWNER),
             "other": Principal(name="other", role=Role.USER, tenant_id=TENANT, user_id=other),
             "agent": agent_principal(TENANT, OWNER, SESSION, name="agent"),
+            "stranger": Principal(
+                name="stranger", role=Role.USER, tenant_id=TENANT, user_id="u-stranger"
+            ),
         }
         tokens = TokenDirectory(
             {hashlib.sha256(_token(n).encode()).digest(): p for n, p in people.items()}
@@ -114,6 +117,8 @@ def api(kafka_bootstrap: str, redis_url: str) -> Iterator[Api]:
                 serve(create_app(services(StreamSlots(WakeLimits(heartbeat_s=1.0))))) as url,
                 serve(create_app(services(quick))) as quick_url,
             ):
+                for user in (OWNER, other):  # a stream needs a grant that manages watchers
+                    _grant(stack, user)
                 yield Api(stack, url, quick_url, other)
         finally:
             stack.close()
@@ -152,11 +157,11 @@ def _ledger_offsets(api: Api) -> dict[str, dict[str, int]]:
     return found
 
 
-def test_a_wake_follows_its_durable_notification_and_only_its_subject_sees_it(api: Api) -> None:
-    stack = api.stack
+def _grant(stack: Stack, user: str) -> None:
+    """A grant that lets ``user`` run the agent watch and manage it (so read its ledger)."""
     spec = GrantSpec(
         tenant_id=TENANT,
-        user_id=OWNER,
+        user_id=user,
         purpose="agent.watch",
         sources=(f"run:{RUN}",),
         tools=("workflow.run.status@v1",),
@@ -164,7 +169,11 @@ def test_a_wake_follows_its_durable_notification_and_only_its_subject_sees_it(ap
         actions=(Action.PROPOSE, Action.APPROVE, Action.EVALUATE, Action.DELIVER, Action.MANAGE),
         until=datetime(2030, 1, 1, tzinfo=UTC),
     )
-    stack.ok(CommandVerb.GRANT_ADD, TENANT, OWNER, grant=spec)
+    stack.ok(CommandVerb.GRANT_ADD, TENANT, user, grant=spec)
+
+
+def test_a_wake_follows_its_durable_notification_and_only_its_subject_sees_it(api: Api) -> None:
+    stack = api.stack
     mine, theirs = Follower(api, "owner"), Follower(api, "other")
     threads = [threading.Thread(target=f.run, daemon=True) for f in (mine, theirs)]
     for thread in threads:
@@ -200,6 +209,7 @@ def test_a_wake_follows_its_durable_notification_and_only_its_subject_sees_it(ap
 
 def test_roles_that_may_not_read_a_ledger_are_refused_before_any_read(api: Api) -> None:
     assert api.get("/v1/ledger/wakes", "agent").status_code == 403
+    assert api.get("/v1/ledger/wakes", "stranger").status_code == 403, "a user with no grant"
     anonymous = httpx.get(api.url + "/v1/ledger/wakes", headers=HEADERS, timeout=30)
     assert anonymous.status_code == 401
 

@@ -274,9 +274,7 @@ class Pipeline:
     ) -> None:
         import redis
 
-        from consumers.evaluator.loop import Evaluator
-        from consumers.evaluator.metrics import evaluator_metrics
-        from consumers.evaluator.stage import EvaluatorSettings, EvaluatorStage
+        from consumers.evaluator.stage import EvaluatorDeps, EvaluatorSettings, EvaluatorStage
         from pipeline.redis.budgets import RedisBudgets
         from pipeline.rules.budgets import BudgetCaps
         from producers.ticker.tools import REGISTERED
@@ -288,16 +286,15 @@ class Pipeline:
         budgets = RedisBudgets(
             redis.Redis.from_url(redis_url), key_prefix=f"test:{deployment.topology.prefix}"
         )
-        evaluator = Evaluator(
+        settings = EvaluatorSettings(
+            deployment.bootstrap,
             deployment.topology,
-            budgets,
-            BudgetCaps(window=timedelta(hours=1), evaluations=1000),
-            clock=clock,
-            metrics=evaluator_metrics(registry),
+            "e-1",
+            default_caps=BudgetCaps(window=timedelta(hours=1), evaluations=1000),
             evaluators=REGISTERED,
         )
-        settings = EvaluatorSettings(deployment.bootstrap, deployment.topology, "e-1")
-        self.evaluator = EvaluatorStage(settings, evaluator, metrics_registry=registry).app
+        deps = EvaluatorDeps(budgets, clock=clock, metrics_registry=registry)
+        self.evaluator = EvaluatorStage(settings, deps).app
         self.evaluator.start()
         self._consumed = {"group": settings.group, "topic": deployment.name(Topic.TICKS)}
         self._registry = registry

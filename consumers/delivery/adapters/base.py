@@ -1,17 +1,9 @@
-"""The adapter interface: what a destination gets (the outbox entry itself, read, never
-copied), what it answers (:class:`SendResult`), the one view of what a person reads
-(:func:`message_text`, escaped per channel by ``pipeline.rules.message``) and the one JSON body
-every destination shares (:func:`webhook_body`).
+"""The adapter interface: what a destination gets, what it answers, what a person reads.
 
-An adapter is a ``config`` + ``send`` pair. ``send`` is synchronous and
-thread-safe: the delivery consumer calls many destinations at once from a thread pool, off its
-poll thread, between the claim transaction and the result transaction (DESIGN.md §4, §10).
-Results are categorical only — an :class:`~pipeline.rules.outcomes.ErrorCode`, an optional
-``Retry-After`` — and never carry a response body.
-
-Left out: deciding what a result means for the entry (``pipeline.rules.dispatch.fail``), writing
-Kafka records (an adapter returns them in :attr:`SendResult.records`; the consumer produces
-them inside its transaction) and choosing an adapter for a target (``registry``).
+Owns :class:`Adapter` (``send`` synchronous and thread-safe: called from the consumer's thread
+pool between its claim and result transactions), :class:`SendResult` (categorical only, never a
+response body; Kafka records returned for the consumer to produce), :func:`message_text` and
+:func:`webhook_body`. Leaves out what a result means and choosing an adapter (``registry``).
 """
 
 from __future__ import annotations

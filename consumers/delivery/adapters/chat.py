@@ -1,15 +1,9 @@
-"""The ``chat`` destination, Telegram-shaped: ``POST {api_base}/bot{token}/sendMessage`` with
-JSON ``{"chat_id", "text"}`` (DESIGN.md §9), the text being what a person reads
-(:func:`~consumers.delivery.adapters.base.message_text`, plain text: no parse mode).
+"""The ``chat`` destination, Telegram-shaped: ``POST {api_base}/bot{token}/sendMessage`` with JSON
+``{"chat_id", "text"}`` (DESIGN.md §9), plain text.
 
-Such an API takes no idempotency key, so every result says ``repeat_risk``: a crash between
-the send and recording it makes the next worker send the message again. That is documented
-and counted by the consumer; the delivery key still dedupes everything inside vigil. The token
-is read from the environment by ``registry`` and lives only in the request URL; transport errors
-are reduced to a code so it never reaches a log.
-
-Left out: resolving which chat a schedule targets (the control plane freezes it as the
-delivery's target) and Telegram features beyond plain text (parse modes, keyboards).
+Owns :class:`ChatAdapter`: no idempotency key, so every result says ``repeat_risk``; the token
+lives only in the request URL and never reaches a log. Leaves out which chat a schedule targets
+(frozen by the control plane) and Telegram features beyond plain text.
 """
 
 from __future__ import annotations

@@ -1,25 +1,9 @@
 """The ``in_app`` destination: a record in the per-user ledger topic ``notifications``.
 
-The record is keyed by subject (``["<tenant>","<user>"]``) and carries the delivery key, so
-readers dedupe; its value is the Avro ``notification`` schema. The adapter does no I/O: its
-``send`` returns the record in :attr:`SendResult.records`, and the delivery consumer produces
-it with its transactional producer **in the same transaction that records ``delivered``** —
-that is what keeps it in the transaction: the ledger record and the delivered state commit
-together or not at all, and a fenced (zombie) worker's copy is aborted and never seen by
-``read_committed`` readers. (A ``produce`` callable called from the thread pool would land
-outside any open transaction, between the claim and the result transactions.)
-
-``wake_session`` (seed 003): a content-free wake record — kind ``wake``, the subject, session
-and delivery key, no text — returned in :attr:`SendResult.after_commit`. The consumer writes it
-only after the transaction holding the ledger record has committed (best effort: a crash in
-between loses the wake, never the notification; clients reread the ledger). It has the same
-key, so it lands after its notification in the same partition.
-
-The text and trigger are sealed under the subject's data key (the ``sealer`` is the delivery
-worker's key ring), with ``retain_until`` = now + the watcher's delivery retention; without the
-key (the subject erased meanwhile) nothing of them is written.
-
-Left out: the ledger's reader and ``:ack`` (the HTTP API).
+Owns :class:`InAppAdapter`: no I/O; ``send`` returns the record (keyed by subject, carrying the
+delivery key, text and trigger sealed under the subject's key) for the consumer to produce in
+the transaction that records ``delivered``, and ``wake_session``'s wake for after that commit.
+Leaves out the ledger's reader and ``:ack`` (the HTTP API).
 """
 
 from __future__ import annotations
@@ -49,6 +33,22 @@ class InAppConfig:
 
 
 class InAppAdapter:
+    """The ledger adapter. Its record is produced by the delivery consumer's transactional
+    producer in the same transaction that records ``delivered``: the ledger record and the
+    delivered state commit together or not at all, and a fenced worker's copy is never seen by
+    ``read_committed`` readers (a ``produce`` from the thread pool would land outside any open
+    transaction, between the claim and the result transactions).
+
+    ``wake_session`` (seed 003): a content-free wake record — kind ``wake``, the subject,
+    session and delivery key, no text — returned in :attr:`SendResult.after_commit`, written
+    only after the ledger record's transaction committed (a crash in between loses the wake,
+    never the notification). It has the same key, so it lands after its notification.
+
+    Text and trigger are sealed under the subject's data key with ``retain_until`` = now + the
+    watcher's delivery retention; without the key (the subject erased) nothing of them is
+    written.
+    """
+
     kind = AdapterKind.IN_APP
 
     def __init__(

@@ -1,15 +1,9 @@
-"""From operator configuration to adapters: ``[destinations.*]`` and ``[chats.*]`` of
-``vigil.toml`` become one adapter per name, resolved by a delivery's ``target``.
+"""From operator configuration to adapters: ``[destinations.*]`` and ``[chats.*]`` become one
+adapter per name, resolved by a delivery's ``target``.
 
-Definitions hold only references (DESIGN.md §3); a reference that configuration does not
-define fails closed: :meth:`AdapterRegistry.send` answers ``rejected`` (terminal) and nothing is
-sent. Secrets are read once, here, from the variables configuration names (``secret_env``,
-``token_env``); a named variable that is unset or empty refuses to start (``ConfigError`` that
-names the variable, never a value). A webhook without ``secret_env`` is sent unsigned. All
-HTTP adapters share one keep-alive client, which the registry owns and closes.
-
-Left out: authorization of the target (``pipeline.rules.authz``, checked before every attempt) and
-the consumer's thread pool.
+Owns :func:`build_adapters` and :class:`AdapterRegistry`: an undefined reference fails closed
+(``rejected``); secrets are read once from the variables configuration names (unset refuses to
+start); all HTTP adapters share one keep-alive client. Leaves out authorizing the target.
 """
 
 from __future__ import annotations
@@ -52,7 +46,12 @@ _log = logging.getLogger(__name__)
 
 
 class AdapterRegistry:
-    """Adapters by target name. Thread-safe to read; :meth:`close` once, at shutdown."""
+    """Adapters by target name. Thread-safe to read; :meth:`close` once, at shutdown.
+
+    A named variable that is unset or empty refuses to start (a ``ConfigError`` that names the
+    variable, never a value); a webhook without ``secret_env`` is sent unsigned. The registry owns
+    the shared HTTP client and closes it.
+    """
 
     def __init__(
         self, adapters: Mapping[str, Adapter], *, client: httpx.Client | None = None

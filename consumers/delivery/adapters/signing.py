@@ -1,18 +1,9 @@
 """Standard Webhooks signatures: the HMAC a receiver checks to trust a vigil delivery.
 
-``webhook-signature: v1,<base64 HMAC-SHA256(key, "<webhook-id>.<webhook-timestamp>.<body>")>``.
-The key comes from the configured secret, which must be a Standard Webhooks secret: ``whsec_``
-followed by the base64 of at least :data:`MIN_KEY_BYTES` random bytes. Anything else is refused
-(a :class:`ConfigError`), because the reference libraries base64-decode whatever follows the
-prefix, so a receiver given any other form could never verify what vigil signs. Signing is three
-lines of the standard library's ``hmac``; the published specification vector pins it in the
-tests, and the PyPI ``standardwebhooks`` package verifies vigil's signatures in an
-interoperability test.
-
-:func:`verify` is the receiver's side, for tests and for operators' own receivers: it accepts
-any of several space-separated signatures (key rotation) and refuses stale timestamps.
-
-Left out: where the secret comes from (``registry`` reads configuration and environment).
+Owns :func:`signing_key` (a ``whsec_`` secret of at least :data:`MIN_KEY_BYTES` bytes, else a
+``ConfigError``), :func:`sign` (``v1,<base64 HMAC-SHA256(key, "<id>.<timestamp>.<body>")>``)
+and :func:`verify`, the receiver's side (several signatures, stale timestamps refused). Leaves
+out where the secret comes from (``registry``).
 """
 
 from __future__ import annotations

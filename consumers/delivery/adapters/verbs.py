@@ -1,29 +1,9 @@
 """Executing a fired ``prompt`` or ``run`` outbox entry where delivery runs (DESIGN.md §4, §5).
 
-Owns :class:`VerbExecutor`, which the delivery consumer calls for an entry whose verb is
-``prompt`` or ``run`` (``send`` and ``notify`` go to an adapter as usual), between its claim
-and result transactions, and which answers a categorical
-:class:`~consumers.delivery.adapters.SendResult` like any adapter. First it asks the host's rule
-again (``pipeline.rules.commands.host``): an entry that is not the daemon subject's, under the
-control purpose, for one of its chats is ``rejected`` (dead-lettered), never executed — whatever
-the command processor let through or a forged record says.
-
-- ``prompt`` is two steps so the agent never runs twice for one answer: run the agent, then
-  return the answer as a ``send`` outbox entry in :attr:`SendResult.records`, keyed by
-  ``derived_delivery_key(prompt key, "answer")`` — the consumer writes it in the transaction
-  that marks the prompt delivered. A failed agent is ``unavailable`` (retried with backoff);
-  no agent configured is ``rejected``.
-- ``run`` asks the daemon to start the allowlisted script (``VIGIL_CHAT_ID``, ``VIGIL_SOCKET``,
-  ``VIGIL_DELIVERY_KEY``, ``VIGIL_SCHEDULE_NAME``, ``VIGIL_SCHEDULE_TIME``); started is
-  delivered (fire and forget); a refusal (outside the allowlist, a revoked grant) is
-  ``rejected``, a daemon that does not answer ``unavailable``.
-
-:class:`SocketAgent` and :class:`SocketRunner` ask the local daemon (verbs ``query`` and
-``run``) instead of running anything in the delivery process, so a fired prompt's agent and a
-scheduled script share the daemon's context, environment and isolation — the same as immediate
-ones — and delivery stays sandboxed.
-
-Left out: claiming, retrying and recording (the delivery consumer).
+Owns :class:`VerbExecutor` (the host's rule asked again first; a ``prompt``'s answer returned as
+a ``send`` entry written with its delivered record; a ``run`` started by the daemon, fire and
+forget) and :class:`SocketAgent` / :class:`SocketRunner`, which ask the local daemon rather than
+run anything here. Leaves out claiming, retrying and recording (the delivery consumer).
 """
 
 from __future__ import annotations
@@ -121,7 +101,22 @@ class SocketRunner:
 
 
 class VerbExecutor:
-    """Runs fired ``prompt`` and ``run`` entries. Thread-safe (each call is its own process)."""
+    """Runs fired ``prompt`` and ``run`` entries. Thread-safe (each call is its own process).
+
+    An entry that is not the daemon subject's, under the control purpose, for one of its chats is
+    ``rejected`` (dead-lettered), never executed — whatever the command processor let through or a
+    forged record says.
+
+    - ``prompt`` is two steps so the agent never runs twice for one answer: run the agent, then
+      return the answer as a ``send`` outbox entry in :attr:`SendResult.records`, keyed by
+      ``derived_delivery_key(prompt key, "answer")`` — the consumer writes it in the transaction
+      that marks the prompt delivered. A failed agent is ``unavailable`` (retried with backoff); no
+      agent configured is ``rejected``.
+    - ``run`` asks the daemon to start the allowlisted script (``VIGIL_CHAT_ID``, ``VIGIL_SOCKET``,
+      ``VIGIL_DELIVERY_KEY``, ``VIGIL_SCHEDULE_NAME``, ``VIGIL_SCHEDULE_TIME``); started is
+      delivered (fire and forget); a refusal (outside the allowlist, a revoked grant) is
+      ``rejected``, a daemon that does not answer ``unavailable``.
+    """
 
     def __init__(
         self,

@@ -1,12 +1,9 @@
 """The ``webhook`` destination: a signed JSON POST that carries its own idempotency key.
 
-Headers: ``Idempotency-Key`` and ``webhook-id`` (both the delivery key, the same on every
-retry), ``webhook-timestamp`` (unix seconds of this attempt), and, when a secret is
-configured, ``webhook-signature`` (Standard Webhooks ``v1``, see ``signing``). The body is
-:func:`~consumers.delivery.adapters.base.webhook_body`, identical on every attempt. Status and
-transport outcomes map to codes as ``http`` documents.
-
-Left out: retry timing (``pipeline.rules.dispatch``) and finding the secret (``registry``).
+Owns :class:`WebhookAdapter`: ``Idempotency-Key`` and ``webhook-id`` (the delivery key, the same
+on every retry), ``webhook-timestamp``, ``webhook-signature`` when a secret is configured
+(``signing``), and :func:`~consumers.delivery.adapters.base.webhook_body` as the body. Leaves
+out retry timing (``pipeline.rules.dispatch``) and finding the secret (``registry``).
 """
 
 from __future__ import annotations

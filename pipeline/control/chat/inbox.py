@@ -1,16 +1,10 @@
-"""What one bot's ingress must not lose: its ``getUpdates`` offset and the messages taken but
-not yet answered, in one file of the daemon's state directory, written atomically.
+"""What one bot's ingress must not lose: its ``getUpdates`` offset and the messages taken but not
+yet answered, in one file of the daemon's state directory, written atomically.
 
-Owns :class:`Inbox`. A poll's updates are taken in one write — the new offset and the accepted
-messages — before the next poll confirms them to Telegram; a turn's end removes its message in
-another. So a restart (or a crash) neither loses a message (it is in Telegram or in the file)
-nor repeats an answered one; a crash during a turn runs that turn again, and its answer, keyed
-by the turn, is sent once. The file is 0600 in a 0700 directory, replaced by rename after an
-fsync; one that is unreadable, too large or foreign is set aside with a warning and the inbox
-starts empty (Telegram's own unconfirmed updates are then read again).
-
-Left out: what is accepted (``updates``) and how many may wait (``ingress``).
-"""
+Owns :class:`Inbox`: a poll's offset and accepted messages are written before the next poll confirms
+them, a turn's end removes its message, so a restart neither loses nor repeats an answered message.
+The file is 0600 in a 0700 directory; an unreadable one is set aside with a warning. Left out: what
+is accepted (``updates``) and how many may wait (``ingress``)."""
 
 from __future__ import annotations
 

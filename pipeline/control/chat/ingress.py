@@ -1,18 +1,10 @@
 """Chat ingress: one long poll per bot, one turn at a time per chat (DESIGN.md §5).
 
-Owns :class:`ChatIngress`, built from the configured Telegram chats that ``listen``: chats that
-share a bot (same API and token) share one poller, since a bot has one update stream. A poll's
-updates are classified (``updates``); a message of a configured chat from a person joins its
-chat's queue — at most ``queue`` wait behind the turn in progress, a further one is refused
-politely — and everything else is ignored; every update is counted by outcome
-(``vigil_chat_updates``). What was taken is saved (``inbox``) before the next poll confirms it.
-Each chat's worker runs its turns in order: :meth:`Conversation.reply` asks the agent in the
-chat's conversation and sends the answer; a failure is said to the chat. Polls that fail back
-off (1 s doubling to a minute), saying so once per streak.
-
-Left out: the turn itself (the dispatch core's ``reply``), the Bot API (``telegram``), the
-state directory and the token (the daemon reads them).
-"""
+Owns :class:`ChatIngress` (chats sharing a bot share one poller): a configured chat's message from a
+person joins its chat's queue (at most ``queue`` wait, more are refused politely), the rest is
+ignored and counted (``vigil_chat_updates``); taken messages are saved (``inbox``) first; each
+chat's turns run in order, a failure said to the chat; failed polls back off. Left out: the turn
+(the dispatch core's ``reply``), the Bot API (``telegram``), the state directory and token."""
 
 from __future__ import annotations
 

@@ -1,14 +1,9 @@
 """The Bot API's ``getUpdates`` long poll, through vigil's one outbound HTTP client.
 
-Owns :class:`BotApi`: ``POST {api_base}/bot{token}/getUpdates`` with JSON ``{"offset",
-"timeout", "limit"}``, one total deadline of the poll's timeout plus a margin, at most
-:data:`LIMIT` updates and :data:`MAX_BODY` bytes per answer. Calling it with an offset confirms
-every update below it (Telegram forgets them), so the caller persists what it took first. The
-token lives only in the URL; failures are reduced to a code (``pipeline.http``), so it never
-reaches a log.
-
-Left out: reading the answer (``updates``) and sending (the delivery's chat adapter).
-"""
+Owns :class:`BotApi`: one total deadline per poll, at most :data:`LIMIT` updates and
+:data:`MAX_BODY` bytes per answer. An offset confirms every update below it (Telegram forgets them),
+so the caller persists what it took first. The token lives only in the URL and never reaches a log.
+Left out: reading the answer (``updates``) and sending (the chat adapter)."""
 
 from __future__ import annotations
 

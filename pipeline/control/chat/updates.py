@@ -1,14 +1,9 @@
 """Telegram ``getUpdates`` answers, read: which updates are messages a conversation takes.
 
-Owns :class:`UpdateOutcome` (accepted, or why an update is ignored: another chat, a bot, an
-edit, no text, too long, malformed; ``busy`` is the ingress's own), :class:`Message` and the two
-pure, total readers: :func:`read_updates` (a response body → its updates, or None when it is
-not a successful Bot API answer) and :func:`classify` (one update → a message of a configured
-chat, or the reason it is ignored). Bounded: the body's size is the caller's read limit; text
-longer than :data:`MAX_TEXT` is refused, never cut; JSON too deep to read is malformed.
-
-Left out: asking for updates (``telegram``), what a message becomes (``ingress``).
-"""
+Owns :class:`UpdateOutcome` (accepted, or why ignored), :class:`Message` and the pure, total readers
+:func:`read_updates` (a body → its updates, or None) and :func:`classify` (one update → a message of
+a configured chat, or the reason it is ignored); text longer than :data:`MAX_TEXT` is refused, never
+cut. Left out: asking for updates (``telegram``) and what a message becomes (``ingress``)."""
 
 from __future__ import annotations
 

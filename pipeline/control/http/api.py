@@ -1,24 +1,10 @@
 """The HTTP API: a thin FastAPI adapter over the control plane (DESIGN.md §9, seed 003).
 
-Owns :func:`create_app`: the edge guard (``guard``: authentication before any body is read, the
-caller's request rate, a 1 MiB body bound), the routes of DESIGN.md §9's table (``watches``,
-``ledger``, ``grants``, ``deliveries``) and the wake stream (``wakes``), the console under
-``/ui/`` (``console``: server-rendered, cookie sessions, CSRF, strict CSP), the probes
-(``/healthz``; ``/readyz``: the broker answers and the topics exist — one shared client, its
-answer cached for seconds), the served OpenAPI document, and one error shape for every refusal —
-``{"error": {"code", "message", "field"}}`` — whether a route refused, a parameter failed
-validation (422 ``invalid``; the protocol header's failure is 400 ``protocol_version``) or no
-route matched (404 ``not_found``). Every ``/v1`` request names ``Vigil-Protocol-Version: 1`` and
-bears a configured principal's token; the routes assert that principal on commands and the
-command processor decides, so HTTP, MCP, the socket and the CLI govern alike.
-
-Watch routes act on the caller's own subject; a manager names another user of its tenant with
-``?user_id=``, an operator any subject with ``?tenant_id=&user_id=``.
-
-Left out: authentication and the error vocabulary (``auth``), the shared caller and round
-trip (``common``), bodies (``models``), Kafka (``backend``), serving and wiring
-from ``vigil.toml`` (``pipeline.cli.api_cmd``).
-"""
+Owns :func:`create_app`: the edge guard, DESIGN.md §9's routes and the wake stream, the console
+(``/ui/``), the probes, the OpenAPI document and one error shape for every refusal (``{"error":
+{"code", "message", "field"}}``). Routes assert the caller on commands, the processor decides; a
+manager or operator names another subject with ``?user_id=`` (``?tenant_id=``). Left out: ``auth``,
+``common``, ``models``, ``backend`` and wiring (``pipeline.cli.api_cmd``)."""
 
 from typing import Final
 

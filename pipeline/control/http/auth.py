@@ -1,18 +1,10 @@
 """Who is calling the HTTP API, and how its refusals read (DESIGN.md §9, §10).
 
-Owns the API's error vocabulary (:class:`ApiCode`, each with its HTTP status, and
-:class:`ApiError`, the one exception the routes raise, rendered as
-``{"error": {"code", "message", "field"}}``), the protocol-version check
-(``Vigil-Protocol-Version: 1``; missing or different is ``400 protocol_version``), and
-:class:`TokenDirectory`, which turns ``Authorization: Bearer <token>`` into the configured
-:class:`~pipeline.rules.authz.Principal`: the token is hashed with SHA-256 and compared, in constant
-time, against every configured ``token_sha256`` (all of them, whatever matches, so timing does
-not tell which principal nearly matched). The translation of a command processor's refusal
-(:class:`~pipeline.rules.commands.model.ResultCode`) into an API code is here too.
-
-Left out: deciding anything about watches or grants (the command processor decides every
-command, so every transport gets the same governance) and the routes (``api``).
-"""
+Owns the error vocabulary (:class:`ApiCode` with its status, :class:`ApiError`), the protocol check
+(``Vigil-Protocol-Version: 1``, else 400 ``protocol_version``), :class:`TokenDirectory` (bearer
+token → :class:`~pipeline.rules.authz.Principal`, by SHA-256 digest compared in constant time
+against every configured one) and the command processor's result codes as API codes. Left out:
+deciding watches or grants (the command processor) and the routes (``api``)."""
 
 from __future__ import annotations
 

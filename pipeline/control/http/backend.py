@@ -1,26 +1,10 @@
 """The HTTP API's reads of the log: receipts, lifecycle records, the in-app ledger, deliveries.
 
-Owns :class:`LedgerStore` (reads the newest ``max_scan`` records of a partition of ``receipts`` or
-``lifecycle`` — never a whole partition, each read counted in ``vigil_api_log_scans_total`` — and
-folds them: a watcher's receipts newest first; the newest receipt of each of a subject's watchers
-(the console's last outcomes and last fires); a watcher's lifecycle records still in the compacted
-log; and from the ledger index (``index``: each subject's own newest records, no scan per request) a
-subject's ledger deduped on delivery key, ``wake`` records skipped, acknowledgements applied, and
-its deliveries, ``pipeline.control.deliveries``), the acknowledgement record (kind ``ack`` on
-``notifications``, keyed by subject like its notification, so it lives and is erased exactly as long
-as the ledger does) and the readiness probe (one shared producer's metadata, its answer cached for
-:data:`READY_CACHE_S` so probes cost nothing).
-
-Sealed fields are opened with the subject's data keys read afresh for every request
-(:class:`~pipeline.runtime.keys.FollowedKeys`: the subject's ``keys`` partition read on from
-where the last request stopped, to its end now), so the moment a key is shredded its records stop
-showing: a receipt or notification that no longer opens is left out and counted as ``erased``
-(DESIGN §10), never shown. Records past their ``retain_until`` (the watcher's evidence or
-delivery retention) are left out too, whatever the topic still holds.
-
-Left out: command round trips (``pool``), who may read what (the routes check with the command
-processor or ``authz.may`` first) and the record schemas (``schemas/``).
-"""
+Owns :class:`LedgerStore` (bounded reads and folds of ``receipts``, ``lifecycle`` and the ledger
+index), the acknowledgement record (kind ``ack`` on ``notifications``, keyed and erased like its
+notification) and the readiness probe (cached :data:`READY_CACHE_S`). Records whose key is shredded
+or past ``retain_until`` are left out, never shown. Left out: command round trips (``pool``), who
+may read (the routes) and the record schemas."""
 
 from __future__ import annotations
 
@@ -66,7 +50,14 @@ DEFAULT_MAX_SCAN: Final = 10_000
 
 
 class LedgerStore:
-    """Reads receipts and the ledger, writes acknowledgements. No network until first use."""
+    """Reads receipts and the ledger, writes acknowledgements. No network until first use.
+
+    A partition read takes its newest ``max_scan`` records only (counted in
+    ``vigil_api_log_scans_total``): a watcher's receipts newest first, each watcher's newest
+    receipt, a watcher's lifecycle records. The ledger comes from the index (``index``), deduped on
+    delivery key, ``wake`` records skipped, acknowledgements applied. Sealed fields open with the
+    subject's keys read on afresh for every request (:class:`~pipeline.runtime.keys.FollowedKeys`),
+    so a shredded key's records stop showing at once and are counted as ``erased`` (DESIGN §10)."""
 
     def __init__(
         self,

@@ -1,17 +1,10 @@
 """What every HTTP route shares: the services behind the API, the caller, one command round trip.
 
-Owns :class:`ApiServices` (the ports the routes use: tokens, the command processor, the ledger, the
-dispatch core for schedules, the body bound, the console's status header, the rate limits), the
-:data:`Caller` dependency (the principal the edge guard authenticated — ``Vigil-Protocol-Version:
-1`` and a configured bearer token, checked in that order, 400 then 401, before the body is read),
-:func:`run_command` (a command asserted by the caller and decided by the command processor; its
-refusal becomes the API error of the same code), :func:`subject_of` (the caller's own subject unless
-a manager or operator names another — the processor decides whether it may), and the parameter types
-and documented error responses the route modules reuse.
-
-Left out: the routes (``watches``, ``ledger``, ``grants``) and the app
-(``api``).
-"""
+Owns :class:`ApiServices` (the ports the routes use), the :data:`Caller` dependency (the principal
+the edge guard authenticated), :func:`run_command` (a command asserted by the caller; a refusal
+becomes the API error of the same code), :func:`subject_of` (the caller's own subject unless it
+names another; the processor decides) and the shared parameter types and error responses. Left out:
+the routes and the app (``api``)."""
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field

@@ -1,19 +1,10 @@
 """The delivery routes: list and inspect a subject's deliveries, redeliver one (DESIGN.md §9).
 
-``GET /v1/deliveries`` (filters ``state`` — a delivery state, or ``dead`` for dead letters — and
-``watcher_id``) and ``GET /v1/deliveries/{key}`` read ``delivery-state`` for owners, managers and
-operators (``authz.may``, verb ``evaluations``: agents and scoped chats read none); another
-subject's key is "not found", word for word the answer for a missing one. The subject's grants
-are checked too, by the command processor (:func:`granted`): a list needs a grant that lets the
-subject manage watchers (``list``), one delivery a grant that covers its watcher (``show``), so a
-revoked grant reads nothing; operators act for any subject by role.
-``POST /v1/deliveries/{key}:redeliver`` is a ``redeliver`` command: the command processor
-rechecks role and grants, and delivery — which alone holds the state — sends a dead-lettered or
-suppressed entry again under the same key with a fresh attempt count (budgets rechecked there).
-
-Left out: the shared caller and round trip (``common``), reading (``backend``,
-``pipeline.control.deliveries``), the app (``api``).
-"""
+``GET /v1/deliveries`` (``state``, ``dead``, ``watcher_id``) and ``GET /v1/deliveries/{key}`` are
+for owners, managers and operators whose grants the command processor confirms (:func:`granted`);
+another subject's key is "not found". ``POST /v1/deliveries/{key}:redeliver`` is a ``redeliver``
+command. Left out: the caller and round trip (``common``), reading (``backend``,
+``pipeline.control.deliveries``), the app (``api``)."""
 
 from typing import Annotated, Any, Final
 

@@ -1,20 +1,10 @@
-"""``POST /v1/events``: publishers put events on ``events`` over HTTP (DESIGN.md §9), so a
-service in any language needs neither Avro single-object encoding nor Java's murmur2.
+"""``POST /v1/events``: publishers put events on ``events`` over HTTP (DESIGN.md §9).
 
-Only a ``publisher`` principal may call it (any other role: 403 ``denied``), and only for the
-source ids its ``[principals.NAME] sources`` lists. A body is ``{"events": [...]}`` (1 to
-:data:`MAX_BATCH`); each item is answered in order — ``accepted``, or ``rejected`` with the code
-(``invalid``: its shape or a value, naming the field; ``denied``: a source outside the
-publisher's scope) and a message. Every accepted event carries the publisher principal's tenant
-(``[principals.NAME] tenant_id``) on its record — never a tenant from the payload — which is the
-one pinned evaluators match a watch to (DESIGN.md §10 "Publishers belong to a tenant"). Accepted
-items are checked, encoded and placed exactly as the
-SDK does (``producers.publish``) and acknowledged by the broker before the answer; a broker that
-does not acknowledge is 503 ``unavailable`` for the batch (publishing it again is harmless: the
-trigger identity ``(event_type, event_id)`` dedupes).
-
-Left out: the SDK itself (wired by ``pipeline.cli.api_cmd``) and authentication (``auth``).
-"""
+Only a ``publisher`` principal, for its listed sources (else 403 ``denied``); ``{"events": [...]}``
+of 1 to :data:`MAX_BATCH`, each answered in order ``accepted`` or ``rejected`` with a code and
+message. Accepted events carry the principal's tenant, never the payload's, are encoded as the SDK
+does and acknowledged before the answer (else 503 ``unavailable``; a retry dedupes). Left out: the
+SDK (``producers.publish``) and authentication (``auth``)."""
 
 from datetime import datetime
 from typing import Any, Final, Literal

@@ -1,18 +1,10 @@
 """The HTTP API's front door: who is calling, before anything reads what they sent (DESIGN.md §10).
 
-Owns :class:`EdgeGuard`, a plain ASGI middleware in front of every ``/v1`` route: it checks
-``Vigil-Protocol-Version: 1`` (400) and the bearer token (401) from the headers alone, spends one
-request of that principal's rate (``limits.RateLimiter``; over it: 429 ``rate_limited`` with
-``Retry-After``, so every ``/v1`` route is limited by construction), then reads
-the body — at most ``max_body`` bytes (default 1 MiB; a larger ``Content-Length`` or stream is
-413 ``too_large``, and nothing past the bound is buffered) — and hands the app the authenticated
-principal (``scope["state"]["principal"]``) and the buffered body. So an unauthenticated caller
-never gets a byte read, and no caller gets an unbounded one; what is left of a refused body (up
-to 16 MiB) is read and dropped, never kept, so a client still sending hears its 413. Refusals
-are plain ASGI messages. Probes and the OpenAPI document pass through untouched.
-
-Left out: the tokens (``auth.TokenDirectory``), the error vocabulary (``auth``) and the routes.
-"""
+Owns :class:`EdgeGuard`, a plain ASGI middleware in front of every ``/v1`` route: protocol header
+(400), bearer token (401), the principal's rate (429 ``rate_limited``), then a body of at most
+``max_body`` bytes (413 ``too_large``), handed on with the principal. An unauthenticated caller
+never gets a byte read. Probes and the OpenAPI document pass through. Left out: the tokens and error
+vocabulary (``auth``) and the routes."""
 
 from __future__ import annotations
 
@@ -41,7 +33,13 @@ _GUARDED: Final = "/v1/"
 
 
 class EdgeGuard:
-    """Authenticate, then bound and buffer the body, for every ``/v1`` request."""
+    """Authenticate, then bound and buffer the body, for every ``/v1`` request.
+
+    Headers alone decide 400 and 401; one request of the principal's rate is spent
+    (``limits.RateLimiter``; over it 429 with ``Retry-After``); the body is read to ``max_body``
+    (default 1 MiB) and nothing past the bound is buffered: what is left of a refused body (up to 16
+    MiB) is read and dropped, so a client still sending hears its 413. The principal goes in
+    ``scope["state"]["principal"]``; refusals are plain ASGI messages."""
 
     def __init__(
         self,

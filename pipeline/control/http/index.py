@@ -1,21 +1,9 @@
 """The API's ledger index: each subject's newest in-app records and deliveries, kept by one reader
-that tails ``notifications`` and ``delivery-state`` (DESIGN.md §10 "Limits"), so a request reads
-its own subject's records and never scans a partition.
+tailing ``notifications`` and ``delivery-state`` (DESIGN.md §10 "Limits").
 
-Owns :class:`LedgerIndex`. A reader (``pipeline.kafka.follow.Follower``, its own thread) reads both
-topics from their start, read-committed, and the index files each record under its subject: a
-notification's raw value (still sealed: it is opened per request with the keys of that moment, so
-erasure holds) under its key, a ``delivery-state`` record under the subject it names (a tombstone
-removes its key). Each subject keeps its newest ``per_subject`` notifications and ``per_subject``
-delivery keys, so one tenant's flood never pushes a neighbour's records out of view; all subjects
-together keep at most ``max_records``, past which the subject written least recently is forgotten
-(until it is written again). A read waits, up to its deadline, for the first catch-up and — for one
-partition's records — until the reader has reached that partition's end as the broker has it now, so
-an acknowledgement is seen by the next request; a reader that is not there in time is a
-:class:`BrokerError` (503).
-
-Left out: opening and folding the records (``backend``), who may read them (the routes).
-"""
+Owns :class:`LedgerIndex`, so a request reads its own subject's records and never scans a partition;
+notifications stay sealed until a request opens them. Left out: opening and folding records
+(``backend``) and who may read them (the routes)."""
 
 from __future__ import annotations
 
@@ -50,7 +38,15 @@ class _Subject:
 
 
 class LedgerIndex:
-    """Per-subject notifications and deliveries; no network until the first read."""
+    """Per-subject notifications and deliveries; no network until the first read.
+
+    A reader thread (``pipeline.kafka.follow.Follower``) reads both topics from their start,
+    read-committed, filing a notification's raw value under its key and a ``delivery-state`` record
+    under its subject (a tombstone removes it). Each subject keeps its newest ``per_subject`` of
+    each, all together at most ``max_records`` (the subject written least recently goes first). A
+    read waits, up to its deadline, for the first catch-up and for its partition's current end, so
+    an acknowledgement is seen by the next request; a late reader is a :class:`BrokerError`
+    (503)."""
 
     def __init__(
         self,

@@ -1,14 +1,9 @@
 """The in-app ledger routes: a user's notifications, and acknowledging one (DESIGN.md §9).
 
-The ledger belongs to the caller's own subject; roles that may inspect (user, manager,
-operator) read it, session-bound ones (agent, scoped chat) may not, and only while a grant lets
-the subject manage watchers (``deliveries.granted``: the command processor decides; a revoked
-grant reads nothing). Notifications are deduped on
-delivery key and ``wake`` records skipped by the reader (``backend``); an acknowledgement is
-idempotent, and one of a notification the caller does not have is 404.
-
-Left out: the shared caller (``common``) and the records (``backend``).
-"""
+The ledger is the caller's own subject's, read by users, managers and operators (never agents or
+scoped chats) while a grant lets the subject manage watchers (``deliveries.granted``). Acknowledging
+is idempotent; one of a notification the caller lacks is 404. Left out: the caller (``common``) and
+the records (``backend``)."""
 
 from typing import Annotated, Final
 
@@ -20,14 +15,16 @@ from pipeline.control.http.deliveries import granted
 from pipeline.control.http.models import AckView, NotificationList
 from pipeline.rules.authz import Principal, Subject, Verb, may
 
-__all__ = ["router"]
+__all__ = ["own_ledger", "router"]
 
 router = APIRouter()
 
 _DELIVERY_KEY: Final = r"^[0-9a-f]{64}$"
 
 
-def _owner(services: ApiServices, who: Principal) -> tuple[str, str]:
+def own_ledger(services: ApiServices, who: Principal) -> tuple[str, str]:
+    """The caller's own subject, when its role may read a ledger and a grant lets it manage
+    watchers (a revoked grant reads nothing); otherwise the API's refusal. Blocking."""
     decision = may(who, Verb.SHOW, Subject(who.tenant_id, who.user_id))
     if not decision.allowed:
         raise ApiError(ApiCode.DENIED, decision.detail)
@@ -47,7 +44,7 @@ def notifications(
     unacked: bool = False,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> NotificationList:
-    tenant, user = _owner(services, who)
+    tenant, user = own_ledger(services, who)
     found, erased = guarded(lambda: services.ledger.notifications(tenant, user))
     if unacked:
         found = [n for n in found if n["acked_at"] is None]
@@ -63,7 +60,7 @@ def notifications(
 def ack(
     delivery_key: Annotated[str, Path(pattern=_DELIVERY_KEY)], who: Caller, services: Services
 ) -> AckView:
-    tenant, user = _owner(services, who)
+    tenant, user = own_ledger(services, who)
     done = guarded(lambda: services.ledger.ack(tenant, user, delivery_key))
     if done is None:
         raise ApiError(ApiCode.NOT_FOUND, f"no notification {delivery_key}", "delivery_key")

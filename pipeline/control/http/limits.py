@@ -1,15 +1,9 @@
 """How often one caller may ask: token buckets for the HTTP API and the console (DESIGN.md §10).
 
-Owns :class:`RateLimiter`, a token bucket per key — a principal's name for ``/v1`` requests and
-signed-in console pages (so one principal's budget is shared by both), a client address for
-sign-in attempts — refilled at ``rate`` per second up to ``burst``. :meth:`RateLimiter.take`
-answers None (go on) or the seconds until the next request would be allowed, which the edge
-sends as ``429`` with ``Retry-After``. The map is bounded (``max_keys``; the least recently
-seen bucket goes first — a bucket left alone refills, so forgetting one only gives back what
-time would have given).
-
-Left out: who the key is (``guard`` and the console decide) and the answer's shape (``auth``).
-"""
+Owns :class:`RateLimiter`, a bucket per key (a principal for ``/v1`` and signed-in pages, a client
+address for sign-in) refilled at ``rate`` up to ``burst``; :meth:`RateLimiter.take` answers None or
+the seconds to wait (sent as 429 ``Retry-After``). At most ``max_keys`` buckets, least recently seen
+out first. Left out: who the key is (``guard``, the console) and the answer's shape (``auth``)."""
 
 from __future__ import annotations
 

@@ -1,13 +1,9 @@
-"""What the HTTP API counts: requests by method, route template and status, their latency, and
-the reads of the log it starts (``vigil_api_log_scans_total{topic}``: receipts and lifecycle
-records; the ledger and deliveries come from the index and start none).
+"""What the HTTP API counts: requests by method, route template and status, their latency, and the
+log reads it starts (``vigil_api_log_scans_total{topic}``).
 
-Owns :class:`RequestMetrics`, a plain ASGI middleware (no body buffering) that labels each
-request by its route's template (``/v1/watches/{watcher_id}``, never the raw path, so label
-values stay bounded whatever callers send; an unmatched path is ``unmatched``).
-
-Leaves out serving the numbers (the process's metrics listener, ``pipeline.ops.health``).
-"""
+Owns :class:`RequestMetrics`, a plain ASGI middleware (no body buffering) labelling each request by
+its route's template, never the raw path (unmatched: ``unmatched``), so labels stay bounded. Leaves
+out serving the numbers (``pipeline.ops.health``)."""
 
 from __future__ import annotations
 

@@ -1,15 +1,9 @@
 """The HTTP API's bodies: what callers send and what they get back (DESIGN.md §9).
 
-Owns the pydantic models the OpenAPI document is generated from. Request bodies are loose on
-purpose: they say the shape (a watcher definition, a grant) and leave every rule to the command
-processor, which is the one place governance lives (bounds, grants, caps, collapse), so a rule
-never differs between HTTP, MCP, the socket and the CLI. Responses mirror the processor's views
-(``pipeline.rules.commands.model.watcher_view``, ``grant_view``) and the receipt and notification
-records.
-
-Left out: routing and authentication (``api``, ``auth``) and the Kafka reads
-(``backend``).
-"""
+Owns the pydantic models the OpenAPI document is generated from. Request bodies say the shape only
+and leave every rule to the command processor, so governance never differs between transports;
+responses mirror the processor's views and the receipt and notification records. Left out: routing
+and authentication (``api``, ``auth``) and the Kafka reads (``backend``)."""
 
 from __future__ import annotations
 

@@ -1,17 +1,10 @@
 """The wakes of one subject, followed on the in-app ledger (seed 003's ``wake_session``).
 
-Owns :class:`KafkaWakes`, which follows the ``notifications`` partition of a subject from its
-end (or just after a position the client last saw, when it is recent) and yields each ``wake``
-record of exactly that subject as a :class:`Wake`: its session and its ledger position
-(``notifications:<partition>:<offset>``) — nothing of what the notification says. Records are
-read committed; delivery writes a wake only after the transaction holding its notification has
-committed, in the same partition, so a wake read here always follows a durable notification.
-
-Also the bounds of the HTTP streams (:class:`WakeLimits`) and their count
-(:class:`StreamSlots`), which :class:`~pipeline.control.http.common.ApiServices` holds.
-
-Left out: the HTTP stream (``wakes``), the ledger itself (``backend``).
-"""
+Owns :class:`KafkaWakes` (a subject's ``notifications`` partition followed from its end, or just
+after a recent position, yielding each ``wake`` as a :class:`Wake`: session and ledger position,
+nothing of the notification; read committed, so a wake follows a durable notification),
+:class:`WakeLimits` and :class:`StreamSlots`. Left out: the HTTP stream (``wakes``) and the ledger
+(``backend``)."""
 
 from __future__ import annotations
 

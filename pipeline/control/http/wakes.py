@@ -1,17 +1,10 @@
-"""``GET /v1/ledger/wakes``: the caller's wakes as server-sent events (seed 003: "clients reread
-the ledger").
+"""``GET /v1/ledger/wakes``: the caller's wakes as server-sent events (seed 003).
 
-Owns the route and its SSE framing; its bounds are ``wake_reader``'s :class:`WakeLimits`. The
-caller is authenticated by the edge guard and authorized (the roles that may read their own
-ledger) before anything is read; a stream then carries, for the caller's own subject only, one
-``wake`` event per wake — ``id`` and ``data.position`` the ledger position, ``data.session_id``
-the session, nothing of the notification — and a comment line as a heartbeat. Streams are
-bounded: at most ``streams`` open at once and ``per_principal`` per caller (more is
-``cap_reached``), and a stream with no wake for ``idle_s`` ends (the client reconnects with
-``Last-Event-ID`` and misses nothing recent). Rate limits of the edge are the guard's.
-
-Left out: reading the ledger partition (``wake_reader``), the ledger itself (``ledger``).
-"""
+Owns the route and its SSE framing: after authentication and the ledger's own checks
+(``ledger.own_ledger``: role and grant), one ``wake`` event per wake of the caller's own subject
+(``id`` the position, ``data.session_id``) and heartbeat comments; at most ``streams`` open and
+``per_principal`` per caller (``cap_reached``), ended after ``idle_s`` without a wake
+(``Last-Event-ID`` resumes). Left out: reading (``wake_reader``) and the ledger (``ledger``)."""
 
 from __future__ import annotations
 
@@ -26,9 +19,9 @@ from starlette.concurrency import run_in_threadpool
 
 from pipeline.control.http.auth import ApiCode, ApiError
 from pipeline.control.http.common import Caller, Services, documented
+from pipeline.control.http.ledger import own_ledger
 from pipeline.control.http.models import REF_PATTERN
 from pipeline.control.http.wake_reader import StreamSlots, WakeFollower
-from pipeline.rules.authz import Principal, Subject, Verb, may
 from pipeline.rules.errors import BrokerError
 
 __all__ = ["router"]
@@ -37,13 +30,6 @@ router = APIRouter()
 
 _POLL_S: Final = 0.5
 _SSE: Final = "text/event-stream"
-
-
-def _own_ledger(who: Principal) -> tuple[str, str]:
-    decision = may(who, Verb.SHOW, Subject(who.tenant_id, who.user_id))
-    if not decision.allowed:
-        raise ApiError(ApiCode.DENIED, decision.detail)
-    return who.tenant_id, who.user_id
 
 
 @router.get(
@@ -72,7 +58,7 @@ async def wakes(
         Header(max_length=64, description="Resume after this position (SSE reconnect)."),
     ] = None,
 ) -> StreamingResponse:
-    tenant, user = _own_ledger(who)
+    tenant, user = await run_in_threadpool(own_ledger, services, who)
     source = services.wakes
     if source is None:
         raise ApiError(ApiCode.UNAVAILABLE, "this API serves no wake stream")

@@ -1,19 +1,10 @@
-"""The watch routes: propose, approve, create, update, list, inspect, pause, resume, cancel,
-receipts; and schedules, which are watchers too (DESIGN.md §9's table; seed 003, §10).
+"""The watch routes and schedules, which are watchers too (DESIGN.md §9's table; seed 003, §10).
 
-Every route asserts the caller on one command and lets the command processor decide — agents
-only propose (never create, update or manage a watch here), scoped chat tokens manage nothing,
-owners and managers approve, inspect, list and cancel; bounds, grants, limits, the cap of three
-active watches per (tenant, user, session) and the collapse of identical live proposals are the
-processor's (a collapse answers 200 with the existing watch, a new proposal 201). An update
-names the revision it read — ``If-Match`` (the ``ETag`` a ``GET`` answers) or
-``expected_revision`` — and a missing or stale one is 409 ``stale_revision``. Another
-subject's watch is "not found", word for word the answer for a missing one. Receipts are read
-after a ``show`` has authorized the caller. Schedules are listed and cancelled through the
-transport-agnostic dispatch core (an agent: only those its session created).
-
-Left out: the shared caller and round trip (``common``), the app (``api``).
-"""
+Every route asserts the caller on one command and the command processor decides (roles, bounds,
+grants, limits, collapse: 200 with the existing watch, 201 a new proposal). An update names the
+revision it read (``If-Match`` or ``expected_revision``; stale or missing: 409 ``stale_revision``);
+another subject's watch is "not found". Schedules go through the dispatch core. Left out: the caller
+and round trip (``common``) and the app (``api``)."""
 
 import re
 from typing import Annotated, Any, Final
@@ -100,8 +91,11 @@ def _revision(if_match: str | None, expected: int | None) -> int | None:
     return revision
 
 
-def _etag(view: WatchView) -> str:
-    return f'"{view.revision}"'
+def _tagged(view: dict[str, Any], response: Response) -> WatchView:
+    """The watch as answered, its revision in the ``ETag`` header (what ``If-Match`` names)."""
+    watch = WatchView.model_validate(view)
+    response.headers["ETag"] = f'"{watch.revision}"'
+    return watch
 
 
 @router.post(
@@ -179,9 +173,7 @@ def update(
         definition=definition,
         expected_revision=revision,
     )
-    watch = WatchView.model_validate(view)
-    response.headers["ETag"] = _etag(watch)
-    return watch
+    return _tagged(view, response)
 
 
 @router.get(
@@ -225,9 +217,7 @@ def get_watch(
 ) -> WatchView:
     tenant, user = subject_of(who, tenant_id, user_id)
     view = run_command(services, CommandVerb.SHOW, who, tenant, user, watcher_id=watcher_id)
-    watch = WatchView.model_validate(view)
-    response.headers["ETag"] = _etag(watch)
-    return watch
+    return _tagged(view, response)
 
 
 def _lifecycle(verb: CommandVerb, summary: str) -> None:
@@ -251,9 +241,7 @@ def _lifecycle(verb: CommandVerb, summary: str) -> None:
             watcher_id=watcher_id,
             expected_revision=_revision(if_match, expected_revision),
         )
-        watch = WatchView.model_validate(view)
-        response.headers["ETag"] = _etag(watch)
-        return watch
+        return _tagged(view, response)
 
     router.post(
         f"/v1/watches/{{watcher_id}}:{verb.value}",

@@ -1,18 +1,10 @@
 """The MCP server: one tool, ``propose_watch``, that can only propose (seed 003, DESIGN.md §9, §10).
 
-Owns :func:`build_server` — an MCP server (the official ``mcp`` SDK) exposing exactly one tool,
-whose arguments are the body of ``POST /v1/watches:propose`` (:class:`WatchBody`) — and
-:class:`ApiProposer`, which sends that body to the HTTP API with the agent's own bearer token:
-the API authenticates the token (an agent principal, bound to its session) and the command
-processor decides the proposal (bounds, grants, collapse onto an identical live watch) exactly
-as for any other client. The server is a client of the API and nothing more: it holds no
-key-encryption key, no Kafka client and chooses no principal by name. The agent can ask; only
-authority can activate: there is no approve, cancel or list tool. A refusal comes back as a tool
-error naming the API code (``denied: …``).
-
-Left out: where the API and the token come from (``vigil mcp`` in ``pipeline.cli.api_cmd``)
-and the rules themselves (``pipeline.rules.commands.apply``).
-"""
+Owns :func:`build_server` (one tool taking the body of ``POST /v1/watches:propose``) and
+:class:`ApiProposer` (sends it to the HTTP API with the agent's own token; the command processor
+decides as for any client). It holds no key, no Kafka client and no principal; there is no approve,
+cancel or list tool; a refusal is a tool error naming the API code. Left out: wiring
+(``pipeline.cli.api_cmd``) and the rules."""
 
 from __future__ import annotations
 

@@ -1,18 +1,10 @@
-"""Claiming the path a control socket binds: a stale or foreign path neither blocks nor hijacks
-the daemon (DESIGN.md §10 "Secrets are out of the agent's reach").
+"""Claiming the path a control socket binds: a stale or foreign path neither blocks nor hijacks the
+daemon (DESIGN.md §10 "Secrets are out of the agent's reach").
 
-Owns :func:`claim_directory` — the socket's directory must be this daemon's (its uid: root
-under ``[agent] run_as``), not a symlink, and writable by nobody else, so no other user can put
-or swap anything in it; opened once ``O_NOFOLLOW`` and worked on through that descriptor; made
-0711 when another uid's socket lives in it (that uid may reach its socket, not list or change
-the directory) — :func:`clear_path` (what already is at the socket path: nothing; a socket no
-one answers on, ours to replace; a live vigil daemon, refused; a live listener that is no
-vigil daemon, replaced with a warning naming its pid; anything else refused, named) and
-:func:`hand_to` (the bound socket given to another uid without following a symlink).
-
-Left out: binding and serving (``server``) and choosing the path (``server.default_socket_path``,
-``isolation.agent_socket_path``).
-"""
+Owns :func:`claim_directory` (the daemon's own, no symlink, writable by nobody else, worked on
+through one ``O_NOFOLLOW`` descriptor), :func:`clear_path` (a stale socket is replaced, a live
+daemon refused, another listener replaced with a warning) and :func:`hand_to`. Left out: binding and
+serving (``server``) and choosing the path."""
 
 from __future__ import annotations
 

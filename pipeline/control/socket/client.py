@@ -1,14 +1,9 @@
 """The CLI's side of the control socket: one JSON request line out, one response line back.
 
-Owns :func:`call`, which connects to the daemon's Unix socket, writes the request, reads one
-line and parses it as a :class:`VerbResponse`; a daemon still starting (``starting``: its
-control grant is not in place yet) or with every connection slot busy (``busy``) is asked again
-for a while. No daemon there is a clear :class:`ConfigError` that says how to start one; a daemon
-that closes without answering is a :class:`VigilError`.
-
-Left out: finding the socket path (``pipeline.control.socket.server.default_socket_path``) and
-printing.
-"""
+Owns :func:`call`: a daemon ``starting`` or ``busy`` is asked again for a while; no daemon is a
+:class:`ConfigError` saying how to start one; a daemon closing without an answer is a
+:class:`VigilError`. Left out: finding the socket path
+(``pipeline.control.socket.server.default_socket_path``) and printing."""
 
 from __future__ import annotations
 

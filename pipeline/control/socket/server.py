@@ -1,23 +1,9 @@
 """The daemon's transport: JSON lines over a local Unix socket, mode 0600 (seed 001, DESIGN.md §5).
 
 Owns :func:`default_socket_path` (``--socket`` → ``$VIGIL_SOCKET`` → ``[rpc] socket_path`` →
-``$XDG_RUNTIME_DIR/vigil.sock`` → ``~/.config/vigil/vigil.sock``) and :class:`SocketServer`:
-it claims the path (``claim``: a directory of the daemon's own that nobody else may write; a live
-daemon there refuses, a stale socket or a listener that is no vigil daemon is replaced), creates
-the socket 0600 (under a 0177 umask, so it never exists wider), hands it to ``owner`` when one
-is named (the agent's own socket under ``[agent] run_as``: the directory stays the daemon's,
-0711), authenticates each peer by ``SO_PEERCRED`` (its uid must be one of
-``peers``: by default ours, the configured subject's), and serves each connection on its own
-thread: one JSON object per line in, one per line out. A line that is not JSON, names no known
-verb or exceeds :data:`MAX_LINE` gets an error response; the daemon keeps serving (an oversized
-line is skipped to its end). At most ``max_connections`` are served at once (``slots``: past the
-cap the longest-idle connection makes room, else the new one is refused ``busy``), and one that
-sends no complete request for ``idle`` is closed; each such close is answered with a line and
-counted in ``vigil_daemon_socket_closed_total{reason}``.
-
-Left out: what a request means (``dispatch``) and who the peer acts as beyond its uid (the
-``handler`` decides with :class:`Peer`: ``pipeline.control.identity``).
-"""
+``$XDG_RUNTIME_DIR/vigil.sock`` → ``~/.config/vigil/vigil.sock``) and :class:`SocketServer`. Left
+out: what a request means (``dispatch``) and who the peer acts as beyond its uid (the ``handler``,
+with ``pipeline.control.identity``)."""
 
 from __future__ import annotations
 
@@ -116,7 +102,15 @@ def default_socket_path(
 
 
 class SocketServer:
-    """Serves ``handler`` on ``path`` until :meth:`close`. ``start`` binds (or raises)."""
+    """Serves ``handler`` on ``path`` until :meth:`close`. ``start`` binds (or raises).
+
+    It claims the path (``claim``), creates the socket 0600 under a 0177 umask, hands it to
+    ``owner`` when named (the directory stays the daemon's, 0711), admits peers whose
+    ``SO_PEERCRED`` uid is in ``peers`` and serves each connection on its own thread, one JSON
+    object per line each way. A line that is not JSON, names no verb or exceeds :data:`MAX_LINE`
+    gets an error and serving goes on. At most ``max_connections`` at once (``slots``); a connection
+    idle for ``idle`` is closed; each close is answered and counted in
+    ``vigil_daemon_socket_closed_total{reason}``."""
 
     def __init__(
         self,

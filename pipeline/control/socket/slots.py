@@ -1,13 +1,9 @@
 """The control socket's connection slots: at most ``cap`` connections served at once.
 
-Owns :class:`Slots`. A connection is *waiting* (for its next request, since when) or *busy*
-(its request is being answered). A new connection past the cap takes the slot of the one that
-has waited longest, whose reading end is shut so that its thread wakes, tells its peer and
-leaves; with every slot busy the new one is refused. So idle connections, however many, never
-keep a request from being served, and the daemon's threads stay bounded.
-
-Left out: reading, answering and counting (``pipeline.control.socket.server``).
-"""
+Owns :class:`Slots`: a connection is *waiting* or *busy*; past the cap a new one takes the slot of
+the longest-waiting one (whose reading end is shut so its thread tells its peer and leaves), and
+with every slot busy it is refused. Idle connections never block a request; threads stay bounded.
+Left out: reading, answering and counting (``pipeline.control.socket.server``)."""
 
 from __future__ import annotations
 

@@ -1,17 +1,10 @@
 """What every command decision shares: its context, its refusals and its checks.
 
-Owns :class:`CommandContext` (the command, the subject's registry view, the grants, ``now``, the
-limits), :class:`Refusal` (a result code raised by a check and turned into an error result by
-``pipeline.rules.commands.apply.apply``), and the checks every verb draws on: role
-(:func:`role_verb`: creating or updating a watcher is ``create`` whatever its id — an agent
-schedules only through the ``schedule`` commands of the control plane; another subject's object
-is "not found", never "denied"), grants (fail-closed, seed 000: every management, erasure and
-control verb consults them, action ``manage``), the host's verbs (``run`` and ``prompt`` are the
-daemon subject's alone: ``host``), the expected revision (CAS), the room a new
-live watcher needs (``limits``) and seed 003's three active agent watches per session, and
-reading the named watcher or the submitted definition. The verbs themselves are
-``pipeline.rules.commands.apply``.
-"""
+Owns :class:`CommandContext` (command, registry view, grants, ``now``, limits), :class:`Refusal` (a
+result code a check raises; ``apply`` turns it into an error result) and the shared checks: role
+(:func:`role_verb`; another subject's object is "not found"), grants (fail-closed), the host's
+verbs, the expected revision, room in the limits and seed 003's :data:`AGENT_CAP`. The verbs
+themselves are ``pipeline.rules.commands.apply``'s."""
 
 from __future__ import annotations
 

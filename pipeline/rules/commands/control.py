@@ -1,13 +1,9 @@
-"""The daemon's own verbs, authorized by the command processor: ``run``, ``query`` and the agent
-step of ``prompt`` (seed 000 at every edge, DESIGN.md §5).
+"""The daemon's own verbs ``run``, ``query`` and the agent step of ``prompt`` (DESIGN.md §5).
 
-Owns :func:`authorize_control`: after the role check (agents may do none of the three) and the
-host's rule (only the daemon's own subject, for its chats: ``host``), the subject's grants must
-let it ``manage`` source ``control`` (purpose ``control.chat``) for the chat named in
-``target`` — the daemon's own grant does, so revoking it locks these verbs as it locks ``send``
-and ``schedule``. The command writes nothing but its answer (the ``commands``
-record is its audit trail); starting the script or the agent is the daemon's, after the answer.
-"""
+Owns :func:`authorize_control`: after the role check (agents may do none) and the host's rule
+(``host``), the subject's grants must let it ``manage`` source ``control`` (purpose
+``control.chat``) for the chat in ``target``, so revoking the daemon's grant locks these verbs. The
+command writes only its answer; starting the script or the agent is the daemon's, after it."""
 
 from __future__ import annotations
 

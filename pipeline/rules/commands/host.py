@@ -1,16 +1,10 @@
 """The host's powers stay with the host (DESIGN.md §10): who may have vigil ``run`` a script or
 ``prompt`` the agent on the daemon's machine.
 
-Owns :class:`Host` (the daemon's subject and its configured chats: ``[subject]`` and
-``[chats]``) and :func:`host_verdict`, the one rule: a ``run`` or ``prompt`` — now or
-scheduled, over any edge (socket, HTTP API, MCP) — belongs to the host's own subject, under the
-control purpose, for one of its chats; anyone else's watcher may only ``send``/``notify`` to a
-target its grant names. :data:`NO_HOST` (a processor told of no daemon) allows nobody. The
-command processor decides with it when a command creates such a verb, and delivery asks it again
-before it executes a fired entry.
-
-Left out: grants (``context``, ``control``) and who starts the script or agent (the daemon).
-"""
+Owns :class:`Host` (the daemon's subject and chats) and :func:`host_verdict`: a ``run`` or
+``prompt``, now or scheduled, over any edge, belongs to the host's subject, under the control
+purpose, for one of its chats; :data:`NO_HOST` allows nobody. The command processor and delivery
+both ask it. Left out: grants (``context``, ``control``) and starting the script or agent."""
 
 from __future__ import annotations
 

@@ -1,16 +1,10 @@
-"""What an immediate verb writes: the outbox entry of a ``send`` (or a prompt's answer) now, and
-the one grant the daemon ensures for its subject (DESIGN.md §2, §5, §8).
+"""What an immediate verb writes: the outbox entry of a ``send`` (or a prompt's answer) now, and the
+one grant the daemon ensures for its subject (DESIGN.md §2, §5, §8).
 
-An immediate verb is an outbox entry like any other, keyed by the request delivery key
-(watcher ``verb:<verb>``, version 0, source ``control``, trigger the request id), so a retried
-request dedupes in delivery exactly like a retried evaluation. A prompt's answer is a ``send``
-keyed by :func:`~pipeline.rules.keys.derived_delivery_key` of the prompt's key, so running the
-agent twice for one request still delivers one answer. Pure: ``now`` is a parameter; the command
-processor's ``send`` (``pipeline.rules.commands.send``) builds its entries with these functions.
-
-Left out: authorizing and writing the entry (the command processor) and deciding who may ask at
-the edge (``dispatch``).
-"""
+The entry is keyed by the request's delivery key (watcher ``verb:<verb>``, version 0, source
+``control``, trigger the request id), a prompt's answer by its derived key, so a retried request
+delivers once. Pure: ``now`` is a parameter. Left out: authorizing and writing the entry (the
+command processor's ``send``) and who may ask at the edge (``dispatch``)."""
 
 from __future__ import annotations
 

@@ -1,14 +1,10 @@
 """Limits on what commands create (DESIGN.md §10 "Limits"): counted per subject and per session.
 
-Owns :class:`Limits` (the configurable caps and their documented defaults: live watchers 1,000,
-pending proposals 100 that expire after 24 h, schedules 100 per subject, schedules 10 and pending
-proposals 10 per agent session, an agent's cron schedule expiring within 30 days), :class:`Room`
-(what a subject holds now, counted over its registry view) and :func:`stale_proposals` (the
-proposals whose time to be approved has passed). Everything here is a pure count over one subject's
-registry view; refusing (``cap_reached``) and forgetting an expired proposal are
-``pipeline.rules.commands.context`` and ``apply``. Seed 003's three active agent watches per session
-is ``context.AGENT_CAP``: a bound of the seed, not a setting.
-"""
+Owns :class:`Limits` (the configurable caps and their documented defaults), :class:`Room` (what a
+subject holds now, counted over its registry view) and :func:`stale_proposals` (proposals past their
+approval time); all pure counts. Refusing (``cap_reached``) and forgetting expired proposals are
+``context``'s and ``apply``'s; seed 003's three agent watches per session is ``context.AGENT_CAP``,
+not a setting."""
 
 from __future__ import annotations
 

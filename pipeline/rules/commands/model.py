@@ -1,12 +1,9 @@
 """The models of the control plane: commands, their results, registry entries and grants.
 
-Owns the :class:`Command` a caller asserts (verb, principal, subject, request id), the
-:class:`CommandResult` it gets back (ok with a view, or an error of :class:`ResultCode`), the
-:class:`RegistryEntry` the command processor keeps per watcher, stored grants, the effects one
-command has (:class:`CommandOutcome`, an immediate ``send``'s outbox entry included) and the
-JSON views ``show``/``list`` return. What a command does is ``apply``; the records on the wire
-are ``pipeline.records`` (``command``, ``command_result``, ``registry_entry``, ``grant``).
-"""
+Owns :class:`Command` (verb, principal, subject, request id), :class:`CommandResult` (ok with a
+view, or a :class:`ResultCode`), :class:`RegistryEntry`, stored grants, :class:`CommandOutcome` (one
+command's effects) and the JSON views ``show``/``list`` return. What a command does is ``apply``;
+the records on the wire are ``pipeline.records``."""
 
 from __future__ import annotations
 

@@ -1,17 +1,10 @@
 """The ``replay_apply`` command: an operator's ``vigil replay --apply``, authorized and audited
 before anything is written (DESIGN.md §10 "Authorization failure and checkpoints").
 
-Owns :func:`replay_apply`, which :func:`pipeline.rules.commands.apply.apply` dispatches the verb
-to after the role check (operators only: no other role has ``replay``). The watcher must be the
-subject's, active, at the version the caller recovers (``version``), and the current grants must
-let the subject evaluate its source now — the evaluator's own rule
-(:func:`pipeline.rules.evaluation.authorization_for`), so what the processor allows is what
-replay decides with. The outcome is one audit record in ``definition-log``: the unchanged
-version, the operator, and a note with the caller's summary (``text``, bounded).
-
-Left out: what is recovered and writing it (``pipeline.rules.recovery``,
-``pipeline.ops.replay_apply``, after this command's ``ok``).
-"""
+Owns :func:`replay_apply` (operators only): the watcher must be the subject's and active at the
+recovered ``version``, and the current grants must let it evaluate its source now (the evaluator's
+own rule); the outcome is one audit record in ``definition-log``. Left out: what is recovered and
+writing it (``pipeline.rules.recovery``, ``pipeline.ops.replay_apply``)."""
 
 from __future__ import annotations
 

@@ -1,18 +1,9 @@
 """The ``redeliver`` command: a dead-lettered or suppressed delivery sent again (DESIGN.md §9).
 
-Owns :func:`redeliver`, which :func:`pipeline.rules.commands.apply.apply` dispatches the verb to
-after the role check (owners, managers, operators; never agents or scoped chats; another
-tenant's or user's delivery is "not found"). Authorization is rechecked fail-closed: when the
-delivery's watcher is still in the subject's registry, a grant must let the subject ``deliver``
-exactly what that watcher delivers (purpose, source, tool, target); otherwise (an immediate
-``send``, a watcher already forgotten) some unexpired grant of the subject must name
-``deliver``. The outcome is one :class:`~pipeline.rules.commands.model.Redelivery` record.
-
-Left out: whether the key is dead-lettered or suppressed (only delivery holds its state: it
-applies the request to such a key and ignores it otherwise), the budgets and the exact grant of
-the entry at dispatch (delivery rechecks both, as for any attempt), and the fresh attempt count
-under the same key (``pipeline.rules.dispatch.redeliver``).
-"""
+Owns :func:`redeliver` (owners, managers, operators): authorization is rechecked fail-closed against
+what the watcher delivers, or any unexpired ``deliver`` grant once it is gone; the outcome is one
+``Redelivery`` record. Left out: the key's state, budgets and grant at dispatch (delivery rechecks
+them) and the fresh attempt count (``pipeline.rules.dispatch.redeliver``)."""
 
 from __future__ import annotations
 

@@ -1,17 +1,10 @@
-"""The control plane's schedule commands: ``schedule`` and ``schedule_update`` (seed 001, DESIGN.md
-§5, §10).
+"""The control plane's ``schedule`` and ``schedule_update`` commands (seed 001, DESIGN.md §5, §10).
 
-Owns :func:`schedule`, which :func:`pipeline.rules.commands.apply.apply` dispatches both verbs to
-after the role check (``schedule``, which agents hold): the definition must be a schedule watcher
-``schedule:<chat>:<name>``; the daemon's grant must let the subject ``manage`` it; a live name is a
-``conflict`` unless ``schedule_update`` (seed 001's ``--update``: replace or create, the one update
-without an expected revision). An agent schedules only ``send`` and ``prompt`` (never ``run``), its
-schedules carry its session, it replaces only the schedules its session created, and a new one must
-fit the subject's and the session's limits; an agent's cron schedule expires within ``[limits]
-agent_cron_ttl`` (30 days), never later than the one it replaces. A ``run`` or ``prompt`` is the
-daemon subject's alone (``host``): another subject's schedule only sends. Timing, chats and the argv
-grammar are the control plane's (``pipeline.control``).
-"""
+Owns :func:`schedule`: a schedule watcher ``schedule:<chat>:<name>`` the daemon's grant lets the
+subject manage; a live name conflicts unless ``schedule_update``. An agent schedules only ``send``
+and ``prompt``, within its session's schedules and limits, a cron one expiring within ``[limits]
+agent_cron_ttl``; a ``run`` or ``prompt`` is the host's alone (``host``). Timing, chats and the argv
+grammar are ``pipeline.control``'s."""
 
 from __future__ import annotations
 

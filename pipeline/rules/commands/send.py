@@ -1,13 +1,9 @@
-"""The immediate ``send`` command: a delivery now, decided by the command processor (DESIGN.md
-§2: ``outbox`` is written by the evaluator and, for immediate ``send``/``prompt``, by the command
-processor).
+"""The immediate ``send`` command: a delivery now, decided by the command processor (DESIGN.md §2).
 
-Owns :func:`send`, which :func:`pipeline.rules.commands.apply.apply` dispatches ``send`` to after
-the role check (``send``, or ``prompt`` for a prompt's answer): the daemon's grant must cover the
-chat, and the outcome carries the outbox entry (``pipeline.rules.commands.immediate``) that the
-processor writes in the transaction that answers the command. Running the agent of a prompt happens
-at the edge, before, outside any transaction; delivering is the delivery consumer's.
-"""
+Owns :func:`send` (``send``, or ``prompt`` for a prompt's answer): the daemon's grant must cover the
+chat, and the outcome carries the outbox entry (``immediate``) written in the transaction that
+answers the command. Running a prompt's agent happens at the edge, before and outside any
+transaction; delivering is the delivery consumer's."""
 
 from __future__ import annotations
 

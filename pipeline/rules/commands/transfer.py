@@ -1,19 +1,10 @@
-"""Export and import of one subject's watchers between deployments (seed 000: "export and
-restore a snapshot"): another namespace, another cluster.
+"""Export and import of one subject's watchers between deployments (seed 000's snapshot).
 
-Owns the export file (:data:`EXPORT_FORMAT`: the subject and, per watcher, exactly what ``watch
-show`` returns — definition, version, revision, lifecycle status and its times; no secrets, since
-definitions hold only registry references, and no receipts), its total and bounded parser
-(:func:`parse_export`, :func:`exported_watcher`: a value or a :class:`DefinitionError` naming the
-field, for any input), and the two operator verbs the command processor decides: ``export`` (one
-page of the subject's registry) and ``import`` (one watcher, kept as it was — version, revision,
-status, times — refused as ``create`` refuses: a live watcher of that id is a ``conflict``, and
-so is a closed one at that version or later; a live one needs a grant to manage it, room in
-the limits, a ``run`` or ``prompt`` the host's (``pipeline.rules.commands.host``), and an agent
-watch seed 003's bounds).
-
-Left out: reading and writing files, sending one command per watcher (``pipeline.cli``).
-"""
+Owns the export file (:data:`EXPORT_FORMAT`: per watcher what ``watch show`` returns; no secrets, no
+receipts), its total, bounded parser (:func:`parse_export`, :func:`exported_watcher`) and the
+operator verbs ``export`` (one page of the registry) and ``import`` (one watcher kept as it was,
+refused as ``create`` refuses: conflicts, grants, limits, the host's verbs, agent-watch bounds).
+Left out: reading and writing files, one command per watcher (``pipeline.cli``)."""
 
 from __future__ import annotations
 

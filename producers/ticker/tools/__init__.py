@@ -1,14 +1,9 @@
 """Governed tools and pinned evaluators: what the poll ticker calls at a due instant.
 
-Public: :class:`ToolRegistry` (exact ``key@vN`` → implementation, timeouts, a concurrency limit,
-latency and error metrics), :class:`ToolRequest` / :class:`ToolResult`, the :class:`Tool`
-protocol, ``http.json@v1`` (:class:`HttpJsonTool`), the pinned evaluators
-``workflow.run.status@v1`` and ``agent.session.state@v1`` (:class:`PinnedEvaluator` over a
-:class:`StateLookup`), and :func:`build_registry`, which registers all three.
-
-The evaluator consumer passes :data:`REGISTERED` (the same set) as ``evaluators`` to
-``pipeline.rules.evaluation.evaluate``; a definition pinned to any other ``key@vN`` evaluates as
-``evaluator_missing``. Left out: grants, budgets and scheduling (``producers.ticker.loop``).
+Public: :class:`ToolRegistry`, :class:`ToolRequest` / :class:`ToolResult`, the :class:`Tool`
+protocol, ``http.json@v1`` and the pinned evaluators ``workflow.run.status@v1`` and
+``agent.session.state@v1``, :func:`build_registry` and :data:`REGISTERED` (what the evaluator
+passes as ``evaluators``). Leaves out grants, budgets and scheduling (``producers.ticker.loop``).
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
 """Governed tools: what a call asks and answers, and the registry that runs calls safely.
 
-Owns :class:`ToolRequest` (everything a tool may know: the pinned ``key@vN``, the operator's
-``tool_ref`` or the evaluator's ``target``, the subject and the scheduled instant),
-:class:`ToolResult` (a JSON object payload *or* a categorical :class:`ErrorCode`, plus the usage
-in tokens and micro-USD that budgets charge), the :class:`Tool` protocol, and
-:class:`ToolRegistry`: exact ``key@vN`` lookup (an unregistered version is ``unavailable``,
-never another version), a per-tool timeout, a concurrency limit, and metrics (latency, errors by
-code), and one deadline per call that no tool can stretch: a stuck call is abandoned and its
-worker replaced, so it never blocks the next tick. A tool that raises or answers out of
-contract becomes ``internal``; nothing a tool says beyond its code is kept.
-
-Left out: who may call (the ticker rechecks grants and budgets first) and the tools themselves
-(``http_json``, ``pinned``).
+Owns :class:`ToolRequest`, :class:`ToolResult` (a JSON object payload *or* a categorical
+:class:`ErrorCode`, plus usage), the :class:`Tool` protocol and :class:`ToolRegistry` (exact
+``key@vN`` lookup, timeouts, a concurrency limit, metrics, one deadline per call). Leaves out who
+may call (the ticker checks first) and the tools themselves (``http_json``, ``pinned``).
 """
 
 from __future__ import annotations
@@ -190,6 +182,11 @@ class ToolRegistry:
     worker takes its place at once, so a stuck call never blocks the next call or the next
     tick. At most :attr:`max_abandoned` abandoned calls may still be running; beyond that the
     tool is plainly broken and further calls are answered ``unavailable`` without starting.
+
+    An unregistered version is ``unavailable``, never another version. One deadline per call that no
+    tool can stretch: a stuck call is abandoned and its worker replaced, so it never blocks the next
+    tick. A tool that raises or answers out of contract becomes ``internal``; nothing a tool says
+    beyond its code is kept.
     """
 
     def __init__(

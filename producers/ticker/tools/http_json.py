@@ -1,17 +1,9 @@
 """``http.json@v1``: GET the endpoint an operator configured and return its JSON object.
 
-A definition names only ``tool_ref`` (an opaque reference); the URL, the optional bearer token's
-environment variable and the timeout come from ``[tools.NAME]`` in operator configuration, whose
-``kind`` must be exactly ``http.json@v1`` — a definition pinned to v1 is never served by another
-version. Errors are categorical (:class:`ErrorCode`), from the shared HTTP status and transport
-tables of ``pipeline.http``: a missing or mis-kinded instance or an unset token is
-``unavailable``; a body that is not a JSON object (or is larger than 1 MiB, or not canonical
-JSON: NaN, huge integers) is ``rejected``. The instance's timeout is one deadline for the whole
-call (connect, headers and body), so an endpoint that trickles its answer is a ``timeout``.
-Redirects are not followed; bodies are never logged.
-
-Left out: authorization, budgets and scheduling (the ticker's), and usage: a plain HTTP GET
-costs no tokens or micro-USD.
+Owns :class:`HttpJsonTool`: the URL, token variable and timeout from ``[tools.NAME]`` (``kind``
+exactly ``http.json@v1``), one deadline for the whole call, categorical errors, no redirects,
+bodies never logged. Leaves out authorization, budgets and scheduling (the ticker's); a plain
+GET costs no tokens or micro-USD.
 """
 
 from __future__ import annotations
@@ -39,7 +31,14 @@ _ACCEPT: Final = {"Accept": "application/json"}
 
 
 class HttpJsonTool:
-    """GET ``[tools.<tool_ref>].url``; the answer is its JSON object."""
+    """GET ``[tools.<tool_ref>].url``; the answer is its JSON object.
+
+    A definition names only ``tool_ref``; a definition pinned to v1 is never served by another
+    version. Errors come from the shared tables of ``pipeline.http``: a missing or mis-kinded
+    instance or an unset token is ``unavailable``; a body that is not a JSON object (or larger than
+    1 MiB, or not canonical JSON: NaN, huge integers) is ``rejected``; an endpoint that trickles its
+    answer past the deadline is a ``timeout``.
+    """
 
     def __init__(
         self,

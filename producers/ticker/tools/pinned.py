@@ -1,30 +1,9 @@
 """The pinned evaluators of agent watches: ``workflow.run.status@v1`` and
 ``agent.session.state@v1`` (seed 003), over the latest state of one run or one session.
 
-Where the state lives: upstream services publish the state of a run or a session as ordinary
-events on ``events`` — event type ``workflow.run.status`` (payload ``{"run_id", "status", ...}``)
-or ``agent.session.state`` (payload ``{"session_id", "state", ...}``) — with ``source_id``
-``run:<run_id>`` or ``session:<session_id>``. The tenant of a state is the event record's own
-``tenant_id``: the publisher's, set by the edge that authenticated it (``POST /v1/events``: the
-publisher principal's; the SDK: the one its Kafka-credentialed caller names), never the
-payload's (DESIGN.md §10 "Publishers belong to a tenant"); an event without one feeds no
-evaluator, and a payload that names another tenant than its record is no state. The poll ticker
-reads those events from the ``events`` partitions it is assigned and keeps the latest per
-``(evaluator, tenant_id, id)`` in its own compacted ``ticker-state`` (key
-``["<event type>","<tenant_id>","<id>"]``), in the transaction that commits the events' offsets.
-An agent watch on run ``r-81`` uses ``source_id`` ``run:r-81``, so the watch, its state events,
-its ticks and its state all live in one partition: no remote lookup, and a restart restores it.
-
-An evaluator answers the stored payload as the evidence; it looks only inside the watch's own
-tenant (another tenant's run of the same id is invisible: a publisher of tenant A cannot satisfy
-tenant B's watch) and checks the payload's ``user_id``, when it names one, against the watch's
-(else ``rejected``) — a session watch reads only its owning session, and a watch whose
-``source_id`` breaks the convention is ``rejected``. No state yet is ``unavailable`` (no truth
-claim; the next cadence retries).
-
-Left out: the table itself (``producers.ticker.loop`` holds it; this module reads it through
-:class:`StateLookup`) and the condition (the watcher's own, evaluated by
-``pipeline.rules.evaluation``).
+Owns :class:`PinnedEvaluator`, :class:`PinnedSpec`, :func:`state_from_event` and the
+:class:`StateLookup` protocol. Leaves out the table itself (``producers.ticker.pinned_states``
+holds it) and the condition (the watcher's own, ``pipeline.rules.evaluation``).
 """
 
 from __future__ import annotations
@@ -122,7 +101,21 @@ class StateLookup(Protocol):
 
 
 class PinnedEvaluator:
-    """A version-pinned evaluator tool over one kind of state."""
+    """A version-pinned evaluator tool over one kind of state.
+
+    Where the state lives: upstream services publish a run's or session's state as ordinary events —
+    type ``workflow.run.status`` (``{"run_id", "status", ...}``) or ``agent.session.state``
+    (``{"session_id", "state", ...}``), ``source_id`` ``run:<run_id>`` or ``session:<session_id>``.
+    The tenant is the event record's own ``tenant_id`` (set by the edge that authenticated the
+    publisher), never the payload's; an event without one feeds no evaluator, and a payload naming
+    another tenant is no state. The ticker keeps the latest per ``(evaluator, tenant_id, id)`` in
+    ``ticker-state``, so a watch, its state events, its ticks and its state live in one partition.
+
+    An evaluator answers the stored payload as the evidence; it looks only inside the watch's own
+    tenant and checks the payload's ``user_id``, when it names one, against the watch's (else
+    ``rejected``); a watch whose ``source_id`` breaks the convention is ``rejected``. No state yet
+    is ``unavailable`` (the next cadence retries).
+    """
 
     def __init__(self, spec: PinnedSpec, lookup: StateLookup) -> None:
         self._spec = spec

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from pipeline.cli.completion_cmd import complete_schedule_names
 from pipeline.cli.main import vigil
-from pipeline.cli.watch_cmd import complete_watcher_ids
+from pipeline.cli.round_trip import complete_watcher_ids
 
 pytestmark = pytest.mark.unit
 

@@ -20,7 +20,8 @@ from pipeline.rules.lifecycle import WatcherStatus
 from pipeline.rules.outbox import OutboxEntry
 from pipeline.rules.outcomes import Reason
 from pipeline.rules.receipts import Receipt
-from pipeline.rules.replay import (
+from pipeline.rules.replay import replay
+from pipeline.rules.replay_model import (
     DefinitionVersion,
     DifferenceKind,
     History,
@@ -28,7 +29,6 @@ from pipeline.rules.replay import (
     ReplayInput,
     SkipReason,
     affected_keys,
-    replay,
 )
 from pipeline.rules.watcher_state import WatcherState
 

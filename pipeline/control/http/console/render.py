@@ -1,13 +1,9 @@
 """How the console says things: its Jinja2 templates, and definitions in plain words.
 
-Owns the template environment (autoescaped: every value a tenant or an agent wrote is text,
-never markup), :func:`condition_text` (a condition as people read it: ``status = "failed" and
-branch contains "release/"``), :func:`source_text`, :func:`cadence_text` and
-:func:`proposal_words` (what an agent asked for: source, condition, window, cadence, target)
-and :func:`leaves` (allowlisted evidence as dotted paths).
-All total: an unexpected shape is shown as compact JSON, never an error. Left out: reading data
-and deciding who sees what (``pages``).
-"""
+Owns the autoescaped template environment (what a tenant or agent wrote is text, never markup),
+:func:`condition_text`, :func:`source_text`, :func:`cadence_text`, :func:`proposal_words` and
+:func:`leaves`; all total: an unexpected shape shows as compact JSON, never an error. Left out:
+reading data and deciding who sees what (``pages``)."""
 
 from __future__ import annotations
 

@@ -1,14 +1,10 @@
-"""What the console's schedules page shows and does: each configured chat's schedules with their
-next fire and last fire (late or not), and cancelling one (DESIGN.md §9; seed 001).
+"""What the console's schedules page shows and does: each chat's schedules with their next and last
+fire, and cancelling one (DESIGN.md §9; seed 001).
 
-Listing and cancelling go through the dispatch core exactly as ``GET /v1/schedules`` and ``POST
-/v1/schedules/{name}:cancel`` do (``watches.schedule_verb``): the same role check, the same
-``list``/``cancel`` commands the command processor decides (an agent sees and cancels only the
-schedules its session created; a scoped chat token none: ``denied``). The last fires are each chat's
-newest receipts, read beside the ``list`` round trip and shown only for what the list returned, by a
-role that may read receipts (checked before the read starts). Left out: the routes, sessions and
-CSRF (``pages.schedules``, ``core``), the words (``render``).
-"""
+Listing and cancelling go through the dispatch core exactly as the ``/v1/schedules`` routes do (same
+role check and commands); last fires are each chat's newest receipts, read only for a role that may
+read receipts. Left out: routes, sessions and CSRF (``pages.schedules``, ``core``), words
+(``render``)."""
 
 from __future__ import annotations
 

@@ -1,20 +1,10 @@
 """Console sessions: sign in once with a bearer token, then a cookie (DESIGN.md §9 ``/ui/``).
 
-Owns :class:`SessionStore` — sessions held in this process's memory (bounded in age, and in number
-per principal: a principal's new sign-in past ``per_principal`` ends its own oldest session,
-never another principal's; past ``max_sessions`` in all, a sign-in is refused rather than
-evicting anyone), each a random id naming the principal the token authenticated and that
-session's CSRF token — the cookie that carries the id (``HttpOnly``, ``SameSite=Strict``, path
-``/ui``, ``Secure`` unless ``[api] secure_cookie = "auto"`` and the request is plain http from a
-loopback client to a loopback host, as under ``vigil dev``), the sign-in form's own CSRF cookie
-(double submit: there is no session to hold its token yet), constant-time token comparison, and
-the security headers every console response carries: a strict Content-Security-Policy (no script
-at all, styles from this origin only, no framing, forms post only here), ``no-store``, ``nosniff``
-and ``no-referrer``.
-
-The bearer token itself is never stored or echoed: only the principal it named. A restarted
-API forgets every session (sign in again). Left out: the pages (``pages``).
-"""
+Owns :class:`SessionStore` (in-memory, bounded sessions naming a principal and its CSRF token), the
+session cookie (``HttpOnly``, ``SameSite=Strict``, path ``/ui``, ``Secure`` unless ``[api]
+secure_cookie = "auto"`` on loopback http), the sign-in form's double-submit CSRF cookie and the
+security headers (strict CSP, ``no-store``, ``nosniff``, ``no-referrer``). The token is never stored
+or echoed; a restarted API forgets every session. Left out: the pages."""
 
 from __future__ import annotations
 

@@ -1,12 +1,9 @@
-"""Where a watcher's receipts are, known before ``show`` answers: its source id as a page last
-saw it.
+"""Where a watcher's receipts are, known before ``show`` answers: its source id as a page last saw
+it.
 
-Owns :class:`KnownSources`, a bounded map (oldest out first) of (tenant, user, watcher id) →
-source id, filled from every list and watcher page the console shows. It is a hint only: the
-watcher page may start reading the receipts partition of the remembered source beside its
-``show`` round trip, and uses that read only when ``show`` answers the same source (a moved
-source is read again). Left out: the reads (``http.backend``) and the pages (``pages``).
-"""
+Owns :class:`KnownSources`, a bounded map of (tenant, user, watcher id) → source id. A hint only: a
+read started from it is used when ``show`` answers the same source, else read again. Left out: the
+reads (``http.backend``) and the pages (``pages``)."""
 
 from __future__ import annotations
 

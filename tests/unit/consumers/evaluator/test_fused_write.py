@@ -11,7 +11,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from consumers.evaluator import fused
-from consumers.evaluator.loop import Evaluator, _Task
+from consumers.evaluator.loop import Evaluator, _Task, table_specs
 from consumers.evaluator.metrics import evaluator_metrics
 from pipeline.crypto import KeyEncryptionKeys, generate_kek_text
 from pipeline.kafka.partitioner import partition_for
@@ -27,7 +27,8 @@ from pipeline.rules.lifecycle import WatcherStatus
 from pipeline.rules.native import NATIVE
 from pipeline.rules.watcher_state import WatcherState
 from pipeline.runtime.processing import ProcessContext
-from pipeline.runtime.tables import Table, TableKind, TableSpec
+from pipeline.runtime.state import TaskState
+from pipeline.runtime.tables import Table, TableKind, TableReader, TableSpec
 from tests.native import python_path
 from tests.unit.consumers.evaluator.test_fast_paths import NOW, definition, event, grant
 
@@ -42,6 +43,7 @@ def _evaluator() -> Evaluator:
         _TOPOLOGY,
         None,  # type: ignore[arg-type]  # the budget gate is given: Redis is never asked
         BudgetCaps(window=timedelta(hours=1)),
+        TaskState(table_specs(_TOPOLOGY), TableReader({}), lambda _topic: 4),  # never read
         keks=keks,
         metrics=evaluator_metrics(CollectorRegistry()),
     )
