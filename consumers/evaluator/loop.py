@@ -3,7 +3,8 @@
 Owns :class:`Evaluator`: for each input, the watchers of its source (a tick: the one it names),
 the budget charged in Redis per input position + watcher key, the pure
 :func:`~pipeline.rules.evaluation.evaluate`, and watcher-state, receipt, outbox entry and
-``close`` command written in the input's transaction. Leaves out the stage (``stage``).
+``close`` command written in the input's transaction. Leaves out the stage (``stage``) and the
+batch's records written in one native call (``fused``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from datetime import datetime
 
 from prometheus_client import REGISTRY
 
+from consumers.evaluator.fused import FusedWrites, Written, written
 from consumers.evaluator.heap import settle_heap
 from consumers.evaluator.lifecycle import LifecycleTracker
 from consumers.evaluator.metrics import EvaluatorMetrics, evaluator_metrics
@@ -24,14 +26,11 @@ from pipeline.crypto import KeyEncryptionKeys, KeyRing
 from pipeline.kafka.partitioner import partition_for
 from pipeline.kafka.serde import AvroCodec, default_codec
 from pipeline.kafka.topics import Topic, Topology
-from pipeline.records.codec import json_text
 from pipeline.records.command import encode_command
 from pipeline.records.event import evidence_from_event
-from pipeline.records.outbox_entry import encode_outbox_entry
-from pipeline.records.receipt import encode_receipt
 from pipeline.records.tick import evidence_from_tick
 from pipeline.records.watcher import Watch
-from pipeline.records.watcher_state import decode_state, encode_state
+from pipeline.records.watcher_state import decode_state
 from pipeline.redis.budgets import RedisBudgets
 from pipeline.rules.budgets import NO_CEILINGS, BudgetCaps, BudgetCeilings
 from pipeline.rules.commands.system import close_command
@@ -44,7 +43,6 @@ from pipeline.rules.evaluation import Evaluation
 from pipeline.rules.evidence import Evidence, position_of
 from pipeline.rules.keys import watcher_key
 from pipeline.rules.outcomes import Outcome, Reason
-from pipeline.rules.retention import retain_until
 from pipeline.rules.watcher_state import WatcherState
 from pipeline.runtime.app import InputRecord, ProcessContext
 from pipeline.runtime.processing import Message
@@ -119,6 +117,7 @@ class Evaluator:
         self._clock = clock or SystemClock()
         self._codec = codec or default_codec()
         self._ring = KeyRing(keks or KeyEncryptionKeys.load(), self._codec, cache_size=key_cache)
+        self._fused = FusedWrites.of(self._codec, self._ring)
         self._tables = tables
         self._keys = KeyView(tables.whole(_KEYS), self._ring)
         self._grants = GrantIndex(tables.whole(_GRANTS), self._codec)
@@ -205,17 +204,17 @@ class Evaluator:
                 )
                 plan.add(watch, state, evidence, position, grants.of(*watch.parts[:2]))
         tally: dict[tuple[Outcome, Reason], int] = {}
-        entries = 0
+        decided: list[tuple[Watch, WatcherState, Evaluation]] = []
         for step in plan.settle():
             if step.erased:
                 self.metrics.skipped.labels("watcher_erased").inc()
             elif step.invalid:
                 self.metrics.skipped.labels("watcher_invalid").inc()
             elif step.result is not None:
-                entries += self._write(ctx, task, step.watch, step.state, step.result, now)
-                decided = (step.result.outcome, step.result.reason)
-                tally[decided] = tally.get(decided, 0) + 1
-        self._count(tally, entries)
+                decided.append((step.watch, step.state, step.result))
+                kind = (step.result.outcome, step.result.reason)
+                tally[kind] = tally.get(kind, 0) + 1
+        self._count(tally, self._write(ctx, task, decided, now))
 
     def _ticked(self, task: _Task, item: Input, evidence: Evidence) -> tuple[Watch, ...]:
         """A tick names its watcher: only that one, and only the version it was made for."""
@@ -233,36 +232,37 @@ class Evaluator:
         self,
         ctx: ProcessContext,
         task: _Task,
-        watch: Watch,
-        state: WatcherState,
-        result: Evaluation,
+        decided: list[tuple[Watch, WatcherState, Evaluation]],
         now: datetime,
     ) -> int:
-        """The evaluation's records; returns how many outbox entries it wrote."""
-        codec, ring = self._codec, self._ring
-        receipt = result.receipt
-        trigger_key = receipt.trigger_key
-        text = json_text(receipt.trigger, "trigger")
-        next_state = result.next_state
-        if next_state is not state:
-            checkpoint = next_state.checkpoint
-            same = checkpoint is not None and checkpoint.trigger_key == trigger_key
-            data = encode_state(
-                codec, watch.parts, watch.source_id, next_state, now, text if same else None
-            )
+        """The batch's records in the order decided (one fused native call on the native path,
+        ``fused.written``); returns how many outbox entries it wrote."""
+        records = written(self._fused, self._codec, self._ring, decided, now)
+        pairs = zip(decided, records, strict=True)
+        return sum(self._produce(ctx, task, w, r, one, now) for (w, _, r), one in pairs)
+
+    def _produce(
+        self,
+        ctx: ProcessContext,
+        task: _Task,
+        watch: Watch,
+        result: Evaluation,
+        records: Written,
+        now: datetime,
+    ) -> int:
+        """One evaluation's records into the transaction; returns its outbox entries (0 or 1)."""
+        data, value, sealed = records
+        if data is not None:
             task.state.set(watch.key, data)
-            task.cache.put(watch.key, data, next_state)
-        home = self._home_of(watch.source_id)
-        until = retain_until(receipt.evaluated_at, watch.definition.privacy.evidence_retention)
-        value = encode_receipt(codec, ring, receipt, watch.source_id, text, until)
-        ctx.produce(self._receipts, watch.key, value, partition=home)
+            task.cache.put(watch.key, data, result.next_state)
+        ctx.produce(self._receipts, watch.key, value, partition=self._home_of(watch.source_id))
         entry = result.outbox
-        if entry is not None:
-            value = encode_outbox_entry(codec, ring, entry, text)
-            ctx.produce(self._outbox, entry.delivery_key, value)
+        if entry is not None and sealed is not None:
+            ctx.produce(self._outbox, entry.delivery_key, sealed)
         if result.close is not None:
+            trigger_key = result.receipt.trigger_key
             command = close_command(watch.parts, watch.version, result.close, trigger_key, now)
-            value = encode_command(codec, ring, command)
+            value = encode_command(self._codec, self._ring, command)
             ctx.produce(self._commands, command.subject_key, value)
             self.metrics.close_commands.labels(result.close.value).inc()
         return 0 if entry is None else 1

@@ -15,7 +15,7 @@ use pyo3::types::{
     PyList, PyString, PyTimeAccess, PyTuple, PyTzInfoAccess,
 };
 
-enum Node {
+pub(crate) enum Node {
     Boolean,
     Int,
     Long,
@@ -133,7 +133,7 @@ fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
 }
 
 /// `timestamp-micros` of an aware datetime (`pipeline.rules.instants.to_epoch_micros`).
-fn epoch_micros(value: &Bound<'_, PyDateTime>) -> PyResult<i64> {
+pub(crate) fn epoch_micros(value: &Bound<'_, PyDateTime>) -> PyResult<i64> {
     let py = value.py();
     let Some(zone) = value.get_tzinfo() else { return Err(refuse("a naive instant")) };
     let utc = UTC.get_or_try_init(py, || -> PyResult<PyObject> {
@@ -155,7 +155,7 @@ fn epoch_micros(value: &Bound<'_, PyDateTime>) -> PyResult<i64> {
     Ok(seconds * 1_000_000 + value.get_microsecond() as i64 - offset_us)
 }
 
-fn write(node: &Node, value: &Bound<'_, PyAny>, out: &mut Vec<u8>) -> PyResult<()> {
+pub(crate) fn write(node: &Node, value: &Bound<'_, PyAny>, out: &mut Vec<u8>) -> PyResult<()> {
     match node {
         Node::Str => {
             let text = value.downcast_exact::<PyString>().map_err(|_| refuse("not a str"))?;
@@ -235,11 +235,147 @@ fn write_record(fields: &[(Py<PyString>, Node)], value: &Bound<'_, PyAny>, out: 
     Ok(())
 }
 
+// -- reading: the same compiled tree, fastavro's values (`AvroCodec.decode`) --------------------
+
+/// Not read here: the caller hands the bytes to fastavro, whose value or error stands.
+struct NotPlain;
+
+impl From<PyErr> for NotPlain {
+    fn from(_: PyErr) -> Self {
+        NotPlain
+    }
+}
+
+struct Cursor<'a> {
+    data: &'a [u8],
+    at: usize,
+}
+
+impl Cursor<'_> {
+    fn byte(&mut self) -> Result<u8, NotPlain> {
+        let b = *self.data.get(self.at).ok_or(NotPlain)?;
+        self.at += 1;
+        Ok(b)
+    }
+
+    /// A zigzag varint of at most 10 bytes that fits an i64 (anything else: fastavro's say).
+    fn long(&mut self) -> Result<i64, NotPlain> {
+        let mut n: u64 = 0;
+        for shift in (0..64).step_by(7) {
+            let b = self.byte()?;
+            if shift == 63 && b > 1 {
+                return Err(NotPlain);
+            }
+            n |= ((b & 0x7F) as u64) << shift;
+            if b & 0x80 == 0 {
+                return Ok(((n >> 1) as i64) ^ -((n & 1) as i64));
+            }
+        }
+        Err(NotPlain)
+    }
+
+    fn take(&mut self) -> Result<&[u8], NotPlain> {
+        let size = usize::try_from(self.long()?).map_err(|_| NotPlain)?;
+        let end = self.at.checked_add(size).filter(|&e| e <= self.data.len()).ok_or(NotPlain)?;
+        let out = &self.data[self.at..end];
+        self.at = end;
+        Ok(out)
+    }
+}
+
+fn civil_from_days(z: i64) -> (i64, u8, u8) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u8;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u8;
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
+/// fastavro's `timestamp-micros`: the epoch (aware, UTC) plus the microseconds.
+fn instant<'py>(py: Python<'py>, micros: i64) -> Result<Bound<'py, PyAny>, NotPlain> {
+    let seconds = micros.div_euclid(1_000_000);
+    let (days, rest) = (seconds.div_euclid(86_400), seconds.rem_euclid(86_400));
+    let (year, month, day) = civil_from_days(days);
+    if !(1..=9999).contains(&year) {
+        return Err(NotPlain);
+    }
+    let utc = UTC.get_or_try_init(py, || -> PyResult<PyObject> { Ok(py.import("datetime")?.getattr("UTC")?.unbind()) })?;
+    let zone = utc.bind(py).downcast::<pyo3::types::PyTzInfo>().map_err(|_| NotPlain)?;
+    Ok(PyDateTime::new(
+        py,
+        year as i32,
+        month,
+        day,
+        (rest / 3600) as u8,
+        (rest % 3600 / 60) as u8,
+        (rest % 60) as u8,
+        micros.rem_euclid(1_000_000) as u32,
+        Some(zone),
+    )?
+    .into_any())
+}
+
+fn read<'py>(py: Python<'py>, node: &Node, cursor: &mut Cursor<'_>) -> Result<Bound<'py, PyAny>, NotPlain> {
+    Ok(match node {
+        Node::Str => PyString::new(py, std::str::from_utf8(cursor.take()?).map_err(|_| NotPlain)?).into_any(),
+        Node::Bytes => PyBytes::new(py, cursor.take()?).into_any(),
+        Node::Long => cursor.long()?.into_pyobject(py).map_err(|_| NotPlain)?.into_any(),
+        Node::Int => {
+            let n = cursor.long()?;
+            if i32::try_from(n).is_err() {
+                return Err(NotPlain);
+            }
+            n.into_pyobject(py).map_err(|_| NotPlain)?.into_any()
+        }
+        Node::Micros => instant(py, cursor.long()?)?,
+        Node::Boolean => match cursor.byte()? {
+            0 => PyBool::new(py, false).to_owned().into_any(),
+            1 => PyBool::new(py, true).to_owned().into_any(),
+            _ => return Err(NotPlain),
+        },
+        Node::Union { null_index, other } => match cursor.long()? {
+            i if i == *null_index as i64 => py.None().into_bound(py),
+            i if i == 1 - *null_index as i64 => read(py, other, cursor)?,
+            _ => return Err(NotPlain),
+        },
+        Node::Record(fields) => {
+            let value = PyDict::new(py);
+            for (name, field) in fields {
+                value.set_item(name.bind(py), read(py, field, cursor)?)?;
+            }
+            value.into_any()
+        }
+        Node::Array(item) => {
+            let items = PyList::empty(py);
+            loop {
+                let count = cursor.long()?;
+                if count == 0 {
+                    break;
+                }
+                if count.unsigned_abs() > (cursor.data.len() - cursor.at) as u64 {
+                    return Err(NotPlain); // more items than bytes left: fastavro names it
+                }
+                if count < 0 {
+                    cursor.long()?; // the block's byte size
+                }
+                for _ in 0..count.unsigned_abs() {
+                    items.append(read(py, item, cursor)?)?;
+                }
+            }
+            items.into_any()
+        }
+    })
+}
+
 /// A record schema's compiled writer; `header` (the single-object header) starts `encode`'s bytes.
 #[pyclass(frozen, module = "vigil_native")]
-struct Writer {
-    root: Node,
-    header: Vec<u8>,
+pub(crate) struct Writer {
+    pub(crate) root: Node,
+    pub(crate) header: Vec<u8>,
 }
 
 #[pymethods]
@@ -274,6 +410,14 @@ impl Writer {
         out.extend_from_slice(&self.header);
         write(&self.root, value, &mut out)?;
         Ok(PyBytes::new(py, &out))
+    }
+
+    /// The value fastavro reads from `data[offset:]` with this schema (no reader schema),
+    /// which must end exactly at the end of `data`; None where fastavro should read it.
+    fn read<'py>(&self, py: Python<'py>, data: &[u8], offset: usize) -> Option<Bound<'py, PyAny>> {
+        let mut cursor = Cursor { data, at: offset };
+        let value = read(py, &self.root, &mut cursor).ok()?;
+        (cursor.at == data.len()).then_some(value)
     }
 
     /// `encode` of each value in one call; None where a value is not written the plain way.

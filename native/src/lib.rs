@@ -10,6 +10,7 @@ use pyo3::prelude::*;
 
 mod avro;
 mod condition;
+mod fused;
 mod jcs;
 mod keys;
 mod murmur;
@@ -24,5 +25,6 @@ fn vigil_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     condition::register(m)?;
     avro::register(m)?;
     seal::register(m)?;
+    fused::register(m)?;
     Ok(())
 }

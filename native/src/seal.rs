@@ -10,18 +10,18 @@ use pyo3::types::PyBytes;
 
 const VERSION: u8 = 1;
 const KEY_ID: usize = 16;
-const NONCE: usize = 12;
+pub(crate) const NONCE: usize = 12;
 const TAG: usize = 16;
 const HEAD: usize = 1 + KEY_ID;
 
 /// One data key's AES-256-GCM context.
 #[pyclass(frozen, module = "vigil_native")]
-struct Cipher {
+pub(crate) struct Cipher {
     aead: Aes256Gcm,
     key_id: [u8; KEY_ID],
 }
 
-fn sealed(cipher: &Cipher, plaintext: &[u8], aad: &[u8], nonce: [u8; NONCE]) -> PyResult<Vec<u8>> {
+pub(crate) fn sealed(cipher: &Cipher, plaintext: &[u8], aad: &[u8], nonce: [u8; NONCE]) -> PyResult<Vec<u8>> {
     let body = cipher
         .aead
         .encrypt(Nonce::from_slice(&nonce), Payload { msg: plaintext, aad })

@@ -68,6 +68,7 @@ class KeyRing:
         "_records",
         "_sealing",
         "_warned",
+        "generation",
         "undecodable",
     )
 
@@ -89,6 +90,9 @@ class KeyRing:
         self._warned: set[bytes] = set()
         self._lock = threading.RLock()
         self.undecodable = 0
+        self.generation = 0
+        """Counts the ``keys`` records taken in: a cipher remembered under one generation
+        (``consumers.evaluator.fused``) is asked again under the next."""
 
     @property
     def keks(self) -> KeyEncryptionKeys:
@@ -102,6 +106,7 @@ class KeyRing:
             self._apply(topic_key, raw)
 
     def _apply(self, topic_key: str, raw: bytes | None) -> None:
+        self.generation += 1
         old = self._records.pop(topic_key, None)
         if old is not None:
             self._forget(old)
@@ -179,6 +184,23 @@ class KeyRing:
         """Sealed under ``owner``'s key; None when it has none. A key that exists but does not
         unwrap here (its KEK is not configured) is a :class:`ConfigError`: writing the record
         without its content would lose data that is not erased."""
+        found = self._sealing_key(owner)
+        if found is None:
+            return None
+        key_id, aead = found
+        if type(aead) is AESGCM:
+            return seal(aead, key_id, plaintext, aad)
+        sealed: bytes = aead.seal(plaintext, aad)
+        return sealed
+
+    def sealing_cipher(self, owner: KeyOwner) -> Any | None:
+        """The cipher :meth:`seal` would seal under for ``owner`` (a ``vigil_native.Cipher`` on
+        the native path, which the evaluator's fused write step seals with), None when it has
+        no key; a key that does not unwrap here is a :class:`ConfigError`, as in :meth:`seal`."""
+        found = self._sealing_key(owner)
+        return None if found is None else found[1]
+
+    def _sealing_key(self, owner: KeyOwner) -> tuple[bytes, Any] | None:
         with self._lock:
             key_id = self._sealing.get(owner)
             if key_id is None:
@@ -194,10 +216,7 @@ class KeyRing:
                     f"the data key of {owner.topic_key} is wrapped under key-encryption key "
                     f"{kek_id!r}, which this process does not have: add it to the KEKs"
                 )
-        if type(aead) is AESGCM:
-            return seal(aead, key_id, plaintext, aad)
-        sealed: bytes = aead.seal(plaintext, aad)
-        return sealed
+        return key_id, aead
 
     def open(self, aad: bytes, sealed: bytes) -> bytes | None:
         key_id = key_id_of(sealed)

@@ -21,7 +21,7 @@ from typing import Any, Final
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
-from pipeline.kafka.writers import Writer, prepare
+from pipeline.kafka.writers import Reader, Writer, native_reader, prepare
 from pipeline.rules.errors import SerdeError, UnknownSchemaError
 
 __all__ = [
@@ -56,6 +56,7 @@ class SchemaVersion:
     parsed: Any  # fastavro's parsed schema
     source: str  # the file name
     writer: Writer | None = None  # the prepared writer (``pipeline.kafka.writers``), if any
+    native_read: Reader | None = None  # the native path's reader of this schema, if any
 
     @property
     def header(self) -> bytes:
@@ -156,6 +157,10 @@ class AvroCodec:
         """``(record type, value)``, read into the newest schema of the writer's type."""
         writer = self.writer_of(data)
         reader = self._newest[writer.record_type]
+        if reader is writer and writer.native_read is not None:
+            found = writer.native_read(data, HEADER_SIZE)  # None: fastavro reads it below
+            if found is not None:
+                return writer.record_type, found
         body = io.BytesIO(data)
         body.seek(HEADER_SIZE)
         try:
@@ -198,7 +203,8 @@ def _parse(file_name: str, document: Mapping[str, Any]) -> SchemaVersion:
         fingerprint=fingerprint_of(parsed),
         parsed=parsed,
         source=file_name,
-        writer=prepare(parsed),
+        writer=(writer := prepare(parsed)),
+        native_read=native_reader(writer),
     )
 
 

@@ -15,10 +15,25 @@ from typing import Any, Final
 from pipeline.rules.instants import to_epoch_micros
 from pipeline.rules.native import NATIVE
 
-__all__ = ["Writer", "prepare"]
+__all__ = ["Reader", "Writer", "native_reader", "prepare"]
 
 Writer = Callable[[Mapping[str, Any], bytearray], None]
 """Appends the Avro binary encoding of a value to the buffer, or raises (see the module)."""
+
+Reader = Callable[[bytes, int], Any]
+"""The value fastavro would read from ``data[offset:]`` (ending exactly at its end), or None
+where fastavro must read it: the native path's ``vigil_native.Writer.read``."""
+
+
+def native_reader(writer: Writer | None) -> Reader | None:
+    """On the native path, the reader of a native writer's schema (the same compiled tree, read
+    the way fastavro reads it when the writer's schema is the reader's; a property holds the
+    two to each other); None on the Python path."""
+    if NATIVE is None or not isinstance(writer, NATIVE.Writer):
+        return None
+    read: Reader = writer.read
+    return read
+
 
 _LONG_MIN: Final = -(2**63)
 _LONG_MAX: Final = 2**63 - 1

@@ -15,6 +15,7 @@ from pipeline.rules.errors import DefinitionError
 
 __all__ = [
     "EVIDENCE_TOPIC_RETENTION",
+    "FAR_FUTURE",
     "LEDGER_TOPIC_RETENTION",
     "check_retentions",
     "retain_until",
@@ -25,7 +26,8 @@ EVIDENCE_TOPIC_RETENTION: Final = timedelta(days=30)
 """``receipts``: the longest any watcher's ``evidence_retention`` may be."""
 LEDGER_TOPIC_RETENTION: Final = timedelta(days=30)
 """``notifications``: the longest any watcher's ``delivery_retention`` may be."""
-_FAR_FUTURE: Final = datetime(9999, 12, 31, tzinfo=UTC)
+FAR_FUTURE: Final = datetime(9999, 12, 31, tzinfo=UTC)
+"""What :func:`retain_until` answers when the sum passes the last representable instant."""
 
 
 def check_retentions(evidence: timedelta, delivery: timedelta) -> None:
@@ -47,7 +49,7 @@ def retain_until(at: datetime, retention: timedelta) -> datetime:
     try:
         return at + retention
     except OverflowError:
-        return _FAR_FUTURE
+        return FAR_FUTURE
 
 
 def retained(until: datetime | None, now: datetime) -> bool:

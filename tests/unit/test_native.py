@@ -7,12 +7,14 @@ evaluation's typed ``Receipt`` and ``OutboxEntry``: the same records, written to
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from fastavro import schemaless_reader
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -20,7 +22,7 @@ from pipeline.crypto import KeyEncryptionKeys, KeyRing, generate_kek_text, ring
 from pipeline.crypto.envelope import open_sealed
 from pipeline.crypto.envelope import seal as python_seal
 from pipeline.kafka import partitioner, writers
-from pipeline.kafka.serde import AvroCodec, default_codec
+from pipeline.kafka.serde import HEADER_SIZE, AvroCodec, default_codec
 from pipeline.records.outbox_entry import encode_outbox_entry
 from pipeline.records.receipt import encode_receipt
 from pipeline.records.watcher_state import encode_state
@@ -328,6 +330,70 @@ def test_native_records_are_the_python_writers_bytes(version: Any, data: st.Data
         with pytest.raises(Exception):  # noqa: B017 - the registry hands it to fastavro
             native.encode(value)
         assert native.encode_many([value]) == [None]
+
+
+def _fastavro_read(version: Any, data: bytes) -> Any:
+    """What ``AvroCodec.decode`` reads with fastavro (the writer's schema, no reader's), or the
+    type of what it raised; a body that does not end at the data's end is a ``ValueError``."""
+    body = io.BytesIO(data)
+    body.seek(HEADER_SIZE)
+    try:
+        value = schemaless_reader(body, version.parsed, None)
+    except Exception as exc:
+        return type(exc)
+    return value if body.tell() == len(data) else ValueError
+
+
+@needs_native
+@pytest.mark.slow
+@pytest.mark.parametrize("version", _WRITTEN, ids=lambda v: v.source)
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_native_reads_are_fastavros(version: Any, data: st.DataObject) -> None:
+    """A record's bytes read natively give fastavro's value (or are left to it: instants
+    outside years 1..9999); bytes cut, extended or flipped anywhere are read as fastavro reads
+    them, or left to it (always where it raises)."""
+    raw = bytearray(fastavro_bytes(version, data.draw(values(version.parsed))))
+    native = NATIVE.Writer(version.parsed, version.header)
+    read = native.read(bytes(raw), HEADER_SIZE)
+    assert read == _fastavro_read(version, bytes(raw)) or read is None  # None: fastavro's
+    for _ in range(data.draw(st.integers(0, 3))):
+        at = data.draw(st.integers(HEADER_SIZE, len(raw)))
+        change = data.draw(st.sampled_from(["cut", "add", "flip"]))
+        if change == "cut":
+            del raw[at:]
+        elif change == "add":
+            raw[at:at] = data.draw(st.binary(min_size=1, max_size=4))
+        elif at < len(raw):
+            raw[at] ^= data.draw(st.integers(1, 255))
+    expected = _fastavro_read(version, bytes(raw))
+    read = native.read(bytes(raw), HEADER_SIZE)
+    if isinstance(expected, type):
+        assert read is None, expected
+    elif read is not None:
+        assert read == expected
+
+
+@needs_native
+def test_a_codec_on_the_native_path_reads_what_fastavro_reads() -> None:
+    codec = default_codec()
+    version = codec.newest("event")
+    assert version.native_read is not None
+    value = {
+        "source_id": "ci",
+        "event_type": "build",
+        "event_id": "e",
+        "envelope_id": None,
+        "cursor": None,
+        "observed_at": datetime(1969, 12, 31, 23, 59, 59, 999_999, tzinfo=UTC),
+        "payload": "{}",
+        "tenant_id": "acme",
+    }
+    data = codec.encode("event", value)
+    assert codec.decode(data) == ("event", value) == ("event", _fastavro_read(version, data))
+    assert codec.decode(data)[1]["observed_at"].tzinfo is UTC
+    with python_path(writers):
+        assert AvroCodec.from_package().newest("event").native_read is None
 
 
 @needs_native
