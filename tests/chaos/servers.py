@@ -113,6 +113,15 @@ def _run(script: Path, verb: str, env: dict[str, str], timeout: float) -> str:
     return done.stdout.strip()
 
 
+def _alive(pid: int) -> bool:
+    """The process exists and is not a zombie waiting for a parent that may never reap it."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
 @dataclass
 class OwnKafka:
     """A one-node KRaft broker of the project's ``kafka.sh`` on this test's own ports."""
@@ -143,6 +152,18 @@ class OwnKafka:
     def stop(self) -> str:
         """SIGTERM and wait (the script SIGKILLs after its timeout); a no-op when not running."""
         return _run(KAFKA_SH, "stop", self._env(), 120)
+
+    def kill(self, deadline_s: float = 60.0) -> None:
+        """SIGKILL this broker and wait until its process is gone: a crash, down at once."""
+        pid = self.pid()
+        if pid is None:
+            raise ServerError(f"no broker pid in {self.data_dir}")
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + deadline_s
+        while _alive(pid):
+            if time.monotonic() > deadline:
+                raise ServerError(f"broker pid {pid} outlived SIGKILL by {deadline_s:.0f} s")
+            time.sleep(0.05)
 
     def pid(self) -> int | None:
         path = self.data_dir / "kafka.pid"

@@ -120,10 +120,10 @@ def test_one_shot_due_while_the_broker_is_down_past_max_age_arrives_once_late_th
 ) -> None:
     stack = deploy(clock_rate=RATE)
     subject = ready(stack, receiver)
-    due = (stack.now() + LEAD * 6).replace(microsecond=0)
+    due = (stack.now() + LEAD * 10).replace(microsecond=0)
     watcher_id = one_shot(subject, "stretch", "stretch", due)
-    kafka.stop()
-    assert stack.now() < due, "the broker took longer to stop than the lead"
+    kafka.kill()  # down at once: a graceful stop on a loaded machine can outlast the lead
+    assert stack.now() < due, "the one-shot's command took longer than the lead"
     pass_time(stack, due + DOWN)
     assert texts(receiver, "stretch") == []
     kafka.start()
