@@ -6,7 +6,7 @@ commands that need no configuration never read a file. Subcommands take it with 
 
 :meth:`CliState.reach_kafka` is what a command that needs the broker calls first.
 
-Left out: the command group and its registry (``pipeline.cli.main``).
+Left out: the command group (``pipeline.cli.group``).
 """
 
 from __future__ import annotations

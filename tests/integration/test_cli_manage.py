@@ -21,7 +21,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from pipeline.cli.erase_cmd import erasure_reach
-from pipeline.cli.main import vigil
+from pipeline.cli.group import vigil
 from pipeline.kafka.admin import connect_admin, ensure_topics
 from pipeline.kafka.topics import Topology
 from tests.names import fresh

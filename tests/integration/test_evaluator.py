@@ -22,7 +22,7 @@ from consumers.commands import CommandDeps, CommandProcessor, CommandSettings
 from consumers.evaluator.metrics import EvaluatorMetrics, evaluator_metrics
 from consumers.evaluator.plan import Plan, effective_state
 from consumers.evaluator.stage import EvaluatorDeps, EvaluatorSettings, EvaluatorStage
-from pipeline.cli.main import vigil
+from pipeline.cli.group import vigil
 from pipeline.clock import ManualClock
 from pipeline.kafka.partitioner import partition_for
 from pipeline.kafka.serde import default_codec

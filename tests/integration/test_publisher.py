@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
 
-from pipeline.cli.main import vigil
+from pipeline.cli.group import vigil
 from pipeline.kafka.admin import connect_admin, ensure_topics
 from pipeline.kafka.partitioner import partition_for
 from pipeline.kafka.serde import default_codec

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-from pipeline.cli.main import vigil
+from pipeline.cli.group import vigil
 from pipeline.rules.commands import CommandVerb
 from tests.integration.console_stack import (
     TENANT,

@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry
 
 from consumers.commands import CommandDeps, CommandProcessor, CommandSettings
 from consumers.evaluator.stage import EvaluatorDeps, EvaluatorSettings, EvaluatorStage
-from pipeline.cli.main import vigil
+from pipeline.cli.group import vigil
 from pipeline.clock import ManualClock
 from pipeline.kafka.partitioner import partition_for
 from pipeline.kafka.topics import Topology

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-from pipeline.cli.main import vigil
+from pipeline.cli.group import vigil
 from pipeline.control.core import user_principal
 from pipeline.kafka.serde import default_codec
 from pipeline.kafka.topics import Topic

@@ -400,7 +400,7 @@ def test_vigil_ticker_refuses_to_start_on_missing_topics_with_the_fix(
 ) -> None:
     from click.testing import CliRunner
 
-    from pipeline.cli.main import vigil
+    from pipeline.cli.group import vigil
 
     prefix = unique_name("absent") + "."
     config = tmp_path / "vigil.toml"

@@ -17,7 +17,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, ConfigResource
 from confluent_kafka.admin._resource import ResourceType
 
-from pipeline.cli.main import vigil
+from pipeline.cli.group import vigil
 from pipeline.kafka.admin import (
     TopicState,
     check_topology,

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-from pipeline.cli.main import vigil
+from pipeline.cli.group import vigil
 from pipeline.control.agent import agent_principal
 from pipeline.control.client import CommandClient, operator_principal
 from pipeline.control.core import user_principal

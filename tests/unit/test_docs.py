@@ -14,7 +14,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from pipeline.cli.main import vigil
+from pipeline.cli.group import vigil
 
 pytestmark = pytest.mark.unit
 

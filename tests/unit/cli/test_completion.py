@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from pipeline.cli.completion_cmd import complete_schedule_names
-from pipeline.cli.main import vigil
+from pipeline.cli.group import vigil
 from pipeline.cli.round_trip import complete_watcher_ids
 
 pytestmark = pytest.mark.unit

@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from pipeline.cli.daemon_cmd import SAME_UID, host_zone
-from pipeline.cli.main import vigil
+from pipeline.cli.group import vigil
 from pipeline.rules.errors import DefinitionError
 
 pytestmark = pytest.mark.unit

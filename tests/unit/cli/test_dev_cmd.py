@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from pipeline.cli.main import vigil
+from pipeline.cli.group import vigil
 from pipeline.ops.dev_stack import DevPorts, Servers, default_broker, write_config
 
 pytestmark = pytest.mark.unit

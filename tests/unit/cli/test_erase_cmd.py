@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from pipeline.cli.erase_cmd import erasure_reach, render_erased
-from pipeline.cli.main import vigil
+from pipeline.cli.group import vigil
 
 pytestmark = pytest.mark.unit
 

@@ -7,7 +7,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from pipeline.cli.main import EXIT_INTERRUPTED, EXIT_UNAVAILABLE, _LazyGroup, vigil
+from pipeline.cli.group import EXIT_INTERRUPTED, EXIT_UNAVAILABLE, _LazyGroup, vigil
 from pipeline.rules.errors import ConfigError, UnavailableError
 
 pytestmark = pytest.mark.unit

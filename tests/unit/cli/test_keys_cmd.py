@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from pipeline.cli.main import vigil
+from pipeline.cli.group import vigil
 from pipeline.config import load_config
 from pipeline.crypto import KeyEncryptionKeys
 from pipeline.ops.dev_stack import DevPorts, dev_master_keys, write_config

@@ -10,7 +10,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from pipeline.cli.main import vigil
+from pipeline.cli.group import vigil
 from pipeline.cli.options import (
     chosen_group_protocol,
     chosen_level,

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from pipeline.cli.main import vigil
+from pipeline.cli.group import vigil
 from tests.unit.ops.test_validate import FOUR_WRONG
 
 pytestmark = pytest.mark.unit

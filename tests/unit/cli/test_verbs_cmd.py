@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from pipeline.cli.main import vigil
+from pipeline.cli.group import vigil
 from pipeline.control.socket.server import Peer, SocketServer
 from pipeline.control.verbs import VerbErrorKind, VerbResponse
 

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.cli.main import vigil
+from pipeline.cli.group import vigil
 from pipeline.ops.json_schema import SCHEMAS
 from pipeline.rules.definition import WatcherDefinition
 from pipeline.rules.errors import DefinitionError

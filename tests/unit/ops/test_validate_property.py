@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipeline.cli.main import vigil
+from pipeline.cli.group import vigil
 from pipeline.ops.validate import check_definition_text
 from tests.subject import SubjectKeywords
 from tests.unit.rules.commands.test_hostile_commands import TEMPLATES, mutated
