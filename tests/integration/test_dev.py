@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from pipeline.ops.supervisor import Service, ServiceState, Supervisor
+from tests.chaos.servers import worker_ports
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
@@ -59,12 +60,6 @@ def _run_tour(workdir: Path, env: dict[str, str], evaluator_metrics: str) -> lis
 
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _answers(port: int) -> bool:
@@ -153,7 +148,10 @@ def test_dev_on_fresh_state_dir_gets_ready_delivers_demo_runs_the_tour_and_stops
     (tmp_path / ".venv").mkdir()
     (tmp_path / ".venv" / "bin").symlink_to(Path(sys.executable).parent)
     (tmp_path / "examples").symlink_to(ROOT / "examples")
-    kafka_port, redis_port = _free_port(), _free_port()
+    # Below the ephemeral range: a port bound-and-released there can be taken by any outgoing
+    # connection before the server binds it ("port … is in use" once in CI).
+    base, _, _ = worker_ports()
+    kafka_port, redis_port = base + 5, base + 7
     env = {
         **os.environ,
         "VIGIL_DEV_KAFKA_PORT": str(kafka_port),
