@@ -62,6 +62,14 @@ def _run_tour(workdir: Path, env: dict[str, str], evaluator_metrics: str) -> lis
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def _lane_ports(first: int) -> tuple[int, int]:
+    """A broker and a Redis port of this test process's lane (``first`` 3..8: 0..2 are the chaos
+    fixtures'), below the ephemeral range: a port bound and released there can be taken by any
+    outgoing connection before the server binds it ("port … is in use", once in CI)."""
+    base, _, _ = worker_ports()
+    return base + first, base + first + 1
+
+
 def _answers(port: int) -> bool:
     with socket.socket() as sock:
         sock.settimeout(1)
@@ -148,10 +156,7 @@ def test_dev_on_fresh_state_dir_gets_ready_delivers_demo_runs_the_tour_and_stops
     (tmp_path / ".venv").mkdir()
     (tmp_path / ".venv" / "bin").symlink_to(Path(sys.executable).parent)
     (tmp_path / "examples").symlink_to(ROOT / "examples")
-    # Below the ephemeral range: a port bound-and-released there can be taken by any outgoing
-    # connection before the server binds it ("port … is in use" once in CI).
-    base, _, _ = worker_ports()
-    kafka_port, redis_port = base + 5, base + 7
+    kafka_port, redis_port = _lane_ports(3)
     env = {
         **os.environ,
         "VIGIL_DEV_KAFKA_PORT": str(kafka_port),

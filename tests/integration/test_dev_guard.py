@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_dev import _answers, _free_port, _wait
+from tests.integration.test_dev import _answers, _lane_ports, _wait
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
 
 
 def test_dev_killed_with_sigkill_takes_its_children_and_servers_with_it(tmp_path: Path) -> None:
-    kafka_port, redis_port = _free_port(), _free_port()
+    kafka_port, redis_port = _lane_ports(5)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     env.pop("VIGIL_CONFIG", None)
     state = tmp_path / "state"
