@@ -1,6 +1,7 @@
 """The ``vigil`` executable arms its stop handler before anything slow loads: a service told to
 stop while it is still importing stops cleanly (exit 0) instead of dying of SIGTERM (-15)."""
 
+import functools
 import json
 import subprocess
 import sys
@@ -37,6 +38,7 @@ _PROBE = textwrap.dedent(
 )
 
 
+@functools.cache
 def _probe() -> dict[str, object]:
     done = subprocess.run(
         [sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=60, check=False
