@@ -18,6 +18,7 @@ def outbox_entry(**fields: Any) -> OutboxEntry:
         "watcher_version": 1,
         "source_id": "ci",
         "purpose": "ops.alert",
+        "trigger": {},
         "created_at": fields["due_at"],
         "retry": RetryPolicy(),
         "delivery_retention": timedelta(days=30),

@@ -13,6 +13,7 @@ import logging
 from collections.abc import Set
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import NamedTuple
 
 from prometheus_client import REGISTRY
 
@@ -59,10 +60,10 @@ _KEYS = "keys"
 _HOME_MEMO = 16_384  # source ids whose partition is remembered (every in-memory map is bounded)
 
 
-@dataclass(frozen=True, slots=True)
-class Input:
+class Input(NamedTuple):
     """A decoded input record: its evidence, and its raw bytes for a re-route. ``evidence``
-    None: a tick whose key is gone (erased), found so with the keys caught up."""
+    None: a tick whose key is gone (erased), found so with the keys caught up. (A tuple: one is
+    built per input.)"""
 
     evidence: Evidence | None
     raw: bytes

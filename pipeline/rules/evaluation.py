@@ -9,7 +9,6 @@ evaluator consumer's."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Set
-from dataclasses import dataclass
 from datetime import datetime
 from typing import NamedTuple
 
@@ -44,10 +43,9 @@ _NOTE_DENIED = {
 _NOTE_DUPLICATE = "trigger already applied to this version: no second outbox entry"
 
 
-@dataclass(frozen=True, slots=True)
-class Evaluation:
+class Evaluation(NamedTuple):
     """What one evaluation decided: outcome, reason, next state, the receipt, at most one outbox
-    entry, and whether the watch closes."""
+    entry, and whether the watch closes (a tuple, as ``_Step``: one is built per evaluation)."""
 
     outcome: Outcome
     reason: Reason

@@ -9,7 +9,7 @@ authorization and audit (``pipeline.rules.commands.recover``)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Final
 
@@ -111,7 +111,7 @@ def plan_recovery(
         if outbox is not None and outbox.delivery_key in known:
             plan.in_outbox += 1
             outbox = None
-        receipt = replace(evaluation.receipt, note=NOTE)
+        receipt = evaluation.receipt._replace(note=NOTE)
         definition = history.definitions[
             (skipped.tenant_id, skipped.user_id, skipped.watcher_id, skipped.watcher_version)
         ].definition

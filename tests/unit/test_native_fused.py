@@ -297,14 +297,10 @@ def test_a_plain_evaluation_is_written_natively_and_sealed_under_the_rings_keys(
 def test_an_owner_without_a_key_is_written_withheld_on_both_paths() -> None:
     item = _plain()
     parts, source, receipt, state, entry, retention = item
-    other = Receipt(**{**_fields(receipt), "tenant_id": "nokey"})
+    other = receipt._replace(tenant_id="nokey")
     moved: FusedItem = (parts, source, other, state, entry, retention)
     (native,) = _native([moved])
     assert native is not None and tuple(native) == _python(moved)
-
-
-def _fields(record: Any) -> dict[str, Any]:
-    return {name: getattr(record, name) for name in record.__dataclass_fields__}
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable
-from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Final
 
@@ -91,8 +90,7 @@ def answer_entry(prompt: OutboxEntry, answer: str, now: datetime) -> OutboxEntry
     """The ``send`` carrying a prompt's answer: the prompt's watcher, trigger, due time and
     lateness, under the key derived from the prompt's, so running the agent twice for one
     prompt still delivers one answer. The one rule for immediate and fired prompts alike."""
-    return replace(
-        prompt,
+    return prompt._replace(
         delivery_key=derived_delivery_key(prompt.delivery_key, ANSWER_STEP),
         verb="send",
         text=answer,

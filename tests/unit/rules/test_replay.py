@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -301,10 +300,10 @@ def test_replay_renders_each_message_again_and_reports_an_entry_whose_message_di
     first = rec.receipts[0].delivery_key or ""
     entry = rec.outbox[first]
     assert entry is not None
-    rec.outbox[first] = replace(entry, message="b-0 on main")
+    rec.outbox[first] = entry._replace(message="b-0 on main")
     second = rec.outbox[rec.receipts[1].delivery_key or ""]
     assert second is not None
-    rec.outbox[second.delivery_key] = replace(second, message=None)
+    rec.outbox[second.delivery_key] = second._replace(message=None)
     (found,) = replay(rec.history()).differences  # None: an entry from before messages
     assert (found.position, found.kind) == (
         rec.receipts[0].position,
@@ -350,6 +349,6 @@ def test_replay_reproduces_late_flags_of_schedule_fires_and_reports_a_changed_on
     key = next(iter(rec.outbox))
     entry = rec.outbox[key]
     assert entry is not None
-    rec.outbox[key] = replace(entry, late=False)
+    rec.outbox[key] = entry._replace(late=False)
     kinds = [d.kind for d in replay(rec.history()).differences]
     assert kinds == [DifferenceKind.OUTBOX_MISMATCH]

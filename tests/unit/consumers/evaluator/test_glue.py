@@ -11,7 +11,7 @@ import pytest
 from consumers.evaluator.lifecycle import LifecycleTracker
 from consumers.evaluator.plan import effective_state
 from pipeline.kafka.serde import default_codec
-from pipeline.records.event import evidence_from_event
+from pipeline.records.event import SharedEvidence, evidence_from_event
 from pipeline.records.outbox_entry import decode_outbox_entry, encode_outbox_entry
 from pipeline.records.receipt import decode_receipt, encode_receipt, receipt_identity
 from pipeline.records.tick import EXPIRY_STEP, evidence_from_tick
@@ -287,3 +287,30 @@ def test_shared_evidence_digest_equals_plain_digest_and_is_computed_once() -> No
     plain = Evidence(**{name: getattr(shared, name) for name in Evidence.__dataclass_fields__})
     assert shared.digest() == plain.digest()
     assert shared.digest() is shared.digest()
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [{}, {"envelope_id": None, "cursor": None, "payload": None}, {"observed_at": NOW.astimezone()}],
+)
+def test_decoded_event_evidence_is_what_the_checked_constructor_builds(
+    extra: dict[str, Any],
+) -> None:
+    """evidence_from_event fills SharedEvidence's slots directly: every field the class has,
+    with the values (and the UTC instant) its checked constructor would hold."""
+    value = {
+        "source_id": "ci.pipeline",
+        "event_type": "build.finished",
+        "event_id": "b-1",
+        "envelope_id": "env",
+        "cursor": "9",
+        "observed_at": NOW,
+        "payload": '{"status":"failed"}',
+        **extra,
+    }
+    shared = evidence_from_event(value, "events:0:1")
+    names = list(Evidence.__dataclass_fields__)
+    built = SharedEvidence(**{name: getattr(shared, name) for name in names})
+    assert [getattr(shared, name) for name in names] == [getattr(built, name) for name in names]
+    assert shared.observed_at.tzinfo is UTC and shared._digest is None
+    assert type(shared) is SharedEvidence and shared.digest() == built.digest()

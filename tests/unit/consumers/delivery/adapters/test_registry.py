@@ -8,7 +8,6 @@ from __future__ import annotations
 import io
 import json
 import logging
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -266,12 +265,12 @@ def test_schedule_entry_written_on_time_but_claimed_late_is_sent_late() -> None:
     assert as_sent(entry, NOW + timedelta(seconds=1)) is entry
     claimed = NOW + timedelta(minutes=7)
     late = as_sent(entry, claimed)
-    assert late.late and replace(late, late=False) == entry
+    assert late.late and late._replace(late=False) == entry
     assert (
         message_text(late, Channel.CHAT, claimed)
         == "stretch\n(late: due at 2026-11-29T12:00:00Z, late by 7m)"
     )
-    notify = replace(entry, schedule_time=None)
+    notify = entry._replace(schedule_time=None)
     assert as_sent(notify, claimed) is notify
 
 

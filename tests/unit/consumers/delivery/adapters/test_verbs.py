@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -48,7 +47,7 @@ def _fired(verb: str, **fields: Any) -> OutboxEntry:
         "schedule_time": NOW - timedelta(seconds=5),
         **fields,
     }
-    return replace(base, **update)
+    return base._replace(**update)
 
 
 def _executor(tmp_path: Path, agent_body: str) -> tuple[VerbExecutor, ScriptRunner]:
@@ -124,7 +123,7 @@ def test_a_fired_entry_not_the_daemons_is_rejected_and_never_executed(
     script.write_text(f"#!/bin/sh\ntouch {marker}\n")
     script.chmod(0o700)
     for entry in (_fired("prompt", text="hi"), _fired("run", text=None, args=("job.sh",))):
-        result = executor.execute(replace(entry, **change))
+        result = executor.execute(entry._replace(**change))
         assert result.error is ErrorCode.REJECTED and result.records == ()
     runner.wait_all(5)
     assert not marker.exists()
