@@ -25,7 +25,7 @@ from pipeline.rules.native import NATIVE
 from pipeline.rules.outbox import OutboxEntry
 from pipeline.rules.receipts import Receipt
 from pipeline.rules.retention import FAR_FUTURE, retain_until
-from pipeline.rules.watcher_state import WatcherState
+from pipeline.rules.watcher_state import AppliedTrigger, WatcherState
 
 __all__ = ["FusedItem", "FusedWrites", "Written", "encoded", "written"]
 
@@ -37,6 +37,9 @@ unchanged, not written), the outbox entry if any, and the watcher's evidence ret
 
 Written = tuple[bytes | None, bytes, bytes | None]
 """An evaluation's watcher-state (None: unchanged), receipt and outbox entry (None: none)."""
+
+_RECORDS = (Receipt, WatcherState, AppliedTrigger, OutboxEntry)
+"""The named tuples the fused step reads by position (it checks their ``_fields`` per batch)."""
 
 
 def encoded(codec: Codec, sealer: Sealer, item: FusedItem, now: datetime) -> Written:
@@ -126,6 +129,7 @@ class FusedWrites:
             list(items),
             self._writers,
             self._headers,
+            _RECORDS,
             self._cipher_of,
             self._memo,
             self._ring.generation,

@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use pyo3::exceptions::PyOverflowError;
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDelta, PyDeltaAccess, PyDict, PyInt, PyList, PyString, PyTuple};
+use pyo3::types::{PyBytes, PyDelta, PyDeltaAccess, PyDict, PyInt, PyList, PyString, PyTuple, PyType};
 
 use crate::avro::{self, Node, Writer};
 use crate::jcs;
@@ -40,6 +40,58 @@ const OUTBOX: [&str; 27] = [
     "delivery_retention_micros", "wake_session", "session_id", "schedule_name", "schedule_time",
     "sealed",
 ];
+
+/// A named tuple's fields by position: `$kind::name as usize` is where `name` sits, and
+/// `$names` the order the Python class's `_fields` must have (checked once per batch; another
+/// order and the whole batch goes the Python path). Read by index, not by attribute name.
+macro_rules! layout {
+    ($kind:ident, $names:ident, [$($field:ident),* $(,)?]) => {
+        #[allow(non_camel_case_types, dead_code)]
+        #[derive(Clone, Copy)]
+        enum $kind { $($field),* }
+        const $names: &[&str] = &[$(stringify!($field)),*];
+    };
+}
+
+layout!(R, RECEIPT_TUPLE, [
+    tenant_id, user_id, watcher_id, watcher_version, evaluated_at, evidence_digest, trigger,
+    trigger_key, observed_at, outcome, reason, authorized, position, authorization, budget,
+    tool_error, payload, delivery_key, note, erased, retain_until,
+]);
+layout!(S, STATE_TUPLE, [
+    version, status, activated_at, checkpoint, recent_triggers, last_outcome, last_reason,
+    evaluations, closed_reason, revision, holds, notified_at,
+]);
+layout!(C, CHECKPOINT_TUPLE, [trigger_key, trigger, observed_at, position]);
+layout!(O, OUTBOX_TUPLE, [
+    delivery_key, tenant_id, user_id, watcher_id, watcher_version, source_id, purpose, trigger,
+    outcome, verb, target, due_at, created_at, retry, delivery_retention, text, message, args,
+    evidence_digest, evidence_observed_at, late, quiet_hours, budgets, wake_session, session_id,
+    schedule_name, schedule_time, erased,
+]);
+
+/// Whether `class._fields` is exactly `names`.
+fn laid_out(class: &Bound<'_, PyType>, names: &[&str]) -> PyResult<bool> {
+    let Ok(fields) = class.getattr(intern!(class.py(), "_fields")) else { return Ok(false) };
+    let Ok(fields) = fields.downcast_into::<PyTuple>() else { return Ok(false) };
+    if fields.len() != names.len() {
+        return Ok(false);
+    }
+    for (field, name) in fields.iter().zip(names) {
+        if !field.downcast::<PyString>().is_ok_and(|f| f.to_str().ok() == Some(*name)) {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// Field `index` of `record`, which must be exactly of `class` (else the Python path).
+fn field<'py>(record: &Bound<'py, PyAny>, class: &Bound<'py, PyType>, index: usize) -> Step<Bound<'py, PyAny>> {
+    if !record.get_type().is(class) {
+        return Err(Fallback);
+    }
+    Ok(record.downcast::<PyTuple>().map_err(|_| Fallback)?.get_item(index)?)
+}
 
 /// A schema's fields in its own order, each with the index of its value in `names`; None
 /// when the schema's fields are not exactly `names`.
@@ -141,6 +193,7 @@ struct Batch<'py, 'a> {
     receipt: (&'a [u8], Vec<(&'a Node, usize)>),
     state: (&'a [u8], Vec<(&'a Node, usize)>),
     outbox: (&'a [u8], Vec<(&'a Node, usize)>),
+    classes: &'a [Bound<'py, PyType>; 4], // Receipt, WatcherState, AppliedTrigger, OutboxEntry
 }
 
 impl<'py> Batch<'py, '_> {
@@ -228,41 +281,45 @@ impl<'py> Batch<'py, '_> {
         let py = self.py;
         let none = || py.None().into_bound(py);
         let at = |o: &Bound<'py, PyAny>, name: &Bound<'py, PyString>| -> Step<Bound<'py, PyAny>> { Ok(o.getattr(name)?) };
-        let tenant = at(receipt, intern!(py, "tenant_id"))?;
-        let user = at(receipt, intern!(py, "user_id"))?;
-        let watcher = at(receipt, intern!(py, "watcher_id"))?;
-        let version = at(receipt, intern!(py, "watcher_version"))?;
+        let [receipt_class, state_class, checkpoint_class, entry_class] = self.classes;
+        let r = |index: R| field(receipt, receipt_class, index as usize);
+        let s = |index: S| field(state, state_class, index as usize);
+        let o = |index: O| field(entry, entry_class, index as usize);
+        let tenant = r(R::tenant_id)?;
+        let user = r(R::user_id)?;
+        let watcher = r(R::watcher_id)?;
+        let version = r(R::watcher_version)?;
 
         // -- the trigger's JSON, written into all three (`_write`'s `json_text`) --
-        let trigger_key = at(receipt, intern!(py, "trigger_key"))?;
-        let evaluated_at = at(receipt, intern!(py, "evaluated_at"))?;
+        let trigger_key = r(R::trigger_key)?;
+        let evaluated_at = r(R::evaluated_at)?;
         let mut trigger_text = Vec::with_capacity(64);
-        canonical(&mut trigger_text, &at(receipt, intern!(py, "trigger"))?)?;
+        canonical(&mut trigger_text, &r(R::trigger)?)?;
 
         // -- the watcher-state (`encode_state`), when it changed --
         let state_bytes = if state.is_none() {
             none()
         } else {
-            let checkpoint = at(state, intern!(py, "checkpoint"))?;
+            let checkpoint = s(S::checkpoint)?;
             let checkpoint_value = if checkpoint.is_none() {
                 none()
             } else {
-                let key = at(&checkpoint, intern!(py, "trigger_key"))?;
+                let key = field(&checkpoint, checkpoint_class, C::trigger_key as usize)?;
                 let same = key.eq(&trigger_key)?;
                 let mut own;
                 let json: &[u8] = if same {
                     &trigger_text
                 } else {
                     own = Vec::with_capacity(64);
-                    canonical(&mut own, &at(&checkpoint, intern!(py, "trigger"))?)?;
+                    canonical(&mut own, &field(&checkpoint, checkpoint_class, C::trigger as usize)?)?;
                     &own
                 };
                 let json = std::str::from_utf8(json).map_err(|_| Fallback)?;
                 let value = PyDict::new(py);
                 value.set_item(intern!(py, "trigger_key"), key)?;
                 value.set_item(intern!(py, "trigger"), json)?;
-                value.set_item(intern!(py, "observed_at"), at(&checkpoint, intern!(py, "observed_at"))?)?;
-                value.set_item(intern!(py, "position"), at(&checkpoint, intern!(py, "position"))?)?;
+                value.set_item(intern!(py, "observed_at"), field(&checkpoint, checkpoint_class, C::observed_at as usize)?)?;
+                value.set_item(intern!(py, "position"), field(&checkpoint, checkpoint_class, C::position as usize)?)?;
                 value.into_any()
             };
             let parts = parts.downcast_exact::<PyTuple>().map_err(|_| Fallback)?;
@@ -274,18 +331,18 @@ impl<'py> Batch<'py, '_> {
                 parts.get_item(1)?,
                 parts.get_item(2)?,
                 source_id.clone(),
-                at(state, intern!(py, "version"))?,
-                value_of(at(state, intern!(py, "status"))?)?,
-                at(state, intern!(py, "activated_at"))?,
+                s(S::version)?,
+                value_of(s(S::status)?)?,
+                s(S::activated_at)?,
                 checkpoint_value,
-                at(state, intern!(py, "recent_triggers"))?,
-                value_of(at(state, intern!(py, "last_outcome"))?)?,
-                value_of(at(state, intern!(py, "last_reason"))?)?,
-                at(state, intern!(py, "evaluations"))?,
-                value_of(at(state, intern!(py, "closed_reason"))?)?,
-                at(state, intern!(py, "revision"))?,
-                at(state, intern!(py, "holds"))?,
-                at(state, intern!(py, "notified_at"))?,
+                s(S::recent_triggers)?,
+                value_of(s(S::last_outcome)?)?,
+                value_of(s(S::last_reason)?)?,
+                s(S::evaluations)?,
+                value_of(s(S::closed_reason)?)?,
+                s(S::revision)?,
+                s(S::holds)?,
+                s(S::notified_at)?,
                 self.updated_at.clone(),
                 none(),
             ];
@@ -301,7 +358,7 @@ impl<'py> Batch<'py, '_> {
         let version_text = version.extract::<i64>()?.to_string();
         let mut aad = fields(&["receipt", text(&tenant)?, text(&user)?, text(&watcher)?, &version_text]);
         aad.extend_from_slice(&fields(&[text(&trigger_key)?, &micros_at]));
-        let payload = at(receipt, intern!(py, "payload"))?;
+        let payload = r(R::payload)?;
         let mut content = Vec::with_capacity(128 + trigger_text.len());
         content.extend_from_slice(b"{\"payload\":");
         canonical(&mut content, &payload)?; // None is null, as on the Python path
@@ -320,20 +377,20 @@ impl<'py> Batch<'py, '_> {
             version.clone(),
             source_id.clone(),
             evaluated_at,
-            value_of(at(receipt, intern!(py, "outcome"))?)?,
-            value_of(at(receipt, intern!(py, "reason"))?)?,
-            at(receipt, intern!(py, "evidence_digest"))?,
+            value_of(r(R::outcome)?)?,
+            value_of(r(R::reason)?)?,
+            r(R::evidence_digest)?,
             none(),
             trigger_key.clone(),
-            at(receipt, intern!(py, "observed_at"))?,
-            at(receipt, intern!(py, "position"))?,
-            at(receipt, intern!(py, "authorized"))?,
-            at(receipt, intern!(py, "authorization"))?,
-            value_of(at(receipt, intern!(py, "budget"))?)?,
-            value_of(at(receipt, intern!(py, "tool_error"))?)?,
+            r(R::observed_at)?,
+            r(R::position)?,
+            r(R::authorized)?,
+            r(R::authorization)?,
+            value_of(r(R::budget)?)?,
+            value_of(r(R::tool_error)?)?,
             none(),
-            at(receipt, intern!(py, "delivery_key"))?,
-            at(receipt, intern!(py, "note"))?,
+            r(R::delivery_key)?,
+            r(R::note)?,
             sealed,
             until,
         ];
@@ -343,11 +400,11 @@ impl<'py> Batch<'py, '_> {
         let entry_bytes = if entry.is_none() {
             none()
         } else {
-            let delivery_key = at(entry, intern!(py, "delivery_key"))?;
+            let delivery_key = o(O::delivery_key)?;
             let aad = fields(&["outbox_entry", text(&delivery_key)?]);
-            let args = at(entry, intern!(py, "args"))?;
-            let message = at(entry, intern!(py, "message"))?;
-            let said = at(entry, intern!(py, "text"))?;
+            let args = o(O::args)?;
+            let message = o(O::message)?;
+            let said = o(O::text)?;
             let mut content = Vec::with_capacity(128 + trigger_text.len());
             content.extend_from_slice(b"{\"args\":");
             if args.is_none() {
@@ -363,14 +420,14 @@ impl<'py> Batch<'py, '_> {
             content.extend_from_slice(b",\"text\":");
             canonical(&mut content, &said)?;
             last_trigger(&mut content, &trigger_text);
-            let entry_cipher = self.cipher(&at(entry, intern!(py, "tenant_id"))?, &at(entry, intern!(py, "user_id"))?, None)?;
+            let entry_cipher = self.cipher(&o(O::tenant_id)?, &o(O::user_id)?, None)?;
             let sealed = self.seal(&entry_cipher, &content, &aad)?;
-            let retry = at(entry, intern!(py, "retry"))?;
+            let retry = o(O::retry)?;
             let retry_value = PyDict::new(py);
             retry_value.set_item(intern!(py, "max_attempts"), at(&retry, intern!(py, "max_attempts"))?)?;
             retry_value.set_item(intern!(py, "base_micros"), micros(&at(&retry, intern!(py, "base"))?)?)?;
             retry_value.set_item(intern!(py, "cap_micros"), micros(&at(&retry, intern!(py, "cap"))?)?)?;
-            let quiet = at(entry, intern!(py, "quiet_hours"))?;
+            let quiet = o(O::quiet_hours)?;
             let quiet_value = if quiet.is_none() {
                 none()
             } else {
@@ -380,7 +437,7 @@ impl<'py> Batch<'py, '_> {
                 }
                 value.into_any()
             };
-            let budgets = at(entry, intern!(py, "budgets"))?;
+            let budgets = o(O::budgets)?;
             let budgets_value = if budgets.is_none() {
                 none()
             } else {
@@ -397,34 +454,34 @@ impl<'py> Batch<'py, '_> {
                 }
                 value.into_any()
             };
-            let retention_micros = micros(&at(entry, intern!(py, "delivery_retention"))?)?;
+            let retention_micros = micros(&o(O::delivery_retention)?)?;
             let values = [
                 delivery_key,
-                at(entry, intern!(py, "tenant_id"))?,
-                at(entry, intern!(py, "user_id"))?,
-                at(entry, intern!(py, "watcher_id"))?,
-                at(entry, intern!(py, "watcher_version"))?,
-                at(entry, intern!(py, "source_id"))?,
-                at(entry, intern!(py, "purpose"))?,
+                o(O::tenant_id)?,
+                o(O::user_id)?,
+                o(O::watcher_id)?,
+                o(O::watcher_version)?,
+                o(O::source_id)?,
+                o(O::purpose)?,
                 none(),
-                value_of(at(entry, intern!(py, "outcome"))?)?,
-                at(entry, intern!(py, "verb"))?,
-                at(entry, intern!(py, "target"))?,
+                value_of(o(O::outcome)?)?,
+                o(O::verb)?,
+                o(O::target)?,
                 none(),
                 none(),
-                at(entry, intern!(py, "evidence_digest"))?,
-                at(entry, intern!(py, "evidence_observed_at"))?,
-                at(entry, intern!(py, "due_at"))?,
-                at(entry, intern!(py, "late"))?,
-                at(entry, intern!(py, "created_at"))?,
+                o(O::evidence_digest)?,
+                o(O::evidence_observed_at)?,
+                o(O::due_at)?,
+                o(O::late)?,
+                o(O::created_at)?,
                 retry_value.into_any(),
                 quiet_value,
                 budgets_value,
                 PyInt::new(py, retention_micros).into_any(),
-                at(entry, intern!(py, "wake_session"))?,
-                at(entry, intern!(py, "session_id"))?,
-                at(entry, intern!(py, "schedule_name"))?,
-                at(entry, intern!(py, "schedule_time"))?,
+                o(O::wake_session)?,
+                o(O::session_id)?,
+                o(O::schedule_name)?,
+                o(O::schedule_time)?,
                 sealed,
             ];
             PyBytes::new(py, &encode(self.outbox.0, &self.outbox.1, &values)?).into_any()
@@ -461,17 +518,21 @@ impl CipherMemo {
 /// evidence_retention)`; `cipher_of(tenant, user, watcher | None, version | None)`: the key
 /// ring's native cipher or None (no key: withheld), remembered in `memo` while the ring's
 /// `generation` stays; `writers` and `headers`: the receipt's,
-/// watcher-state's and outbox entry's native writers and single-object headers. `nonce` only
+/// watcher-state's and outbox entry's native writers and single-object headers; `records`: the
+/// named tuple classes `Receipt`, `WatcherState`, `AppliedTrigger` and `OutboxEntry`, read by
+/// position. `nonce` only
 /// for tests (else random).
-/// None in place of the whole list: the writers' schemas are not the ones written here.
+/// None in place of the whole list: the writers' schemas, or the classes' fields, are not the
+/// ones written here.
 #[pyfunction]
-#[pyo3(signature = (items, writers, headers, cipher_of, memo, generation, far_future, updated_at, nonce = None))]
+#[pyo3(signature = (items, writers, headers, records, cipher_of, memo, generation, far_future, updated_at, nonce = None))]
 #[allow(clippy::too_many_arguments)]
 fn write_evaluations<'py>(
     py: Python<'py>,
     items: &Bound<'py, PyList>,
     writers: (Bound<'py, Writer>, Bound<'py, Writer>, Bound<'py, Writer>),
     headers: (Vec<u8>, Vec<u8>, Vec<u8>),
+    records: (Bound<'py, PyType>, Bound<'py, PyType>, Bound<'py, PyType>, Bound<'py, PyType>),
     cipher_of: &Bound<'py, PyAny>,
     memo: &Bound<'py, CipherMemo>,
     generation: u64,
@@ -487,6 +548,13 @@ fn write_evaluations<'py>(
     let (Some(r), Some(s), Some(o)) = (plan(py, receipt, &RECEIPT)?, plan(py, state, &STATE)?, plan(py, outbox, &OUTBOX)?) else {
         return Ok(None);
     };
+    let classes = [records.0, records.1, records.2, records.3];
+    let tuples = [RECEIPT_TUPLE, STATE_TUPLE, CHECKPOINT_TUPLE, OUTBOX_TUPLE];
+    for (class, names) in classes.iter().zip(tuples) {
+        if !laid_out(class, names)? {
+            return Ok(None);
+        }
+    }
     let mut ciphers = memo.try_borrow_mut()?;
     if ciphers.generation != generation {
         ciphers.map.clear();
@@ -507,6 +575,7 @@ fn write_evaluations<'py>(
         receipt: (&headers.0, r),
         state: (&headers.1, s),
         outbox: (&headers.2, o),
+        classes: &classes,
     };
     let mut answers = Vec::with_capacity(items.len());
     for item in items.iter() {

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Set
 from datetime import datetime
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from pipeline.rules import schedules
 from pipeline.rules.authz import Action, AuthzDecision, Grant, authorize
@@ -121,11 +121,13 @@ def evaluate(
         step, sends = _noticed(step, moved.notice), moved.notice.sends
     identity = trigger_json(trigger)
     digest = evidence.digest()
+    paths = definition.privacy.paths
+    kept = keep_leaves(evidence.payload, paths) if step.keep_payload else None
     entry = None
     if sends:
-        entry = build_entry(definition, evidence, key, now, identity, digest, step.outcome)
+        entry = build_entry(definition, evidence, key, now, identity, digest, step.outcome, kept)
     note = _NOTE_DUPLICATE if duplicate else step.note
-    receipt = _receipt(definition, evidence, key, identity, digest, now, step, entry, note)
+    receipt = _receipt(definition, evidence, key, identity, digest, now, step, entry, note, kept)
     next_state = _next_state(state, evidence, key, identity, step, moved)
     return Evaluation(step.outcome, step.reason, next_state, receipt, entry, step.close)
 
@@ -316,31 +318,37 @@ def _receipt(
     step: _Step,
     entry: OutboxEntry | None,
     note: str,
+    kept: dict[str, Any] | None,
 ) -> Receipt:
+    """Built with ``_make`` in ``Receipt``'s field order (no keywords to match: once per
+    evaluation), as :func:`_next_state` builds the state. ``kept``: the payload's retained
+    leaves, when the receipt keeps them."""
     authz = step.authz
     assert definition.version is not None
-    return Receipt(
-        tenant_id=definition.tenant_id,
-        user_id=definition.user_id,
-        watcher_id=definition.watcher_id,
-        watcher_version=definition.version,
-        evaluated_at=now,
-        evidence_digest=digest,
-        trigger=identity,
-        trigger_key=key,
-        observed_at=evidence.observed_at,
-        position=evidence.position,
-        outcome=step.outcome,
-        reason=step.reason,
-        authorized=None if authz is None else authz.allowed,
-        authorization="" if authz is None else str(authz),
-        budget=step.budget,
-        tool_error=evidence.tool_error if step.reason is Reason.TOOL_ERROR else None,
-        payload=keep_leaves(evidence.payload, definition.privacy.paths)
-        if step.keep_payload
-        else None,
-        delivery_key=None if entry is None else key,
-        note=note,
+    return Receipt._make(
+        (
+            definition.tenant_id,
+            definition.user_id,
+            definition.watcher_id,
+            definition.version,
+            now,  # evaluated_at
+            digest,  # evidence_digest
+            identity,  # trigger
+            key,  # trigger_key
+            evidence.observed_at,
+            step.outcome,
+            step.reason,
+            None if authz is None else authz.allowed,  # authorized
+            evidence.position,
+            "" if authz is None else str(authz),  # authorization
+            step.budget,
+            evidence.tool_error if step.reason is Reason.TOOL_ERROR else None,
+            kept,  # payload
+            None if entry is None else key,  # delivery_key
+            note,
+            False,  # erased
+            None,  # retain_until: the writer's
+        )
     )
 
 

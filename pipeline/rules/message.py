@@ -116,9 +116,12 @@ class MessageFields:
         retained: tuple[Path, ...],
         event_type: str | None = None,
         event_id: str | None = None,
+        kept: dict[str, Any] | None = None,
     ) -> None:
+        """``kept``: ``keep_leaves(payload, retained)`` when the caller has it (the evaluator's
+        receipt keeps the same leaves); a slot still renders only a ``retained`` path."""
         self.retained = retained
-        self.leaves = keep_leaves(payload, retained)
+        self.leaves = keep_leaves(payload, retained) if kept is None else kept
         self.named: dict[str, str | datetime | None] = {
             "watcher_id": watcher_id,
             "purpose": purpose,

@@ -9,7 +9,7 @@ Creating one is ``evaluation``'s (or the command processor's); dispatch states a
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from pipeline.rules.backoff import RetryPolicy
 from pipeline.rules.budgets import BudgetCaps
@@ -71,11 +71,12 @@ def build_entry(
     identity: dict[str, str] | None = None,
     digest: str | None = None,
     outcome: Outcome = Outcome.SATISFIED,
+    kept: dict[str, Any] | None = None,
 ) -> OutboxEntry:
     """The outbox entry for a decision that notifies (satisfied; a change watcher's
-    ``resolved``): everything delivery needs, frozen now. ``identity`` (the trigger object) and
-    ``digest`` (the evidence digest) are computed here unless the caller already has them (the
-    evaluator has)."""
+    ``resolved``): everything delivery needs, frozen now. ``identity`` (the trigger object),
+    ``digest`` (the evidence digest) and ``kept`` (the payload's leaves the privacy allowlist
+    keeps) are computed here unless the caller already has them (the evaluator has)."""
     assert definition.version is not None
     delivery = definition.delivery
     is_schedule = isinstance(definition.source, ScheduleSource)
@@ -95,7 +96,7 @@ def build_entry(
         verb=delivery.verb.value,
         target=delivery.target,
         text=delivery.text,
-        message=message_of(definition, evidence, outcome, due_at) if notify else None,
+        message=message_of(definition, evidence, outcome, due_at, kept) if notify else None,
         args=delivery.args,
         evidence_digest=evidence.digest() if digest is None else digest,
         evidence_observed_at=evidence.observed_at,
@@ -114,10 +115,15 @@ def build_entry(
 
 
 def message_of(
-    definition: WatcherDefinition, evidence: Evidence, outcome: Outcome, due_at: datetime
+    definition: WatcherDefinition,
+    evidence: Evidence,
+    outcome: Outcome,
+    due_at: datetime,
+    kept: dict[str, Any] | None = None,
 ) -> str:
     """The message of a decision: ``delivery.message`` rendered, or the default message, over
-    the payload leaves the privacy allowlist keeps (never more than the receipt)."""
+    the payload leaves the privacy allowlist keeps (never more than the receipt; ``kept``:
+    those leaves, when the caller has them)."""
     fields = MessageFields(
         watcher_id=definition.watcher_id,
         purpose=definition.purpose,
@@ -128,6 +134,7 @@ def message_of(
         retained=definition.privacy.paths,
         event_type=evidence.event_type,
         event_id=evidence.event_id,
+        kept=kept,
     )
     template = definition.delivery.template
     return default_message(fields) if template is None else render(template, fields)

@@ -303,6 +303,21 @@ def test_an_owner_without_a_key_is_written_withheld_on_both_paths() -> None:
     assert native is not None and tuple(native) == _python(moved)
 
 
+class _OtherReceipt(Receipt):
+    """A receipt of another class: the fused step reads Receipt's own fields by position only."""
+
+    __slots__ = ()
+
+
+def test_records_of_another_class_are_left_to_the_python_path() -> None:
+    item = _plain(text="hi")
+    parts, source, receipt, state, entry, retention = item
+    other: FusedItem = (parts, source, _OtherReceipt(*receipt), state, entry, retention)
+    plain, left = _native([item, other])
+    assert plain is not None and tuple(plain) == _python(item)
+    assert left is None and _python(other) == tuple(plain)  # the Python path: the same bytes
+
+
 @pytest.mark.parametrize(
     "payload",
     [

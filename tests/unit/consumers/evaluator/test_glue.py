@@ -312,5 +312,5 @@ def test_decoded_event_evidence_is_what_the_checked_constructor_builds(
     names = list(Evidence.__dataclass_fields__)
     built = SharedEvidence(**{name: getattr(shared, name) for name in names})
     assert [getattr(shared, name) for name in names] == [getattr(built, name) for name in names]
-    assert shared.observed_at.tzinfo is UTC and shared._digest is None
-    assert type(shared) is SharedEvidence and shared.digest() == built.digest()
+    assert type(shared) is SharedEvidence and shared._digest is None
+    assert shared.observed_at.tzinfo is UTC and shared.digest() == built.digest()
