@@ -45,23 +45,43 @@ EXPIRY_GRACE = timedelta(minutes=5)
 _MS = timedelta(milliseconds=1)
 _SCRIPT = files("pipeline.redis").joinpath("budget_charge.lua").read_text(encoding="utf-8")
 # The single-charge script as a function of its own KEYS and ARGV, called once per charge with
-# two keys (its window's hash, its subject's window index). Every argument travels as a string,
-# as ARGV does (amounts must stay exact decimal text).
-# Each reply is "verdict:exhausted:used:used…"; replies are joined by ",".
+# two keys (its window's hash, its subject's window index) and the ARGV it would be given alone.
+# A batch sends each key once and each window's caps once: ARGV[1] is now; ARGV[2] the groups,
+# each [milliseconds the hash lives, window end, dimension, cap, dimension, cap, ...]; ARGV[3] the
+# charges, each [token, window key's index in KEYS, index key's index, group, amount, ...] (one
+# amount per dimension of its group). Every text travels as a string, as ARGV does (amounts
+# must stay exact decimal text); indexes are JSON numbers. Each reply is
+# "verdict:exhausted:used:used…"; replies are joined by ",".
 _BATCH_SCRIPT = f"""
 local function charge_one(KEYS, ARGV)
 {_SCRIPT}
 end
 
-local specs = cjson.decode(ARGV[1])
+local now = ARGV[1]
+local groups = cjson.decode(ARGV[2])
+local charges = cjson.decode(ARGV[3])
 local replies = {{}}
-for i = 1, #specs do
-  replies[i] = table.concat(charge_one({{KEYS[2 * i - 1], KEYS[2 * i]}}, specs[i]), ":")
+for i = 1, #charges do
+  local charge = charges[i]
+  local group = groups[charge[4]]
+  local argv = {{charge[1], group[1], group[2], now}}
+  for d = 3, #group, 2 do
+    argv[#argv + 1] = group[d]
+    argv[#argv + 1] = group[d + 1]
+    argv[#argv + 1] = charge[5 + (d - 3) / 2]
+  end
+  replies[i] = table.concat(charge_one({{KEYS[charge[2]], KEYS[charge[3]]}}, argv), ":")
 end
 return table.concat(replies, ",")
 """
 _ERASE_BATCH = 500
+_Entry = tuple[str, str, int, list[str]]
+"""One charge of a batch: its window key, token, group (from 1) and amounts."""
 _VERDICTS = {verdict.value: verdict for verdict in BudgetVerdict}
+
+
+def _json(value: object) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
 def _text(value: bytes | str) -> str:
@@ -90,7 +110,7 @@ class RedisBudgets:
 
     A batch is one ``EVALSHA`` of a script that runs the single-charge script once per
     :class:`~pipeline.rules.budgets.Charge`, with the same keys and tokens, so a token charges once
-    per window whichever path sends it. Only the dimensions a charge increments travel and are
+    per window whichever path sends it; the batch sends each key, and each window's caps, once. Only the dimensions a charge increments travel and are
     checked (a delivery spends deliveries and attempts; an exhausted evaluation budget must not stop
     it). Each charge is atomic and idempotent on its own; a batch need not be atomic as a whole.
 
@@ -167,58 +187,74 @@ class RedisBudgets:
         if not charges:
             return []
         now = utc(now)
-        now_text = str(int(now.timestamp()))
-        prepared: dict[int, tuple[dict[BudgetScope, str], str, str]] = {}
-        keys: list[str] = []
-        specs: list[list[str]] = []
+        groups: dict[tuple[int, tuple[Dimension, ...]], int] = {}  # (caps, dimensions) → group
+        group_specs: list[list[str]] = []
+        windows: dict[int, dict[BudgetScope, str]] = {}  # caps → its window's keys by scope
+        entries: list[_Entry] = []
         for charge in charges:
             caps = charge.caps
-            found = prepared.get(id(caps))
-            if found is None:
+            increment = _checked(charge.increment)
+            dimensions = tuple(increment)
+            group = groups.get((id(caps), dimensions))
+            if group is None:
                 end = window_end(now, caps.window)
-                lives = (end + EXPIRY_GRACE - now) // _MS
-                found = prepared[id(caps)] = (
-                    self._window_keys(caps, now),
-                    str(lives),
-                    str(int(end.timestamp())),
-                )
-            window_keys, lives_text, end_text = found
-            spec = [charge.token, lives_text, end_text, now_text]
-            for dimension, amount in _checked(charge.increment).items():
-                cap = caps.cap(dimension)
-                spec += (dimension.value, "-1" if cap is None else str(cap), str(amount))
-            specs.append(spec)
+                spec = [str((end + EXPIRY_GRACE - now) // _MS), str(int(end.timestamp()))]
+                for dimension in dimensions:
+                    cap = caps.cap(dimension)
+                    spec += (dimension.value, "-1" if cap is None else str(cap))
+                group_specs.append(spec)
+                group = groups[(id(caps), dimensions)] = len(group_specs)
+            window_keys = windows.get(id(caps))
+            if window_keys is None:
+                window_keys = windows[id(caps)] = self._window_keys(caps, now)
             key = window_keys.get(charge.scope)
             if key is None:
                 key = window_keys[charge.scope] = self.window_key(charge.scope, caps, now)
-            keys.append(key)
+            amounts = [str(amount) for amount in increment.values()]
+            entries.append((key, charge.token, group, amounts))
         with _translated("charge a budget"):
-            reply = self._send(keys, specs)
+            reply = self._send(entries, str(int(now.timestamp())), group_specs)
         if len(reply) != len(charges):
             raise BudgetStoreError(f"budget store answered {len(reply)} of {len(charges)}")
         return reply
 
-    def _send(self, keys: list[str], specs: list[list[str]]) -> list[str]:
+    def _send(self, entries: list[_Entry], now: str, groups: list[list[str]]) -> list[str]:
         """The batch script's replies, in order: one call, or on a Redis Cluster one call per
         hash slot (a subject's keys share one: its hash tag), answers put back in order."""
         if not self._cluster:
-            return self._call(keys, specs)
+            return self._call(entries, now, groups)
         by_slot: dict[int, list[int]] = {}
-        for index, key in enumerate(keys):
-            by_slot.setdefault(key_slot(key.encode()), []).append(index)
-        reply = [""] * len(keys)
+        for index, entry in enumerate(entries):
+            by_slot.setdefault(key_slot(entry[0].encode()), []).append(index)
+        reply = [""] * len(entries)
         for indexes in by_slot.values():
-            answers = self._call([keys[i] for i in indexes], [specs[i] for i in indexes])
+            answers = self._call([entries[i] for i in indexes], now, groups)
             if len(answers) != len(indexes):
                 return answers  # the caller reports the short answer
             for i, answer in zip(indexes, answers, strict=True):
                 reply[i] = answer
         return reply
 
-    def _call(self, keys: list[str], specs: list[list[str]]) -> list[str]:
-        payload = json.dumps(specs, ensure_ascii=False, separators=(",", ":"))
-        both = [k for key in keys for k in (key, self._index_key(key))]
-        return _text(self._batch(keys=both, args=[payload])).split(",")
+    def _call(self, entries: list[_Entry], now: str, groups: list[list[str]]) -> list[str]:
+        """One script call: each key sent once, each charge naming its keys by index."""
+        place: dict[str, int] = {}  # a key's position in KEYS (from 1)
+        index_of: dict[int, int] = {}  # a window key's position → its index key's
+        keys: list[str] = []
+        charges: list[list[str | int]] = []
+        for key, token, group, amounts in entries:
+            window = place.get(key)
+            if window is None:
+                keys.append(key)
+                window = place[key] = len(keys)
+                index_key = self._index_key(key)
+                index = place.get(index_key)
+                if index is None:
+                    keys.append(index_key)
+                    index = place[index_key] = len(keys)
+                index_of[window] = index
+            charges.append([token, window, index_of[window], group, *amounts])
+        args = [now, _json(groups), _json(charges)]
+        return _text(self._batch(keys=keys, args=args)).split(",")
 
     def _index_key(self, window_key: str) -> str:
         """The window index of the subject a window key belongs to (the same hash tag, so the

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 from types import MappingProxyType
-from typing import Annotated, Any, Final
+from typing import Annotated, Any, Final, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -155,17 +155,16 @@ def resolve_caps(
     return ceilings.clamp(filled) if ceilings is not NO_CEILINGS else filled
 
 
-@dataclass(frozen=True, slots=True)
-class BudgetScope:
-    """Whose counters: budgets are per watcher, inside exactly one subject."""
+class BudgetScope(NamedTuple):
+    """Whose counters: budgets are per watcher, inside exactly one subject. (Tuples, this and
+    :class:`Charge`: one charge is built and its scope hashed per evaluation.)"""
 
     tenant_id: str
     user_id: str
     watcher_id: str
 
 
-@dataclass(frozen=True, slots=True)
-class Charge:
+class Charge(NamedTuple):
     """One charge: whose window, its caps, the amounts to take and the idempotency token that
     makes a retried charge count once per window (DESIGN §10 "Budgets and transactions")."""
 
