@@ -110,9 +110,10 @@ class RedisBudgets:
 
     A batch is one ``EVALSHA`` of a script that runs the single-charge script once per
     :class:`~pipeline.rules.budgets.Charge`, with the same keys and tokens, so a token charges once
-    per window whichever path sends it; the batch sends each key, and each window's caps, once. Only the dimensions a charge increments travel and are
-    checked (a delivery spends deliveries and attempts; an exhausted evaluation budget must not stop
-    it). Each charge is atomic and idempotent on its own; a batch need not be atomic as a whole.
+    per window whichever path sends it; the batch sends each key, and each window's caps, once.
+    Only the dimensions a charge increments travel and are checked (a delivery spends deliveries
+    and attempts; an exhausted evaluation budget must not stop it). Each charge is atomic and
+    idempotent on its own; a batch need not be atomic as a whole.
 
     Key layout: ``<prefix>{<hex(subject)>}:<hex(watcher_id)>:<window seconds>:<window start>``, one
     hash per scope and window, where ``<prefix>`` is ``<namespace>:budget:`` and ``subject`` the
