@@ -171,7 +171,7 @@ def event_tenant(value: Mapping[str, Any]) -> str | None:
 
 
 # SharedEvidence's slots, in the order evidence_from_event fills them (a test holds this to the
-# class's fields): set through the slots, an input's evidence costs 1.5 µs less than through the
+# class's fields): set through the slots, an input's evidence costs 1 µs less than through the
 # frozen constructor, whose checks these values already passed.
 _EVENT_SLOTS: Final = (
     "source_kind",
