@@ -273,17 +273,19 @@ def test_subject_erasure_tombstones_every_state_of_that_subject_only() -> None:
     assert mine not in state and other in state
 
 
+_EVENT_VALUE: dict[str, Any] = {  # a decoded event value, as the evaluator reads one
+    "source_id": "ci.pipeline",
+    "event_type": "build.finished",
+    "event_id": "b-1",
+    "envelope_id": "env",
+    "cursor": "9",
+    "observed_at": NOW,
+    "payload": '{"status":"failed"}',
+}
+
+
 def test_shared_evidence_digest_equals_plain_digest_and_is_computed_once() -> None:
-    value = {
-        "source_id": "ci.pipeline",
-        "event_type": "build.finished",
-        "event_id": "b-1",
-        "envelope_id": "env",
-        "cursor": "9",
-        "observed_at": NOW,
-        "payload": '{"status":"failed"}',
-    }
-    shared = evidence_from_event(value, "events:0:1")
+    shared = evidence_from_event(_EVENT_VALUE, "events:0:1")
     plain = Evidence(**{name: getattr(shared, name) for name in Evidence.__dataclass_fields__})
     assert shared.digest() == plain.digest()
     assert shared.digest() is shared.digest()
@@ -298,17 +300,7 @@ def test_decoded_event_evidence_is_what_the_checked_constructor_builds(
 ) -> None:
     """evidence_from_event fills SharedEvidence's slots directly: every field the class has,
     with the values (and the UTC instant) its checked constructor would hold."""
-    value = {
-        "source_id": "ci.pipeline",
-        "event_type": "build.finished",
-        "event_id": "b-1",
-        "envelope_id": "env",
-        "cursor": "9",
-        "observed_at": NOW,
-        "payload": '{"status":"failed"}',
-        **extra,
-    }
-    shared = evidence_from_event(value, "events:0:1")
+    shared = evidence_from_event({**_EVENT_VALUE, **extra}, "events:0:1")
     names = list(Evidence.__dataclass_fields__)
     built = SharedEvidence(**{name: getattr(shared, name) for name in names})
     assert [getattr(shared, name) for name in names] == [getattr(built, name) for name in names]
