@@ -196,16 +196,12 @@ class Plan:
                 BudgetScope(*watch.parts),
                 resolve_caps(watch.definition.budgets, defaults, self._ceilings),
             )
-        return Charge(
-            scope=base[1],
-            caps=base[2],
-            increment={
-                Dimension.EVALUATIONS: 1,
-                Dimension.TOKENS: evidence.tokens,
-                Dimension.MICRO_USD: evidence.micro_usd,
-            },
-            token=step.token,
-        )
+        increment = {
+            Dimension.EVALUATIONS: 1,
+            Dimension.TOKENS: evidence.tokens,
+            Dimension.MICRO_USD: evidence.micro_usd,
+        }
+        return Charge._make((base[1], base[2], increment, step.token))  # scope, caps, …, token
 
     def _assume_ok(self, step: Step) -> BudgetGate:
         def gate(evidence: Evidence) -> BudgetVerdict:

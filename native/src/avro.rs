@@ -132,6 +132,17 @@ fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
     era * 146_097 + doe - 719_468
 }
 
+/// Whether `value`'s zone is `datetime.UTC` itself (what `pipeline.rules.instants.utc` keeps as
+/// it is).
+pub(crate) fn in_utc(value: &Bound<'_, PyDateTime>) -> PyResult<bool> {
+    let py = value.py();
+    let Some(zone) = value.get_tzinfo() else { return Ok(false) };
+    let utc = UTC.get_or_try_init(py, || -> PyResult<PyObject> {
+        Ok(py.import("datetime")?.getattr("UTC")?.unbind())
+    })?;
+    Ok(zone.is(utc.bind(py)))
+}
+
 /// `timestamp-micros` of an aware datetime (`pipeline.rules.instants.to_epoch_micros`).
 pub(crate) fn epoch_micros(value: &Bound<'_, PyDateTime>) -> PyResult<i64> {
     let py = value.py();

@@ -11,6 +11,7 @@
 //! the ring's own `cipher_of` raised.
 
 use std::collections::HashMap;
+use std::fmt::Write;
 
 use pyo3::exceptions::PyOverflowError;
 use pyo3::intern;
@@ -188,6 +189,7 @@ struct Batch<'py, 'a> {
     ciphers: PyRefMut<'py, CipherMemo>,
     nonce: Option<[u8; NONCE]>,
     nonces: Vec<u8>, // fresh random nonces for the batch, drawn in one call, used from the end
+    memo_key: String,
     far_future: &'a Bound<'py, PyAny>,
     updated_at: &'a Bound<'py, PyAny>,
     receipt: (&'a [u8], Vec<(&'a Node, usize)>),
@@ -201,11 +203,8 @@ impl<'py> Batch<'py, '_> {
     /// once per owner while the ring is unchanged; an error the ring raises (a KEK not
     /// configured) stands.
     fn cipher(&mut self, tenant: &Bound<'py, PyAny>, user: &Bound<'py, PyAny>, watcher: Option<(&Bound<'py, PyAny>, &Bound<'py, PyAny>)>) -> Step<Option<Py<Cipher>>> {
-        text(tenant)?;
-        text(user)?;
         let version = match watcher {
-            Some((w, v)) => {
-                text(w)?;
+            Some((_, v)) => {
                 if !v.is_exact_instance_of::<PyInt>() {
                     return Err(Fallback);
                 }
@@ -213,13 +212,20 @@ impl<'py> Batch<'py, '_> {
             }
             None => -1,
         };
-        let watcher_id = match watcher {
-            Some((w, _)) => text(w)?.to_owned(),
-            None => String::new(),
-        };
-        let key = (text(tenant)?.to_owned(), text(user)?.to_owned(), watcher_id, version);
-        if let Some(found) = self.ciphers.map.get(&key) {
-            return Ok(found.as_ref().map(|c| c.clone_ref(self.py)));
+        // the owner's memo key, written into one reused buffer: no allocation when it is found
+        let mut key = std::mem::take(&mut self.memo_key);
+        key.clear();
+        for part in [text(tenant)?, text(user)?, match watcher {
+            Some((w, _)) => text(w)?,
+            None => "",
+        }] {
+            let _ = write!(key, "{}:{}", part.len(), part);
+        }
+        let _ = write!(key, "{version}");
+        let found = self.ciphers.map.get(key.as_str()).map(|c| c.as_ref().map(|c| c.clone_ref(self.py)));
+        self.memo_key = key;
+        if let Some(found) = found {
+            return Ok(found);
         }
         let asked = match watcher {
             Some((w, v)) => self.cipher_of.call1((tenant, user, w, v)),
@@ -235,7 +241,7 @@ impl<'py> Batch<'py, '_> {
         if self.ciphers.map.len() >= MEMO {
             self.ciphers.map.clear(); // owners are input: the memo stays bounded
         }
-        self.ciphers.map.insert(key, cipher.as_ref().map(|c| c.clone_ref(self.py)));
+        self.ciphers.map.insert(self.memo_key.clone(), cipher.as_ref().map(|c| c.clone_ref(self.py)));
         Ok(cipher)
     }
 
@@ -497,7 +503,7 @@ const MEMO: usize = 65_536;
 /// while the key ring's `generation` stays the same: any keys record it takes in clears them.
 #[pyclass(module = "vigil_native")]
 struct CipherMemo {
-    map: HashMap<(String, String, String, i64), Option<Py<Cipher>>>,
+    map: HashMap<String, Option<Py<Cipher>>>, // key: each part's length and text, then the version
     generation: u64,
 }
 
@@ -570,6 +576,7 @@ fn write_evaluations<'py>(
         ciphers,
         nonce,
         nonces,
+        memo_key: String::with_capacity(128),
         far_future,
         updated_at,
         receipt: (&headers.0, r),

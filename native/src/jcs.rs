@@ -7,8 +7,9 @@
 //! type, deeper nesting — is not written here: the caller gets None and the Python path (the
 //! `rfc8785` library) writes it or names the refusal.
 
+use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
+use pyo3::types::{PyBool, PyBytes, PyDateAccess, PyDateTime, PyDict, PyFloat, PyInt, PyList, PyString, PyTimeAccess, PyTuple};
 
 use crate::keys::sha256_hex;
 
@@ -212,8 +213,62 @@ fn evidence_digest_of(
     Ok(write_evidence(&mut out, given)?.then(|| sha256_hex(&out)))
 }
 
+/// `YYYY-MM-DDTHH:MM:SS.ffffffZ` of an instant in `datetime.UTC` (`rfc3339_micros`); None for
+/// any other value or zone (the Python path converts it).
+fn micros_text<'py>(value: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, PyString>>> {
+    let Ok(instant) = value.downcast_exact::<PyDateTime>() else { return Ok(None) };
+    if !crate::avro::in_utc(instant)? {
+        return Ok(None);
+    }
+    let text = format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z",
+        instant.get_year(),
+        instant.get_month(),
+        instant.get_day(),
+        instant.get_hour(),
+        instant.get_minute(),
+        instant.get_second(),
+        instant.get_microsecond(),
+    );
+    Ok(Some(PyString::new(value.py(), &text)))
+}
+
+/// Evidence digest v1 of an evidence object (`Evidence.digest`), its nine fields read from its
+/// attributes and its instants written here; None when an instant is not in `datetime.UTC`, the
+/// payload is not a plain `dict` or a value is outside the subset (the Python path digests it).
+#[pyfunction]
+fn evidence_digest<'py>(evidence: &Bound<'py, PyAny>) -> PyResult<Option<String>> {
+    let py = evidence.py();
+    let get = |name: &Bound<'py, PyString>| evidence.getattr(name);
+    let kind = get(intern!(py, "source_kind"))?.getattr(intern!(py, "value"))?;
+    let Some(observed_at) = micros_text(&get(intern!(py, "observed_at"))?)? else { return Ok(None) };
+    let mut scheduled_at = get(intern!(py, "scheduled_at"))?;
+    if !scheduled_at.is_none() {
+        let Some(text) = micros_text(&scheduled_at)? else { return Ok(None) };
+        scheduled_at = text.into_any();
+    }
+    let payload = get(intern!(py, "payload"))?;
+    if !payload.is_exact_instance_of::<PyDict>() {
+        return Ok(None);
+    }
+    let given = [
+        &get(intern!(py, "cursor"))?,
+        &get(intern!(py, "envelope_id"))?,
+        &get(intern!(py, "event_id"))?,
+        &get(intern!(py, "event_type"))?,
+        observed_at.as_any(),
+        &payload,
+        &scheduled_at,
+        &get(intern!(py, "source_id"))?,
+        &kind,
+    ];
+    let mut out = Vec::with_capacity(256);
+    Ok(write_evidence(&mut out, given)?.then(|| sha256_hex(&out)))
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(canonical_json, m)?)?;
     m.add_function(wrap_pyfunction!(evidence_digest_of, m)?)?;
+    m.add_function(wrap_pyfunction!(evidence_digest, m)?)?;
     Ok(())
 }

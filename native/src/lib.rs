@@ -10,8 +10,10 @@ use pyo3::prelude::*;
 
 mod avro;
 mod condition;
+mod event;
 mod fused;
 mod jcs;
+mod json;
 mod keys;
 mod murmur;
 mod seal;
@@ -22,7 +24,9 @@ fn vigil_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     murmur::register(m)?;
     keys::register(m)?;
     jcs::register(m)?;
+    json::register(m)?;
     condition::register(m)?;
+    event::register(m)?;
     avro::register(m)?;
     seal::register(m)?;
     fused::register(m)?;

@@ -10,16 +10,24 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
+from functools import partial
 from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict, StrictStr, ValidationError
 
 from pipeline.records.codec import parse_json
-from pipeline.rules.bounds import SAFE_JSON_INT, check_instant, check_json
+from pipeline.rules.bounds import (
+    MAX_JSON_DEPTH,
+    MAX_JSON_NODES,
+    SAFE_JSON_INT,
+    check_instant,
+    check_json,
+)
 from pipeline.rules.errors import DefinitionError, SerdeError
 from pipeline.rules.evidence import Evidence, EvidenceKind
 from pipeline.rules.instants import parse_instant, utc
 from pipeline.rules.keys import canonical_json
+from pipeline.rules.native import NATIVE
 
 __all__ = [
     "EVENT",
@@ -192,12 +200,22 @@ _EVENT_SLOTS: Final = (
     "_digest",
 )
 _SET_SLOTS: Final = tuple(getattr(SharedEvidence, name).__set__ for name in _EVENT_SLOTS)
+_NEW: Final = partial(object.__new__, SharedEvidence)
+_LIMITS: Final = (MAX_ID_BYTES, MAX_CURSOR_BYTES, MAX_PAYLOAD_BYTES, MAX_JSON_DEPTH, MAX_JSON_NODES)
 
 
 def evidence_from_event(value: Mapping[str, Any], position: str) -> Evidence:
     """A decoded ``event`` value as evidence, read at input ``position``. A value a publisher
     could not have written through :func:`event_record` (over-long ids, an instant outside
-    1970..9999, a payload out of bounds) is undecodable: :class:`SerdeError` with the reason."""
+    1970..9999, a payload out of bounds) is undecodable: :class:`SerdeError` with the reason.
+    On the native path the plain case is built there (``native/src/event.rs``); whatever it
+    leaves, and every refusal, is this function's."""
+    if NATIVE is not None:
+        native: Evidence | None = NATIVE.event_evidence(
+            value, position, _NEW, _SET_SLOTS, EvidenceKind.EVENT, _LIMITS
+        )
+        if native is not None:
+            return native
     values = (
         EvidenceKind.EVENT,
         _field(value, "source_id", MAX_ID_BYTES),

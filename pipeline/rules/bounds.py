@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 from pipeline.rules.errors import DefinitionError
+from pipeline.rules.native import NATIVE
 
 __all__ = [
     "MAX_DURATION",
@@ -140,13 +141,19 @@ def parse_json(
     Size is checked before parsing; ``NaN`` and infinities are refused while parsing, and so are
     over-long integers and overflowing floats in text that could hold them (a long digit run or
     an exponent: other text is parsed by the C decoder alone); depth is walked only when the
-    text holds enough brackets to exceed it.
+    text holds enough brackets to exceed it. On the native path, text in the plain subset
+    (``native/src/json.rs``: short numbers, no surrogate escapes, within the depth and node
+    bounds) is read there, to the same value; everything else is read here.
     """
     if len(text) > max_bytes:
         raise DefinitionError(f"JSON text is larger than {max_bytes} bytes", field)
     try:
         if isinstance(text, bytes):
             text = text.decode("utf-8")
+        if NATIVE is not None:
+            read = NATIVE.parse_json(text, max_depth, MAX_JSON_NODES)
+            if read is not None:
+                return read[0]
         if _RISKY.search(text) is None:
             value = _PLAIN.decode(text)
         else:

@@ -17,6 +17,7 @@ from typing import Any
 from pipeline.rules.errors import DefinitionError
 from pipeline.rules.instants import rfc3339_micros, rfc3339_seconds, utc
 from pipeline.rules.keys import EventTrigger, InstantTrigger, Trigger, evidence_digest_of
+from pipeline.rules.native import NATIVE
 from pipeline.rules.outcomes import ErrorCode
 
 __all__ = ["Evidence", "EvidenceKind", "position_of", "trigger_json"]
@@ -85,6 +86,10 @@ class Evidence:
         return self._digest_fields(dict(self.payload))
 
     def digest(self) -> str:
+        if NATIVE is not None:  # the nine fields read and written natively (instants in UTC)
+            native: str | None = NATIVE.evidence_digest(self)
+            if native is not None:
+                return native
         payload = self.payload  # read only: no copy unless it is not a plain dict
         scheduled_at = self.scheduled_at
         return evidence_digest_of(

@@ -30,7 +30,8 @@ class OutboxEntry(NamedTuple):
     A plain named tuple (no validation here, and built once per notifying evaluation, where a
     frozen dataclass's constructor cost 4 µs): the evaluator and the command processor build it
     from values the rules already checked, and ``pipeline.records.outbox_entry`` checks what it
-    reads back before it builds one. Build it with keywords; the fields with defaults come
+    reads back before it builds one. Build it with keywords (``build_entry``, once per
+    notification, builds it with ``_make`` in field order); the fields with defaults come
     last."""
 
     delivery_key: str
@@ -83,34 +84,38 @@ def build_entry(
     scheduled_at = evidence.scheduled_at if is_schedule else None
     due_at = scheduled_at or now
     notify = delivery.verb is DeliveryVerb.NOTIFY
-    return OutboxEntry(
-        delivery_key=key,
-        tenant_id=definition.tenant_id,
-        user_id=definition.user_id,
-        watcher_id=definition.watcher_id,
-        watcher_version=definition.version,
-        source_id=definition.source_id,
-        purpose=definition.purpose,
-        trigger=trigger_json(evidence.trigger()) if identity is None else identity,
-        outcome=outcome,
-        verb=delivery.verb.value,
-        target=delivery.target,
-        text=delivery.text,
-        message=message_of(definition, evidence, outcome, due_at, kept) if notify else None,
-        args=delivery.args,
-        evidence_digest=evidence.digest() if digest is None else digest,
-        evidence_observed_at=evidence.observed_at,
-        due_at=due_at,
-        late=is_schedule and fire_late(evidence, now),
-        created_at=now,
-        retry=definition.retry,
-        quiet_hours=delivery.quiet_hours,
-        budgets=definition.budgets,
-        delivery_retention=definition.privacy.delivery_retention,
-        wake_session=delivery.wake_session,
-        session_id=definition.session_id,
-        schedule_name=definition.watcher_id.rsplit(":", 1)[-1] if is_schedule else None,
-        schedule_time=scheduled_at,
+    watcher_id = definition.watcher_id
+    return OutboxEntry._make(  # in field order: no keywords to match, once per notification
+        (
+            key,  # delivery_key
+            definition.tenant_id,
+            definition.user_id,
+            watcher_id,
+            definition.version,  # watcher_version
+            definition.source_id,
+            definition.purpose,
+            trigger_json(evidence.trigger()) if identity is None else identity,  # trigger
+            outcome,
+            delivery.verb.value,  # verb
+            delivery.target,
+            due_at,
+            now,  # created_at
+            definition.retry,
+            definition.privacy.delivery_retention,
+            delivery.text,
+            message_of(definition, evidence, outcome, due_at, kept) if notify else None,
+            delivery.args,
+            evidence.digest() if digest is None else digest,  # evidence_digest
+            evidence.observed_at,  # evidence_observed_at
+            is_schedule and fire_late(evidence, now),  # late
+            delivery.quiet_hours,
+            definition.budgets,
+            delivery.wake_session,
+            definition.session_id,
+            watcher_id.rsplit(":", 1)[-1] if is_schedule else None,  # schedule_name
+            scheduled_at,  # schedule_time
+            False,  # erased
+        )
     )
 
 

@@ -27,6 +27,7 @@ from pipeline.records.outbox_entry import encode_outbox_entry
 from pipeline.records.receipt import encode_receipt
 from pipeline.records.watcher_state import encode_state
 from pipeline.rules import condition, keys
+from pipeline.rules import evidence as evidence_rules
 from pipeline.rules.budgets import BudgetVerdict
 from pipeline.rules.condition import condition_to_json, interpret, parse_condition
 from pipeline.rules.data_keys import KeyOwner, subject_owner
@@ -146,6 +147,50 @@ def test_evidence_digest_is_the_python_paths(
     native = NATIVE.evidence_digest_of(*args)
     assert native is None or native == expected
     assert _outcome(keys.evidence_digest_of, *args) == expected
+
+
+@needs_native
+@settings(max_examples=150, deadline=None)
+@given(
+    kind=st.sampled_from(EvidenceKind),
+    texts=st.lists(st.none() | _TEXT.filter(bool), min_size=4, max_size=4),
+    observed=st.datetimes(timezones=st.just(UTC)),
+    scheduled=st.datetimes(timezones=st.just(UTC)),
+    payload=st.dictionaries(_TEXT, _JSON, max_size=4),
+    shifted=st.sampled_from([None, "observed_at", "scheduled_at"]),
+)
+def test_an_evidences_digest_is_the_python_paths(
+    kind: EvidenceKind,
+    texts: list[Any],
+    observed: datetime,
+    scheduled: datetime,
+    payload: dict[str, Any],
+    shifted: str | None,
+) -> None:
+    """``Evidence.digest`` read natively from the evidence itself: the Python path's digest,
+    also for an instant held in another zone (left to the Python path, which converts it)."""
+    event_type, event_id, envelope_id, cursor = texts
+    evidence = Evidence(
+        kind,
+        "src.1",
+        observed,
+        event_type=event_type or "built",
+        event_id=event_id or "e-1",
+        envelope_id=envelope_id,
+        cursor=cursor,
+        scheduled_at=None if kind is EvidenceKind.EVENT else scheduled,
+        payload=payload,
+    )
+    if shifted is not None and getattr(evidence, shifted) is not None:
+        moved = getattr(evidence, shifted).astimezone(timezone(timedelta(hours=2)))
+        object.__setattr__(evidence, shifted, moved)
+    with python_path(evidence_rules, keys):
+        expected = _outcome(evidence.digest)
+    native = NATIVE.evidence_digest(evidence)
+    assert native is None or native == expected
+    if shifted is None or getattr(evidence, shifted) is None:
+        assert type(expected) is not str or native == expected  # in UTC: written natively
+    assert _outcome(evidence.digest) == expected
 
 
 # -- delivery key and partition -------------------------------------------------------------------
