@@ -10,6 +10,7 @@ use pyo3::prelude::*;
 
 mod avro;
 mod condition;
+mod decide;
 mod event;
 mod fused;
 mod jcs;
@@ -26,6 +27,7 @@ fn vigil_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     jcs::register(m)?;
     json::register(m)?;
     condition::register(m)?;
+    decide::register(m)?;
     event::register(m)?;
     avro::register(m)?;
     seal::register(m)?;

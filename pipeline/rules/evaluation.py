@@ -1,10 +1,9 @@
 """The evaluator's decision: one pure function of (definition, state, evidence, grants, now).
 
-Owns :func:`evaluate` and :class:`Evaluation` (outcome, reason, next watcher state, at most one
-outbox entry, the receipt, whether the watch closes); checks run in DESIGN.md §11's order and the
-first that applies decides. The budget is a callable asked only once every earlier check passed
-(replay passes the recorded verdict). Reading Kafka, charging Redis and emitting ``close`` are the
-evaluator consumer's."""
+Owns :func:`evaluate` (its answer, ``evaluated.Evaluation``); checks run in DESIGN.md §11's order
+and the first that applies decides. The budget is a callable asked only once every earlier check
+passed (replay passes the recorded verdict). On the native path ``decider`` decides the plain case
+to the same answer. Kafka, Redis and emitting ``close`` are the evaluator consumer's."""
 
 from __future__ import annotations
 
@@ -16,8 +15,10 @@ from pipeline.rules import schedules
 from pipeline.rules.authz import Action, AuthzDecision, Grant, authorize
 from pipeline.rules.budgets import BudgetVerdict
 from pipeline.rules.change import JUDGED, PLAIN, ChangeStep, Notice, change_step
+from pipeline.rules.decider import DECIDER
 from pipeline.rules.definition import Mode, WatcherDefinition
 from pipeline.rules.errors import BudgetStoreError, DefinitionError
+from pipeline.rules.evaluated import NOTE_DUPLICATE, Evaluation
 from pipeline.rules.evidence import Evidence, trigger_json
 from pipeline.rules.freshness import Freshness, freshness, kind_matches
 from pipeline.rules.instants import utc
@@ -40,22 +41,6 @@ _NOTE_DENIED = {
     Mode.ONCE: "access revoked: watch cancelled before data was read",
     Mode.CHANGE: "authorization failed: nothing judged; goes on from the last known truth",
 }
-_NOTE_DUPLICATE = "trigger already applied to this version: no second outbox entry"
-
-
-class Evaluation(NamedTuple):
-    """What one evaluation decided: outcome, reason, next state, the receipt, at most one outbox
-    entry, and whether the watch closes (a tuple, as ``_Step``: one is built per evaluation)."""
-
-    outcome: Outcome
-    reason: Reason
-    next_state: WatcherState
-    receipt: Receipt
-    outbox: OutboxEntry | None = None
-    close: CloseReason | None = None
-
-    def __repr__(self) -> str:
-        return f"Evaluation({self.outcome.value}, {self.reason.value}, close={self.close})"
 
 
 def recorded_budget(verdict: BudgetVerdict) -> BudgetGate:
@@ -101,6 +86,12 @@ def evaluate(
     grants and ``now`` when the caller already has it (the evaluator keeps an allow until its
     grant changes or ends); otherwise it is decided here.
     """
+    if DECIDER is not None and authorization is not None:  # the plain case, natively
+        native: Evaluation | None = DECIDER.evaluate(
+            definition, state, evidence, now, budget, authorization
+        )
+        if native is not None:
+            return native
     if definition.version is None:
         raise DefinitionError("an evaluated definition has an assigned version", "version")
     now = utc(now)
@@ -126,7 +117,7 @@ def evaluate(
     entry = None
     if sends:
         entry = build_entry(definition, evidence, key, now, identity, digest, step.outcome, kept)
-    note = _NOTE_DUPLICATE if duplicate else step.note
+    note = NOTE_DUPLICATE if duplicate else step.note
     receipt = _receipt(definition, evidence, key, identity, digest, now, step, entry, note, kept)
     next_state = _next_state(state, evidence, key, identity, step, moved)
     return Evaluation(step.outcome, step.reason, next_state, receipt, entry, step.close)
