@@ -16,6 +16,7 @@ mod fused;
 mod jcs;
 mod json;
 mod keys;
+mod message;
 mod murmur;
 mod seal;
 
@@ -24,6 +25,7 @@ fn vigil_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     murmur::register(m)?;
     keys::register(m)?;
+    message::register(m)?;
     jcs::register(m)?;
     json::register(m)?;
     condition::register(m)?;

@@ -19,6 +19,7 @@ from typing import Any, Final
 from pipeline.rules.bounds import MAX_MESSAGE, MAX_TEMPLATE, MAX_TEMPLATE_FIELDS
 from pipeline.rules.errors import DefinitionError
 from pipeline.rules.instants import rfc3339_seconds
+from pipeline.rules.native import NATIVE
 from pipeline.rules.paths import MISSING, Path, format_path, parse_path, resolve
 from pipeline.rules.privacy import keep_leaves
 
@@ -53,6 +54,7 @@ ABSENT: Final = "(absent)"
 """What a field renders as when its evidence does not hold it."""
 
 _EVENT_FIELDS: Final = frozenset({"event_type", "event_id"})
+_DEFAULT_NAMED: Final = ("watcher_id", "purpose", "outcome", "event_type", "event_id")
 _PAYLOAD: Final = "payload."
 _TOKEN: Final = re.compile(r"\{\{|\}\}|\{([^{}]*)\}|[{}]|[^{}]+")
 # Line breaks and tabs: a space in a value, so a value never forges a line of its own.
@@ -212,7 +214,23 @@ def render(template: MessageTemplate, fields: MessageFields) -> str:
 
 def default_message(fields: MessageFields) -> str:
     """The message without a template: the watcher, outcome and purpose, the evidence's
-    identity and when it was observed, then each retained leaf it holds, in allowlist order."""
+    identity and when it was observed, then each retained leaf it holds, in allowlist order.
+    On the native path the plain case (printable ASCII text, an instant in UTC, JSON scalars)
+    is rendered there (``native/src/message.rs``); everything else here."""
+    if NATIVE is not None:
+        named = fields.named
+        shown = tuple(named[name] for name in _DEFAULT_NAMED)
+        native: str | None = NATIVE.default_message(
+            shown,
+            named["observed_at"],
+            fields.leaves,
+            fields.retained,
+            MAX_VALUE,
+            MAX_MESSAGE,
+            ABSENT,
+        )
+        if native is not None:
+            return native
     text = fields.text
     seen = (
         "poll" if fields.named["event_id"] is None else f"{text('event_type')} {text('event_id')}"
