@@ -185,7 +185,8 @@ impl Decider {
         };
         let Checked { key, recent, .. } = checked;
         let true_ = reason.is(&self.condition_true);
-        let duplicate = true_ && recent.contains(&key)?;
+        let applied = recent.contains(&key)?; // `WatcherState.applied`
+        let duplicate = true_ && applied;
         let sends = true_ && !duplicate;
         let identity = PyDict::new(py);
         identity.set_item(intern!(py, "kind"), intern!(py, "event"))?;
@@ -237,11 +238,16 @@ impl Decider {
         )?;
         // -- `_next_state`: the checkpoint advances, the evaluation counts --
         let checkpoint = self.make(&self.applied, [key.clone(), identity.into_any(), observed_at, position])?;
+        // `WatcherState.remember`: the key last, once, the newest `recent` kept
         let mut kept_triggers: Vec<Bound<'py, PyAny>> = Vec::with_capacity(recent.len() + 1);
-        for trigger in recent.iter() {
-            if !trigger.eq(&key)? {
-                kept_triggers.push(trigger);
+        if applied {
+            for trigger in recent.iter() {
+                if !trigger.eq(&key)? {
+                    kept_triggers.push(trigger);
+                }
             }
+        } else {
+            kept_triggers.extend(recent.iter()); // not there: nothing to compare
         }
         kept_triggers.push(key);
         let from = kept_triggers.len().saturating_sub(self.recent);

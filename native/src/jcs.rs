@@ -19,6 +19,11 @@ const SAFE_INT: i64 = (1 << 53) - 1;
 pub fn quote(out: &mut Vec<u8>, text: &str) {
     out.push(b'"');
     let bytes = text.as_bytes();
+    if bytes.iter().all(|&b| b >= 0x20 && b != b'"' && b != b'\\') {
+        out.extend_from_slice(bytes); // nothing to escape: the common case, copied whole
+        out.push(b'"');
+        return;
+    }
     let mut start = 0;
     for (i, &b) in bytes.iter().enumerate() {
         let short: &[u8] = match b {
