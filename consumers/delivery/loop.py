@@ -193,10 +193,11 @@ class DeliveryWorker:
         )
 
     def _claimer_and_recorder(self) -> tuple[Claimer, Recorder]:
+        self._plan = self._planner()
         claimer = Claimer(
             self._tx,
             self._states,
-            self._planner(),
+            self._plan,
             self._metrics,
             self._outbox_topic,
             in_flight=self._claimed,
@@ -221,6 +222,7 @@ class DeliveryWorker:
             budget_defaults=self.settings.budget_defaults,
             budget_ceilings=self.settings.budget_ceilings,
             unavailable_retry=self.settings.unavailable_retry,
+            catch_up=self.app.tables.catch_up,
         )
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -359,6 +361,7 @@ class DeliveryWorker:
         if not dues:
             return []
         self._refresh_views(within_s=_DECIDE_REFRESH_S)
+        self._plan.stale = self._views_read < self._fired  # read before these dues arrived
         if any(d.kind is DueKind.PURGE and self._states.dirty(d.key, d.partition) for d in dues):
             self._tx.commit()  # the settled record is persisted before its tombstone
         self._tx.begin()

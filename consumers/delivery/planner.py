@@ -9,13 +9,13 @@ is a verdict (defer), never an error. Leaves out persistence, sending and the ru
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from pipeline.records.delivery_state import DeliveryRecord
 from pipeline.redis.budgets import RedisBudgets
-from pipeline.rules.authz import Action, authorize
+from pipeline.rules.authz import Action, AuthzDecision, authorize
 from pipeline.rules.budgets import (
     NO_CEILINGS,
     BudgetCaps,
@@ -83,7 +83,14 @@ class Planner:
         budget_defaults: BudgetCaps,
         budget_ceilings: BudgetCeilings = NO_CEILINGS,
         unavailable_retry: timedelta = BUDGET_UNAVAILABLE_RETRY,
+        catch_up: Callable[[], None] | None = None,
     ) -> None:
+        """``catch_up`` reads the global tables to their end. While :attr:`stale` (the views
+        may predate an entry being decided), a denial is checked once more after it: the
+        evaluator wrote the entry under a grant it read before, which this process's view,
+        up to a few tens of milliseconds old, may not hold yet. A denial then stands."""
+        self.stale = True
+        self._catch_up = catch_up
         self._grants = grants
         self._lifecycle = lifecycle
         self._budgets = budgets
@@ -102,16 +109,12 @@ class Planner:
         """Checks 1-3 of ``plan_attempt`` (lifecycle, authorization, quiet hours), or what
         the budget charge needs."""
         closed = self._lifecycle.dropping(record, entry.created_at) is not None
-        verdict = authorize(
-            self._grants.of(entry.tenant_id, entry.user_id),
-            tenant_id=entry.tenant_id,
-            user_id=entry.user_id,
-            purpose=entry.purpose,
-            action=Action.DELIVER,
-            source_id=entry.source_id,
-            target=entry.target,
-            now=now,
-        )
+        verdict = self._authorized(entry, now)
+        if not verdict.allowed and self.stale and self._catch_up is not None:
+            self._catch_up()  # a grant newer than the view: read to the end, then decide
+            self._grants.refresh()
+            self.stale = False
+            verdict = self._authorized(entry, now)
         quiet = entry.quiet_hours
         caps = self.caps(entry)
         ends = window_end(now, caps.window)
@@ -131,6 +134,18 @@ class Planner:
         scope = BudgetScope(entry.tenant_id, entry.user_id, entry.watcher_id)
         charge = Charge(scope, caps, attempt_cost(record.state), attempt_token_for(record.state))
         return Pending(record, entry, now, quiet, ends, charge)
+
+    def _authorized(self, entry: OutboxEntry, now: datetime) -> AuthzDecision:
+        return authorize(
+            self._grants.of(entry.tenant_id, entry.user_id),
+            tenant_id=entry.tenant_id,
+            user_id=entry.user_id,
+            purpose=entry.purpose,
+            action=Action.DELIVER,
+            source_id=entry.source_id,
+            target=entry.target,
+            now=now,
+        )
 
     def charge(self, pending: Sequence[Pending]) -> list[BudgetCheck]:
         """Charge a batch in one round trip; Redis unreachable makes every verdict
