@@ -3,8 +3,10 @@
 //! active, within its deadline, authorized (the caller's allow), of its source and type, fresh,
 //! budgeted `ok` or `exhausted`, then judged by the compiled conditions. The result is the same
 //! `Evaluation` — its receipt, next state and checkpoint built here in their classes' field
-//! order; the outbox entry (`build_entry`, with its message), the kept payload leaves
-//! (`keep_leaves`) and a close's lifecycle move (`transition`) are the Python rules' own calls.
+//! order, and its outbox entry from the definition's `entry_fields` with the default message
+//! (`message.rs`); an entry with a template or a message `message.rs` leaves to Python is
+//! `build_entry`'s, and the kept payload leaves (`keep_leaves`) and a close's lifecycle move
+//! (`transition`) are the Python rules' own calls.
 //!
 //! Anything else — another mode, source or status, a denial, a mismatch, stale or future
 //! evidence, the deadline reached, a verdict other than `ok` or `exhausted`, a value of an
@@ -17,7 +19,7 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyDateTime, PyDict, PyString, PyTuple, PyType};
 
-use crate::keys;
+use crate::{keys, message};
 
 /// The named tuples' fields this module writes by position; checked when a `Decider` is made.
 const RECEIPT: [&str; 21] = [
@@ -32,6 +34,18 @@ const STATE: [&str; 12] = [
 ];
 const APPLIED: [&str; 4] = ["trigger_key", "trigger", "observed_at", "position"];
 const EVALUATION: [&str; 6] = ["outcome", "reason", "next_state", "receipt", "outbox", "close"];
+const ENTRY: [&str; 28] = [
+    "delivery_key", "tenant_id", "user_id", "watcher_id", "watcher_version", "source_id",
+    "purpose", "trigger", "outcome", "verb", "target", "due_at", "created_at", "retry",
+    "delivery_retention", "text", "message", "args", "evidence_digest", "evidence_observed_at",
+    "late", "quiet_hours", "budgets", "wake_session", "session_id", "schedule_name",
+    "schedule_time", "erased",
+];
+const ENTRY_FIELDS: [&str; 20] = [
+    "tenant_id", "user_id", "watcher_id", "version", "source_id", "purpose", "verb", "target",
+    "retry", "delivery_retention", "text", "args", "quiet_hours", "budgets", "wake_session",
+    "session_id", "notify", "template", "retained", "schedule_name",
+];
 
 /// Not decided here: the Python path decides.
 struct Elsewhere;
@@ -84,6 +98,10 @@ pub struct Decider {
     transition: PyObject,
     close_event: PyObject,
     tuple_new: PyObject,
+    entry: Py<PyType>,
+    max_value: usize,
+    max_message: usize,
+    absent: String,
 }
 
 #[pymethods]
@@ -93,8 +111,10 @@ impl Decider {
     /// CONDITION_FALSE, TERMINAL_CONDITION, BUDGET_EXHAUSTED, CloseReason SATISFIED,
     /// TERMINAL_UNSATISFIED, BudgetVerdict OK, EXHAUSTED; `classes`: EventSource, Receipt,
     /// WatcherState, AppliedTrigger, Evaluation; `calls`: build_entry, keep_leaves, transition,
-    /// close_event.
+    /// close_event; `entries`: OutboxEntry, EntryFields, and the message's MAX_VALUE,
+    /// MAX_MESSAGE and ABSENT.
     #[new]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         enums: [PyObject; 16],
@@ -103,8 +123,12 @@ impl Decider {
         future_skew: PyObject,
         recent: usize,
         calls: [PyObject; 4],
+        entries: (Bound<'_, PyType>, Bound<'_, PyType>, usize, usize, String),
     ) -> PyResult<Self> {
         let [event_source, receipt, state, applied, evaluation] = classes;
+        let (entry, entry_fields, max_value, max_message, absent) = entries;
+        laid_out(&entry, &ENTRY)?;
+        laid_out(&entry_fields, &ENTRY_FIELDS)?;
         laid_out(&receipt, &RECEIPT)?;
         laid_out(&state, &STATE)?;
         laid_out(&applied, &APPLIED)?;
@@ -143,6 +167,10 @@ impl Decider {
             transition,
             close_event,
             tuple_new,
+            entry: entry.unbind(),
+            max_value,
+            max_message,
+            absent,
         })
     }
 
@@ -201,8 +229,14 @@ impl Decider {
         };
         let key = key.into_any();
         let entry = if sends {
-            let args = (definition, evidence, &key, now, &identity, &digest, outcome, &kept);
-            self.build_entry.call1(py, args)?.into_bound(py)
+            let made = self.entry_of(definition, evidence, &key, now, &identity, &digest, outcome.bind(py), &kept)?;
+            match made {
+                Some(entry) => entry,
+                None => {
+                    let args = (definition, evidence, &key, now, &identity, &digest, outcome, &kept);
+                    self.build_entry.call1(py, args)?.into_bound(py)
+                }
+            }
         } else {
             py.None().into_bound(py)
         };
@@ -367,6 +401,80 @@ impl Decider {
         keys::push_fields(&mut out, fields.as_any())?.ok_or(Elsewhere)?;
         let key = PyString::new(py, &keys::sha256_hex(&out));
         Ok(Checked { mode, version, key, recent })
+    }
+
+    /// `build_entry` of an event's notification from the definition's `entry_fields`, the
+    /// message rendered by `message.rs`; None (`build_entry`'s) for a template, a schedule or a
+    /// message outside `message.rs`'s plain case.
+    #[allow(clippy::too_many_arguments)]
+    fn entry_of<'py>(
+        &self,
+        definition: &Bound<'py, PyAny>,
+        evidence: &Bound<'py, PyAny>,
+        key: &Bound<'py, PyAny>,
+        now: &Bound<'py, PyAny>,
+        identity: &Bound<'py, PyDict>,
+        digest: &Bound<'py, PyAny>,
+        outcome: &Bound<'py, PyAny>,
+        kept: &Bound<'py, PyAny>,
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let py = definition.py();
+        let fields = definition.getattr(intern!(py, "entry_fields"))?;
+        let fields = fields.downcast::<PyTuple>()?;
+        let at = |i: usize| fields.get_item(i);
+        if !at(19)?.is_none() || !at(17)?.is_none() {
+            return Ok(None); // a schedule's fire, or a template: `build_entry`'s
+        }
+        let observed_at = evidence.getattr(intern!(py, "observed_at"))?;
+        let message = if at(16)?.is_truthy()? {
+            let named = [
+                at(2)?,
+                at(5)?,
+                outcome.getattr(intern!(py, "value"))?,
+                evidence.getattr(intern!(py, "event_type"))?,
+                evidence.getattr(intern!(py, "event_id"))?,
+            ];
+            let (max_value, max_message) = (self.max_value, self.max_message);
+            match message::default_message(named, &observed_at, kept, &at(18)?, max_value, max_message, &self.absent)? {
+                Some(text) => PyString::new(py, &text).into_any(),
+                None => return Ok(None),
+            }
+        } else {
+            py.None().into_bound(py)
+        };
+        let none = || py.None().into_bound(py);
+        let no = || false.into_pyobject(py).map(|b| b.to_owned().into_any());
+        let values = [
+            key.clone(),
+            at(0)?,
+            at(1)?,
+            at(2)?,
+            at(3)?,
+            at(4)?,
+            at(5)?,
+            identity.clone().into_any(),
+            outcome.clone(),
+            at(6)?,
+            at(7)?,
+            now.clone(), // due_at: an event's is now
+            now.clone(), // created_at
+            at(8)?,
+            at(9)?,
+            at(10)?,
+            message,
+            at(11)?,
+            digest.clone(),
+            observed_at,
+            no()?, // late: a schedule's only
+            at(12)?,
+            at(13)?,
+            at(14)?,
+            at(15)?,
+            none(), // schedule_name
+            none(), // schedule_time
+            no()?,  // erased
+        ];
+        Ok(Some(self.make(&self.entry, values)?))
     }
 
     fn make<'py, const N: usize>(&self, class: &Py<PyType>, values: [Bound<'py, PyAny>; N]) -> PyResult<Bound<'py, PyAny>> {

@@ -53,7 +53,7 @@ fn push_text(out: &mut String, value: &Bound<'_, PyAny>, bounds: &Bounds<'_>) ->
 #[pyfunction]
 #[pyo3(signature = (named, observed_at, leaves, retained, max_value, max_message, absent))]
 #[allow(clippy::too_many_arguments)]
-fn default_message(
+pub fn default_message(
     named: [Bound<'_, PyAny>; 5],
     observed_at: &Bound<'_, PyAny>,
     leaves: &Bound<'_, PyAny>,

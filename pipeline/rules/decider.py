@@ -1,22 +1,25 @@
 """The native decider (DESIGN.md §10 "Compiled hot path"): ``vigil_native.Decider``, made once
 with the rules' constants, classes and calls (None on the Python path). It decides ``evaluate``'s
 plain case — an ``every`` or ``once`` watcher's event, active, within its deadline, authorized,
-of its source and type, fresh, budgeted ``ok`` or ``exhausted`` — to the same ``Evaluation``; the
-entry, kept payload and lifecycle move are the rules' calls, every other case ``evaluate``'s.
+of its source and type, fresh, budgeted ``ok`` or ``exhausted`` — to the same ``Evaluation`` (its
+entry too, but for a template's); kept payload and lifecycle move are the rules' calls.
 """
 
 from __future__ import annotations
 
 from typing import Any, Final
 
+from pipeline.rules.bounds import MAX_MESSAGE
 from pipeline.rules.budgets import BudgetVerdict
 from pipeline.rules.definition import Mode
+from pipeline.rules.definition_parts import EntryFields
 from pipeline.rules.evaluated import NOTE_DUPLICATE, Evaluation
 from pipeline.rules.evidence import EvidenceKind
 from pipeline.rules.freshness import FUTURE_SKEW
 from pipeline.rules.lifecycle import CloseReason, WatcherStatus, close_event, transition
+from pipeline.rules.message import ABSENT, MAX_VALUE
 from pipeline.rules.native import NATIVE
-from pipeline.rules.outbox import build_entry
+from pipeline.rules.outbox import OutboxEntry, build_entry
 from pipeline.rules.outcomes import Outcome, Reason
 from pipeline.rules.privacy import keep_leaves
 from pipeline.rules.receipts import Receipt
@@ -36,7 +39,10 @@ def _decider() -> Any:
     enums += (BudgetVerdict.OK, BudgetVerdict.EXHAUSTED)
     classes = (EventSource, Receipt, WatcherState, AppliedTrigger, Evaluation)
     calls = (build_entry, keep_leaves, transition, close_event)
-    return NATIVE.Decider(enums, classes, NOTE_DUPLICATE, FUTURE_SKEW, RECENT_TRIGGERS, calls)
+    entries = (OutboxEntry, EntryFields, MAX_VALUE, MAX_MESSAGE, ABSENT)
+    return NATIVE.Decider(
+        enums, classes, NOTE_DUPLICATE, FUTURE_SKEW, RECENT_TRIGGERS, calls, entries
+    )
 
 
 DECIDER: Final[Any] = _decider()

@@ -34,6 +34,7 @@ from pipeline.rules.condition import Condition, compile_condition, parse_conditi
 from pipeline.rules.definition_parts import (
     Delivery,
     DeliveryVerb,
+    EntryFields,
     PrivacyPolicy,
     StrictModel,
 )
@@ -252,6 +253,24 @@ class WatcherDefinition(StrictModel):
             watcher_id=self.watcher_id,
             watcher_version=self.version,
             source_id=self.source_id,
+        )
+
+    @cached_property
+    def entry_fields(self) -> EntryFields:
+        """What every outbox entry of this version carries (``outbox.build_entry``)."""
+        if self.version is None:
+            raise DefinitionError("a notifying definition has an assigned version", "version")
+        delivery, schedule = self.delivery, isinstance(self.source, ScheduleSource)
+        return EntryFields._make(
+            (
+                *(self.tenant_id, self.user_id, self.watcher_id, self.version, self.source_id),
+                *(self.purpose, delivery.verb.value, delivery.target, self.retry),
+                *(self.privacy.delivery_retention, delivery.text, delivery.args),
+                *(delivery.quiet_hours, self.budgets, delivery.wake_session, self.session_id),
+                delivery.verb is DeliveryVerb.NOTIFY,
+                *(delivery.template, self.privacy.paths),
+                self.watcher_id.rsplit(":", 1)[-1] if schedule else None,
+            )
         )
 
     @cached_property

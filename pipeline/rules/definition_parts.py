@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import timedelta
 from enum import StrEnum
 from functools import cached_property
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from pydantic import (
     BaseModel,
@@ -18,6 +18,8 @@ from pydantic import (
     model_validator,
 )
 
+from pipeline.rules.backoff import RetryPolicy
+from pipeline.rules.budgets import BudgetCaps
 from pipeline.rules.durations import Duration
 from pipeline.rules.errors import DefinitionError
 from pipeline.rules.message import MessageTemplate, parse_template
@@ -26,7 +28,15 @@ from pipeline.rules.privacy import parse_retain_paths
 from pipeline.rules.quiet_hours import QuietHours
 from pipeline.rules.sources import checked_ref
 
-__all__ = ["MAX_ARGS", "MAX_TEXT", "Delivery", "DeliveryVerb", "PrivacyPolicy", "StrictModel"]
+__all__ = [
+    "MAX_ARGS",
+    "MAX_TEXT",
+    "Delivery",
+    "DeliveryVerb",
+    "EntryFields",
+    "PrivacyPolicy",
+    "StrictModel",
+]
 
 MAX_TEXT: Final = 4096
 MAX_ARGS: Final = 64
@@ -108,3 +118,31 @@ class PrivacyPolicy(StrictModel):
     def paths(self) -> tuple[Path, ...]:
         """``retain_paths`` parsed once, for the per-evaluation filter."""
         return parse_retain_paths(self.retain_paths)
+
+
+class EntryFields(NamedTuple):
+    """What every outbox entry of one definition version carries, read from it once
+    (``WatcherDefinition.entry_fields``): ``outbox.build_entry`` and the native decider
+    (``native/src/decide.rs``, by position) copy it instead of walking the definition's parts
+    per notification. The first sixteen are the entry's own; the rest decide how it is built."""
+
+    tenant_id: str
+    user_id: str
+    watcher_id: str
+    version: int
+    source_id: str
+    purpose: str
+    verb: str
+    target: str
+    retry: RetryPolicy
+    delivery_retention: timedelta
+    text: str | None
+    args: tuple[str, ...] | None
+    quiet_hours: QuietHours | None
+    budgets: BudgetCaps | None
+    wake_session: bool
+    session_id: str | None
+    notify: bool  # the entry carries a rendered message
+    template: MessageTemplate | None
+    retained: tuple[Path, ...]
+    schedule_name: str | None  # a schedule's fires only

@@ -13,13 +13,12 @@ from typing import Any, NamedTuple
 
 from pipeline.rules.backoff import RetryPolicy
 from pipeline.rules.budgets import BudgetCaps
-from pipeline.rules.definition import DeliveryVerb, WatcherDefinition
+from pipeline.rules.definition import WatcherDefinition
 from pipeline.rules.evidence import Evidence, trigger_json
 from pipeline.rules.message import MessageFields, default_message, render
 from pipeline.rules.outcomes import Outcome
 from pipeline.rules.quiet_hours import QuietHours
 from pipeline.rules.schedules import fire_late, sent_late_by
-from pipeline.rules.sources import ScheduleSource
 
 __all__ = ["OutboxEntry", "as_sent", "build_entry", "message_of"]
 
@@ -78,41 +77,28 @@ def build_entry(
     ``resolved``): everything delivery needs, frozen now. ``identity`` (the trigger object),
     ``digest`` (the evidence digest) and ``kept`` (the payload's leaves the privacy allowlist
     keeps) are computed here unless the caller already has them (the evaluator has)."""
-    assert definition.version is not None
-    delivery = definition.delivery
-    is_schedule = isinstance(definition.source, ScheduleSource)
+    fields = definition.entry_fields
+    is_schedule = fields.schedule_name is not None
     scheduled_at = evidence.scheduled_at if is_schedule else None
     due_at = scheduled_at or now
-    notify = delivery.verb is DeliveryVerb.NOTIFY
-    watcher_id = definition.watcher_id
+    message = message_of(definition, evidence, outcome, due_at, kept) if fields.notify else None
     return OutboxEntry._make(  # in field order: no keywords to match, once per notification
         (
             key,  # delivery_key
-            definition.tenant_id,
-            definition.user_id,
-            watcher_id,
-            definition.version,  # watcher_version
-            definition.source_id,
-            definition.purpose,
+            *fields[:6],  # tenant_id, user_id, watcher_id, watcher_version, source_id, purpose
             trigger_json(evidence.trigger()) if identity is None else identity,  # trigger
             outcome,
-            delivery.verb.value,  # verb
-            delivery.target,
+            *fields[6:8],  # verb, target
             due_at,
             now,  # created_at
-            definition.retry,
-            definition.privacy.delivery_retention,
-            delivery.text,
-            message_of(definition, evidence, outcome, due_at, kept) if notify else None,
-            delivery.args,
+            *fields[8:11],  # retry, delivery_retention, text
+            message,
+            fields.args,
             evidence.digest() if digest is None else digest,  # evidence_digest
             evidence.observed_at,  # evidence_observed_at
             is_schedule and fire_late(evidence, now),  # late
-            delivery.quiet_hours,
-            definition.budgets,
-            delivery.wake_session,
-            definition.session_id,
-            watcher_id.rsplit(":", 1)[-1] if is_schedule else None,  # schedule_name
+            *fields[12:16],  # quiet_hours, budgets, wake_session, session_id
+            fields.schedule_name,
             scheduled_at,  # schedule_time
             False,  # erased
         )

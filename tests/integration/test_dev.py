@@ -47,16 +47,26 @@ def _run_tour(workdir: Path, env: dict[str, str], evaluator_metrics: str) -> lis
     script = "\n".join(tour_blocks((ROOT / "README.md").read_text(encoding="utf-8")))
     script = script.replace("http://127.0.0.1:9465/metrics", evaluator_metrics)
     script = script.replace("127.0.0.1:9465/metrics", evaluator_metrics)
-    done = subprocess.run(
-        ["bash", "-euo", "pipefail", "-c", script],
-        cwd=workdir,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
+    try:  # -x: each command on stderr, so a stall names the command it stalled in
+        done = subprocess.run(
+            ["bash", "-xeuo", "pipefail", "-c", script],
+            cwd=workdir,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise AssertionError(
+            f"the tour stalled:\n{_text(exc.stdout)}\n{_text(exc.stderr)}"
+        ) from exc
     assert done.returncode == 0, f"the tour failed:\n{done.stdout}\n{done.stderr}"
     return done.stdout.splitlines()
+
+
+def _text(output: str | bytes | None) -> str:
+    """What a timed-out run had written (``TimeoutExpired`` may hold bytes even in text mode)."""
+    return output.decode(errors="replace") if isinstance(output, bytes) else output or ""
 
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -34,29 +34,47 @@ NOW = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
 _ALLOW = AuthzDecision(True, grant_id="g")
 
 
+# Every field an entry copies from its definition (an event watcher's verb is notify): the
+# outbox entry built natively from ``entry_fields`` is ``build_entry``'s whatever they hold.
+_DELIVERIES: list[dict[str, Any]] = [
+    {"target": "ops-hook"},
+    {"target": "ops-hook", "quiet_hours": {"start": "22:00", "end": "07:00", "timezone": "UTC"}},
+    {"target": "ops-hook", "wake_session": True},
+]
+
+
 def _definition(
-    mode: str, expires: timedelta, terminal: bool, retain: list[str], template: bool
+    mode: str,
+    expires: timedelta,
+    terminal: bool,
+    retain: list[str],
+    template: bool,
+    delivery: dict[str, Any] | None = None,
+    purpose: str = "ops.alert",
 ) -> WatcherDefinition:
     body: dict[str, Any] = {
         "watcher_id": "w-1",
-        "purpose": "ops.alert",
+        "purpose": purpose,
         "mode": mode,
         "source": {"kind": "event", "source_id": "ci", "event_type": "build", "max_age": "10m"},
         "condition": {"eq": ["status", "failed"]},
-        "delivery": {"target": "ops-hook"},
+        "delivery": dict(delivery or _DELIVERIES[0]),
         "privacy": {"retain_paths": retain},
     }
+    if delivery is not None and delivery is not _DELIVERIES[0]:
+        body["budgets"] = {"window": "1h", "deliveries": 5}
+        body["session_id"] = "s-1"
     if terminal and mode == "once":  # only a once watch has one
         body["terminal_condition"] = {"eq": ["status", "cancelled"]}
     body["expires_at"] = (NOW + expires).isoformat()  # every watcher has a deadline
-    if template and "status" in retain:
+    if template and "status" in retain and body["delivery"].get("verb", "notify") == "notify":
         body["delivery"]["message"] = "{watcher_id}: {payload.status} at {observed_at}"
     definition = WatcherDefinition.from_json(body, tenant_id="acme", user_id="ann")
     return definition.with_version(3).compile()
 
 
 _PAYLOADS = st.fixed_dictionaries(
-    {"status": st.sampled_from(["failed", "passed", "cancelled", 7, None])},
+    {"status": st.sampled_from(["failed", "passed", "cancelled", 7, None, "échoué"])},
     optional={
         "n": st.integers() | st.floats(allow_nan=False) | st.booleans() | st.text(max_size=5),
         "nested": st.dictionaries(st.sampled_from(["x", "y"]), st.integers() | st.text(max_size=3)),
@@ -177,8 +195,9 @@ _OTHER: dict[str, Any] = {
     terminal=st.booleans(),
     retain=st.sampled_from([[], ["status"], ["status", "n", "nested.x"]]),
     template=st.booleans(),
+    delivery=st.sampled_from(_DELIVERIES),
     payload=_PAYLOADS,
-    event_id=st.sampled_from(["b-1", "b-2"]),
+    event_id=st.sampled_from(["b-1", "b-2", "b-ü"]),
     seen=st.integers(0, 70),
     n=st.integers(0, 11),
     data=st.data(),
@@ -188,6 +207,7 @@ def test_native_decisions_are_the_python_rules(
     terminal: bool,
     retain: list[str],
     template: bool,
+    delivery: dict[str, Any],
     payload: dict[str, Any],
     event_id: str,
     seen: int,
@@ -197,7 +217,7 @@ def test_native_decisions_are_the_python_rules(
     """The plain case with none, one or two of its dimensions (source, type, age, status,
     verdict, authorization, zone, mode, deadline) drawn otherwise."""
     x = {**_PLAIN, **{name: data.draw(_OTHER[name], name) for name in others}}
-    definition = _definition(x["mode"], x["expires"], terminal, retain, template)
+    definition = _definition(x["mode"], x["expires"], terminal, retain, template, delivery)
     evidence = _evidence(x["source_id"], x["event_type"], x["age"], payload, event_id)
     state = _state(definition, evidence, x["status"], seen, n)
     now = NOW.astimezone(x["zone"])
