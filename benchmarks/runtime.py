@@ -67,10 +67,16 @@ Fanout = Callable[[int, Message], Iterable[tuple[str, bytes, bytes, int]]]
 
 
 def bare(
-    bootstrap: str, source: str, sink: str, n: int, fanout: Fanout | None = None
+    bootstrap: str,
+    source: str,
+    sink: str,
+    n: int,
+    fanout: Fanout | None = None,
+    charge: Callable[[list[Message]], object] | None = None,
 ) -> tuple[float, float]:
     """The hand-written passthrough: the baseline the runtime is held to. Each input is copied
-    to ``sink``, or, with ``fanout``, replaced by the records it names (the same cadence)."""
+    to ``sink``, or, with ``fanout``, replaced by the records it names (the same cadence);
+    ``charge`` is called with each batch before its records are written."""
     run = uuid.uuid4().hex[:8]
     consumer = Consumer(consumer_config(bootstrap, f"bench-bare-{run}"))
     producer = Producer(producer_config(bootstrap, transactional_id=f"bench-bare-{run}"))
@@ -87,6 +93,8 @@ def bare(
             if not in_txn:
                 producer.begin_transaction()
                 in_txn, due = True, time.monotonic() + COMMIT_INTERVAL_S
+            if charge is not None:
+                charge(messages)
             if fanout is None:
                 for msg in messages:
                     producer.produce(sink, msg.value(), msg.key(), msg.partition() or 0)

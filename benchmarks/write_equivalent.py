@@ -10,20 +10,25 @@ real records' keys and values, so count, size and compressibility (lz4) match. I
 :func:`benchmarks.runtime.bare`'s loop, with its transaction cadence.
 
 Leaves out the evaluator itself and what the records mean: only their bytes are copied.
+:func:`charges` adds what stays in Python whatever is compiled (issue 29: Redis budgets): one
+budget charge per input, a batch's in one round trip, as the evaluator's plan sends them.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from benchmarks.runtime import Fanout
 from pipeline.kafka.clients import consumer_config
+from pipeline.redis.budgets import RedisBudgets
+from pipeline.rules.budgets import BudgetCaps, BudgetScope, Charge, Dimension, offset_token
 
-__all__ = ["SAMPLES", "Output", "census", "fanout"]
+__all__ = ["SAMPLES", "Output", "census", "charges", "fanout"]
 
 SAMPLES = 2000
 
@@ -88,3 +93,24 @@ def fanout(outputs: dict[str, Output], inputs: int, sinks: dict[str, str]) -> Fa
                 yield sink, key, value, partition
 
     return records
+
+
+def charges(
+    budgets: RedisBudgets,
+    caps: BudgetCaps,
+    watcher_of: Callable[[Message], tuple[BudgetScope, str]],
+) -> Callable[[list[Message]], object]:
+    """Per batch, one charge per input (``watcher_of``: the scope and key of the watcher it
+    matched, kept as the evaluator's index keeps them), all in one ``verdicts_many``, with the
+    evaluator's increment and token (``consumers.evaluator.plan``)."""
+
+    def charge(messages: list[Message]) -> object:
+        batch = []
+        for msg in messages:
+            scope, key = watcher_of(msg)
+            position = offset_token(msg.topic() or "", msg.partition() or 0, msg.offset() or 0)
+            increment = {Dimension.EVALUATIONS: 1, Dimension.TOKENS: 0, Dimension.MICRO_USD: 0}
+            batch.append(Charge._make((scope, caps, increment, f"{position}:{key}")))
+        return budgets.verdicts_many(batch, datetime.now(UTC))
+
+    return charge

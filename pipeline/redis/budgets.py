@@ -75,8 +75,8 @@ end
 return table.concat(replies, ",")
 """
 _ERASE_BATCH = 500
-_Entry = tuple[str, str, int, list[str]]
-"""One charge of a batch: its window key, token, group (from 1) and amounts."""
+_Entry = tuple[tuple[str, str], str, int, list[str]]
+"""One charge of a batch: its window's and subject's index keys, token, group (from 1), amounts."""
 _VERDICTS = {verdict.value: verdict for verdict in BudgetVerdict}
 
 
@@ -97,12 +97,17 @@ def _translated(action: str) -> Iterator[None]:
         raise BudgetStoreError(f"budget store failed to {action}: {type(exc).__name__}") from exc
 
 
-def _checked(increment: Mapping[Dimension, int]) -> Mapping[Dimension, int]:
-    """Amounts are validated before anything reaches Redis."""
+def _amounts(increment: Mapping[Dimension, int]) -> list[str]:
+    """The amounts as the script reads them, each validated before anything reaches Redis."""
+    amounts = []
     for dimension, amount in increment.items():
-        if isinstance(amount, bool) or not isinstance(amount, int) or not 0 <= amount <= MAX_AMOUNT:
+        exact = amount.__class__ is int  # the common case, checked first
+        if not exact and (isinstance(amount, bool) or not isinstance(amount, int)):
             raise DefinitionError(f"must be an integer in 0..{MAX_AMOUNT}", dimension.value)
-    return increment
+        if not 0 <= amount <= MAX_AMOUNT:
+            raise DefinitionError(f"must be an integer in 0..{MAX_AMOUNT}", dimension.value)
+        amounts.append(str(amount))
+    return amounts
 
 
 class RedisBudgets:
@@ -130,7 +135,7 @@ class RedisBudgets:
         self._cluster = is_cluster(client)  # a batch goes out as one call per hash slot
         # Window keys by window length: the window's start, and each scope's key in it. A new
         # window replaces its whole map, so keys of gone watchers do not pile up.
-        self._keys: dict[timedelta, tuple[datetime, dict[BudgetScope, str]]] = {}
+        self._keys: dict[timedelta, tuple[datetime, dict[BudgetScope, tuple[str, str]]]] = {}
 
     @classmethod
     def from_url(
@@ -188,31 +193,30 @@ class RedisBudgets:
         if not charges:
             return []
         now = utc(now)
-        groups: dict[tuple[int, tuple[Dimension, ...]], int] = {}  # (caps, dimensions) → group
+        # (caps, dimensions) → its group (from 1) and the window's keys by scope
+        Keys = dict[BudgetScope, tuple[str, str]]
+        known: dict[tuple[int, tuple[Dimension, ...]], tuple[int, Keys]] = {}
         group_specs: list[list[str]] = []
-        windows: dict[int, dict[BudgetScope, str]] = {}  # caps → its window's keys by scope
         entries: list[_Entry] = []
-        for charge in charges:
-            caps = charge.caps
-            increment = _checked(charge.increment)
+        for scope, caps, increment, token in charges:
+            amounts = _amounts(increment)
             dimensions = tuple(increment)
-            group = groups.get((id(caps), dimensions))
-            if group is None:
+            found = known.get((id(caps), dimensions))
+            if found is None:
                 end = window_end(now, caps.window)
                 spec = [str((end + EXPIRY_GRACE - now) // _MS), str(int(end.timestamp()))]
                 for dimension in dimensions:
                     cap = caps.cap(dimension)
                     spec += (dimension.value, "-1" if cap is None else str(cap))
                 group_specs.append(spec)
-                group = groups[(id(caps), dimensions)] = len(group_specs)
-            window_keys = windows.get(id(caps))
-            if window_keys is None:
-                window_keys = windows[id(caps)] = self._window_keys(caps, now)
-            key = window_keys.get(charge.scope)
-            if key is None:
-                key = window_keys[charge.scope] = self.window_key(charge.scope, caps, now)
-            amounts = [str(amount) for amount in increment.values()]
-            entries.append((key, charge.token, group, amounts))
+                found = (len(group_specs), self._window_keys(caps, now))
+                known[(id(caps), dimensions)] = found
+            group, window_keys = found
+            keys = window_keys.get(scope)
+            if keys is None:
+                key = self.window_key(scope, caps, now)
+                keys = window_keys[scope] = (key, self._index_key(key))
+            entries.append((keys, token, group, amounts))
         with _translated("charge a budget"):
             reply = self._send(entries, str(int(now.timestamp())), group_specs)
         if len(reply) != len(charges):
@@ -226,7 +230,7 @@ class RedisBudgets:
             return self._call(entries, now, groups)
         by_slot: dict[int, list[int]] = {}
         for index, entry in enumerate(entries):
-            by_slot.setdefault(key_slot(entry[0].encode()), []).append(index)
+            by_slot.setdefault(key_slot(entry[0][0].encode()), []).append(index)
         reply = [""] * len(entries)
         for indexes in by_slot.values():
             answers = self._call([entries[i] for i in indexes], now, groups)
@@ -239,21 +243,18 @@ class RedisBudgets:
     def _call(self, entries: list[_Entry], now: str, groups: list[list[str]]) -> list[str]:
         """One script call: each key sent once, each charge naming its keys by index."""
         place: dict[str, int] = {}  # a key's position in KEYS (from 1)
-        index_of: dict[int, int] = {}  # a window key's position → its index key's
         keys: list[str] = []
         charges: list[list[str | int]] = []
-        for key, token, group, amounts in entries:
+        for (key, index_key), token, group, amounts in entries:
             window = place.get(key)
             if window is None:
                 keys.append(key)
                 window = place[key] = len(keys)
-                index_key = self._index_key(key)
-                index = place.get(index_key)
-                if index is None:
-                    keys.append(index_key)
-                    index = place[index_key] = len(keys)
-                index_of[window] = index
-            charges.append([token, window, index_of[window], group, *amounts])
+            index = place.get(index_key)
+            if index is None:
+                keys.append(index_key)
+                index = place[index_key] = len(keys)
+            charges.append([token, window, index, group, *amounts])
         args = [now, _json(groups), _json(charges)]
         return _text(self._batch(keys=keys, args=args)).split(",")
 
@@ -266,8 +267,9 @@ class RedisBudgets:
         """The sorted set of a subject's window hashes, scored by window end."""
         return f"{self.subject_prefix(tenant_id, user_id)}windows"
 
-    def _window_keys(self, caps: BudgetCaps, now: datetime) -> dict[BudgetScope, str]:
-        """The keys of ``now``'s window of this length, by scope, kept for the rest of it."""
+    def _window_keys(self, caps: BudgetCaps, now: datetime) -> dict[BudgetScope, tuple[str, str]]:
+        """The keys of ``now``'s window of this length and its subject's index, by scope, kept
+        for the rest of the window."""
         start = window_start(now, caps.window)
         found = self._keys.get(caps.window)
         if found is None or found[0] != start:
