@@ -1,4 +1,4 @@
-"""Throughput and memory of the evaluator against two transactional passthroughs.
+"""Throughput and memory of the evaluator against three transactional passthroughs.
 
 ``python -m benchmarks.evaluator`` measures, on the same broker in the same run:
 
@@ -13,7 +13,10 @@
    output topics, ``benchmarks.write_equivalent``), each the median of three. All use the same
    cadence (batches of 500, a transaction per 1000 records or 100 ms). ``ratio`` = evaluator /
    passthrough events per second (goal >= 0.3), ``ratio_write_equivalent`` = evaluator /
-   write-equivalent (goal >= 0.5).
+   write-equivalent (goal >= 0.5). ``write_equivalent_budgeted`` is the write-equivalent loop
+   also charging each input's watcher in Redis through ``RedisBudgets``, a batch's in one round
+   trip, as the evaluator does; ``cpu_ratio_budgeted_floor`` = write-equivalent CPU / its CPU:
+   the most ``cpu_ratio_write_equivalent`` can reach while budgets are charged from Python.
 2. The evaluator over M events on 100 sources with 1,000 matching watchers, once with 100 and
    once with 100,000 extra watchers on other sources: ``nonmatching_ratio`` = throughput with
    100,000 / with 100 (goal >= 0.9, cost follows matching watchers).

@@ -211,7 +211,7 @@ impl Decider {
         } else {
             (&self.unavailable, &self.budget_exhausted, None)
         };
-        let Checked { key, recent, .. } = checked;
+        let Checked { key, recent, fields, .. } = checked;
         let true_ = reason.is(&self.condition_true);
         let applied = recent.contains(&key)?; // `WatcherState.applied`
         let duplicate = true_ && applied;
@@ -222,14 +222,14 @@ impl Decider {
         identity.set_item(intern!(py, "event_id"), evidence.getattr(intern!(py, "event_id"))?)?;
         let digest = evidence.call_method0(intern!(py, "digest"))?;
         let kept = if budgeted {
-            let paths = definition.getattr(intern!(py, "privacy"))?.getattr(intern!(py, "paths"))?;
+            let paths = fields.get_item(18)?; // retained: the privacy allowlist's paths
             self.keep_leaves.call1(py, (evidence.getattr(intern!(py, "payload"))?, paths))?.into_bound(py)
         } else {
             py.None().into_bound(py)
         };
         let key = key.into_any();
         let entry = if sends {
-            let made = self.entry_of(definition, evidence, &key, now, &identity, &digest, outcome.bind(py), &kept)?;
+            let made = self.entry_of(&fields, evidence, &key, now, &identity, &digest, outcome.bind(py), &kept)?;
             match made {
                 Some(entry) => entry,
                 None => {
@@ -247,9 +247,9 @@ impl Decider {
         let receipt = self.make(
             &self.receipt,
             [
-                definition.getattr(intern!(py, "tenant_id"))?,
-                definition.getattr(intern!(py, "user_id"))?,
-                definition.getattr(intern!(py, "watcher_id"))?,
+                fields.get_item(0)?, // tenant_id
+                fields.get_item(1)?, // user_id
+                fields.get_item(2)?, // watcher_id
                 checked.version,
                 now.clone(),
                 digest,
@@ -323,6 +323,7 @@ impl Decider {
 
 /// What the checks before the budget found, for the rest of the evaluation.
 struct Checked<'py> {
+    fields: Bound<'py, PyTuple>, // the definition's `entry_fields`
     mode: Bound<'py, PyAny>,
     version: Bound<'py, PyAny>,
     key: Bound<'py, PyString>,
@@ -368,7 +369,8 @@ impl Decider {
         if !authorization.getattr(intern!(py, "allowed"))?.is(pyo3::types::PyBool::new(py, true).as_any()) {
             return Err(Elsewhere);
         }
-        let matches = evidence.getattr(intern!(py, "source_id"))?.eq(definition.getattr(intern!(py, "source_id"))?)?
+        let entry = definition.getattr(intern!(py, "entry_fields"))?.downcast_into::<PyTuple>().map_err(|_| Elsewhere)?;
+        let matches = evidence.getattr(intern!(py, "source_id"))?.eq(entry.get_item(4)?)? // source_id
             && evidence.getattr(intern!(py, "event_type"))?.eq(source.getattr(intern!(py, "event_type"))?)?
             && evidence.getattr(intern!(py, "watcher_key"))?.is_none()
             && evidence.getattr(intern!(py, "tool_error"))?.is_none()
@@ -400,7 +402,7 @@ impl Decider {
         out.extend_from_slice(prefix);
         keys::push_fields(&mut out, fields.as_any())?.ok_or(Elsewhere)?;
         let key = PyString::new(py, &keys::sha256_hex(&out));
-        Ok(Checked { mode, version, key, recent })
+        Ok(Checked { fields: entry, mode, version, key, recent })
     }
 
     /// `build_entry` of an event's notification from the definition's `entry_fields`, the
@@ -409,7 +411,7 @@ impl Decider {
     #[allow(clippy::too_many_arguments)]
     fn entry_of<'py>(
         &self,
-        definition: &Bound<'py, PyAny>,
+        fields: &Bound<'py, PyTuple>,
         evidence: &Bound<'py, PyAny>,
         key: &Bound<'py, PyAny>,
         now: &Bound<'py, PyAny>,
@@ -418,9 +420,7 @@ impl Decider {
         outcome: &Bound<'py, PyAny>,
         kept: &Bound<'py, PyAny>,
     ) -> PyResult<Option<Bound<'py, PyAny>>> {
-        let py = definition.py();
-        let fields = definition.getattr(intern!(py, "entry_fields"))?;
-        let fields = fields.downcast::<PyTuple>()?;
+        let py = fields.py();
         let at = |i: usize| fields.get_item(i);
         if !at(19)?.is_none() || !at(17)?.is_none() {
             return Ok(None); // a schedule's fire, or a template: `build_entry`'s
