@@ -143,6 +143,18 @@ pub(crate) fn in_utc(value: &Bound<'_, PyDateTime>) -> PyResult<bool> {
     Ok(zone.is(utc.bind(py)))
 }
 
+/// `YYYY-MM-DDTHH:MM:SS[.ffffff]Z` of an instant already known to be in UTC
+/// (`pipeline.rules.instants.rfc3339_micros`, or `rfc3339_seconds` without `micros`).
+pub(crate) fn rfc3339(instant: &Bound<'_, PyDateTime>, micros: bool) -> String {
+    let (y, mo, d) = (instant.get_year(), instant.get_month(), instant.get_day());
+    let (h, mi, s) = (instant.get_hour(), instant.get_minute(), instant.get_second());
+    if micros {
+        format!("{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}.{:06}Z", instant.get_microsecond())
+    } else {
+        format!("{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}Z")
+    }
+}
+
 /// `timestamp-micros` of an aware datetime (`pipeline.rules.instants.to_epoch_micros`).
 pub(crate) fn epoch_micros(value: &Bound<'_, PyDateTime>) -> PyResult<i64> {
     let py = value.py();

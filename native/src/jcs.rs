@@ -9,7 +9,7 @@
 
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyBytes, PyDateAccess, PyDateTime, PyDict, PyFloat, PyInt, PyList, PyString, PyTimeAccess, PyTuple};
+use pyo3::types::{PyBool, PyBytes, PyDateTime, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 
 use crate::keys::sha256_hex;
 
@@ -225,16 +225,7 @@ fn micros_text<'py>(value: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, PyS
     if !crate::avro::in_utc(instant)? {
         return Ok(None);
     }
-    let text = format!(
-        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z",
-        instant.get_year(),
-        instant.get_month(),
-        instant.get_day(),
-        instant.get_hour(),
-        instant.get_minute(),
-        instant.get_second(),
-        instant.get_microsecond(),
-    );
+    let text = crate::avro::rfc3339(instant, true);
     Ok(Some(PyString::new(value.py(), &text)))
 }
 

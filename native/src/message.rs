@@ -6,7 +6,7 @@
 //! Python path renders it.
 
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyDateAccess, PyDateTime, PyDict, PyFloat, PyInt, PyString, PyTimeAccess, PyTuple};
+use pyo3::types::{PyBool, PyDateTime, PyDict, PyFloat, PyInt, PyString, PyTuple};
 
 /// The rendering's bounds and the absent marker (`MAX_VALUE`, `MAX_MESSAGE`, `ABSENT`).
 struct Bounds<'a> {
@@ -97,15 +97,8 @@ pub fn default_message(
     if line().is_err() {
         return Ok(None);
     }
-    out.push_str(&format!(
-        " observed {:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z",
-        instant.get_year(),
-        instant.get_month(),
-        instant.get_day(),
-        instant.get_hour(),
-        instant.get_minute(),
-        instant.get_second(),
-    ));
+    out.push_str(" observed ");
+    out.push_str(&crate::avro::rfc3339(instant, false));
     for path in retained.iter() {
         let Ok(path) = path.downcast_into_exact::<PyTuple>() else { return Ok(None) };
         let mut found = leaves.clone().into_any();
